@@ -1,0 +1,258 @@
+/* ct_cl.h - cltrain's device layer: OpenCL and CLBlast only, nothing of models or MPI.
+ *
+ * Discovery and selection of devices, one context + in-order queue per device, buffers counted by
+ * memory category with a per-device cap, programs built once per device and cached on disk, and
+ * the GEMM wrapper every matmul goes through (CLBlast, row-major). Per-device CLBlast parameters
+ * (found by ct_tune or shipped in tune/) are applied once, when a device is opened.
+ *
+ * A device handle is meant to be driven by one thread at a time (a "worker"); several handles may
+ * be used concurrently from several OpenMP threads.
+ *
+ *     ct_err err = {0};
+ *     ct_device_info *list = NULL; int n = 0, pick[1], npick = 0;
+ *     if (ct_device_list(&list, &n, &err) ||
+ *         ct_device_select(list, n, NULL, 1, pick, &npick, &err)) { puts(err.msg); return 2; }
+ *     ct_device *dev = NULL;
+ *     ct_device_opts o = ct_device_opts_default();
+ *     if (ct_device_open(&dev, &list[pick[0]], &o, &err)) { puts(err.msg); return 2; }
+ *     ct_buffer *a = NULL;
+ *     if (ct_buffer_alloc(dev, CT_MEM_PARAMS, "wte", 1 << 20, &a)) puts(ct_device_errmsg(dev));
+ *     ...
+ *     ct_buffer_free(a); ct_device_free(dev); ct_device_list_free(list);
+ */
+#ifndef CT_CL_H
+#define CT_CL_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#include "ct_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- discovery and selection */
+
+typedef struct ct_device_info {
+    int index;          /* flat index over all platforms, as ct_devices prints it */
+    int platform_index; /* P in "P:D" */
+    int device_index;   /* D in "P:D" */
+    cl_platform_id platform_id;
+    cl_device_id device_id;
+    cl_device_type type;
+    char platform[128];
+    char platform_version[128];
+    char vendor[128];
+    char name[256];
+    char version[128];        /* CL_DEVICE_VERSION */
+    char driver_version[128]; /* CL_DRIVER_VERSION */
+    unsigned compute_units;
+    unsigned clock_mhz;
+    uint64_t global_mem_bytes;
+    uint64_t max_alloc_bytes;
+    uint64_t local_mem_bytes;
+    int fp16, fp64;
+} ct_device_info;
+
+/* Every device of every platform, in platform order. *out is freed with ct_device_list_free.
+ * No platform or no device is an error (CT_ERR_NOT_FOUND) with a hint. */
+ct_status ct_device_list(ct_device_info **out, int *n, ct_err *err);
+void ct_device_list_free(ct_device_info *list);
+
+/* "gpu", "cpu", "accelerator", "other". */
+const char *ct_device_type_str(cl_device_type t);
+
+/* Pick `want` devices by a specification:
+ *   NULL or "" or "auto"  the best type present (gpu, then accelerator, then cpu), in index order
+ *   "3"                   flat index 3;        "0:1"  platform 0, device 1
+ *   "gpu" "cpu" "accelerator"  by type;        any other text: devices whose name contains it
+ *   "0,2" or "gpu,cpu"    a comma list; each item yields its matches in order
+ * The first `want` matches go to idx[]; fewer than `want` matches, or a spec matching nothing,
+ * is a CT_ERR_NOT_FOUND naming the spec and listing what exists. want <= 0 means "all matches";
+ * then idx must have room for n entries. */
+ct_status ct_device_select(const ct_device_info *list, int n, const char *spec, int want, int *idx,
+                           int *nidx, ct_err *err);
+
+/* The CT_DEVICE environment variable (the one place it is read), or NULL. */
+const char *ct_device_spec_env(void);
+
+/* ---------------------------------------------------------------- devices */
+
+typedef struct ct_device ct_device;
+
+typedef struct ct_device_opts {
+    int profiling;         /* queue created with CL_QUEUE_PROFILING_ENABLE */
+    uint64_t mem_cap;      /* bytes; 0 = the device's global memory */
+    int apply_tuning;      /* apply stored/shipped CLBlast parameters at open (default 1) */
+    const char *cache_dir; /* program binary cache; NULL = $XDG_CACHE_HOME/cltrain or
+                              ~/.cache/cltrain; "" disables the disk cache */
+    const char *tune_dir;  /* stored tuning results; NULL = <cache_dir>/tune */
+} ct_device_opts;
+
+ct_device_opts ct_device_opts_default(void);
+
+ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_device_opts *opts,
+                         ct_err *err);
+void ct_device_free(ct_device *dev);
+
+const ct_device_info *ct_device_get_info(const ct_device *dev);
+cl_context ct_device_context(const ct_device *dev);
+cl_command_queue ct_device_queue(const ct_device *dev);
+cl_device_id ct_device_id(const ct_device *dev);
+/* The last error recorded on this device (message with file:line and foreign code). */
+const char *ct_device_errmsg(const ct_device *dev);
+ct_err *ct_device_err(ct_device *dev);
+ct_status ct_device_finish(ct_device *dev);
+/* Where the tuning applied at open came from: "stored <path>", "shipped <entry>", "none" or
+ * "disabled". */
+const char *ct_device_tuning_source(const ct_device *dev);
+
+/* ---------------------------------------------------------------- memory */
+
+typedef enum ct_mem_category {
+    CT_MEM_PARAMS = 0,
+    CT_MEM_GRADS,
+    CT_MEM_OPTIMIZER,
+    CT_MEM_ACTIVATIONS,
+    CT_MEM_WORKSPACE,
+    CT_MEM_COMM,
+    CT_MEM__COUNT
+} ct_mem_category;
+
+const char *ct_mem_category_str(ct_mem_category c); /* "params", "grads", ... */
+
+typedef struct ct_mem_stats {
+    uint64_t current[CT_MEM__COUNT]; /* bytes live now, per category */
+    uint64_t peak[CT_MEM__COUNT];    /* highest `current` seen, per category */
+    uint64_t total_current, total_peak;
+    uint64_t cap; /* the per-device cap in force */
+    int live_buffers;
+} ct_mem_stats;
+
+void ct_device_mem_stats(const ct_device *dev, ct_mem_stats *out);
+void ct_device_mem_reset_peak(ct_device *dev);
+
+typedef struct ct_buffer ct_buffer;
+
+/* Allocate `bytes` on the device, counted under `cat`, named for messages. Fails cleanly (no
+ * crash, nothing allocated) with CT_ERR_DEVICE_MEM when `bytes` exceeds the device's max
+ * allocation, the cap, or the OpenCL allocation fails; the message names the tensor, the bytes
+ * asked and what is in use. Contents are zeroed. */
+ct_status ct_buffer_alloc(ct_device *dev, ct_mem_category cat, const char *name, size_t bytes,
+                          ct_buffer **out);
+void ct_buffer_free(ct_buffer *b);
+cl_mem ct_buffer_mem(const ct_buffer *b);
+size_t ct_buffer_bytes(const ct_buffer *b);
+const char *ct_buffer_name(const ct_buffer *b);
+ct_device *ct_buffer_device(const ct_buffer *b);
+
+/* Blocking host <-> device copies of [off, off+bytes). */
+ct_status ct_buffer_write(ct_buffer *b, size_t off, const void *src, size_t bytes);
+ct_status ct_buffer_read(const ct_buffer *b, size_t off, void *dst, size_t bytes);
+ct_status ct_buffer_zero(ct_buffer *b, size_t off, size_t bytes);
+/* Map [off, off+bytes) for host access (blocking); unmap when done. flags: CL_MAP_READ/WRITE. */
+ct_status ct_buffer_map(ct_buffer *b, size_t off, size_t bytes, cl_map_flags flags, void **ptr);
+ct_status ct_buffer_unmap(ct_buffer *b, void *ptr);
+
+/* ---------------------------------------------------------------- programs and kernels */
+
+/* One embedded OpenCL C source (generated by CMake from a .cl file). */
+typedef struct ct_cl_source {
+    const char *name; /* file name without extension, e.g. "layernorm" */
+    const char *text;
+    size_t len;
+} ct_cl_source;
+
+/* Build (or fetch from the in-memory or disk cache) `src` with `options` for this device. The
+ * program stays owned by the device. A compile error returns CT_ERR_BUILD with the build log in
+ * the device's message. */
+ct_status ct_program_get(ct_device *dev, const ct_cl_source *src, const char *options,
+                         cl_program *out);
+/* A kernel of a program from ct_program_get, created once per device and reused. */
+ct_status ct_kernel_get(ct_device *dev, const ct_cl_source *src, const char *options,
+                        const char *kernel, cl_kernel *out);
+
+/* Counters of the program cache of this device since open. */
+typedef struct ct_program_cache_stats {
+    int memory_hits, disk_hits, builds, disk_rejects, disk_writes;
+} ct_program_cache_stats;
+void ct_device_program_cache_stats(const ct_device *dev, ct_program_cache_stats *out);
+/* The file a program is cached under (for tests and diagnostics); "" when the cache is off. */
+ct_status ct_program_cache_path(ct_device *dev, const ct_cl_source *src, const char *options,
+                                char *path, size_t len);
+
+/* Set kernel arguments and enqueue: helpers that turn cl errors into messages. */
+ct_status ct_kernel_set_arg(ct_device *dev, cl_kernel k, cl_uint i, size_t size, const void *v);
+ct_status ct_kernel_launch(ct_device *dev, cl_kernel k, cl_uint dims, const size_t *global,
+                           const size_t *local, cl_event *ev);
+
+/* ---------------------------------------------------------------- GEMM (CLBlast) */
+
+/* Row-major C = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T (ta, tb = 0 or 1).
+ * op(A) is m x k, op(B) is k x n, C is m x n. Offsets and leading dimensions in floats.
+ * Enqueued on the device's queue; `ev` (may be NULL) receives the completion event. */
+ct_status ct_gemm(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
+                  cl_mem a, size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb,
+                  float beta, cl_mem c, size_t c_off, size_t ldc, cl_event *ev);
+
+/* `batch` independent GEMMs; matrix i of A starts at a_off + i * a_stride (floats), etc. */
+ct_status ct_gemm_strided_batched(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k,
+                                  float alpha, cl_mem a, size_t a_off, size_t lda, size_t a_stride,
+                                  cl_mem b, size_t b_off, size_t ldb, size_t b_stride, float beta,
+                                  cl_mem c, size_t c_off, size_t ldc, size_t c_stride, size_t batch,
+                                  cl_event *ev);
+
+/* ---------------------------------------------------------------- CLBlast tuning */
+
+/* One CLBlast kernel's parameters, e.g. kernel "Xgemm" with MWG=128, NWG=128, ... */
+#define CT_TUNE_MAX_PARAMS 24
+#define CT_TUNE_MAX_KERNELS 8
+typedef struct ct_tune_kernel {
+    char kernel[32];
+    int n;
+    char names[CT_TUNE_MAX_PARAMS][24];
+    size_t values[CT_TUNE_MAX_PARAMS];
+} ct_tune_kernel;
+
+/* A full parameter set for one device: what ct_tune stores and programs apply at open. */
+typedef struct ct_tune_set {
+    char device[256];         /* device name it was found on; a shipped set may use a pattern */
+    char driver[128];         /* driver version it was found on ("*" = any) */
+    char platform[128];       /* platform name substring a shipped set matches ("*" = any) */
+    char type[16];            /* "cpu", "gpu", ... or "*" */
+    char note[256];           /* free text: how it was found, the score */
+    int nkernels;
+    ct_tune_kernel kernels[CT_TUNE_MAX_KERNELS];
+} ct_tune_set;
+
+/* Parse / format the text form (see tune/README.md). Parsing errors name the line. */
+ct_status ct_tune_set_parse(const char *text, ct_tune_set *out, ct_err *err);
+ct_status ct_tune_set_format(const ct_tune_set *s, char *buf, size_t len);
+/* Set a parameter (adds the kernel or the name when missing). */
+ct_status ct_tune_set_put(ct_tune_set *s, const char *kernel, const char *name, size_t value);
+/* Apply with CLBlastOverrideParameters, every kernel of the set, on this device. */
+ct_status ct_tune_set_apply(ct_device *dev, const ct_tune_set *s);
+
+/* The stored file for a device under `tune_dir` (keyed by device name and driver version). */
+ct_status ct_tune_store_path(const char *tune_dir, const ct_device_info *info, char *path,
+                             size_t len);
+/* Write atomically (temporary file + rename). */
+ct_status ct_tune_store(const char *tune_dir, const ct_device_info *info, const ct_tune_set *s,
+                        ct_err *err);
+/* Find parameters for a device: the stored file first, then the best shipped match.
+ * CT_ERR_NOT_FOUND if neither has one. `source` (may be NULL) receives where it came from. */
+ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tune_set *out,
+                         char *source, size_t source_len, ct_err *err);
+/* The shipped sets compiled into the library (from tune/*.txt). */
+int ct_tune_shipped_count(void);
+const char *ct_tune_shipped_text(int i, const char **name);
+/* The default directories. `buf` receives the path; "" if no home directory is known. */
+void ct_cache_dir_default(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_CL_H */
