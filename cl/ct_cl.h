@@ -246,7 +246,7 @@ ct_status ct_tune_store(const char *tune_dir, const ct_device_info *info, const 
  * CT_ERR_NOT_FOUND if neither has one. `source` (may be NULL) receives where it came from. */
 ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tune_set *out,
                          char *source, size_t source_len, ct_err *err);
-/* The shipped sets compiled into the library (from tune/*.txt). */
+/* The shipped sets compiled into the library (the files of tune/). */
 int ct_tune_shipped_count(void);
 const char *ct_tune_shipped_text(int i, const char **name);
 /* The default directories. `buf` receives the path; "" if no home directory is known. */

@@ -1,0 +1,216 @@
+/* buffer.c - device buffers counted by memory category.
+ *
+ * Promises: an allocation is checked against the device's max allocation size and the per-device
+ * cap before OpenCL is asked; a failure leaves nothing allocated and names the tensor, the bytes
+ * asked and what is in use by category. New buffers are zero-filled, which also makes drivers
+ * that allocate lazily commit the memory now rather than fail later inside a step. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_cl_impl.h"
+
+static const char *const cat_names[CT_MEM__COUNT] = {"params",      "grads",     "optimizer",
+                                                     "activations", "workspace", "comm"};
+
+const char *ct_mem_category_str(ct_mem_category c) {
+    return (c >= 0 && c < CT_MEM__COUNT) ? cat_names[c] : "?";
+}
+
+void ct_device_mem_stats(const ct_device *dc, ct_mem_stats *out) {
+    ct_device *d = (ct_device *)dc;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&d->mem_lock);
+    for (int c = 0; c < CT_MEM__COUNT; c++) {
+        out->current[c] = d->mem_current[c];
+        out->peak[c] = d->mem_peak[c];
+        out->total_current += d->mem_current[c];
+    }
+    out->total_peak = d->mem_total_peak;
+    out->cap = d->mem_cap;
+    out->live_buffers = d->live_buffers;
+    pthread_mutex_unlock(&d->mem_lock);
+}
+
+void ct_device_mem_reset_peak(ct_device *d) {
+    pthread_mutex_lock(&d->mem_lock);
+    uint64_t total = 0;
+    for (int c = 0; c < CT_MEM__COUNT; c++) {
+        d->mem_peak[c] = d->mem_current[c];
+        total += d->mem_current[c];
+    }
+    d->mem_total_peak = total;
+    pthread_mutex_unlock(&d->mem_lock);
+}
+
+static void usage_line(ct_device *d, char *buf, size_t len) {
+    size_t used = 0;
+    uint64_t total = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < CT_MEM__COUNT; c++) {
+        total += d->mem_current[c];
+        if (!d->mem_current[c]) continue;
+        int w = snprintf(buf + used, len - used, "%s %s %.1f MiB", used ? "," : "", cat_names[c],
+                         d->mem_current[c] / 1048576.0);
+        if (w < 0 || (size_t)w >= len - used) break;
+        used += (size_t)w;
+    }
+    snprintf(buf + used, len - used, "%s total %.1f MiB of cap %.1f MiB", used ? ";" : "",
+             total / 1048576.0, d->mem_cap / 1048576.0);
+}
+
+ct_status ct_buffer_alloc(ct_device *d, ct_mem_category cat, const char *name, size_t bytes,
+                          ct_buffer **out) {
+    *out = NULL;
+    const char *nm = name ? name : "(unnamed)";
+    if (cat < 0 || cat >= CT_MEM__COUNT)
+        return CT_ERR(&d->err, CT_ERR_ARG, "buffer '%s': bad memory category %d", nm, (int)cat);
+    if (bytes == 0) bytes = 4; /* OpenCL refuses empty buffers; a 0-element tensor gets a token */
+    char use[512];
+    pthread_mutex_lock(&d->mem_lock);
+    uint64_t total = 0;
+    for (int c = 0; c < CT_MEM__COUNT; c++) total += d->mem_current[c];
+    int over_cap = total + bytes > d->mem_cap;
+    if (over_cap || bytes > d->info.max_alloc_bytes) usage_line(d, use, sizeof use);
+    if (!over_cap) { /* reserve now so two threads cannot both pass the check */
+        d->mem_current[cat] += bytes;
+        d->live_buffers++;
+    }
+    pthread_mutex_unlock(&d->mem_lock);
+    if (over_cap)
+        return CT_ERR(&d->err, CT_ERR_DEVICE_MEM,
+                      "cannot allocate '%s' (%s): %zu bytes (%.1f MiB) would exceed the memory cap "
+                      "of device %d (%s); in use:%s",
+                      nm, cat_names[cat], bytes, bytes / 1048576.0, d->info.index, d->info.name, use);
+    ct_status st = CT_OK;
+    ct_buffer *b = NULL;
+    if (bytes > d->info.max_alloc_bytes) {
+        st = CT_ERR(&d->err, CT_ERR_DEVICE_MEM,
+                    "cannot allocate '%s' (%s): %zu bytes (%.1f MiB) exceed the largest single "
+                    "allocation of device %d (%s), CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu bytes; in "
+                    "use:%s",
+                    nm, cat_names[cat], bytes, bytes / 1048576.0, d->info.index, d->info.name,
+                    (unsigned long long)d->info.max_alloc_bytes, use);
+        goto cleanup;
+    }
+    b = calloc(1, sizeof *b);
+    if (!b) {
+        st = CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory for buffer '%s'", nm);
+        goto cleanup;
+    }
+    b->dev = d;
+    b->bytes = bytes;
+    b->cat = cat;
+    snprintf(b->name, sizeof b->name, "%s", nm);
+    cl_int rc = CL_SUCCESS;
+    b->mem = clCreateBuffer(d->ctx, CL_MEM_READ_WRITE, bytes, NULL, &rc);
+    if (rc == CL_SUCCESS) {
+        const float zero = 0.0f;
+        size_t fill = bytes & ~(size_t)3;
+        if (fill) rc = clEnqueueFillBuffer(d->queue, b->mem, &zero, sizeof zero, 0, fill, 0, NULL, NULL);
+        if (rc == CL_SUCCESS && fill != bytes) {
+            static const unsigned char zb[4] = {0};
+            rc = clEnqueueWriteBuffer(d->queue, b->mem, CL_TRUE, fill, bytes - fill, zb, 0, NULL,
+                                      NULL);
+        }
+        if (rc == CL_SUCCESS) rc = clFinish(d->queue);
+    }
+    if (rc != CL_SUCCESS) {
+        pthread_mutex_lock(&d->mem_lock);
+        usage_line(d, use, sizeof use);
+        pthread_mutex_unlock(&d->mem_lock);
+        st = CT_CL_FAIL(&d->err, rc, "cannot allocate '%s' (%s): %zu bytes (%.1f MiB) on device %d "
+                                     "(%s); in use:%s",
+                        nm, cat_names[cat], bytes, bytes / 1048576.0, d->info.index, d->info.name, use);
+        if (st == CT_ERR_OPENCL) st = CT_ERR_DEVICE_MEM;
+        goto cleanup;
+    }
+    pthread_mutex_lock(&d->mem_lock);
+    uint64_t now = 0;
+    for (int c = 0; c < CT_MEM__COUNT; c++) now += d->mem_current[c];
+    if (d->mem_current[cat] > d->mem_peak[cat]) d->mem_peak[cat] = d->mem_current[cat];
+    if (now > d->mem_total_peak) d->mem_total_peak = now;
+    pthread_mutex_unlock(&d->mem_lock);
+    *out = b;
+    return CT_OK;
+cleanup:
+    if (b && b->mem) clReleaseMemObject(b->mem);
+    free(b);
+    pthread_mutex_lock(&d->mem_lock);
+    d->mem_current[cat] -= bytes;
+    d->live_buffers--;
+    pthread_mutex_unlock(&d->mem_lock);
+    return st;
+}
+
+void ct_buffer_free(ct_buffer *b) {
+    if (!b) return;
+    ct_device *d = b->dev;
+    clReleaseMemObject(b->mem);
+    pthread_mutex_lock(&d->mem_lock);
+    d->mem_current[b->cat] -= b->bytes;
+    d->live_buffers--;
+    pthread_mutex_unlock(&d->mem_lock);
+    free(b);
+}
+
+cl_mem ct_buffer_mem(const ct_buffer *b) { return b->mem; }
+size_t ct_buffer_bytes(const ct_buffer *b) { return b->bytes; }
+const char *ct_buffer_name(const ct_buffer *b) { return b->name; }
+ct_device *ct_buffer_device(const ct_buffer *b) { return b->dev; }
+
+static ct_status range_check(const ct_buffer *b, size_t off, size_t bytes, const char *what) {
+    if (off > b->bytes || bytes > b->bytes - off)
+        return CT_ERR(&b->dev->err, CT_ERR_ARG,
+                      "%s of buffer '%s': range [%zu, %zu) is outside its %zu bytes", what, b->name,
+                      off, off + bytes, b->bytes);
+    return CT_OK;
+}
+
+ct_status ct_buffer_write(ct_buffer *b, size_t off, const void *src, size_t bytes) {
+    ct_status st = range_check(b, off, bytes, "write");
+    if (st != CT_OK || bytes == 0) return st;
+    cl_int rc = clEnqueueWriteBuffer(b->dev->queue, b->mem, CL_TRUE, off, bytes, src, 0, NULL, NULL);
+    if (rc != CL_SUCCESS) return CT_CL_FAIL(&b->dev->err, rc, "writing buffer '%s'", b->name);
+    return CT_OK;
+}
+
+ct_status ct_buffer_read(const ct_buffer *b, size_t off, void *dst, size_t bytes) {
+    ct_status st = range_check(b, off, bytes, "read");
+    if (st != CT_OK || bytes == 0) return st;
+    cl_int rc = clEnqueueReadBuffer(b->dev->queue, b->mem, CL_TRUE, off, bytes, dst, 0, NULL, NULL);
+    if (rc != CL_SUCCESS) return CT_CL_FAIL(&b->dev->err, rc, "reading buffer '%s'", b->name);
+    return CT_OK;
+}
+
+ct_status ct_buffer_zero(ct_buffer *b, size_t off, size_t bytes) {
+    ct_status st = range_check(b, off, bytes, "zero");
+    if (st != CT_OK || bytes == 0) return st;
+    const unsigned char z = 0;
+    cl_int rc = clEnqueueFillBuffer(b->dev->queue, b->mem, &z, 1, off, bytes, 0, NULL, NULL);
+    if (rc != CL_SUCCESS) return CT_CL_FAIL(&b->dev->err, rc, "zeroing buffer '%s'", b->name);
+    return CT_OK;
+}
+
+ct_status ct_buffer_map(ct_buffer *b, size_t off, size_t bytes, cl_map_flags flags, void **ptr) {
+    *ptr = NULL;
+    ct_status st = range_check(b, off, bytes, "map");
+    if (st != CT_OK) return st;
+    if (bytes == 0) return CT_OK; /* nothing to map; unmapping NULL is a no-op */
+    cl_int rc = CL_SUCCESS;
+    *ptr = clEnqueueMapBuffer(b->dev->queue, b->mem, CL_TRUE, flags, off, bytes, 0, NULL, NULL, &rc);
+    if (rc != CL_SUCCESS) return CT_CL_FAIL(&b->dev->err, rc, "mapping buffer '%s'", b->name);
+    return CT_OK;
+}
+
+ct_status ct_buffer_unmap(ct_buffer *b, void *ptr) {
+    if (!ptr) return CT_OK;
+    cl_event ev = NULL;
+    cl_int rc = clEnqueueUnmapMemObject(b->dev->queue, b->mem, ptr, 0, NULL, &ev);
+    if (rc == CL_SUCCESS) {
+        rc = clWaitForEvents(1, &ev);
+        clReleaseEvent(ev);
+    }
+    if (rc != CL_SUCCESS) return CT_CL_FAIL(&b->dev->err, rc, "unmapping buffer '%s'", b->name);
+    return CT_OK;
+}

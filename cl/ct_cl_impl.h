@@ -1,0 +1,79 @@
+/* ct_cl_impl.h - private contract between the files of cl/: the device struct and helpers.
+ * Nothing outside cl/ includes this. */
+#ifndef CT_CL_IMPL_H
+#define CT_CL_IMPL_H
+
+#include <pthread.h>
+
+#include "ct_cl.h"
+
+/* One built program, keyed by source pointer + options, with its kernels. */
+typedef struct ct__kernel_entry {
+    char name[64];
+    cl_kernel kernel;
+} ct__kernel_entry;
+
+typedef struct ct__program_entry {
+    const ct_cl_source *src;
+    char *options;
+    cl_program program;
+    int nkernels, cap_kernels;
+    ct__kernel_entry *kernels;
+} ct__program_entry;
+
+struct ct_device {
+    ct_device_info info;
+    cl_context ctx;
+    cl_command_queue queue;
+    ct_err err;
+
+    /* memory accounting (bytes); the mutex guards it because buffers may be freed from any
+     * thread even though a device is driven by one. */
+    pthread_mutex_t mem_lock;
+    uint64_t mem_current[CT_MEM__COUNT];
+    uint64_t mem_peak[CT_MEM__COUNT];
+    uint64_t mem_total_peak;
+    uint64_t mem_cap;
+    int live_buffers;
+
+    /* program cache */
+    char cache_dir[1024]; /* "" = disk cache off */
+    int nprograms, cap_programs;
+    ct__program_entry *programs;
+    ct_program_cache_stats cache_stats;
+
+    char tuning_source[512];
+};
+
+struct ct_buffer {
+    ct_device *dev;
+    cl_mem mem;
+    size_t bytes;
+    ct_mem_category cat;
+    char name[64];
+};
+
+/* Record an OpenCL failure on the device: "what: CL_... (code)". Returns CT_ERR_OPENCL, or
+ * CT_ERR_DEVICE_MEM for allocation failures. */
+ct_status ct__cl_fail(ct_err *e, const char *file, int line, int code, const char *what, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+#define CT_CL_FAIL(e, code, ...) ct__cl_fail((e), __FILE__, __LINE__, (code), __VA_ARGS__)
+
+/* 64-bit FNV-1a over bytes, chained through `h` (start with CT__FNV_INIT). */
+#define CT__FNV_INIT 1469598103934665603ULL
+uint64_t ct__fnv1a(uint64_t h, const void *data, size_t n);
+
+/* mkdir -p; 0 on success. */
+int ct__mkdirs(const char *path);
+/* Write `n` bytes to `path` atomically (temporary file in the same folder, fsync, rename). */
+ct_status ct__write_file_atomic(const char *path, const void *data, size_t n, ct_err *err);
+/* Read a whole file; *out malloc'ed (NUL-terminated), freed by the caller. */
+ct_status ct__read_file(const char *path, char **out, size_t *n, ct_err *err);
+
+/* Apply stored/shipped tuning at device open (tune.c). */
+ct_status ct__tune_apply_at_open(ct_device *dev, const char *tune_dir);
+
+#endif /* CT_CL_IMPL_H */

@@ -1,0 +1,87 @@
+/* gemm.c - the one GEMM wrapper: every matmul of the engine goes through CLBlast here.
+ *
+ * Row-major, either operand transposed, alpha/beta, offsets and leading dimensions in floats,
+ * and strided-batched for attention. Arguments are checked here first (so a bad call names the
+ * matrix and the dimension rather than a bare CLBlast code); CLBlast codes become names. */
+#include <stdio.h>
+
+#include <clblast_c.h>
+
+#include "ct_cl_impl.h"
+
+static ct_status check_mat(ct_device *d, const char *what, cl_mem m, size_t off, size_t rows,
+                           size_t cols, size_t ld, size_t stride, size_t batch) {
+    if (!m) return CT_ERR(&d->err, CT_ERR_ARG, "gemm: matrix %s is NULL", what);
+    if (ld < cols || ld == 0)
+        return CT_ERR(&d->err, CT_ERR_ARG,
+                      "gemm: leading dimension of %s is %zu but a row holds %zu elements (row-major)",
+                      what, ld, cols);
+    size_t need = off + (batch - 1) * stride + (rows - 1) * ld + cols;
+    size_t have = 0;
+    clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof have, &have, NULL);
+    if (have && need * sizeof(float) > have)
+        return CT_ERR(&d->err, CT_ERR_ARG,
+                      "gemm: matrix %s needs %zu floats (offset %zu, %zu x %zu, ld %zu, batch %zu) "
+                      "but its buffer holds %zu",
+                      what, need, off, rows, cols, ld, batch, have / sizeof(float));
+    return CT_OK;
+}
+
+static ct_status gemm_common(ct_device *d, int ta, int tb, size_t m, size_t n, size_t k, cl_mem a,
+                             size_t a_off, size_t lda, size_t a_stride, cl_mem b, size_t b_off,
+                             size_t ldb, size_t b_stride, cl_mem c, size_t c_off, size_t ldc,
+                             size_t c_stride, size_t batch) {
+    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+        return CT_ERR(&d->err, CT_ERR_ARG, "gemm: ta and tb must be 0 or 1 (got %d, %d)", ta, tb);
+    ct_status st;
+    /* A is stored (m x k) or, transposed, (k x m); likewise B. */
+    if ((st = check_mat(d, "A", a, a_off, ta ? k : m, ta ? m : k, lda, a_stride, batch))) return st;
+    if ((st = check_mat(d, "B", b, b_off, tb ? n : k, tb ? k : n, ldb, b_stride, batch))) return st;
+    return check_mat(d, "C", c, c_off, m, n, ldc, c_stride, batch);
+}
+
+static ct_status clblast_fail(ct_device *d, CLBlastStatusCode rc, const char *what, size_t m,
+                              size_t n, size_t k, int ta, int tb) {
+    return CT_ERR(&d->err, CT_ERR_CLBLAST, "%s (m=%zu n=%zu k=%zu ta=%d tb=%d) on device %d failed: %s (%d)",
+                  what, m, n, k, ta, tb, d->info.index, ct_clblast_error_name(rc), (int)rc);
+}
+
+ct_status ct_gemm(ct_device *d, int ta, int tb, size_t m, size_t n, size_t k, float alpha, cl_mem a,
+                  size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c,
+                  size_t c_off, size_t ldc, cl_event *ev) {
+    if (m == 0 || n == 0) return CT_OK;
+    if (k == 0) {
+        /* C = beta * C alone: CLBlast refuses k = 0 and no engine shape needs it. */
+        return CT_ERR(&d->err, CT_ERR_ARG, "gemm: k = 0 is not supported (m=%zu n=%zu)", m, n);
+    }
+    ct_status st = gemm_common(d, ta, tb, m, n, k, a, a_off, lda, 0, b, b_off, ldb, 0, c, c_off, ldc,
+                               0, 1);
+    if (st != CT_OK) return st;
+    cl_command_queue q = d->queue;
+    CLBlastStatusCode rc =
+        CLBlastSgemm(CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
+                     tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha, a, a_off, lda, b,
+                     b_off, ldb, beta, c, c_off, ldc, &q, ev);
+    if (rc != CLBlastSuccess) return clblast_fail(d, rc, "CLBlastSgemm", m, n, k, ta, tb);
+    return CT_OK;
+}
+
+ct_status ct_gemm_strided_batched(ct_device *d, int ta, int tb, size_t m, size_t n, size_t k,
+                                  float alpha, cl_mem a, size_t a_off, size_t lda, size_t a_stride,
+                                  cl_mem b, size_t b_off, size_t ldb, size_t b_stride, float beta,
+                                  cl_mem c, size_t c_off, size_t ldc, size_t c_stride, size_t batch,
+                                  cl_event *ev) {
+    if (m == 0 || n == 0 || batch == 0) return CT_OK;
+    if (k == 0) return CT_ERR(&d->err, CT_ERR_ARG, "batched gemm: k = 0 is not supported");
+    ct_status st = gemm_common(d, ta, tb, m, n, k, a, a_off, lda, a_stride, b, b_off, ldb, b_stride,
+                               c, c_off, ldc, c_stride, batch);
+    if (st != CT_OK) return st;
+    cl_command_queue q = d->queue;
+    CLBlastStatusCode rc = CLBlastSgemmStridedBatched(
+        CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
+        tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha, a, a_off, lda, a_stride, b,
+        b_off, ldb, b_stride, beta, c, c_off, ldc, c_stride, batch, &q, ev);
+    if (rc != CLBlastSuccess)
+        return clblast_fail(d, rc, "CLBlastSgemmStridedBatched", m, n, k, ta, tb);
+    return CT_OK;
+}

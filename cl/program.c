@@ -1,0 +1,311 @@
+/* program.c - OpenCL programs built once per device, kernels created once, binaries cached on disk.
+ *
+ * Cache entry: <cache_dir>/programs/<key>.bin, key = FNV-1a 64 of (platform name and version,
+ * device name, device and driver version, options, source text). The file is a fixed header
+ * (magic, format version, key, payload length, payload hash) followed by the driver's binary.
+ * Promises: an entry that is truncated, has the wrong key or hash, or that the driver refuses is
+ * counted as a reject and rebuilt from source and rewritten; entries are written atomically
+ * (temporary file + rename), so two processes racing on one entry both end with a valid file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ct_cl_impl.h"
+
+#define CT__CACHE_MAGIC 0x42505443u /* "CTPB" */
+#define CT__CACHE_VERSION 1u
+
+typedef struct cache_header {
+    uint32_t magic, version;
+    uint64_t key;
+    uint64_t payload_len;
+    uint64_t payload_hash;
+} cache_header;
+
+ct_status ct__read_file(const char *path, char **out, size_t *n, ct_err *err) {
+    *out = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return CT_ERR(err, CT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    ct_status st = CT_OK;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) != 0) goto io;
+    long len = ftell(f);
+    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) goto io;
+    buf = malloc((size_t)len + 1);
+    if (!buf) {
+        st = CT_ERR(err, CT_ERR_NOMEM, "out of host memory reading '%s' (%ld bytes)", path, len);
+        goto done;
+    }
+    if (fread(buf, 1, (size_t)len, f) != (size_t)len) goto io;
+    buf[len] = '\0';
+    *out = buf;
+    *n = (size_t)len;
+    buf = NULL;
+    goto done;
+io:
+    st = CT_ERR(err, CT_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+done:
+    free(buf);
+    fclose(f);
+    return st;
+}
+
+ct_status ct__write_file_atomic(const char *path, const void *data, size_t n, ct_err *err) {
+    static _Atomic unsigned counter = 0;
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return CT_ERR(err, CT_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = n;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return CT_ERR(err, CT_ERR_IO, "cannot write '%s': %s", tmp, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return CT_ERR(err, CT_ERR_IO, "cannot flush '%s': %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return CT_ERR(err, CT_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
+    }
+    return CT_OK;
+}
+
+static uint64_t program_key(const ct_device *d, const ct_cl_source *src, const char *options) {
+    const ct_device_info *i = &d->info;
+    uint64_t h = CT__FNV_INIT;
+    const char *parts[] = {i->platform, i->platform_version, i->name, i->version,
+                           i->driver_version, options ? options : ""};
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+        h = ct__fnv1a(h, parts[k], strlen(parts[k]) + 1);
+    return ct__fnv1a(h, src->text, src->len);
+}
+
+ct_status ct_program_cache_path(ct_device *d, const ct_cl_source *src, const char *options,
+                                char *path, size_t len) {
+    if (!d->cache_dir[0]) {
+        path[0] = '\0';
+        return CT_OK;
+    }
+    int w = snprintf(path, len, "%s/programs/%s-%016llx.bin", d->cache_dir, src->name,
+                     (unsigned long long)program_key(d, src, options));
+    if (w < 0 || (size_t)w >= len) return CT_ERR(&d->err, CT_ERR_ARG, "cache path too long");
+    return CT_OK;
+}
+
+static ct_status build_log(ct_device *d, cl_program prog, const ct_cl_source *src,
+                           const char *options, cl_int rc) {
+    size_t n = 0;
+    clGetProgramBuildInfo(prog, d->info.device_id, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+    char *log = malloc(n + 1);
+    if (log) {
+        log[0] = '\0';
+        clGetProgramBuildInfo(prog, d->info.device_id, CL_PROGRAM_BUILD_LOG, n, log, NULL);
+        log[n] = '\0';
+    }
+    ct_status st = CT_ERR(&d->err, CT_ERR_BUILD,
+                          "building OpenCL program '%s' (options '%s') for device %d (%s) failed: "
+                          "%s (%d). Compiler log:\n%s",
+                          src->name, options ? options : "", d->info.index, d->info.name,
+                          ct_cl_error_name(rc), rc, log ? log : "(no log)");
+    free(log);
+    return st;
+}
+
+/* Try the disk entry; returns a built program or NULL (counting a reject when a file existed). */
+static cl_program load_cached(ct_device *d, const char *path, uint64_t key, const char *options) {
+    char *data = NULL;
+    size_t n = 0;
+    ct_err ignore = {0};
+    if (access(path, R_OK) != 0) return NULL;
+    cl_program prog = NULL;
+    if (ct__read_file(path, &data, &n, &ignore) != CT_OK) goto reject;
+    cache_header h;
+    if (n < sizeof h) goto reject;
+    memcpy(&h, data, sizeof h);
+    if (h.magic != CT__CACHE_MAGIC || h.version != CT__CACHE_VERSION || h.key != key ||
+        h.payload_len != n - sizeof h || h.payload_len == 0 ||
+        h.payload_hash != ct__fnv1a(CT__FNV_INIT, data + sizeof h, h.payload_len))
+        goto reject;
+    const unsigned char *bin = (const unsigned char *)data + sizeof h;
+    size_t blen = (size_t)h.payload_len;
+    cl_int bstatus = CL_SUCCESS, rc = CL_SUCCESS;
+    prog = clCreateProgramWithBinary(d->ctx, 1, &d->info.device_id, &blen, &bin, &bstatus, &rc);
+    if (rc != CL_SUCCESS || bstatus != CL_SUCCESS) goto reject;
+    if (clBuildProgram(prog, 1, &d->info.device_id, options ? options : "", NULL, NULL) != CL_SUCCESS)
+        goto reject;
+    free(data);
+    d->cache_stats.disk_hits++;
+    return prog;
+reject:
+    if (prog) clReleaseProgram(prog);
+    free(data);
+    d->cache_stats.disk_rejects++;
+    return NULL;
+}
+
+static void store_cached(ct_device *d, cl_program prog, const char *path, uint64_t key) {
+    size_t blen = 0;
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof blen, &blen, NULL) != CL_SUCCESS ||
+        blen == 0)
+        return;
+    unsigned char *buf = malloc(sizeof(cache_header) + blen);
+    if (!buf) return;
+    unsigned char *bin = buf + sizeof(cache_header);
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
+        cache_header h = {CT__CACHE_MAGIC, CT__CACHE_VERSION, key, blen,
+                          ct__fnv1a(CT__FNV_INIT, bin, blen)};
+        memcpy(buf, &h, sizeof h);
+        char dir[1100];
+        snprintf(dir, sizeof dir, "%s/programs", d->cache_dir);
+        ct_err ignore = {0};
+        /* The cache is an optimisation: a failed write is not an error of the build. */
+        if (ct__mkdirs(dir) == 0 &&
+            ct__write_file_atomic(path, buf, sizeof h + blen, &ignore) == CT_OK)
+            d->cache_stats.disk_writes++;
+    }
+    free(buf);
+}
+
+static ct__program_entry *find_entry(ct_device *d, const ct_cl_source *src, const char *options) {
+    const char *o = options ? options : "";
+    for (int i = 0; i < d->nprograms; i++)
+        if (d->programs[i].src == src && !strcmp(d->programs[i].options, o)) return &d->programs[i];
+    return NULL;
+}
+
+static ct_status get_entry(ct_device *d, const ct_cl_source *src, const char *options,
+                           ct__program_entry **out) {
+    *out = NULL;
+    if (!src || !src->text)
+        return CT_ERR(&d->err, CT_ERR_ARG, "ct_program_get: no source given");
+    ct__program_entry *e = find_entry(d, src, options);
+    if (e) {
+        d->cache_stats.memory_hits++;
+        *out = e;
+        return CT_OK;
+    }
+    if (d->nprograms == d->cap_programs) {
+        int cap = d->cap_programs ? 2 * d->cap_programs : 8;
+        ct__program_entry *np = realloc(d->programs, (size_t)cap * sizeof *np);
+        if (!np) return CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory (program table)");
+        d->programs = np;
+        d->cap_programs = cap;
+    }
+    const char *o = options ? options : "";
+    uint64_t key = program_key(d, src, o);
+    char path[1200] = "";
+    if (d->cache_dir[0]) ct_program_cache_path(d, src, o, path, sizeof path);
+    cl_program prog = path[0] ? load_cached(d, path, key, o) : NULL;
+    if (!prog) {
+        cl_int rc = CL_SUCCESS;
+        const char *text = src->text;
+        size_t len = src->len;
+        prog = clCreateProgramWithSource(d->ctx, 1, &text, &len, &rc);
+        if (rc != CL_SUCCESS)
+            return CT_CL_FAIL(&d->err, rc, "clCreateProgramWithSource '%s'", src->name);
+        rc = clBuildProgram(prog, 1, &d->info.device_id, o, NULL, NULL);
+        if (rc != CL_SUCCESS) {
+            ct_status st = build_log(d, prog, src, o, rc);
+            clReleaseProgram(prog);
+            return st;
+        }
+        d->cache_stats.builds++;
+        if (path[0]) store_cached(d, prog, path, key);
+    }
+    e = &d->programs[d->nprograms];
+    memset(e, 0, sizeof *e);
+    e->src = src;
+    e->program = prog;
+    e->options = strdup(o);
+    if (!e->options) {
+        clReleaseProgram(prog);
+        return CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory (program table)");
+    }
+    d->nprograms++;
+    *out = e;
+    return CT_OK;
+}
+
+ct_status ct_program_get(ct_device *d, const ct_cl_source *src, const char *options,
+                         cl_program *out) {
+    ct__program_entry *e = NULL;
+    ct_status st = get_entry(d, src, options, &e);
+    *out = e ? e->program : NULL;
+    return st;
+}
+
+ct_status ct_kernel_get(ct_device *d, const ct_cl_source *src, const char *options,
+                        const char *kernel, cl_kernel *out) {
+    *out = NULL;
+    ct__program_entry *e = NULL;
+    ct_status st = get_entry(d, src, options, &e);
+    if (st != CT_OK) return st;
+    for (int i = 0; i < e->nkernels; i++)
+        if (!strcmp(e->kernels[i].name, kernel)) {
+            *out = e->kernels[i].kernel;
+            return CT_OK;
+        }
+    if (strlen(kernel) >= sizeof e->kernels[0].name)
+        return CT_ERR(&d->err, CT_ERR_ARG, "kernel name too long: '%s'", kernel);
+    if (e->nkernels == e->cap_kernels) {
+        int cap = e->cap_kernels ? 2 * e->cap_kernels : 8;
+        ct__kernel_entry *nk = realloc(e->kernels, (size_t)cap * sizeof *nk);
+        if (!nk) return CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory (kernel table)");
+        e->kernels = nk;
+        e->cap_kernels = cap;
+    }
+    cl_int rc = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(e->program, kernel, &rc);
+    if (rc != CL_SUCCESS)
+        return CT_CL_FAIL(&d->err, rc, "creating kernel '%s' of program '%s'", kernel, src->name);
+    snprintf(e->kernels[e->nkernels].name, sizeof e->kernels[0].name, "%s", kernel);
+    e->kernels[e->nkernels++].kernel = k;
+    *out = k;
+    return CT_OK;
+}
+
+void ct_device_program_cache_stats(const ct_device *d, ct_program_cache_stats *out) {
+    *out = d->cache_stats;
+}
+
+ct_status ct_kernel_set_arg(ct_device *d, cl_kernel k, cl_uint i, size_t size, const void *v) {
+    cl_int rc = clSetKernelArg(k, i, size, v);
+    if (rc != CL_SUCCESS) {
+        char name[64] = "?";
+        clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+        return CT_CL_FAIL(&d->err, rc, "setting argument %u of kernel '%s'", i, name);
+    }
+    return CT_OK;
+}
+
+ct_status ct_kernel_launch(ct_device *d, cl_kernel k, cl_uint dims, const size_t *global,
+                           const size_t *local, cl_event *ev) {
+    for (cl_uint i = 0; i < dims; i++)
+        if (global[i] == 0) return CT_OK; /* empty range: nothing to do (OpenCL 1.2 refuses it) */
+    cl_int rc = clEnqueueNDRangeKernel(d->queue, k, dims, NULL, global, local, 0, NULL, ev);
+    if (rc != CL_SUCCESS) {
+        char name[64] = "?";
+        clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+        return CT_CL_FAIL(&d->err, rc, "enqueueing kernel '%s' (global %zu x %zu, local %zu)", name,
+                          global[0], dims > 1 ? global[1] : 1, local ? local[0] : 0);
+    }
+    return CT_OK;
+}

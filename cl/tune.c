@@ -1,0 +1,259 @@
+/* tune.c - per-device CLBlast parameter sets: text form, storage, lookup, and application.
+ *
+ * A set names the device (and driver) it was found on and lists, per CLBlast kernel, every
+ * parameter (CLBlast requires the full list of a kernel in an override). Stored sets live in
+ * <tune_dir>/<device>__<driver>.txt; shipped sets are the files of the repository's tune/ folder, compiled in.
+ * Lookup prefers the stored set of this exact device and driver, then the shipped set that
+ * matches best (exact device name beats a platform+type pattern). Sets are applied once per device
+ * at open: an override costs milliseconds and makes CLBlast compile a new program. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <clblast_c.h>
+
+#include "ct_cl_impl.h"
+
+extern const ct_cl_source ct__tune_shipped[];
+extern const int ct__tune_shipped_count;
+
+int ct_tune_shipped_count(void) { return ct__tune_shipped_count; }
+
+const char *ct_tune_shipped_text(int i, const char **name) {
+    if (i < 0 || i >= ct__tune_shipped_count) return NULL;
+    if (name) *name = ct__tune_shipped[i].name;
+    return ct__tune_shipped[i].text;
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+ct_status ct_tune_set_put(ct_tune_set *s, const char *kernel, const char *name, size_t value) {
+    ct_tune_kernel *k = NULL;
+    for (int i = 0; i < s->nkernels; i++)
+        if (!strcmp(s->kernels[i].kernel, kernel)) k = &s->kernels[i];
+    if (!k) {
+        if (s->nkernels == CT_TUNE_MAX_KERNELS || strlen(kernel) >= sizeof k->kernel)
+            return CT_ERR_ARG;
+        k = &s->kernels[s->nkernels++];
+        memset(k, 0, sizeof *k);
+        snprintf(k->kernel, sizeof k->kernel, "%s", kernel);
+    }
+    for (int i = 0; i < k->n; i++)
+        if (!strcmp(k->names[i], name)) {
+            k->values[i] = value;
+            return CT_OK;
+        }
+    if (k->n == CT_TUNE_MAX_PARAMS || strlen(name) >= sizeof k->names[0]) return CT_ERR_ARG;
+    snprintf(k->names[k->n], sizeof k->names[0], "%s", name);
+    k->values[k->n++] = value;
+    return CT_OK;
+}
+
+ct_status ct_tune_set_parse(const char *text, ct_tune_set *out, ct_err *err) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->driver, sizeof out->driver, "*");
+    snprintf(out->platform, sizeof out->platform, "*");
+    snprintf(out->type, sizeof out->type, "*");
+    int lineno = 0;
+    const char *p = text;
+    while (p && *p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char line[1024];
+        lineno++;
+        if (len >= sizeof line)
+            return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d is too long", lineno);
+        memcpy(line, p, len);
+        line[len] = '\0';
+        p = nl ? nl + 1 : NULL;
+        char *l = trim(line);
+        if (!*l || *l == '#') continue;
+        char *colon = strchr(l, ':'), *eq = strchr(l, '=');
+        if (eq && (!colon || eq < colon)) { /* key = value */
+            *eq = '\0';
+            char *k = trim(l), *v = trim(eq + 1);
+            char *dst = NULL;
+            size_t cap = 0;
+            if (!strcmp(k, "device")) dst = out->device, cap = sizeof out->device;
+            else if (!strcmp(k, "driver")) dst = out->driver, cap = sizeof out->driver;
+            else if (!strcmp(k, "platform")) dst = out->platform, cap = sizeof out->platform;
+            else if (!strcmp(k, "type")) dst = out->type, cap = sizeof out->type;
+            else if (!strcmp(k, "note")) dst = out->note, cap = sizeof out->note;
+            else
+                return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d: unknown key '%s'", lineno, k);
+            snprintf(dst, cap, "%s", v);
+            continue;
+        }
+        if (!colon)
+            return CT_ERR(err, CT_ERR_FORMAT,
+                          "tuning file line %d: expected 'key = value' or 'Kernel: NAME=VALUE ...'",
+                          lineno);
+        *colon = '\0';
+        char *kernel = trim(l);
+        char *save = NULL;
+        for (char *tok = strtok_r(colon + 1, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+            char *e = strchr(tok, '=');
+            char *end = NULL;
+            if (!e || e == tok)
+                return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d: '%s' is not NAME=VALUE",
+                              lineno, tok);
+            *e = '\0';
+            unsigned long long v = strtoull(e + 1, &end, 10);
+            if (end == e + 1 || *end)
+                return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d: value of %s is not a number",
+                              lineno, tok);
+            if (ct_tune_set_put(out, kernel, tok, (size_t)v) != CT_OK)
+                return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d: too many kernels or parameters",
+                              lineno);
+        }
+    }
+    if (!out->device[0]) return CT_ERR(err, CT_ERR_FORMAT, "tuning file has no 'device =' line");
+    if (out->nkernels == 0) return CT_ERR(err, CT_ERR_FORMAT, "tuning file lists no kernel");
+    return CT_OK;
+}
+
+ct_status ct_tune_set_format(const ct_tune_set *s, char *buf, size_t len) {
+    size_t used = 0;
+#define OUT(...)                                                            \
+    do {                                                                    \
+        int w = snprintf(buf + used, len - used, __VA_ARGS__);              \
+        if (w < 0 || (size_t)w >= len - used) return CT_ERR_ARG;            \
+        used += (size_t)w;                                                  \
+    } while (0)
+    OUT("# cltrain CLBlast parameters (single precision); see tune/README.md\n");
+    OUT("device = %s\ndriver = %s\nplatform = %s\ntype = %s\n", s->device, s->driver, s->platform,
+        s->type);
+    if (s->note[0]) OUT("note = %s\n", s->note);
+    for (int i = 0; i < s->nkernels; i++) {
+        OUT("%s:", s->kernels[i].kernel);
+        for (int j = 0; j < s->kernels[i].n; j++)
+            OUT(" %s=%zu", s->kernels[i].names[j], s->kernels[i].values[j]);
+        OUT("\n");
+    }
+#undef OUT
+    return CT_OK;
+}
+
+ct_status ct_tune_set_apply(ct_device *d, const ct_tune_set *s) {
+    for (int i = 0; i < s->nkernels; i++) {
+        const ct_tune_kernel *k = &s->kernels[i];
+        const char *names[CT_TUNE_MAX_PARAMS];
+        for (int j = 0; j < k->n; j++) names[j] = k->names[j];
+        CLBlastStatusCode rc = CLBlastOverrideParameters(d->info.device_id, k->kernel,
+                                                         CLBlastPrecisionSingle, (size_t)k->n,
+                                                         names, k->values);
+        if (rc != CLBlastSuccess)
+            return CT_ERR(&d->err, CT_ERR_CLBLAST,
+                          "applying CLBlast parameters for kernel %s on device %d (%s) failed: %s "
+                          "(%d). Hint: every parameter of the kernel must be listed",
+                          k->kernel, d->info.index, d->info.name, ct_clblast_error_name(rc), (int)rc);
+    }
+    return CT_OK;
+}
+
+static void sanitize(const char *in, char *out, size_t len) {
+    size_t j = 0;
+    for (size_t i = 0; in[i] && j + 1 < len; i++) {
+        unsigned char c = (unsigned char)in[i];
+        out[j++] = (isalnum(c) || c == '.' || c == '-') ? (char)c : '_';
+    }
+    out[j] = '\0';
+}
+
+ct_status ct_tune_store_path(const char *tune_dir, const ct_device_info *info, char *path,
+                             size_t len) {
+    char dn[200], dv[100];
+    sanitize(info->name, dn, sizeof dn);
+    sanitize(info->driver_version, dv, sizeof dv);
+    int w = snprintf(path, len, "%s/%s__%s.txt", tune_dir, dn, dv);
+    return (w < 0 || (size_t)w >= len) ? CT_ERR_ARG : CT_OK;
+}
+
+ct_status ct_tune_store(const char *tune_dir, const ct_device_info *info, const ct_tune_set *s,
+                        ct_err *err) {
+    char path[1400], text[8192];
+    if (!tune_dir || !*tune_dir) return CT_ERR(err, CT_ERR_ARG, "no tuning directory known");
+    if (ct__mkdirs(tune_dir) != 0)
+        return CT_ERR(err, CT_ERR_IO, "cannot create tuning directory '%s'", tune_dir);
+    if (ct_tune_store_path(tune_dir, info, path, sizeof path) != CT_OK ||
+        ct_tune_set_format(s, text, sizeof text) != CT_OK)
+        return CT_ERR(err, CT_ERR_ARG, "tuning set or path too long");
+    return ct__write_file_atomic(path, text, strlen(text), err);
+}
+
+/* How well a shipped set fits a device; -1 = not at all. */
+static int match_score(const ct_tune_set *s, const ct_device_info *info) {
+    int score = 0;
+    if (strcmp(s->platform, "*") && !strstr(info->platform, s->platform)) return -1;
+    if (strcmp(s->type, "*") && strcmp(s->type, ct_device_type_str(info->type))) return -1;
+    if (!strcmp(s->device, info->name)) score += 4;
+    else if (strcmp(s->device, "*")) return -1;
+    if (!strcmp(s->driver, info->driver_version)) score += 2;
+    else if (strcmp(s->driver, "*")) return -1;
+    return score;
+}
+
+ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tune_set *out,
+                         char *source, size_t source_len, ct_err *err) {
+    if (tune_dir && *tune_dir) {
+        char path[1400];
+        char *text = NULL;
+        size_t n = 0;
+        ct_err ignore = {0};
+        if (ct_tune_store_path(tune_dir, info, path, sizeof path) == CT_OK &&
+            ct__read_file(path, &text, &n, &ignore) == CT_OK) {
+            ct_status st = ct_tune_set_parse(text, out, err);
+            free(text);
+            if (st != CT_OK) {
+                char msg[CT_ERR_MSG_MAX];
+                snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+                return CT_ERR(err, st, "stored tuning file '%s': %s (delete it or re-run ct_tune)",
+                              path, msg);
+            }
+            if (source) snprintf(source, source_len, "stored %s", path);
+            return CT_OK;
+        }
+    }
+    int best = -1;
+    for (int i = 0; i < ct__tune_shipped_count; i++) {
+        ct_tune_set s;
+        ct_err perr = {0};
+        if (ct_tune_set_parse(ct__tune_shipped[i].text, &s, &perr) != CT_OK)
+            return CT_ERR(err, CT_ERR_FORMAT, "shipped tuning set tune/%s.txt: %s",
+                          ct__tune_shipped[i].name, perr.msg);
+        int sc = match_score(&s, info);
+        if (sc > best) {
+            best = sc;
+            *out = s;
+            if (source) snprintf(source, source_len, "shipped tune/%s.txt", ct__tune_shipped[i].name);
+        }
+    }
+    if (best < 0)
+        return CT_ERR(err, CT_ERR_NOT_FOUND,
+                      "no stored or shipped CLBlast parameters for device '%s' (driver %s)",
+                      info->name, info->driver_version);
+    return CT_OK;
+}
+
+ct_status ct__tune_apply_at_open(ct_device *d, const char *tune_dir) {
+    ct_tune_set s;
+    char source[480];
+    ct_status st = ct_tune_lookup(tune_dir, &d->info, &s, source, sizeof source, &d->err);
+    if (st == CT_ERR_NOT_FOUND) {
+        /* Not an error: CLBlast's own database applies. Say so (the programs log this). */
+        snprintf(d->tuning_source, sizeof d->tuning_source, "none (CLBlast's built-in parameters)");
+        ct_err_clear(&d->err);
+        return CT_OK;
+    }
+    if (st != CT_OK) return st;
+    st = ct_tune_set_apply(d, &s);
+    if (st != CT_OK) return st;
+    snprintf(d->tuning_source, sizeof d->tuning_source, "%s", source);
+    return CT_OK;
+}
