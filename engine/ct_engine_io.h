@@ -1,0 +1,192 @@
+/* ct_engine_io.h - files and data of the engine: llm.c token shards and plain text, the batch
+ * loader, llm.c's GPT-2 model file, the own checkpoint format, llm.c's GPT-2 tokenizer, and the
+ * small file helpers they share (CRC-32, atomic writes). Pure host code: nothing here touches a
+ * device, so every part is testable without OpenCL.
+ *
+ *     ct_err err = {0};
+ *     ct_data *d = NULL; ct_loader *ld = NULL;
+ *     if (ct_data_open_shards(&d, "fineweb_train_*.bin", &err) ||
+ *         ct_data_check_vocab(d, 50257, &err) ||
+ *         ct_loader_create(&ld, d, B, T, accum, shuffle, seed, &err)) { puts(err.msg); return 2; }
+ *     for (int64_t s = 0; s < steps; s++)
+ *         for (int m = 0; m < accum; m++) {
+ *             ct_loader_rows(ld, s, m * B, B, inputs, targets, &err);   // rows of step s
+ *             ...
+ *         }
+ *     ct_loader_free(ld); ct_data_free(d);
+ *
+ * All functions return ct_status; messages name the file and the problem. Files written by this
+ * module are written to "<path>.tmp.<pid>", flushed, fsynced and renamed over <path>, so a crash
+ * or an error never leaves a half-written file under the final name.
+ */
+#ifndef CT_ENGINE_IO_H
+#define CT_ENGINE_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ct_gpt_config.h"
+#include "ct_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- file helpers (io_util.c) */
+
+/* CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320, as zlib's crc32). Start with crc = 0;
+ * feed chunks by passing the previous result. */
+uint32_t ct_crc32(uint32_t crc, const void *data, size_t n);
+
+/* An atomic file write: open a temporary file next to `path`, write, then commit (flush, fsync,
+ * rename over `path`, fsync the directory) or abort (remove the temporary). */
+typedef struct ct_atomic_file {
+    FILE *f;
+    char path[1024];
+    char tmp[1100];
+    int failed; /* a write failed: commit will refuse */
+} ct_atomic_file;
+
+ct_status ct_atomic_file_open(ct_atomic_file *af, const char *path, ct_err *err);
+/* fwrite that records failure (and the error) on the handle. */
+ct_status ct_atomic_file_write(ct_atomic_file *af, const void *data, size_t n, ct_err *err);
+ct_status ct_atomic_file_commit(ct_atomic_file *af, ct_err *err);
+void ct_atomic_file_abort(ct_atomic_file *af); /* no-op when not open */
+
+/* Read a whole file into a malloc'd buffer (+1 NUL byte, not counted in *n). */
+ct_status ct_file_read_all(const char *path, unsigned char **out, size_t *n, ct_err *err);
+
+/* ---------------------------------------------------------------- token data (io_data.c) */
+
+#define CT_SHARD_MAGIC_U16 20240520 /* llm.c shard, version 1, uint16 tokens */
+#define CT_SHARD_MAGIC_U32 20240801 /* llm.c shard, version 7, uint32 tokens */
+#define CT_SHARD_HEADER_INTS 256
+
+/* A token stream held in host memory: the concatenation of its sources. */
+typedef struct ct_data ct_data;
+
+/* llm.c token shards matching a glob, taken in sorted file-name order and concatenated. Each
+ * shard's header is checked (magic, version, token count against the file size). No match is
+ * CT_ERR_NOT_FOUND naming the pattern. */
+ct_status ct_data_open_shards(ct_data **out, const char *pattern, ct_err *err);
+/* A plain file read as bytes: one token per byte, vocabulary 256. */
+ct_status ct_data_open_text(ct_data **out, const char *path, ct_err *err);
+/* Bytes already in memory (the embedded corpus), one token per byte. `name` is for messages. */
+ct_status ct_data_open_bytes(ct_data **out, const void *bytes, size_t n, const char *name,
+                             ct_err *err);
+/* Tokens already in memory (copied). */
+ct_status ct_data_open_tokens(ct_data **out, const uint32_t *tokens, size_t n, const char *name,
+                              ct_err *err);
+/* Split off the last `frac` (0 < frac < 1) of `d` as a new stream *val; `d` keeps the head. */
+ct_status ct_data_split_tail(ct_data *d, double frac, ct_data **val, ct_err *err);
+void ct_data_free(ct_data *d);
+
+size_t ct_data_count(const ct_data *d);        /* tokens */
+const uint32_t *ct_data_tokens(const ct_data *d);
+uint32_t ct_data_max_token(const ct_data *d);  /* largest id present */
+const char *ct_data_name(const ct_data *d);    /* what it was opened from */
+int ct_data_files(const ct_data *d);           /* shards / files concatenated */
+/* Every token < vocab, else CT_ERR_FORMAT naming the first offending token, its position and
+ * the file it came from. */
+ct_status ct_data_check_vocab(const ct_data *d, int vocab, ct_err *err);
+
+/* Write an llm.c shard (magic 20240520 / uint16 when every token fits, else 20240801 / uint32),
+ * atomically. Tests and tools use it; training never writes data. */
+ct_status ct_data_write_shard(const char *path, const uint32_t *tokens, size_t n, int wide,
+                              ct_err *err);
+
+/* The batch loader. A step covers N = accum * B * T tokens: step s reads the window of N + 1
+ * tokens starting at w * N, where w is the step's window index among W = floor((n-1) / N)
+ * windows. shuffle = 0: w = s mod W (llm.c's unshuffled order; past the end it wraps to the
+ * start). shuffle = 1: epoch e = s / W uses a permutation of the W windows seeded by (seed, e),
+ * w = perm_e[s mod W]. The window is cut into accum*B rows of T inputs; targets are the inputs
+ * shifted by one. The loader keeps no cursor: its position is the step index, which is what a
+ * checkpoint stores, and any row range of any step can be read (data-parallel shares). */
+typedef struct ct_loader ct_loader;
+
+ct_status ct_loader_create(ct_loader **out, const ct_data *d, int B, int T, int accum, int shuffle,
+                           uint64_t seed, ct_err *err);
+void ct_loader_free(ct_loader *ld);
+/* Rows [row0, row0 + nrows) of step `step` (row index over the step's accum*B rows) into
+ * inputs and targets (nrows*T ints each). */
+ct_status ct_loader_rows(ct_loader *ld, int64_t step, int row0, int nrows, int *inputs,
+                         int *targets, ct_err *err);
+/* Start token of the window step `step` reads, and the number of windows per epoch. */
+size_t ct_loader_window_start(ct_loader *ld, int64_t step);
+int64_t ct_loader_windows(const ct_loader *ld);
+
+/* ---------------------------------------------------------------- llm.c model file (io_model.c) */
+
+#define CT_MODEL_MAGIC 20240326
+#define CT_MODEL_VERSION_FP32 3
+
+/* Read only the header: the config, validated. */
+ct_status ct_model_file_read_config(const char *path, ct_gpt_config *cfg, ct_err *err);
+/* Read the config and all parameters (malloc'd, *nparams floats in ct_gpt_config.h order). The
+ * file must be exactly header + params. */
+ct_status ct_model_file_read(const char *path, ct_gpt_config *cfg, float **params,
+                             size_t *nparams, ct_err *err);
+/* Write header + params atomically. */
+ct_status ct_model_file_write(const char *path, const ct_gpt_config *cfg, const float *params,
+                              ct_err *err);
+/* Validate a config (sizes positive, C % NH == 0, V <= Vp); `what` names its source. */
+ct_status ct_gpt_config_check(const ct_gpt_config *cfg, const char *what, ct_err *err);
+
+/* ---------------------------------------------------------------- checkpoints (io_checkpoint.c) */
+
+/* Everything needed to continue training bit-exactly, gathered (full tensors in table order), so
+ * it does not depend on the layout that wrote it. */
+typedef struct ct_checkpoint {
+    ct_gpt_config cfg;
+    int64_t step;         /* optimizer steps completed; the next step to run */
+    uint64_t rng[4];      /* the trainer's RNG state */
+    int loader_B, loader_T, loader_accum, loader_shuffle; /* the loader that produced the steps */
+    uint64_t loader_seed;
+    uint64_t data_tokens; /* token count of the training stream (a cheap identity check) */
+    size_t nparams;
+    float *params, *m, *v; /* nparams each; owned (freed by ct_checkpoint_release) */
+    char *meta;            /* NUL-ended text "key=value\n" of the training parameters; owned */
+} ct_checkpoint;
+
+#define CT_CKPT_MAGIC "CTCKPT\r\n" /* 8 bytes; the \r\n catches text-mode mangling */
+#define CT_CKPT_VERSION 1
+
+/* File layout: magic[8], u32 version, u32 section count, then sections, each
+ * { char tag[8]; u64 payload bytes; u32 crc32 of payload; u32 0; payload }, the last one "END".
+ * Sections: CONFIG, STATE, META, PARAMS, ADAM_M, ADAM_V, END. Little-endian. */
+ct_status ct_checkpoint_write(const char *path, const ct_checkpoint *ck, ct_err *err);
+/* Read and verify every section; on failure *ck is left empty. */
+ct_status ct_checkpoint_read(const char *path, ct_checkpoint *ck, ct_err *err);
+void ct_checkpoint_release(ct_checkpoint *ck); /* frees the owned arrays; NULL-safe */
+
+/* Directory form: DIR/ckpt_<step 8 digits>.bin and DIR/latest (a one-line text file naming it,
+ * also written atomically). The directory is created if missing. `written` may be NULL. */
+ct_status ct_checkpoint_save_dir(const char *dir, const ct_checkpoint *ck, char *written,
+                                 size_t len, ct_err *err);
+/* The checkpoint DIR/latest names (or, if `dir` is a file, `dir` itself). */
+ct_status ct_checkpoint_find(const char *dir, char *path, size_t len, ct_err *err);
+
+/* ---------------------------------------------------------------- tokenizer (io_tokenizer.c) */
+
+#define CT_TOKENIZER_MAGIC 20240328
+
+typedef struct ct_tokenizer ct_tokenizer;
+
+/* llm.c's GPT-2 tokenizer file (versions 1 and 2; version 2 names the end-of-text token). */
+ct_status ct_tokenizer_open(ct_tokenizer **out, const char *path, ct_err *err);
+/* The byte vocabulary: token i is byte i. */
+ct_status ct_tokenizer_bytes(ct_tokenizer **out, ct_err *err);
+void ct_tokenizer_free(ct_tokenizer *t);
+int ct_tokenizer_vocab(const ct_tokenizer *t);
+int ct_tokenizer_eot(const ct_tokenizer *t); /* -1 when none */
+/* The bytes of token `id` (*len set); NULL for an id outside the vocabulary. */
+const char *ct_tokenizer_decode(const ct_tokenizer *t, int id, size_t *len);
+/* Write the tokenizer file format (for tests and tools). */
+ct_status ct_tokenizer_write(const char *path, const char *const *pieces, const size_t *lens,
+                             int vocab, int eot, ct_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_ENGINE_IO_H */

@@ -1,0 +1,396 @@
+/* io_data.c - token streams (llm.c shards, plain text as bytes, memory) and the batch loader.
+ *
+ * A stream is held in host memory as uint32 tokens, the concatenation of its files in sorted
+ * order; every shard's header is validated before a token is used. The loader is stateless: step
+ * s always reads the same window (see ct_engine_io.h), so resuming is storing the step index and
+ * data-parallel workers can read any contiguous share of a step's rows. */
+#include <errno.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_engine_io.h"
+
+typedef struct data_file {
+    char *path;
+    size_t start; /* first token of this file in the stream */
+} data_file;
+
+struct ct_data {
+    char name[1024];
+    uint32_t *tok;
+    size_t n, cap;
+    uint32_t max;
+    data_file *files;
+    int nfiles;
+};
+
+static ct_status data_new(ct_data **out, const char *name, ct_err *err) {
+    ct_data *d = (ct_data *)calloc(1, sizeof *d);
+    if (!d) return CT_ERR(err, CT_ERR_NOMEM, "no memory for a token stream");
+    snprintf(d->name, sizeof d->name, "%s", name ? name : "(memory)");
+    *out = d;
+    return CT_OK;
+}
+
+void ct_data_free(ct_data *d) {
+    if (!d) return;
+    for (int i = 0; i < d->nfiles; i++) free(d->files[i].path);
+    free(d->files);
+    free(d->tok);
+    free(d);
+}
+
+static ct_status data_reserve(ct_data *d, size_t extra, ct_err *err) {
+    if (d->n + extra <= d->cap) return CT_OK;
+    size_t cap = d->cap ? d->cap : 1024;
+    while (cap < d->n + extra) cap *= 2;
+    uint32_t *t = (uint32_t *)realloc(d->tok, cap * sizeof *t);
+    if (!t)
+        return CT_ERR(err, CT_ERR_NOMEM, "no memory for %zu tokens of %s", d->n + extra, d->name);
+    d->tok = t;
+    d->cap = cap;
+    return CT_OK;
+}
+
+static ct_status data_add_file(ct_data *d, const char *path, ct_err *err) {
+    data_file *f = (data_file *)realloc(d->files, (size_t)(d->nfiles + 1) * sizeof *f);
+    if (!f) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
+    d->files = f;
+    f[d->nfiles].path = strdup(path);
+    if (!f[d->nfiles].path) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
+    f[d->nfiles].start = d->n;
+    d->nfiles++;
+    return CT_OK;
+}
+
+static void data_update_max(ct_data *d, size_t from) {
+    for (size_t i = from; i < d->n; i++)
+        if (d->tok[i] > d->max) d->max = d->tok[i];
+}
+
+/* Append one llm.c shard after validating its header against the file size. */
+static ct_status data_append_shard(ct_data *d, const char *path, ct_err *err) {
+    ct_status st = CT_OK;
+    unsigned char *buf = NULL;
+    size_t size = 0;
+    CT_CHECK(ct_file_read_all(path, &buf, &size, err));
+    if (size < CT_SHARD_HEADER_INTS * 4) {
+        st = CT_ERR(err, CT_ERR_FORMAT,
+                    "%s: too short for an llm.c token shard (%zu bytes; the header alone is 1024)",
+                    path, size);
+        goto cleanup;
+    }
+    int32_t h[3];
+    memcpy(h, buf, sizeof h);
+    int width;
+    if (h[0] == CT_SHARD_MAGIC_U16) width = 2;
+    else if (h[0] == CT_SHARD_MAGIC_U32) width = 4;
+    else {
+        st = CT_ERR(err, CT_ERR_FORMAT,
+                    "%s: bad magic %d (an llm.c token shard starts with %d for uint16 tokens or "
+                    "%d for uint32); for plain text use --text",
+                    path, h[0], CT_SHARD_MAGIC_U16, CT_SHARD_MAGIC_U32);
+        goto cleanup;
+    }
+    int want_version = width == 2 ? 1 : 7;
+    if (h[1] != want_version) {
+        st = CT_ERR(err, CT_ERR_FORMAT, "%s: unsupported shard version %d (magic %d needs %d)",
+                    path, h[1], h[0], want_version);
+        goto cleanup;
+    }
+    if (h[2] < 0) {
+        st = CT_ERR(err, CT_ERR_FORMAT, "%s: negative token count %d in the header", path, h[2]);
+        goto cleanup;
+    }
+    size_t ntok = (size_t)(uint32_t)h[2];
+    size_t want = CT_SHARD_HEADER_INTS * 4 + ntok * (size_t)width;
+    if (size != want) {
+        st = CT_ERR(err, CT_ERR_FORMAT,
+                    "%s: the header says %zu tokens of %d bytes (file of %zu bytes) but the file "
+                    "has %zu bytes (%s)",
+                    path, ntok, width, want, size, size < want ? "truncated" : "trailing data");
+        goto cleanup;
+    }
+    CT_CHECK(data_reserve(d, ntok, err));
+    CT_CHECK(data_add_file(d, path, err));
+    const unsigned char *p = buf + CT_SHARD_HEADER_INTS * 4;
+    size_t from = d->n;
+    if (width == 2) {
+        for (size_t i = 0; i < ntok; i++) {
+            uint16_t v;
+            memcpy(&v, p + 2 * i, 2);
+            d->tok[d->n++] = v;
+        }
+    } else {
+        memcpy(d->tok + d->n, p, ntok * 4);
+        d->n += ntok;
+    }
+    data_update_max(d, from);
+cleanup:
+    free(buf);
+    return st;
+}
+
+ct_status ct_data_open_shards(ct_data **out, const char *pattern, ct_err *err) {
+    *out = NULL;
+    if (!pattern || !*pattern) return CT_ERR(err, CT_ERR_ARG, "empty data pattern");
+    ct_status st = CT_OK;
+    ct_data *d = NULL;
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int rc = glob(pattern, 0, NULL, &g); /* glob sorts the names */
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+        st = CT_ERR(err, CT_ERR_NOT_FOUND, "no file matches the data pattern '%s'", pattern);
+        goto cleanup;
+    }
+    if (rc != 0) {
+        st = CT_ERR(err, CT_ERR_IO, "cannot expand the data pattern '%s' (glob error %d)",
+                    pattern, rc);
+        goto cleanup;
+    }
+    CT_CHECK(data_new(&d, pattern, err));
+    for (size_t i = 0; i < g.gl_pathc; i++) CT_CHECK(data_append_shard(d, g.gl_pathv[i], err));
+    if (d->n < 2) {
+        st = CT_ERR(err, CT_ERR_FORMAT, "'%s' holds %zu tokens; at least 2 are needed", pattern,
+                    d->n);
+        goto cleanup;
+    }
+    *out = d;
+    d = NULL;
+cleanup:
+    globfree(&g);
+    ct_data_free(d);
+    return st;
+}
+
+ct_status ct_data_open_bytes(ct_data **out, const void *bytes, size_t n, const char *name,
+                             ct_err *err) {
+    *out = NULL;
+    ct_status st = CT_OK;
+    ct_data *d = NULL;
+    CT_CHECK(data_new(&d, name, err));
+    if (n < 2) {
+        st = CT_ERR(err, CT_ERR_FORMAT, "%s holds %zu bytes; at least 2 are needed", d->name, n);
+        goto cleanup;
+    }
+    CT_CHECK(data_reserve(d, n, err));
+    CT_CHECK(data_add_file(d, d->name, err));
+    const unsigned char *p = (const unsigned char *)bytes;
+    for (size_t i = 0; i < n; i++) d->tok[i] = p[i];
+    d->n = n;
+    data_update_max(d, 0);
+    *out = d;
+    d = NULL;
+cleanup:
+    ct_data_free(d);
+    return st;
+}
+
+ct_status ct_data_open_text(ct_data **out, const char *path, ct_err *err) {
+    *out = NULL;
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    ct_status st = ct_file_read_all(path, &buf, &n, err);
+    if (st == CT_OK) st = ct_data_open_bytes(out, buf, n, path, err);
+    free(buf);
+    return st;
+}
+
+ct_status ct_data_open_tokens(ct_data **out, const uint32_t *tokens, size_t n, const char *name,
+                              ct_err *err) {
+    *out = NULL;
+    ct_status st = CT_OK;
+    ct_data *d = NULL;
+    CT_CHECK(data_new(&d, name, err));
+    if (n < 2) {
+        st = CT_ERR(err, CT_ERR_FORMAT, "%s holds %zu tokens; at least 2 are needed", d->name, n);
+        goto cleanup;
+    }
+    CT_CHECK(data_reserve(d, n, err));
+    CT_CHECK(data_add_file(d, d->name, err));
+    memcpy(d->tok, tokens, n * sizeof *tokens);
+    d->n = n;
+    data_update_max(d, 0);
+    *out = d;
+    d = NULL;
+cleanup:
+    ct_data_free(d);
+    return st;
+}
+
+ct_status ct_data_split_tail(ct_data *d, double frac, ct_data **val, ct_err *err) {
+    *val = NULL;
+    if (!(frac > 0 && frac < 1))
+        return CT_ERR(err, CT_ERR_ARG, "validation fraction %g is not in (0, 1)", frac);
+    size_t nval = (size_t)((double)d->n * frac);
+    if (nval < 2 || d->n - nval < 2)
+        return CT_ERR(err, CT_ERR_FORMAT,
+                      "%s (%zu tokens) is too short to hold out %g of it for validation",
+                      d->name, d->n, frac);
+    size_t head = d->n - nval;
+    char name[1100];
+    snprintf(name, sizeof name, "%s (last %.3g)", d->name, frac);
+    ct_status st = ct_data_open_tokens(val, d->tok + head, nval, name, err);
+    if (st != CT_OK) return st;
+    d->n = head;
+    d->max = 0;
+    data_update_max(d, 0);
+    return CT_OK;
+}
+
+size_t ct_data_count(const ct_data *d) { return d->n; }
+const uint32_t *ct_data_tokens(const ct_data *d) { return d->tok; }
+uint32_t ct_data_max_token(const ct_data *d) { return d->max; }
+const char *ct_data_name(const ct_data *d) { return d->name; }
+int ct_data_files(const ct_data *d) { return d->nfiles; }
+
+ct_status ct_data_check_vocab(const ct_data *d, int vocab, ct_err *err) {
+    if (vocab <= 0) return CT_ERR(err, CT_ERR_ARG, "vocabulary size %d is not positive", vocab);
+    if (d->max < (uint32_t)vocab) return CT_OK;
+    for (size_t i = 0; i < d->n; i++) {
+        if (d->tok[i] < (uint32_t)vocab) continue;
+        const char *file = d->name;
+        size_t pos = i;
+        for (int f = d->nfiles - 1; f >= 0; f--)
+            if (d->files[f].start <= i) {
+                file = d->files[f].path;
+                pos = i - d->files[f].start;
+                break;
+            }
+        return CT_ERR(err, CT_ERR_FORMAT,
+                      "token %u at position %zu of %s is outside the vocabulary of %d (the "
+                      "largest token in the data is %u; a larger --vocab or another model is "
+                      "needed)",
+                      d->tok[i], pos, file, vocab, d->max);
+    }
+    return CT_OK;
+}
+
+ct_status ct_data_write_shard(const char *path, const uint32_t *tokens, size_t n, int wide,
+                              ct_err *err) {
+    if (n > INT32_MAX) return CT_ERR(err, CT_ERR_ARG, "%zu tokens do not fit one shard", n);
+    for (size_t i = 0; i < n && !wide; i++)
+        if (tokens[i] > 0xFFFF) wide = 1;
+    int32_t h[CT_SHARD_HEADER_INTS] = {0};
+    h[0] = wide ? CT_SHARD_MAGIC_U32 : CT_SHARD_MAGIC_U16;
+    h[1] = wide ? 7 : 1;
+    h[2] = (int32_t)n;
+    ct_atomic_file af;
+    ct_status st = CT_OK;
+    CT_CHECK(ct_atomic_file_open(&af, path, err));
+    CT_CHECK(ct_atomic_file_write(&af, h, sizeof h, err));
+    if (wide) {
+        CT_CHECK(ct_atomic_file_write(&af, tokens, n * 4, err));
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint16_t v = (uint16_t)tokens[i];
+            CT_CHECK(ct_atomic_file_write(&af, &v, 2, err));
+        }
+    }
+    return ct_atomic_file_commit(&af, err);
+cleanup:
+    ct_atomic_file_abort(&af);
+    return st;
+}
+
+/* ---------------------------------------------------------------- the loader */
+
+struct ct_loader {
+    const ct_data *d;
+    int B, T, accum, shuffle;
+    uint64_t seed;
+    size_t N;         /* tokens per step */
+    int64_t windows;  /* W */
+    int64_t epoch;    /* epoch whose permutation is in perm, -1 none */
+    int64_t *perm;    /* W entries when shuffling */
+};
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+ct_status ct_loader_create(ct_loader **out, const ct_data *d, int B, int T, int accum, int shuffle,
+                           uint64_t seed, ct_err *err) {
+    *out = NULL;
+    if (B <= 0 || T <= 0 || accum <= 0)
+        return CT_ERR(err, CT_ERR_ARG, "loader shape B=%d T=%d accumulation=%d must be positive",
+                      B, T, accum);
+    if (shuffle != 0 && shuffle != 1)
+        return CT_ERR(err, CT_ERR_ARG, "shuffle must be 0 or 1 (got %d)", shuffle);
+    size_t N = (size_t)B * (size_t)T * (size_t)accum;
+    if (d->n < N + 1)
+        return CT_ERR(err, CT_ERR_FORMAT,
+                      "%s holds %zu tokens, fewer than one step needs (%d x %d x %d + 1 = %zu); "
+                      "use a smaller --batch/--seq/--total-batch or more data",
+                      d->name, d->n, accum, B, T, N + 1);
+    ct_loader *ld = (ct_loader *)calloc(1, sizeof *ld);
+    if (!ld) return CT_ERR(err, CT_ERR_NOMEM, "no memory for a loader");
+    ld->d = d;
+    ld->B = B;
+    ld->T = T;
+    ld->accum = accum;
+    ld->shuffle = shuffle;
+    ld->seed = seed;
+    ld->N = N;
+    ld->windows = (int64_t)((d->n - 1) / N);
+    ld->epoch = -1;
+    if (shuffle) {
+        ld->perm = (int64_t *)malloc((size_t)ld->windows * sizeof *ld->perm);
+        if (!ld->perm) {
+            long long w = (long long)ld->windows;
+            free(ld);
+            return CT_ERR(err, CT_ERR_NOMEM, "no memory for a permutation of %lld windows", w);
+        }
+    }
+    *out = ld;
+    return CT_OK;
+}
+
+void ct_loader_free(ct_loader *ld) {
+    if (!ld) return;
+    free(ld->perm);
+    free(ld);
+}
+
+int64_t ct_loader_windows(const ct_loader *ld) { return ld->windows; }
+
+size_t ct_loader_window_start(ct_loader *ld, int64_t step) {
+    if (step < 0) step = 0;
+    int64_t W = ld->windows, e = step / W, i = step % W, w = i;
+    if (ld->shuffle) {
+        if (ld->epoch != e) {
+            /* Fisher-Yates over the W windows with a generator seeded by (seed, epoch). */
+            uint64_t s = ld->seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(e + 1));
+            for (int64_t k = 0; k < W; k++) ld->perm[k] = k;
+            for (int64_t k = W - 1; k > 0; k--) {
+                int64_t j = (int64_t)(splitmix64(&s) % (uint64_t)(k + 1));
+                int64_t t = ld->perm[k];
+                ld->perm[k] = ld->perm[j];
+                ld->perm[j] = t;
+            }
+            ld->epoch = e;
+        }
+        w = ld->perm[i];
+    }
+    return (size_t)w * ld->N;
+}
+
+ct_status ct_loader_rows(ct_loader *ld, int64_t step, int row0, int nrows, int *inputs,
+                         int *targets, ct_err *err) {
+    int rows = ld->B * ld->accum;
+    if (step < 0 || row0 < 0 || nrows < 0 || row0 + nrows > rows)
+        return CT_ERR(err, CT_ERR_ARG, "rows [%d, %d) of step %lld are outside the %d rows of a step",
+                      row0, row0 + nrows, (long long)step, rows);
+    size_t base = ct_loader_window_start(ld, step) + (size_t)row0 * ld->T;
+    const uint32_t *t = ld->d->tok + base;
+    size_t n = (size_t)nrows * ld->T;
+    for (size_t i = 0; i < n; i++) {
+        inputs[i] = (int)t[i];
+        if (targets) targets[i] = (int)t[i + 1];
+    }
+    return CT_OK;
+}
