@@ -1,0 +1,182 @@
+/* ct_engine_train.h - the training loop's plumbing: the parameters of a run (one table: type,
+ * flag, default, one line of help; the --help text, the parser, the logged configuration and
+ * the checkpoint's record all come from it), learning-rate schedules, FLOPs / MFU accounting,
+ * the JSON Lines metrics writer, a seeded RNG and sampling from host logits.
+ *
+ *     ct_train_params p = ct_train_params_default();
+ *     ct_err err = {0};
+ *     if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err)) {
+ *         fprintf(stderr, "%s\n", err.msg); exit(2);
+ *     }
+ *     double lr = ct_lr_at(&p, step);
+ */
+#ifndef CT_ENGINE_TRAIN_H
+#define CT_ENGINE_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ct_gpt_config.h"
+#include "ct_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- options, generically */
+
+typedef enum ct_opt_type { CT_OPT_INT, CT_OPT_FLOAT, CT_OPT_STR } ct_opt_type;
+
+/* One knob: --flag VALUE (or --flag=VALUE), stored at `offset` in a params struct as int,
+ * double or const char * (pointing at argv or a literal). `def` is the default in text form;
+ * it goes through the same parser as the command line. */
+typedef struct ct_opt {
+    const char *flag; /* without the leading "--" */
+    ct_opt_type type;
+    size_t offset;
+    const char *def;
+    const char *help;
+} ct_opt;
+
+/* Set every field to its default. */
+void ct_opts_defaults(const ct_opt *opts, int n, void *dst);
+/* Parse argv[0..argc) (program name excluded). An unknown flag, a missing value, a value that
+ * is not a number of the right type, or a stray argument is CT_ERR_ARG naming it. "--help" is
+ * not handled here: check for it first with ct_opts_wants_help. */
+ct_status ct_opts_parse(const ct_opt *opts, int n, void *dst, int argc, char **argv, ct_err *err);
+int ct_opts_wants_help(int argc, char **argv);
+/* "  --flag VALUE   help (default: def)" for every option. */
+void ct_opts_help(FILE *out, const ct_opt *opts, int n);
+/* The effective values, one "  flag = value" line each (the configuration log at start). */
+void ct_opts_log(FILE *out, const ct_opt *opts, int n, const void *src);
+/* The effective values as "flag=value\n" lines into buf (for checkpoints). Returns the length
+ * needed (like snprintf). */
+size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const void *src);
+
+/* ---------------------------------------------------------------- the training parameters */
+
+/* X(type, field, flag, default, help) - every knob of train_gpt, declared once. */
+#define CT_TRAIN_PARAMS(X)                                                                      \
+    X(INT, layers, "layers", "4", "transformer blocks L (new model)")                           \
+    X(INT, heads, "heads", "4", "attention heads NH; must divide --dim (new model)")           \
+    X(INT, dim, "dim", "128", "channels C (new model)")                                         \
+    X(INT, seq, "seq", "64", "sequence length T of a training row")                             \
+    X(INT, max_seq, "max-seq", "0", "positions maxT of a new model; 0 = --seq")                 \
+    X(INT, vocab, "vocab", "0",                                                                 \
+      "vocabulary V of a new model; 0 = 256 for text, 50257 (GPT-2) for token shards")          \
+    X(STR, init, "init", "", "start from this llm.c GPT-2 model file instead of random init")   \
+    X(STR, data, "data", "", "llm.c token shards (glob, sorted, concatenated)")                 \
+    X(STR, text, "text", "", "a plain text file, trained on as bytes (vocabulary 256)")         \
+    X(STR, val_data, "val-data", "", "validation token shards (glob); default: a held-out tail") \
+    X(FLOAT, val_frac, "val-frac", "0.05",                                                      \
+      "fraction of the training stream held out for validation when --val-data is not given")  \
+    X(INT, batch, "batch", "8", "rows B of one micro-batch")                                    \
+    X(INT, total_batch, "total-batch", "0",                                                     \
+      "tokens per optimizer step, a multiple of batch*seq (gradient accumulation); 0 = batch*seq") \
+    X(INT, steps, "steps", "300", "optimizer steps to run (in total, counting resumed ones)")   \
+    X(FLOAT, lr, "lr", "2e-3", "peak learning rate")                                            \
+    X(STR, lr_schedule, "lr-schedule", "cosine", "cosine | constant | linear (after warm-up)")  \
+    X(INT, warmup, "warmup", "20", "linear warm-up steps")                                      \
+    X(FLOAT, min_lr_frac, "min-lr-frac", "0.1", "final learning rate as a fraction of --lr")    \
+    X(FLOAT, beta1, "beta1", "0.9", "AdamW beta1")                                              \
+    X(FLOAT, beta2, "beta2", "0.95", "AdamW beta2")                                             \
+    X(FLOAT, eps, "eps", "1e-8", "AdamW epsilon")                                               \
+    X(FLOAT, weight_decay, "weight-decay", "0.1", "decoupled weight decay (2-D weights only)")  \
+    X(FLOAT, grad_clip, "grad-clip", "1.0", "global gradient-norm clip; 0 = off")               \
+    X(INT, seed, "seed", "1337", "seed of the initialisation, shuffling and sampling")         \
+    X(INT, shuffle, "shuffle", "0", "0 = llm.c's sequential order; 1 = seeded window permutation") \
+    X(INT, eval_every, "eval-every", "50", "validation loss every N steps (and at the end); 0 = off") \
+    X(INT, eval_batches, "eval-batches", "8", "micro-batches per validation")                   \
+    X(INT, sample_every, "sample-every", "0", "print a sample every N steps; 0 = only at the end") \
+    X(INT, sample_len, "sample-len", "256", "tokens to generate per sample")                    \
+    X(FLOAT, temperature, "temperature", "0.8", "sampling temperature; 0 = greedy")             \
+    X(INT, top_k, "top-k", "40", "sample among the k most likely tokens; 0 = all")              \
+    X(STR, prompt, "prompt", "", "text prompt of the samples (byte vocabulary); default: a newline") \
+    X(STR, tokenizer, "tokenizer", "", "llm.c GPT-2 tokenizer file to print samples as text")   \
+    X(STR, save, "save", "", "checkpoint directory (DIR/ckpt_<step>.bin and DIR/latest)")      \
+    X(INT, save_every, "save-every", "0", "checkpoint every N steps (needs --save); the end always") \
+    X(STR, resume, "resume", "", "resume from a checkpoint directory or file")                 \
+    X(STR, save_model, "save-model", "", "write the final model as an llm.c GPT-2 model file") \
+    X(STR, metrics, "metrics", "", "write JSON Lines metrics (one object per step) here")      \
+    X(STR, device, "device", "", "OpenCL device: auto, an index, P:D, gpu, cpu or a name part; default $CT_DEVICE or auto") \
+    X(FLOAT, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU; 0 = measure the device's GEMM rate at start") \
+    X(FLOAT, mem_cap_gb, "mem-cap-gb", "0", "device memory cap in GiB; 0 = the device's memory") \
+    X(INT, log_every, "log-every", "1", "print a step line every N steps")
+
+#define CT__TP_INT int
+#define CT__TP_FLOAT double
+#define CT__TP_STR const char *
+
+typedef struct ct_train_params {
+#define CT__TP_FIELD(type, field, flag, def, help) CT__TP_##type field;
+    CT_TRAIN_PARAMS(CT__TP_FIELD)
+#undef CT__TP_FIELD
+} ct_train_params;
+
+extern const ct_opt ct_train_opts[];
+extern const int ct_train_opts_count;
+
+ct_train_params ct_train_params_default(void);
+
+/* ---------------------------------------------------------------- learning rate */
+
+typedef enum ct_lr_schedule { CT_LR_COSINE, CT_LR_CONSTANT, CT_LR_LINEAR } ct_lr_schedule;
+
+ct_status ct_lr_schedule_parse(const char *name, ct_lr_schedule *out, ct_err *err);
+/* Learning rate of step `step` (0-based): linear warm-up lr*(step+1)/warmup for step < warmup,
+ * then from lr to lr*min_frac over the remaining steps: cosine 0.5*(1+cos(pi*r)), linear (1-r),
+ * or constant, with r = (step-warmup)/(steps-warmup) clamped to [0, 1]. */
+double ct_lr_at(ct_lr_schedule s, double lr, int warmup, int steps, double min_frac, int64_t step);
+
+/* ---------------------------------------------------------------- FLOPs and MFU */
+
+/* Training FLOPs per token: 6*N + 12*L*C*T. 6*N counts forward (2N) and backward (4N) of every
+ * parameter's multiply-add, the tied wte included (its logits matmul); 12*L*C*T is the attention
+ * score and value matmuls (2*2*C*T per token and layer forward, times 3 with backward), counted
+ * over the full T x T square as PaLM's appendix does (a causal kernel may skip half). */
+double ct_train_flops_per_token(const ct_gpt_config *c, int T);
+size_t ct_gpt_param_count(const ct_gpt_config *c);
+
+/* ---------------------------------------------------------------- metrics (JSON Lines) */
+
+typedef struct ct_metrics ct_metrics;
+
+typedef struct ct_step_metrics {
+    int64_t step;
+    double loss, lr, grad_norm, ms, tokens_per_s, tflops, mfu;
+    uint64_t mem_bytes;
+} ct_step_metrics;
+
+/* Open (truncate, or append when `append`) a JSON Lines file; path NULL or "" gives a writer
+ * that writes nothing, so callers need no conditionals. */
+ct_status ct_metrics_open(ct_metrics **out, const char *path, int append, ct_err *err);
+void ct_metrics_close(ct_metrics *m);
+/* {"type":"train","step":..,"loss":..,"lr":..,"grad_norm":..,"ms":..,"tokens_per_s":..,
+ *  "tflops":..,"mfu":..,"mem_bytes":..} followed by a newline, flushed. */
+ct_status ct_metrics_train(ct_metrics *m, const ct_step_metrics *s);
+/* {"type":"<type>", <fields>}: fields is a JSON object body ("\"step\":3,\"loss\":2.5") built by
+ * the caller; NULL or "" for none. Strings from outside go through ct_json_escape. */
+ct_status ct_metrics_record(ct_metrics *m, const char *type, const char *fields);
+/* Escape `s` as a JSON string (quotes included) into buf. */
+void ct_json_escape(char *buf, size_t len, const char *s);
+
+/* ---------------------------------------------------------------- RNG and sampling */
+
+/* xoshiro256** seeded through splitmix64: 256 bits of state, saved in checkpoints. */
+typedef struct ct_rng {
+    uint64_t s[4];
+} ct_rng;
+
+void ct_rng_seed(ct_rng *r, uint64_t seed);
+uint64_t ct_rng_u64(ct_rng *r);
+double ct_rng_uniform(ct_rng *r); /* [0, 1) with 53 random bits */
+
+/* Draw a token from logits[0..V): temperature <= 0 is the argmax; otherwise softmax of
+ * logits/temperature restricted to the top_k largest (top_k <= 0 or >= V: all). */
+int ct_sample_token(const float *logits, int V, double temperature, int top_k, ct_rng *rng);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_ENGINE_TRAIN_H */
