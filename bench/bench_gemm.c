@@ -1,0 +1,234 @@
+/* bench_gemm - GFLOP/s of the GEMM wrapper (CLBlast) on the GEMM shapes of GPT training, beside
+ * OpenBLAS measured in the same process on the same shapes.
+ *
+ * For each shape: the first call is timed on its own (it includes CLBlast's and the driver's
+ * compilation the first time a kernel variant is met), then steady state is the median of timed
+ * repetitions. Every result is checked against a plain-C dot product at sampled entries (all
+ * entries for small outputs), and OpenBLAS's result is checked the same way.
+ *
+ *   bench_gemm [--device SPEC] [--C 256,768] [--BT 1024,4096] [--reps N] [--no-tune] [--csv]
+ *              [--no-blas] [--quick]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h>
+
+#include "ct_cl.h"
+#include "gemm_shapes.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Element (i, j) of op(X) for a row-major X with leading dimension ld. */
+static float at(const float *x, int t, size_t ld, size_t i, size_t j) {
+    return t ? x[j * ld + i] : x[i * ld + j];
+}
+
+/* Largest relative error over sampled entries of C (batch matrix `bi` included). */
+static double check(const ct_gemm_shape *s, const float *A, const float *B, const float *C,
+                    const float *C0, float alpha, float beta, unsigned seed) {
+    size_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+    size_t sa = s->m * s->k, sb = s->k * s->n, sc = s->m * s->n;
+    size_t total = s->m * s->n * s->batch;
+    size_t samples = total <= 4096 ? total : 512;
+    double worst = 0;
+    for (size_t t = 0; t < samples; t++) {
+        size_t e = samples == total ? t : (size_t)((seed = seed * 1103515245u + 12345u) >> 1) % total;
+        size_t bi = e / sc, i = (e % sc) / s->n, j = e % s->n;
+        double ref = 0, mag = 0;
+        for (size_t p = 0; p < s->k; p++) {
+            double v = (double)at(A + bi * sa, s->ta, lda, i, p) * at(B + bi * sb, s->tb, ldb, p, j);
+            ref += v;
+            mag += fabs(v);
+        }
+        ref = alpha * ref + beta * C0[e];
+        mag = fabs(alpha) * mag + fabs(beta * C0[e]);
+        double err = fabs(C[e] - ref) / (mag + 1e-30);
+        if (err > worst) worst = err;
+    }
+    return worst;
+}
+
+static void fill(float *x, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)((seed >> 9) & 0x3fff) / 16384.0f - 0.5f;
+    }
+}
+
+static int parse_list(const char *s, int *out, int room) {
+    int n = 0;
+    while (*s && n < room) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0) return -1;
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *spec = NULL;
+    int Cs[8] = {256, 768}, nC = 2, BTs[8] = {1024, 4096}, nBT = 2, reps = 5, tune = 1, csv = 0,
+        blas = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--device") && v) spec = v, i++;
+        else if (!strcmp(a, "--C") && v) { if ((nC = parse_list(v, Cs, 8)) <= 0) goto bad; i++; }
+        else if (!strcmp(a, "--BT") && v) { if ((nBT = parse_list(v, BTs, 8)) <= 0) goto bad; i++; }
+        else if (!strcmp(a, "--reps") && v) { reps = atoi(v); if (reps < 1) goto bad; i++; }
+        else if (!strcmp(a, "--no-tune")) tune = 0;
+        else if (!strcmp(a, "--no-blas")) blas = 0;
+        else if (!strcmp(a, "--csv")) csv = 1;
+        else if (!strcmp(a, "--quick")) Cs[0] = 256, nC = 1, BTs[0] = 1024, nBT = 1, reps = 3;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: bench_gemm [--device SPEC] [--C 256,768] [--BT 1024,4096] [--reps N]\n"
+                   "                  [--no-tune] [--no-blas] [--csv] [--quick]\n"
+                   "  --no-tune  use CLBlast's built-in parameters, not stored/shipped ones\n"
+                   "  --csv      one row per shape: shape,m,n,k,batch,ta,tb,first_ms,ms,gflops,"
+                   "blas_gflops,ratio,max_rel_err\n");
+            return 0;
+        } else {
+        bad:
+            fprintf(stderr, "bench_gemm: bad argument '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!spec) spec = ct_device_spec_env();
+    ct_err err = {0};
+    ct_device_info *list = NULL;
+    int n = 0, pick = 0, npick = 0;
+    ct_device *dev = NULL;
+    if (ct_device_list(&list, &n, &err) || ct_device_select(list, n, spec, 1, &pick, &npick, &err)) {
+        fprintf(stderr, "bench_gemm: %s\n", err.msg);
+        return 2;
+    }
+    ct_device_opts o = ct_device_opts_default();
+    o.apply_tuning = tune;
+    if (ct_device_open(&dev, &list[pick], &o, &err)) {
+        fprintf(stderr, "bench_gemm: %s\n", err.msg);
+        return 1;
+    }
+    const ct_device_info *di = ct_device_get_info(dev);
+    FILE *info = csv ? stderr : stdout;
+    fprintf(info, "# device %d: %s (%s, driver %s)\n# clblast parameters: %s\n", di->index, di->name,
+            di->platform, di->driver_version, ct_device_tuning_source(dev));
+    if (blas) fprintf(info, "# reference: %s (core %s), %d threads\n", openblas_get_config(), openblas_get_corename(),
+                      openblas_get_num_threads());
+    ct_gemm_shape shapes[128];
+    int ns = 0;
+    for (int c = 0; c < nC; c++)
+        for (int b = 0; b < nBT; b++) ns += ct_gemm_shapes_gpt(Cs[c], BTs[b], shapes + ns, 128 - ns);
+    if (csv) printf("shape,m,n,k,batch,ta,tb,first_ms,ms,gflops,blas_gflops,ratio,max_rel_err\n");
+    else
+        printf("%-26s %6s %6s %6s %5s %2s %2s %9s %9s %8s %8s %6s %9s\n", "shape", "m", "n", "k",
+               "batch", "ta", "tb", "first_ms", "ms", "GFLOP/s", "BLAS", "ratio", "rel_err");
+    double ratios[128];
+    int nratio = 0, failures = 0;
+    for (int si = 0; si < ns; si++) {
+        const ct_gemm_shape *s = &shapes[si];
+        size_t na = s->m * s->k * s->batch, nb = s->k * s->n * s->batch, nc = s->m * s->n * s->batch;
+        float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc(nc * 4), *C0 = malloc(nc * 4);
+        ct_buffer *bA = NULL, *bB = NULL, *bC = NULL;
+        if (!A || !B || !C || !C0) { fprintf(stderr, "bench_gemm: out of host memory\n"); return 1; }
+        fill(A, na, 1u + si), fill(B, nb, 7u + si), fill(C0, nc, 13u + si);
+        if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "A", na * 4, &bA) ||
+            ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "B", nb * 4, &bB) ||
+            ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "C", nc * 4, &bC) ||
+            ct_buffer_write(bA, 0, A, na * 4) || ct_buffer_write(bB, 0, B, nb * 4) ||
+            ct_buffer_write(bC, 0, C0, nc * 4)) {
+            fprintf(stderr, "bench_gemm: %s\n", ct_device_errmsg(dev));
+            return 1;
+        }
+        size_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n, ldc = s->n;
+        const float alpha = 1.0f, beta = 0.5f;
+        double times[64];
+        double first = 0;
+        int r_total = reps + 1 > 64 ? 64 : reps + 1;
+        for (int r = 0; r < r_total; r++) {
+            if (r == 1) ct_buffer_read(bC, 0, C, nc * 4); /* the checked result: one beta pass */
+            double t0 = now_s();
+            ct_status st = s->batch == 1
+                ? ct_gemm(dev, s->ta, s->tb, s->m, s->n, s->k, alpha, ct_buffer_mem(bA), 0, lda,
+                          ct_buffer_mem(bB), 0, ldb, beta, ct_buffer_mem(bC), 0, ldc, NULL)
+                : ct_gemm_strided_batched(dev, s->ta, s->tb, s->m, s->n, s->k, alpha,
+                                          ct_buffer_mem(bA), 0, lda, s->m * s->k, ct_buffer_mem(bB),
+                                          0, ldb, s->k * s->n, beta, ct_buffer_mem(bC), 0, ldc,
+                                          s->m * s->n, s->batch, NULL);
+            if (st == CT_OK) st = ct_device_finish(dev);
+            if (st != CT_OK) {
+                fprintf(stderr, "bench_gemm: %s: %s\n", s->name, ct_device_errmsg(dev));
+                return 1;
+            }
+            double t = now_s() - t0;
+            if (r == 0) first = t;
+            else times[r - 1] = t;
+        }
+        qsort(times, (size_t)(r_total - 1), sizeof times[0], cmp_double);
+        double t = times[(r_total - 1) / 2];
+        double flops = 2.0 * s->m * s->n * s->k * s->batch;
+        double err_ct = check(s, A, B, C, C0, alpha, beta, 99u + si);
+        double blas_gf = 0, err_blas = 0;
+        if (blas) {
+            float *Cb = malloc(nc * 4);
+            double bt[64];
+            for (int r = 0; r < r_total; r++) {
+                memcpy(Cb, C0, nc * 4);
+                double t0 = now_s();
+                for (size_t bi = 0; bi < s->batch; bi++)
+                    cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
+                                s->tb ? CblasTrans : CblasNoTrans, (int)s->m, (int)s->n, (int)s->k,
+                                alpha, A + bi * s->m * s->k, (int)lda, B + bi * s->k * s->n, (int)ldb,
+                                beta, Cb + bi * s->m * s->n, (int)ldc);
+                double tb = now_s() - t0;
+                if (r > 0) bt[r - 1] = tb;
+            }
+            qsort(bt, (size_t)(r_total - 1), sizeof bt[0], cmp_double);
+            blas_gf = flops / bt[(r_total - 1) / 2] / 1e9;
+            err_blas = check(s, A, B, Cb, C0, alpha, beta, 99u + si);
+            free(Cb);
+        }
+        /* fp32 accumulation over k terms: allow a few ulps per term of the magnitude sum */
+        double tol = 1e-6 * (double)s->k + 1e-5;
+        int ok = err_ct <= tol && err_blas <= tol;
+        if (!ok) failures++;
+        double gf = flops / t / 1e9, ratio = blas ? gf / blas_gf : 0;
+        if (blas) ratios[nratio++] = ratio;
+        if (csv)
+            printf("%s,%zu,%zu,%zu,%zu,%d,%d,%.1f,%.3f,%.2f,%.2f,%.3f,%.2e\n", s->name, s->m, s->n,
+                   s->k, s->batch, s->ta, s->tb, first * 1e3, t * 1e3, gf, blas_gf, ratio, err_ct);
+        else
+            printf("%-26s %6zu %6zu %6zu %5zu %2d %2d %9.1f %9.3f %8.1f %8.1f %6.2f %9.1e%s\n",
+                   s->name, s->m, s->n, s->k, s->batch, s->ta, s->tb, first * 1e3, t * 1e3, gf,
+                   blas_gf, ratio, err_ct, ok ? "" : "  WRONG");
+        fflush(stdout);
+        ct_buffer_free(bA), ct_buffer_free(bB), ct_buffer_free(bC);
+        free(A), free(B), free(C), free(C0);
+    }
+    if (nratio) {
+        qsort(ratios, (size_t)nratio, sizeof ratios[0], cmp_double);
+        double med = nratio % 2 ? ratios[nratio / 2]
+                                : 0.5 * (ratios[nratio / 2 - 1] + ratios[nratio / 2]);
+        fprintf(info, "# ratio to OpenBLAS: median %.2f, min %.2f, max %.2f over %d shapes\n", med,
+                ratios[0], ratios[nratio - 1], nratio);
+    }
+    if (failures) fprintf(stderr, "bench_gemm: %d shape(s) gave WRONG results\n", failures);
+    ct_device_free(dev);
+    ct_device_list_free(list);
+    return failures ? 1 : 0;
+}
