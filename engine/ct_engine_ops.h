@@ -1,0 +1,153 @@
+/* ct_engine_ops.h - the device ops of the GPT-2 model: OpenCL kernels and CLBlast GEMMs.
+ *
+ * Each op is a forward/backward pair in llm.c's argument order,
+ *     ct_<op>_forward(dev, out, <saved for backward>, inp, <params>, <dims>)
+ *     ct_<op>_backward(dev, dinp, <dparams>, dout, inp, <params>, <saved>, <dims>)
+ * Tensors are views (ct_view: an OpenCL buffer + an offset in elements) into the model's flat
+ * buffers; the shape is in the comment next to each argument. Activation gradients are
+ * overwritten ("="), parameter gradients accumulate ("+="). Everything is enqueued on the device's
+ * in-order queue; nothing is read back and nothing is allocated. Kernels are compiled on first use
+ * (once per device; cached on disk by cl/). Errors: a ct_status, message in ct_device_errmsg(dev).
+ *
+ *     ct_view x = ct_view_of(ct_buffer_mem(acts), 0), y = ct_view_of(ct_buffer_mem(acts), n);
+ *     ct_gelu_forward(dev, y, x, n);
+ *     ct_device_finish(dev);
+ */
+#ifndef CT_ENGINE_OPS_H
+#define CT_ENGINE_OPS_H
+
+#include <stddef.h>
+
+#include "ct_cl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A tensor on the device: buffer + offset in elements (floats; int32 for token tensors). A view
+ * with mem == NULL is "absent" where an argument is documented as optional. */
+typedef struct ct_view {
+    cl_mem mem;
+    size_t off;
+} ct_view;
+
+static inline ct_view ct_view_of(cl_mem mem, size_t off) {
+    ct_view v = {mem, off};
+    return v;
+}
+static inline ct_view ct_view_at(ct_view v, size_t off) {
+    v.off += off;
+    return v;
+}
+static inline ct_view ct_view_none(void) {
+    ct_view v = {NULL, 0};
+    return v;
+}
+
+/* Number of partial sums the global-norm reduction uses (size of its `partials` scratch). */
+#define CT_NORM_PARTIALS 1024
+
+/* The embedded kernel sources of the engine (generated from the .cl files in engine/kernels). */
+extern const ct_cl_source ct_engine_kernels[];
+extern const int ct_engine_kernels_count;
+
+/* Compile every engine kernel program now (so later calls only enqueue). */
+ct_status ct_ops_warmup(ct_device *dev);
+
+/* ---- encoder: out = wte[token] + wpe[position] */
+ct_status ct_encoder_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
+                             ct_view inp /* (B,T) int32 tokens */, ct_view wte /* (Vp,C) */,
+                             ct_view wpe /* (>=T,C) */, int B, int T, int C, int Vp);
+ct_status ct_encoder_backward(ct_device *dev, ct_view dwte /* (Vp,C) += */,
+                              ct_view dwpe /* (>=T,C) += */, ct_view dout /* (B,T,C) */,
+                              ct_view inp /* (B,T) int32 */, int B, int T, int C, int Vp);
+
+/* ---- LayerNorm over C, eps 1e-5 */
+ct_status ct_layernorm_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
+                               ct_view mean /* (B,T) = */, ct_view rstd /* (B,T) = */,
+                               ct_view inp /* (B,T,C) */, ct_view weight /* (C) */,
+                               ct_view bias /* (C) */, int B, int T, int C);
+/* dinp is overwritten, or accumulated into when accumulate_dinp != 0 (the residual stream). */
+ct_status ct_layernorm_backward(ct_device *dev, ct_view dinp /* (B,T,C) = or += */,
+                                ct_view dweight /* (C) += */, ct_view dbias /* (C) += */,
+                                ct_view dout /* (B,T,C) */, ct_view inp /* (B,T,C) */,
+                                ct_view weight /* (C) */, ct_view mean /* (B,T) */,
+                                ct_view rstd /* (B,T) */, int B, int T, int C,
+                                int accumulate_dinp);
+
+/* ---- linear layer: out = inp . weight^T + bias; weight stored (OC, C) */
+ct_status ct_matmul_forward(ct_device *dev, ct_view out /* (B,T,OC) = */, ct_view inp /* (B,T,C) */,
+                            ct_view weight /* (OC,C) */, ct_view bias /* (OC), optional */, int B,
+                            int T, int C, int OC);
+/* dinp (optional) overwritten; dweight and dbias (optional) accumulate. */
+ct_status ct_matmul_backward(ct_device *dev, ct_view dinp /* (B,T,C) = */,
+                             ct_view dweight /* (OC,C) += */, ct_view dbias /* (OC) += */,
+                             ct_view dout /* (B,T,OC) */, ct_view inp /* (B,T,C) */,
+                             ct_view weight /* (OC,C) */, int B, int T, int C, int OC);
+
+/* ---- causal multi-head self-attention on fused qkv, scale 1/sqrt(C/NH).
+ * Saved for backward: qkvr (the q, k, v in head-major layout) and att (the softmax).
+ * Scratch: vaccum (B,NH,T,hs). */
+ct_status ct_attention_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
+                               ct_view qkvr /* (3,B,NH,T,hs) = */, ct_view att /* (B,NH,T,T) = */,
+                               ct_view inp /* (B,T,3C) */, ct_view vaccum /* (B,NH,T,hs) scratch */,
+                               int B, int T, int C, int NH);
+/* Scratch: dqkvr (3,B,NH,T,hs), datt (B,NH,T,T), dvaccum (B,NH,T,hs). */
+ct_status ct_attention_backward(ct_device *dev, ct_view dinp /* (B,T,3C) = */,
+                                ct_view dqkvr /* scratch */, ct_view datt /* scratch */,
+                                ct_view dvaccum /* scratch */, ct_view dout /* (B,T,C) */,
+                                ct_view qkvr /* (3,B,NH,T,hs) */, ct_view att /* (B,NH,T,T) */,
+                                int B, int T, int C, int NH);
+
+/* ---- GELU, tanh approximation */
+ct_status ct_gelu_forward(ct_device *dev, ct_view out /* (N) = */, ct_view inp /* (N) */, size_t N);
+ct_status ct_gelu_backward(ct_device *dev, ct_view dinp /* (N) = */, ct_view inp /* (N) */,
+                           ct_view dout /* (N) */, size_t N);
+
+/* ---- residual: out = a + b; backward da += dout, db += dout */
+ct_status ct_residual_forward(ct_device *dev, ct_view out /* (N) = */, ct_view a /* (N) */,
+                              ct_view b /* (N) */, size_t N);
+ct_status ct_residual_backward(ct_device *dev, ct_view da /* (N) += */, ct_view db /* (N) += */,
+                               ct_view dout /* (N) */, size_t N);
+
+/* ---- bias: out += bias broadcast over rows; dbias += column sums of dout */
+ct_status ct_bias_forward(ct_device *dev, ct_view out /* (N,OC) += */, ct_view bias /* (OC) */,
+                          size_t N, int OC);
+ct_status ct_bias_backward(ct_device *dev, ct_view dbias /* (OC) += */, ct_view dout /* (N,OC) */,
+                           size_t N, int OC);
+
+/* ---- softmax cross-entropy over the real vocabulary V of logits padded to Vp.
+ * losses[r] = logsumexp(logits[r,:V]) - logits[r,target[r]]; lse (saved) = the logsumexp. */
+ct_status ct_crossentropy_forward(ct_device *dev, ct_view losses /* (B,T) = */,
+                                  ct_view lse /* (B,T) = */, ct_view logits /* (B,T,Vp) */,
+                                  ct_view targets /* (B,T) int32 */, int B, int T, int V, int Vp);
+/* dlogits = (softmax - onehot) * dloss for v < V, 0 for padding; dloss is d loss / d losses[r],
+ * the same for every row (1/(B*T) for a mean). dlogits may be the same view as logits (in place). */
+ct_status ct_crossentropy_backward(ct_device *dev, ct_view dlogits /* (B,T,Vp) = */,
+                                   ct_view logits /* (B,T,Vp) */, ct_view lse /* (B,T) */,
+                                   ct_view targets /* (B,T) int32 */, float dloss, int B, int T,
+                                   int V, int Vp);
+/* out[0] = mean of inp[0..N) (fixed summation order). */
+ct_status ct_mean_forward(ct_device *dev, ct_view out /* (1) = */, ct_view inp /* (N) */, size_t N);
+
+/* ---- optimizer. The clip multiplier is PyTorch's clip_grad_norm_ one:
+ * s = min(1, clip / (norm + 1e-6)), and s = 1 when clip <= 0 or norm is absent. */
+/* out[0] = ||inp||_2 over n elements. partials: scratch of CT_NORM_PARTIALS floats at offset 0. */
+ct_status ct_global_norm_forward(ct_device *dev, ct_view out /* (1) = */,
+                                 ct_view partials /* (CT_NORM_PARTIALS) scratch */,
+                                 ct_view inp /* (n) */, size_t n);
+/* x *= s(norm[0], clip) */
+ct_status ct_scale_by_clip(ct_device *dev, ct_view x /* (n) */, ct_view norm /* (1) */, float clip,
+                           size_t n);
+/* AdamW step t (1-based) over n elements: g = grad * s(norm[0], clip);
+ * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m^/(sqrt(v^)+eps) + wd p),
+ * m^ = m/(1-b1^t), v^ = v/(1-b2^t). m, v, params updated in place. */
+ct_status ct_adamw_update(ct_device *dev, ct_view params /* (n) */, ct_view grads /* (n) */,
+                          ct_view m /* (n) */, ct_view v /* (n) */, ct_view norm /* (1) opt */,
+                          float clip, size_t n, float lr, float beta1, float beta2, float eps,
+                          float weight_decay, int t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_ENGINE_OPS_H */

@@ -1,0 +1,77 @@
+/* ct_engine_ref.h - plain-C references of every device op and of the whole GPT-2 model, in double
+ * precision, written straight from the formulas (no blocking, no tricks). Tests compare the
+ * device ops to these, and check these against central finite differences.
+ *
+ * Same argument order and "=" / "+=" contract as ct_engine_ops.h; arrays are host doubles
+ * (tokens int). The model reference allocates its own activations per call.
+ *
+ *     double loss = ct_ref_gpt_loss(&cfg, params, tokens, targets, B, T);
+ *     ct_ref_gpt_grad(&cfg, params, tokens, targets, B, T, grads);   grads "=" d loss / d params
+ */
+#ifndef CT_ENGINE_REF_H
+#define CT_ENGINE_REF_H
+
+#include <stddef.h>
+
+#include "ct_gpt_config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void ct_ref_encoder_forward(double *out, const int *inp, const double *wte, const double *wpe,
+                            int B, int T, int C);
+void ct_ref_encoder_backward(double *dwte, double *dwpe, const double *dout, const int *inp, int B,
+                             int T, int C);
+
+void ct_ref_layernorm_forward(double *out, double *mean, double *rstd, const double *inp,
+                              const double *w, const double *b, int B, int T, int C);
+/* dinp "+=" (callers zero it for "="); dw, db "+=" */
+void ct_ref_layernorm_backward(double *dinp, double *dw, double *db, const double *dout,
+                               const double *inp, const double *w, const double *mean,
+                               const double *rstd, int B, int T, int C);
+
+/* out (B,T,OC) = inp (B,T,C) . w^T (w (OC,C)) + bias (may be NULL) */
+void ct_ref_matmul_forward(double *out, const double *inp, const double *w, const double *bias,
+                           int B, int T, int C, int OC);
+/* dinp "+=", dw "+=", dbias "+=" (each may be NULL) */
+void ct_ref_matmul_backward(double *dinp, double *dw, double *dbias, const double *dout,
+                            const double *inp, const double *w, int B, int T, int C, int OC);
+
+/* out (B,T,C), att (B,NH,T,T) the softmax (zeros above the diagonal); inp (B,T,3C) */
+void ct_ref_attention_forward(double *out, double *att, const double *inp, int B, int T, int C,
+                              int NH);
+/* dinp (B,T,3C) "+=" */
+void ct_ref_attention_backward(double *dinp, const double *dout, const double *inp,
+                               const double *att, int B, int T, int C, int NH);
+
+void ct_ref_gelu_forward(double *out, const double *inp, size_t N);
+/* dinp "+=" */
+void ct_ref_gelu_backward(double *dinp, const double *inp, const double *dout, size_t N);
+
+void ct_ref_residual_forward(double *out, const double *a, const double *b, size_t N);
+void ct_ref_residual_backward(double *da, double *db, const double *dout, size_t N);
+
+/* losses (B,T); logits (B,T,Vp), softmax over the first V */
+void ct_ref_crossentropy_forward(double *losses, const double *logits, const int *targets, int B,
+                                 int T, int V, int Vp);
+/* dlogits "=" (softmax - onehot) * dloss, 0 for the padding */
+void ct_ref_crossentropy_backward(double *dlogits, const double *logits, const int *targets,
+                                  double dloss, int B, int T, int V, int Vp);
+
+double ct_ref_global_norm(const double *x, size_t n);
+/* one AdamW step t over n elements, g = grad * gscale */
+void ct_ref_adamw(double *p, const double *g, double *m, double *v, size_t n, double gscale,
+                  double lr, double b1, double b2, double eps, double wd, int t);
+
+/* The whole model: parameters in the table order of ct_gpt_config.h. Mean cross-entropy loss. */
+double ct_ref_gpt_loss(const ct_gpt_config *cfg, const double *params, const int *tokens,
+                       const int *targets, int B, int T);
+/* Loss, and grads "=" d loss / d params (all entries written). logits (B,T,Vp) optional out. */
+double ct_ref_gpt_grad(const ct_gpt_config *cfg, const double *params, const int *tokens,
+                       const int *targets, int B, int T, double *grads, double *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_ENGINE_REF_H */

@@ -1,0 +1,102 @@
+/* attention.cl - the non-GEMM parts of causal multi-head attention.
+ * Layouts: qkv (B,T,3,NH,hs) as the QKV projection writes it; "heads" (3,B,NH,T,hs) so each
+ * (b,h) matrix is contiguous for the strided batched GEMMs; y (B,NH,T,hs) <-> (B,T,NH,hs).
+ * The scores att (B,NH,T,T) are softmax-ed in place, with the scale and the causal mask folded in;
+ * masked entries are written as exact zeros so the P.V GEMM may read whole rows. */
+
+/* heads (3,B,NH,T,hs) <- qkv (B,T,3C); one work-item per element of heads. */
+__kernel void qkv_to_heads(__global float *heads, ulong heads_off, __global const float *qkv,
+                           ulong qkv_off, int B, int T, int NH, int hs) {
+    size_t i = get_global_id(0);
+    size_t C = (size_t)NH * hs;
+    size_t n = 3 * (size_t)B * T * C;
+    if (i >= n) return;
+    size_t d = i % hs, r = i / hs;
+    size_t t = r % T;
+    r /= T;
+    size_t h = r % NH;
+    r /= NH;
+    size_t b = r % B;
+    size_t s = r / B;
+    heads[heads_off + i] = qkv[qkv_off + ((b * T + t) * 3 + s) * C + h * hs + d];
+}
+
+/* dqkv (B,T,3C) <- dheads (3,B,NH,T,hs); one work-item per element of dqkv (overwrites). */
+__kernel void heads_to_qkv(__global float *qkv, ulong qkv_off, __global const float *heads,
+                           ulong heads_off, int B, int T, int NH, int hs) {
+    size_t i = get_global_id(0);
+    size_t C = (size_t)NH * hs;
+    size_t n = 3 * (size_t)B * T * C;
+    if (i >= n) return;
+    size_t d = i % hs, r = i / hs;
+    size_t h = r % NH;
+    r /= NH;
+    size_t s = r % 3;
+    r /= 3;
+    size_t t = r % T;
+    size_t b = r / T;
+    qkv[qkv_off + i] = heads[heads_off + (((s * B + b) * NH + h) * T + t) * hs + d];
+}
+
+/* out (B,T,NH,hs) <- y (B,NH,T,hs) */
+__kernel void heads_to_seq(__global float *out, ulong out_off, __global const float *y,
+                           ulong y_off, int B, int T, int NH, int hs) {
+    size_t i = get_global_id(0);
+    size_t n = (size_t)B * T * NH * hs;
+    if (i >= n) return;
+    size_t d = i % hs, r = i / hs;
+    size_t h = r % NH;
+    r /= NH;
+    size_t t = r % T;
+    size_t b = r / T;
+    out[out_off + i] = y[y_off + ((b * NH + h) * T + t) * hs + d];
+}
+
+/* y (B,NH,T,hs) <- out (B,T,NH,hs) */
+__kernel void seq_to_heads(__global float *y, ulong y_off, __global const float *out,
+                           ulong out_off, int B, int T, int NH, int hs) {
+    size_t i = get_global_id(0);
+    size_t n = (size_t)B * T * NH * hs;
+    if (i >= n) return;
+    size_t d = i % hs, r = i / hs;
+    size_t t = r % T;
+    r /= T;
+    size_t h = r % NH;
+    size_t b = r / NH;
+    y[y_off + i] = out[out_off + ((b * T + t) * NH + h) * hs + d];
+}
+
+/* att row r = (b,h,t): softmax over t2 <= t of scale*att, zeros for t2 > t; in place. */
+__kernel void softmax_causal_forward(__global float *att, ulong att_off, int rows, int T,
+                                     float scale) {
+    size_t r = get_global_id(0);
+    if (r >= (size_t)rows) return;
+    int t = (int)(r % (size_t)T);
+    __global float *a = att + att_off + r * T;
+    float mx = -INFINITY;
+    for (int j = 0; j <= t; j++) mx = fmax(mx, scale * a[j]);
+    float s = 0.0f;
+    for (int j = 0; j <= t; j++) {
+        float e = exp(scale * a[j] - mx);
+        a[j] = e;
+        s += e;
+    }
+    float inv = 1.0f / s;
+    for (int j = 0; j <= t; j++) a[j] *= inv;
+    for (int j = t + 1; j < T; j++) a[j] = 0.0f;
+}
+
+/* datt row (b,h,t) becomes d loss / d (q.k) in place: scale * att * (datt - sum(att*datt)). */
+__kernel void softmax_causal_backward(__global float *datt, ulong datt_off,
+                                      __global const float *att, ulong att_off, int rows, int T,
+                                      float scale) {
+    size_t r = get_global_id(0);
+    if (r >= (size_t)rows) return;
+    int t = (int)(r % (size_t)T);
+    __global float *da = datt + datt_off + r * T;
+    __global const float *a = att + att_off + r * T;
+    float dot = 0.0f;
+    for (int j = 0; j <= t; j++) dot += a[j] * da[j];
+    for (int j = 0; j <= t; j++) da[j] = scale * a[j] * (da[j] - dot);
+    for (int j = t + 1; j < T; j++) da[j] = 0.0f;
+}

@@ -1,0 +1,61 @@
+/* elementwise.cl - GELU (tanh approximation), residual add, bias add and the bias-gradient
+ * reduction. One work-item per element, except the bias gradient (one per column, fixed order). */
+
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+__kernel void gelu_forward(__global float *out, ulong out_off, __global const float *inp,
+                           ulong inp_off, int N) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)N) return;
+    float x = inp[inp_off + i];
+    float u = GELU_S * (x + 0.044715f * x * x * x);
+    out[out_off + i] = 0.5f * x * (1.0f + tanh(u));
+}
+
+/* dinp = gelu'(inp) * dout (overwrites dinp) */
+__kernel void gelu_backward(__global float *dinp, ulong dinp_off, __global const float *inp,
+                            ulong inp_off, __global const float *dout, ulong dout_off, int N) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)N) return;
+    float x = inp[inp_off + i];
+    float u = GELU_S * (x + 0.044715f * x * x * x);
+    float th = tanh(u);
+    float sech2 = 1.0f - th * th;
+    float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[dinp_off + i] = g * dout[dout_off + i];
+}
+
+__kernel void residual_forward(__global float *out, ulong out_off, __global const float *a,
+                               ulong a_off, __global const float *b, ulong b_off, int N) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)N) return;
+    out[out_off + i] = a[a_off + i] + b[b_off + i];
+}
+
+/* da += dout, db += dout */
+__kernel void residual_backward(__global float *da, ulong da_off, __global float *db, ulong db_off,
+                                __global const float *dout, ulong dout_off, int N) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)N) return;
+    float g = dout[dout_off + i];
+    da[da_off + i] += g;
+    db[db_off + i] += g;
+}
+
+/* out (N,OC) += bias (OC) broadcast over rows */
+__kernel void bias_add(__global float *out, ulong out_off, __global const float *bias,
+                       ulong bias_off, int N, int OC) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)N * (size_t)OC) return;
+    out[out_off + i] += bias[bias_off + i % (size_t)OC];
+}
+
+/* dbias (OC) += sum over rows of dout (N,OC); one work-item per column. */
+__kernel void bias_backward(__global float *dbias, ulong dbias_off, __global const float *dout,
+                            ulong dout_off, int N, int OC) {
+    size_t o = get_global_id(0);
+    if (o >= (size_t)OC) return;
+    float s = 0.0f;
+    for (int r = 0; r < N; r++) s += dout[dout_off + (size_t)r * OC + o];
+    dbias[dbias_off + o] += s;
+}

@@ -1,0 +1,43 @@
+/* encoder.cl - token + position embedding, forward and backward.
+ * Tensors arrive as (buffer, offset in elements). Token ids outside [0, Vp) read as zeros (the host
+ * validates tokens before upload; the guard only keeps a bad id from reading out of bounds).
+ * The backward passes are deterministic: no atomics, every output element has one writer. */
+
+/* out (B,T,C) = wte[inp[b,t]] + wpe[t]; one work-item per output element. */
+__kernel void encoder_forward(__global float *out, ulong out_off, __global const int *inp,
+                              ulong inp_off, __global const float *wte, ulong wte_off,
+                              __global const float *wpe, ulong wpe_off, int BT, int T, int C,
+                              int Vp) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)BT * (size_t)C) return;
+    size_t bt = i / (size_t)C;
+    size_t c = i % (size_t)C;
+    size_t t = bt % (size_t)T;
+    int tok = inp[inp_off + bt];
+    float e = (tok >= 0 && tok < Vp) ? wte[wte_off + (size_t)tok * C + c] : 0.0f;
+    out[out_off + i] = e + wpe[wpe_off + t * C + c];
+}
+
+/* dwte (Vp,C) += scatter of dout (B,T,C) by token; one work-item per channel walks all positions
+ * in order, so rows hit by several tokens are summed in a fixed order. */
+__kernel void encoder_backward_wte(__global float *dwte, ulong dwte_off, __global const float *dout,
+                                   ulong dout_off, __global const int *inp, ulong inp_off, int BT,
+                                   int C, int Vp) {
+    size_t c = get_global_id(0);
+    if (c >= (size_t)C) return;
+    for (int bt = 0; bt < BT; bt++) {
+        int tok = inp[inp_off + bt];
+        if (tok >= 0 && tok < Vp)
+            dwte[dwte_off + (size_t)tok * C + c] += dout[dout_off + (size_t)bt * C + c];
+    }
+}
+
+/* dwpe (T,C) += sum over b of dout (B,T,C); one work-item per (t, c). */
+__kernel void encoder_backward_wpe(__global float *dwpe, ulong dwpe_off, __global const float *dout,
+                                   ulong dout_off, int B, int T, int C) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)T * (size_t)C) return;
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += dout[dout_off + (size_t)b * T * C + i];
+    dwpe[dwpe_off + i] += s;
+}

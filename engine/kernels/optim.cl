@@ -1,0 +1,58 @@
+/* optim.cl - gradient global norm (partial sums of squares, then one finishing work-item),
+ * clip-scaling and AdamW. The clip multiplier is computed on the device from the norm, so an
+ * optimizer step needs no host round trip. */
+
+/* partials[i] = sum of x[j]^2 for j = i, i+P, i+2P, ... (P = global size) */
+__kernel void sumsq_partial(__global float *partials, __global const float *x, ulong x_off,
+                            ulong n) {
+    size_t i = get_global_id(0), P = get_global_size(0);
+    float s = 0.0f;
+    for (size_t j = i; j < n; j += P) {
+        float g = x[x_off + j];
+        s += g * g;
+    }
+    partials[i] = s;
+}
+
+/* out[0] = sqrt(sum of the partials) */
+__kernel void norm_finalize(__global float *out, ulong out_off, __global const float *partials,
+                            int P) {
+    if (get_global_id(0) != 0) return;
+    float s = 0.0f;
+    for (int i = 0; i < P; i++) s += partials[i];
+    out[out_off] = sqrt(s);
+}
+
+/* The clip multiplier, as PyTorch's clip_grad_norm_: min(1, clip / (norm + 1e-6)); 1 when
+ * clip <= 0 or no norm is given. */
+float clip_scale(__global const float *norm, ulong norm_off, float clip) {
+    if (!norm || !(clip > 0.0f)) return 1.0f;
+    float c = clip / (norm[norm_off] + 1e-6f);
+    return c < 1.0f ? c : 1.0f;
+}
+
+/* x *= clip_scale(norm, clip) */
+__kernel void scale_by_clip(__global float *x, ulong x_off, __global const float *norm,
+                            ulong norm_off, float clip, ulong n) {
+    size_t i = get_global_id(0);
+    if (i >= n) return;
+    x[x_off + i] *= clip_scale(norm, norm_off, clip);
+}
+
+/* AdamW with bias correction and decoupled weight decay; g = grad * clip_scale(norm, clip). */
+__kernel void adamw_update(__global float *p, ulong p_off, __global const float *grad,
+                           ulong g_off, __global float *m, ulong m_off, __global float *v,
+                           ulong v_off, __global const float *norm, ulong norm_off, float clip,
+                           ulong n, float lr, float b1, float b2, float eps, float wd, float bc1,
+                           float bc2) {
+    size_t i = get_global_id(0);
+    if (i >= n) return;
+    float g = grad[g_off + i] * clip_scale(norm, norm_off, clip);
+    float mi = b1 * m[m_off + i] + (1.0f - b1) * g;
+    float vi = b2 * v[v_off + i] + (1.0f - b2) * g * g;
+    m[m_off + i] = mi;
+    v[v_off + i] = vi;
+    float mh = mi / bc1, vh = vi / bc2;
+    float w = p[p_off + i];
+    p[p_off + i] = w - lr * (mh / (sqrt(vh) + eps) + wd * w);
+}

@@ -1,0 +1,560 @@
+/* model.c - GPT-2 on one worker's device: flat parameter / gradient / AdamW buffers, one
+ * activation arena planned at creation, forward, backward and the optimizer step as sequences of
+ * ops (ops.c). Nothing is allocated and nothing crosses to the host inside a step except the
+ * tokens in and the loss out. Only the 1x1x1 layout is executed so far. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ct_engine_model.h"
+#include "ct_engine_ops.h"
+
+/* Profiling buckets, in pipeline order. */
+#define CT__OPS(X)                                                                              \
+    X(encoder_fwd) X(layernorm_fwd) X(matmul_qkv_fwd) X(attention_fwd) X(matmul_attproj_fwd)    \
+    X(residual_fwd) X(matmul_fc_fwd) X(gelu_fwd) X(matmul_fcproj_fwd) X(matmul_logits_fwd)      \
+    X(crossentropy_fwd) X(crossentropy_bwd) X(matmul_logits_bwd) X(layernorm_bwd)               \
+    X(matmul_fcproj_bwd) X(gelu_bwd) X(matmul_fc_bwd) X(matmul_attproj_bwd) X(attention_bwd)    \
+    X(matmul_qkv_bwd) X(encoder_bwd) X(zero_grad) X(grad_norm) X(adamw) X(upload) X(readback)
+
+enum {
+#define CT__OPENUM(n) OP_##n,
+    CT__OPS(CT__OPENUM)
+#undef CT__OPENUM
+    OP__COUNT
+};
+static const char *const op_names[] = {
+#define CT__OPNAME(n) #n,
+    CT__OPS(CT__OPNAME)
+#undef CT__OPNAME
+};
+
+/* Activation arena regions (offsets in floats), planned for (max_B, max_T). */
+typedef struct arena_plan {
+    size_t tokens, targets, enc, ln1, ln1m, ln1r, qkv, qkvr, att, atty, res2, ln2, ln2m, ln2r, fch,
+        fchg, res3, lnf, lnfm, lnfr, logits, losses, lse, loss, norm, partials, proj, vaccum, dres,
+        dA, dB, dqkvr, datt, dvaccum, total;
+} arena_plan;
+
+struct ct_model {
+    ct_gpt_config cfg;
+    ct_layout layout;
+    ct_coords coords;
+    ct_device *dev;
+    int max_B, max_T;
+    size_t sizes[CT_GPT_NUM_TENSORS], offs[CT_GPT_NUM_TENSORS], nparams;
+    ct_buffer *params, *grads, *adam_m, *adam_v, *acts;
+    arena_plan a;
+    int B, T;          /* shape of the last forward */
+    int have_targets;  /* the last forward computed a loss */
+    int fwd_valid;     /* logits and saved activations belong to the last forward */
+    int profile;
+    double prof_ms[OP__COUNT];
+    long prof_calls[OP__COUNT];
+    ct_err err;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Run an op; in profiling mode wait for it and charge its time to bucket `op`. */
+#define RUN(op, expr)                                                   \
+    do {                                                                \
+        double t0_ = m->profile ? now_s() : 0.0;                        \
+        st = (expr);                                                    \
+        if (st == CT_OK && m->profile) {                                \
+            st = ct_device_finish(m->dev);                              \
+            m->prof_ms[op] += 1e3 * (now_s() - t0_);                    \
+            m->prof_calls[op]++;                                        \
+        }                                                               \
+        if (st != CT_OK) goto cleanup;                                  \
+    } while (0)
+
+/* Copy the device's message onto the model's error record. */
+static ct_status dev_fail(ct_model *m, ct_status st, const char *what) {
+    if (st != CT_OK) CT_ERR(&m->err, st, "%s: %s", what, ct_device_errmsg(m->dev));
+    return st;
+}
+
+int ct_model_tensor_decays(int i) {
+    return i == CT_GPT_wte || i == CT_GPT_wpe || i == CT_GPT_qkvw || i == CT_GPT_attprojw ||
+           i == CT_GPT_fcw || i == CT_GPT_fcprojw;
+}
+
+static void plan_arena(arena_plan *a, const ct_gpt_config *c, int B, int T) {
+    size_t L = (size_t)c->layers, C = (size_t)c->channels, NH = (size_t)c->heads;
+    size_t BT = (size_t)B * T, BTC = BT * C, att = (size_t)B * NH * T * T;
+    size_t o = 0;
+#define REGION(f, n) (a->f = o, o += ((size_t)(n) + 15) / 16 * 16) /* 64-byte aligned starts */
+    REGION(tokens, BT);
+    REGION(targets, BT);
+    REGION(enc, BTC);
+    REGION(ln1, L * BTC);
+    REGION(ln1m, L * BT);
+    REGION(ln1r, L * BT);
+    REGION(qkv, L * 3 * BTC);
+    REGION(qkvr, L * 3 * BTC);
+    REGION(att, L * att);
+    REGION(atty, L * BTC);
+    REGION(res2, L * BTC);
+    REGION(ln2, L * BTC);
+    REGION(ln2m, L * BT);
+    REGION(ln2r, L * BT);
+    REGION(fch, L * 4 * BTC);
+    REGION(fchg, L * 4 * BTC);
+    REGION(res3, L * BTC);
+    REGION(lnf, BTC);
+    REGION(lnfm, BT);
+    REGION(lnfr, BT);
+    REGION(logits, BT * (size_t)c->padded_vocab);
+    REGION(losses, BT);
+    REGION(lse, BT);
+    REGION(loss, 1);
+    REGION(norm, 1);
+    REGION(partials, CT_NORM_PARTIALS);
+    REGION(proj, BTC);
+    REGION(vaccum, BTC);
+    REGION(dres, BTC);
+    REGION(dA, 4 * BTC);
+    REGION(dB, 4 * BTC);
+    REGION(dqkvr, 3 * BTC);
+    REGION(datt, att);
+    REGION(dvaccum, BTC);
+#undef REGION
+    a->total = o;
+}
+
+ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
+                          const ct_coords *coords, ct_device *dev, int max_B, int max_T,
+                          ct_err *err) {
+    ct_status st = CT_OK;
+    ct_model *m = NULL;
+    *out = NULL;
+    if (!cfg || !layout || !coords || !dev)
+        return CT_ERR(err, CT_ERR_ARG, "ct_model_create: config, layout, coords and device needed");
+    if (cfg->layers < 1 || cfg->heads < 1 || cfg->channels < 1 || cfg->vocab < 1 ||
+        cfg->max_seq < 1 || cfg->padded_vocab < cfg->vocab)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "ct_model_create: bad config (L=%d NH=%d C=%d V=%d Vp=%d maxT=%d): all must "
+                      "be positive and Vp >= V",
+                      cfg->layers, cfg->heads, cfg->channels, cfg->vocab, cfg->padded_vocab,
+                      cfg->max_seq);
+    if (cfg->channels % cfg->heads != 0)
+        return CT_ERR(err, CT_ERR_ARG, "ct_model_create: heads (%d) must divide channels (%d)",
+                      cfg->heads, cfg->channels);
+    if (max_B < 1 || max_T < 1 || max_T > cfg->max_seq)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "ct_model_create: batch %d and sequence %d must be positive, sequence <= "
+                      "max_seq %d",
+                      max_B, max_T, cfg->max_seq);
+    if ((double)max_B * max_T * cfg->padded_vocab >= 2147483647.0 ||
+        (double)max_B * max_T * 4 * cfg->channels >= 2147483647.0 ||
+        (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0)
+        return CT_ERR(err, CT_ERR_UNSUPPORTED,
+                      "ct_model_create: batch %d x sequence %d is too large (a tensor would exceed "
+                      "2^31 elements)",
+                      max_B, max_T);
+    if (layout->dp != 1 || layout->tp != 1 || layout->pp != 1 || coords->dp_rank != 0 ||
+        coords->tp_rank != 0 || coords->pp_rank != 0)
+        return CT_ERR(err, CT_ERR_UNSUPPORTED,
+                      "ct_model_create: layout dp=%d tp=%d pp=%d is not supported yet (only 1x1x1)",
+                      layout->dp, layout->tp, layout->pp);
+    m = calloc(1, sizeof *m);
+    if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
+    m->cfg = *cfg;
+    m->layout = *layout;
+    m->coords = *coords;
+    m->dev = dev;
+    m->max_B = max_B;
+    m->max_T = max_T;
+    m->nparams = ct_gpt_param_sizes(cfg, m->sizes);
+    size_t o = 0;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        m->offs[i] = o;
+        o += m->sizes[i];
+    }
+    plan_arena(&m->a, cfg, max_B, max_T);
+    size_t pb = m->nparams * sizeof(float);
+    if ((st = ct_buffer_alloc(dev, CT_MEM_PARAMS, "params", pb, &m->params)) != CT_OK ||
+        (st = ct_buffer_alloc(dev, CT_MEM_GRADS, "grads", pb, &m->grads)) != CT_OK ||
+        (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_m", pb, &m->adam_m)) != CT_OK ||
+        (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_v", pb, &m->adam_v)) != CT_OK ||
+        (st = ct_buffer_alloc(dev, CT_MEM_ACTIVATIONS, "activations", m->a.total * sizeof(float),
+                              &m->acts)) != CT_OK) {
+        CT_ERR(err, st, "ct_model_create: %s", ct_device_errmsg(dev));
+        goto cleanup;
+    }
+    if ((st = ct_ops_warmup(dev)) != CT_OK) {
+        CT_ERR(err, st, "ct_model_create: building the engine kernels: %s", ct_device_errmsg(dev));
+        goto cleanup;
+    }
+    *out = m;
+    return CT_OK;
+cleanup:
+    ct_model_free(m);
+    return st;
+}
+
+void ct_model_free(ct_model *m) {
+    if (!m) return;
+    ct_buffer_free(m->params);
+    ct_buffer_free(m->grads);
+    ct_buffer_free(m->adam_m);
+    ct_buffer_free(m->adam_v);
+    ct_buffer_free(m->acts);
+    free(m);
+}
+
+const ct_gpt_config *ct_model_config(const ct_model *m) { return &m->cfg; }
+ct_device *ct_model_device(const ct_model *m) { return m->dev; }
+const char *ct_model_errmsg(const ct_model *m) { return m->err.msg; }
+size_t ct_model_num_params(const ct_model *m) { return m->nparams; }
+ct_buffer *ct_model_params_buffer(ct_model *m) { return m->params; }
+ct_buffer *ct_model_grads_buffer(ct_model *m) { return m->grads; }
+ct_buffer *ct_model_adam_m_buffer(ct_model *m) { return m->adam_m; }
+ct_buffer *ct_model_adam_v_buffer(ct_model *m) { return m->adam_v; }
+
+void ct_model_tensor(const ct_model *m, int i, size_t *offset, size_t *count) {
+    int ok = i >= 0 && i < CT_GPT_NUM_TENSORS;
+    if (offset) *offset = ok ? m->offs[i] : 0;
+    if (count) *count = ok ? m->sizes[i] : 0;
+}
+
+double ct_gpt_flops_per_token(const ct_gpt_config *c, int T) {
+    size_t sizes[CT_GPT_NUM_TENSORS];
+    double n = (double)ct_gpt_param_sizes(c, sizes);
+    return 6.0 * n + 6.0 * c->layers * (double)c->channels * T;
+}
+
+/* ------------------------------------------------------------------ host copies */
+
+static ct_status copy_flat(ct_model *m, ct_buffer *b, const float *src, float *dst, size_t n,
+                           const char *what) {
+    if (n != m->nparams)
+        return CT_ERR(&m->err, CT_ERR_ARG, "%s: %zu floats given, the model has %zu", what, n,
+                      m->nparams);
+    ct_status st = src ? ct_buffer_write(b, 0, src, n * sizeof(float))
+                       : ct_buffer_read(b, 0, dst, n * sizeof(float));
+    return dev_fail(m, st, what);
+}
+
+ct_status ct_model_set_params(ct_model *m, const float *h, size_t n) {
+    m->fwd_valid = 0;
+    return copy_flat(m, m->params, h, NULL, n, "ct_model_set_params");
+}
+ct_status ct_model_get_params(ct_model *m, float *h, size_t n) {
+    return copy_flat(m, m->params, NULL, h, n, "ct_model_get_params");
+}
+ct_status ct_model_set_grads(ct_model *m, const float *h, size_t n) {
+    return copy_flat(m, m->grads, h, NULL, n, "ct_model_set_grads");
+}
+ct_status ct_model_get_grads(ct_model *m, float *h, size_t n) {
+    return copy_flat(m, m->grads, NULL, h, n, "ct_model_get_grads");
+}
+ct_status ct_model_set_optimizer(ct_model *m, const float *am, const float *av, size_t n) {
+    ct_status st = CT_OK;
+    if (am) st = copy_flat(m, m->adam_m, am, NULL, n, "ct_model_set_optimizer (m)");
+    if (st == CT_OK && av) st = copy_flat(m, m->adam_v, av, NULL, n, "ct_model_set_optimizer (v)");
+    return st;
+}
+ct_status ct_model_get_optimizer(ct_model *m, float *am, float *av, size_t n) {
+    ct_status st = CT_OK;
+    if (am) st = copy_flat(m, m->adam_m, NULL, am, n, "ct_model_get_optimizer (m)");
+    if (st == CT_OK && av) st = copy_flat(m, m->adam_v, NULL, av, n, "ct_model_get_optimizer (v)");
+    return st;
+}
+
+/* ------------------------------------------------------------------ init */
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Standard normal number `i` of the stream `seed` (Box-Muller on two counter-based uniforms). */
+static double normal_at(uint64_t seed, uint64_t i) {
+    uint64_t k = splitmix64(seed);
+    double u1 = ((double)(splitmix64(k ^ (2 * i)) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+    double u2 = (double)(splitmix64(k ^ (2 * i + 1)) >> 11) * 0x1.0p-53;     /* [0, 1) */
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+ct_status ct_model_init_random(ct_model *m, uint64_t seed) {
+    ct_status st = CT_OK;
+    float *h = malloc(m->nparams * sizeof *h);
+    if (!h) return CT_ERR(&m->err, CT_ERR_NOMEM, "ct_model_init_random: out of host memory");
+    const ct_gpt_config *c = &m->cfg;
+    double resid = 0.02 / sqrt(2.0 * c->layers);
+    for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
+        float *p = h + m->offs[t];
+        size_t n = m->sizes[t];
+        double std = 0.0, fill = 0.0;
+        size_t nrand = n;
+        switch (t) {
+        case CT_GPT_wte: std = 0.02; nrand = (size_t)c->vocab * c->channels; break;
+        case CT_GPT_wpe: case CT_GPT_qkvw: case CT_GPT_fcw: std = 0.02; break;
+        case CT_GPT_attprojw: case CT_GPT_fcprojw: std = resid; break;
+        case CT_GPT_ln1w: case CT_GPT_ln2w: case CT_GPT_lnfw: fill = 1.0; break;
+        default: break; /* biases */
+        }
+        for (size_t i = 0; i < n; i++)
+            p[i] = (std > 0.0 && i < nrand) ? (float)(std * normal_at(seed, m->offs[t] + i))
+                                            : (float)(std > 0.0 ? 0.0 : fill);
+    }
+    st = ct_model_set_params(m, h, m->nparams);
+    free(h);
+    if (st == CT_OK) st = dev_fail(m, ct_buffer_zero(m->adam_m, 0, m->nparams * sizeof(float)), "init");
+    if (st == CT_OK) st = dev_fail(m, ct_buffer_zero(m->adam_v, 0, m->nparams * sizeof(float)), "init");
+    return st;
+}
+
+/* ------------------------------------------------------------------ forward / backward */
+
+static ct_status check_ids(ct_model *m, const int *ids, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab)
+            return CT_ERR(&m->err, CT_ERR_ARG,
+                          "ct_model_forward: %s[%zu] = %d is outside the vocabulary [0, %d)", what,
+                          i, ids[i], m->cfg.vocab);
+    return CT_OK;
+}
+
+#define PV(t) ct_view_of(pm, m->offs[CT_GPT_##t])
+#define GV(t) ct_view_of(gm, m->offs[CT_GPT_##t])
+#define AV(f) ct_view_of(am, m->a.f)
+
+ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, int B, int T,
+                           float *loss) {
+    ct_status st = CT_OK;
+    if (loss) *loss = NAN;
+    m->fwd_valid = 0;
+    if (!tokens || B < 1 || T < 1 || B > m->max_B || T > m->max_T)
+        return CT_ERR(&m->err, CT_ERR_ARG,
+                      "ct_model_forward: batch %d x sequence %d outside the planned %d x %d (or "
+                      "no tokens)",
+                      B, T, m->max_B, m->max_T);
+    size_t BT = (size_t)B * T;
+    if ((st = check_ids(m, tokens, BT, "tokens")) != CT_OK) return st;
+    if (targets && (st = check_ids(m, targets, BT, "targets")) != CT_OK) return st;
+    const ct_gpt_config *c = &m->cfg;
+    int L = c->layers, C = c->channels, NH = c->heads, Vp = c->padded_vocab;
+    size_t BTC = BT * C;
+    size_t attL = (size_t)m->max_B * NH * m->max_T * m->max_T; /* per-layer stride of att */
+    size_t lBTC = (size_t)m->max_B * m->max_T * C, lBT = (size_t)m->max_B * m->max_T;
+    cl_mem pm = ct_buffer_mem(m->params), am = ct_buffer_mem(m->acts);
+    RUN(OP_upload, ct_buffer_write(m->acts, m->a.tokens * sizeof(float), tokens, BT * sizeof(int)));
+    if (targets)
+        RUN(OP_upload,
+            ct_buffer_write(m->acts, m->a.targets * sizeof(float), targets, BT * sizeof(int)));
+    RUN(OP_encoder_fwd, ct_encoder_forward(m->dev, AV(enc), AV(tokens), PV(wte), PV(wpe), B, T, C, Vp));
+    for (int l = 0; l < L; l++) {
+        size_t lc = (size_t)l * C;
+        ct_view res = l ? ct_view_at(AV(res3), (l - 1) * lBTC) : AV(enc);
+        ct_view ln1 = ct_view_at(AV(ln1), l * lBTC), qkv = ct_view_at(AV(qkv), 3 * l * lBTC);
+        ct_view qkvr = ct_view_at(AV(qkvr), 3 * l * lBTC), att = ct_view_at(AV(att), l * attL);
+        ct_view atty = ct_view_at(AV(atty), l * lBTC), res2 = ct_view_at(AV(res2), l * lBTC);
+        ct_view ln2 = ct_view_at(AV(ln2), l * lBTC), fch = ct_view_at(AV(fch), 4 * l * lBTC);
+        ct_view fchg = ct_view_at(AV(fchg), 4 * l * lBTC), res3 = ct_view_at(AV(res3), l * lBTC);
+        RUN(OP_layernorm_fwd,
+            ct_layernorm_forward(m->dev, ln1, ct_view_at(AV(ln1m), l * lBT),
+                                 ct_view_at(AV(ln1r), l * lBT), res, ct_view_at(PV(ln1w), lc),
+                                 ct_view_at(PV(ln1b), lc), B, T, C));
+        RUN(OP_matmul_qkv_fwd,
+            ct_matmul_forward(m->dev, qkv, ln1, ct_view_at(PV(qkvw), lc * 3 * C),
+                              ct_view_at(PV(qkvb), 3 * lc), B, T, C, 3 * C));
+        RUN(OP_attention_fwd,
+            ct_attention_forward(m->dev, atty, qkvr, att, qkv, AV(vaccum), B, T, C, NH));
+        RUN(OP_matmul_attproj_fwd,
+            ct_matmul_forward(m->dev, AV(proj), atty, ct_view_at(PV(attprojw), lc * C),
+                              ct_view_at(PV(attprojb), lc), B, T, C, C));
+        RUN(OP_residual_fwd, ct_residual_forward(m->dev, res2, res, AV(proj), BTC));
+        RUN(OP_layernorm_fwd,
+            ct_layernorm_forward(m->dev, ln2, ct_view_at(AV(ln2m), l * lBT),
+                                 ct_view_at(AV(ln2r), l * lBT), res2, ct_view_at(PV(ln2w), lc),
+                                 ct_view_at(PV(ln2b), lc), B, T, C));
+        RUN(OP_matmul_fc_fwd,
+            ct_matmul_forward(m->dev, fch, ln2, ct_view_at(PV(fcw), lc * 4 * C),
+                              ct_view_at(PV(fcb), 4 * lc), B, T, C, 4 * C));
+        RUN(OP_gelu_fwd, ct_gelu_forward(m->dev, fchg, fch, 4 * BTC));
+        RUN(OP_matmul_fcproj_fwd,
+            ct_matmul_forward(m->dev, AV(proj), fchg, ct_view_at(PV(fcprojw), lc * 4 * C),
+                              ct_view_at(PV(fcprojb), lc), B, T, 4 * C, C));
+        RUN(OP_residual_fwd, ct_residual_forward(m->dev, res3, res2, AV(proj), BTC));
+    }
+    RUN(OP_layernorm_fwd,
+        ct_layernorm_forward(m->dev, AV(lnf), AV(lnfm), AV(lnfr),
+                             ct_view_at(AV(res3), (size_t)(L - 1) * lBTC), PV(lnfw), PV(lnfb), B, T,
+                             C));
+    RUN(OP_matmul_logits_fwd,
+        ct_matmul_forward(m->dev, AV(logits), AV(lnf), PV(wte), ct_view_none(), B, T, C, Vp));
+    m->B = B;
+    m->T = T;
+    m->have_targets = targets != NULL;
+    m->fwd_valid = 1;
+    if (targets) {
+        RUN(OP_crossentropy_fwd,
+            ct_crossentropy_forward(m->dev, AV(losses), AV(lse), AV(logits), AV(targets), B, T,
+                                    c->vocab, Vp));
+        RUN(OP_crossentropy_fwd, ct_mean_forward(m->dev, AV(loss), AV(losses), BT));
+        float lv = NAN;
+        RUN(OP_readback, ct_buffer_read(m->acts, m->a.loss * sizeof(float), &lv, sizeof lv));
+        if (loss) *loss = lv;
+    }
+cleanup:
+    if (st != CT_OK) {
+        m->fwd_valid = 0;
+        dev_fail(m, st, "ct_model_forward");
+    }
+    return st;
+}
+
+ct_status ct_model_logits(ct_model *m, float *host, size_t n) {
+    if (!m->fwd_valid)
+        return CT_ERR(&m->err, CT_ERR_STATE,
+                      "ct_model_logits: no valid forward (none yet, or a backward overwrote them)");
+    size_t want = (size_t)m->B * m->T * m->cfg.padded_vocab;
+    if (n != want)
+        return CT_ERR(&m->err, CT_ERR_ARG, "ct_model_logits: %zu floats given, logits are %zu", n,
+                      want);
+    return dev_fail(m, ct_buffer_read(m->acts, m->a.logits * sizeof(float), host, n * sizeof(float)),
+                    "ct_model_logits");
+}
+
+ct_status ct_model_zero_grad(ct_model *m) {
+    ct_status st = CT_OK;
+    RUN(OP_zero_grad, ct_buffer_zero(m->grads, 0, m->nparams * sizeof(float)));
+cleanup:
+    return dev_fail(m, st, "ct_model_zero_grad");
+}
+
+ct_status ct_model_backward(ct_model *m, float loss_scale) {
+    ct_status st = CT_OK;
+    if (!m->fwd_valid || !m->have_targets)
+        return CT_ERR(&m->err, CT_ERR_STATE,
+                      "ct_model_backward: needs a forward with targets first (and only one "
+                      "backward per forward)");
+    const ct_gpt_config *c = &m->cfg;
+    int B = m->B, T = m->T, L = c->layers, C = c->channels, NH = c->heads, Vp = c->padded_vocab;
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    size_t attL = (size_t)m->max_B * NH * m->max_T * m->max_T;
+    size_t lBTC = (size_t)m->max_B * m->max_T * C, lBT = (size_t)m->max_B * m->max_T;
+    cl_mem pm = ct_buffer_mem(m->params), gm = ct_buffer_mem(m->grads);
+    cl_mem am = ct_buffer_mem(m->acts);
+    m->fwd_valid = 0; /* the logits become their gradient */
+    RUN(OP_crossentropy_bwd,
+        ct_crossentropy_backward(m->dev, AV(logits), AV(logits), AV(lse), AV(targets),
+                                 loss_scale / (float)BT, B, T, c->vocab, Vp));
+    RUN(OP_matmul_logits_bwd, ct_matmul_backward(m->dev, AV(dA), GV(wte), ct_view_none(),
+                                                 AV(logits), AV(lnf), PV(wte), B, T, C, Vp));
+    RUN(OP_layernorm_bwd,
+        ct_layernorm_backward(m->dev, AV(dres), GV(lnfw), GV(lnfb), AV(dA),
+                              ct_view_at(AV(res3), (size_t)(L - 1) * lBTC), PV(lnfw), AV(lnfm),
+                              AV(lnfr), B, T, C, 0));
+    for (int l = L - 1; l >= 0; l--) {
+        size_t lc = (size_t)l * C;
+        ct_view res = l ? ct_view_at(AV(res3), (l - 1) * lBTC) : AV(enc);
+        ct_view ln1 = ct_view_at(AV(ln1), l * lBTC);
+        ct_view qkvr = ct_view_at(AV(qkvr), 3 * l * lBTC), att = ct_view_at(AV(att), l * attL);
+        ct_view atty = ct_view_at(AV(atty), l * lBTC), res2 = ct_view_at(AV(res2), l * lBTC);
+        ct_view ln2 = ct_view_at(AV(ln2), l * lBTC), fch = ct_view_at(AV(fch), 4 * l * lBTC);
+        ct_view fchg = ct_view_at(AV(fchg), 4 * l * lBTC);
+        RUN(OP_matmul_fcproj_bwd,
+            ct_matmul_backward(m->dev, AV(dA), ct_view_at(GV(fcprojw), lc * 4 * C),
+                               ct_view_at(GV(fcprojb), lc), AV(dres), fchg,
+                               ct_view_at(PV(fcprojw), lc * 4 * C), B, T, 4 * C, C));
+        RUN(OP_gelu_bwd, ct_gelu_backward(m->dev, AV(dB), fch, AV(dA), 4 * BTC));
+        RUN(OP_matmul_fc_bwd,
+            ct_matmul_backward(m->dev, AV(dA), ct_view_at(GV(fcw), lc * 4 * C),
+                               ct_view_at(GV(fcb), 4 * lc), AV(dB), ln2,
+                               ct_view_at(PV(fcw), lc * 4 * C), B, T, C, 4 * C));
+        RUN(OP_layernorm_bwd,
+            ct_layernorm_backward(m->dev, AV(dres), ct_view_at(GV(ln2w), lc),
+                                  ct_view_at(GV(ln2b), lc), AV(dA), res2,
+                                  ct_view_at(PV(ln2w), lc), ct_view_at(AV(ln2m), l * lBT),
+                                  ct_view_at(AV(ln2r), l * lBT), B, T, C, 1));
+        RUN(OP_matmul_attproj_bwd,
+            ct_matmul_backward(m->dev, AV(dA), ct_view_at(GV(attprojw), lc * C),
+                               ct_view_at(GV(attprojb), lc), AV(dres), atty,
+                               ct_view_at(PV(attprojw), lc * C), B, T, C, C));
+        RUN(OP_attention_bwd,
+            ct_attention_backward(m->dev, AV(dB), AV(dqkvr), AV(datt), AV(dvaccum), AV(dA), qkvr,
+                                  att, B, T, C, NH));
+        RUN(OP_matmul_qkv_bwd,
+            ct_matmul_backward(m->dev, AV(dA), ct_view_at(GV(qkvw), lc * 3 * C),
+                               ct_view_at(GV(qkvb), 3 * lc), AV(dB), ln1,
+                               ct_view_at(PV(qkvw), lc * 3 * C), B, T, C, 3 * C));
+        RUN(OP_layernorm_bwd,
+            ct_layernorm_backward(m->dev, AV(dres), ct_view_at(GV(ln1w), lc),
+                                  ct_view_at(GV(ln1b), lc), AV(dA), res, ct_view_at(PV(ln1w), lc),
+                                  ct_view_at(AV(ln1m), l * lBT), ct_view_at(AV(ln1r), l * lBT), B,
+                                  T, C, 1));
+    }
+    RUN(OP_encoder_bwd,
+        ct_encoder_backward(m->dev, GV(wte), GV(wpe), AV(dres), AV(tokens), B, T, C, Vp));
+cleanup:
+    return dev_fail(m, st, "ct_model_backward");
+}
+
+ct_status ct_model_grad_norm(ct_model *m, float *norm) {
+    ct_status st = CT_OK;
+    cl_mem am = ct_buffer_mem(m->acts);
+    ct_view partials = AV(partials);
+    RUN(OP_grad_norm, ct_global_norm_forward(m->dev, AV(norm), partials,
+                                             ct_view_of(ct_buffer_mem(m->grads), 0), m->nparams));
+    RUN(OP_readback, ct_buffer_read(m->acts, m->a.norm * sizeof(float), norm, sizeof *norm));
+cleanup:
+    return dev_fail(m, st, "ct_model_grad_norm");
+}
+
+ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, float eps,
+                              float weight_decay, float grad_clip, int t, float *norm_out) {
+    ct_status st = CT_OK;
+    cl_mem am = ct_buffer_mem(m->acts), pm = ct_buffer_mem(m->params);
+    cl_mem gm = ct_buffer_mem(m->grads), mm = ct_buffer_mem(m->adam_m);
+    cl_mem vm = ct_buffer_mem(m->adam_v);
+    int need_norm = grad_clip > 0.0f || norm_out;
+    if (need_norm)
+        RUN(OP_grad_norm, ct_global_norm_forward(m->dev, AV(norm), AV(partials),
+                                                 ct_view_of(gm, 0), m->nparams));
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        size_t o = m->offs[i];
+        RUN(OP_adamw,
+            ct_adamw_update(m->dev, ct_view_of(pm, o), ct_view_of(gm, o), ct_view_of(mm, o),
+                            ct_view_of(vm, o), need_norm ? AV(norm) : ct_view_none(), grad_clip,
+                            m->sizes[i], lr, beta1, beta2, eps,
+                            ct_model_tensor_decays(i) ? weight_decay : 0.0f, t));
+    }
+    if (norm_out)
+        RUN(OP_readback, ct_buffer_read(m->acts, m->a.norm * sizeof(float), norm_out, sizeof(float)));
+    m->fwd_valid = 0;
+cleanup:
+    return dev_fail(m, st, "ct_model_adamw_step");
+}
+
+/* ------------------------------------------------------------------ profiling */
+
+void ct_model_profile_enable(ct_model *m, int on) { m->profile = on != 0; }
+
+void ct_model_profile_reset(ct_model *m) {
+    memset(m->prof_ms, 0, sizeof m->prof_ms);
+    memset(m->prof_calls, 0, sizeof m->prof_calls);
+}
+
+int ct_model_profile_get(const ct_model *m, ct_model_op_time *out, int max) {
+    int n = 0;
+    for (int i = 0; i < OP__COUNT && n < max; i++)
+        if (m->prof_calls[i] > 0) {
+            out[n].name = op_names[i];
+            out[n].ms = m->prof_ms[i];
+            out[n].calls = m->prof_calls[i];
+            n++;
+        }
+    return n;
+}

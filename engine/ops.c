@@ -1,0 +1,368 @@
+/* ops.c - host wrappers of the engine's device ops: argument checks, kernel lookup, launch.
+ *
+ * Every wrapper only enqueues (kernels on the device's in-order queue, GEMMs through ct_gemm);
+ * nothing is read back or allocated. Kernels are fetched from the device's program cache by
+ * (file, kernel name); 1-D launches round the global size up to a multiple of a work-group size
+ * that is never above CL_KERNEL_WORK_GROUP_SIZE, and kernels guard their index. */
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "ct_engine_ops.h"
+
+typedef struct karg {
+    size_t size;
+    const void *p;
+} karg;
+
+/* Argument makers; the compound literals live until the end of the enclosing block. */
+#define KMEM(v) {sizeof(cl_mem), &(v).mem}, {sizeof(cl_ulong), &(cl_ulong){(cl_ulong)(v).off}}
+#define KINT(x) {sizeof(cl_int), &(cl_int){(cl_int)(x)}}
+#define KUL(x) {sizeof(cl_ulong), &(cl_ulong){(cl_ulong)(x)}}
+#define KF(x) {sizeof(cl_float), &(cl_float){(cl_float)(x)}}
+#define NARGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const ct_cl_source *find_source(const char *file) {
+    for (int i = 0; i < ct_engine_kernels_count; i++)
+        if (!strcmp(ct_engine_kernels[i].name, file)) return &ct_engine_kernels[i];
+    return NULL;
+}
+
+static ct_status get_kernel(ct_device *dev, const char *file, const char *name, cl_kernel *k) {
+    const ct_cl_source *src = find_source(file);
+    if (!src)
+        return CT_ERR(ct_device_err(dev), CT_ERR_NOT_FOUND,
+                      "engine kernel source '%s.cl' is not embedded (build problem)", file);
+    return ct_kernel_get(dev, src, "", name, k);
+}
+
+/* Launch `name` from `file` over n work-items (1-D), work-group size `pref` or less. */
+static ct_status launch(ct_device *dev, const char *file, const char *name, size_t n, size_t pref,
+                        const karg *args, int nargs) {
+    if (n == 0) return CT_OK;
+    cl_kernel k = NULL;
+    ct_status st = get_kernel(dev, file, name, &k);
+    if (st != CT_OK) return st;
+    for (int i = 0; i < nargs; i++) {
+        st = ct_kernel_set_arg(dev, k, (cl_uint)i, args[i].size, args[i].p);
+        if (st != CT_OK) return st;
+    }
+    size_t wg = 0;
+    if (clGetKernelWorkGroupInfo(k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
+                                 NULL) != CL_SUCCESS ||
+        wg == 0)
+        wg = 1;
+    size_t local = 1;
+    while (local * 2 <= pref && local * 2 <= wg) local *= 2;
+    while (local > 1 && local > n) local /= 2; /* tiny ranges: do not pad far past n */
+    size_t global = (n + local - 1) / local * local;
+    return ct_kernel_launch(dev, k, 1, &global, &local, NULL);
+}
+
+static ct_status bad(ct_device *dev, const char *op, const char *what) {
+    return CT_ERR(ct_device_err(dev), CT_ERR_ARG, "%s: %s", op, what);
+}
+
+/* Shapes must be positive and every index the kernels compute must fit an int where they use one. */
+static int dims_ok(long long a, long long b, long long c) {
+    return a > 0 && b > 0 && c > 0 && a * b * c < (long long)INT_MAX;
+}
+
+#define NEED(cond, op, what)                           \
+    do {                                               \
+        if (!(cond)) return bad(dev, (op), (what));    \
+    } while (0)
+
+/* ------------------------------------------------------------------ warm-up */
+
+ct_status ct_ops_warmup(ct_device *dev) {
+    for (int i = 0; i < ct_engine_kernels_count; i++) {
+        cl_program p = NULL;
+        ct_status st = ct_program_get(dev, &ct_engine_kernels[i], "", &p);
+        if (st != CT_OK) return st;
+    }
+    return CT_OK;
+}
+
+/* ------------------------------------------------------------------ encoder */
+
+ct_status ct_encoder_forward(ct_device *dev, ct_view out, ct_view inp, ct_view wte, ct_view wpe,
+                             int B, int T, int C, int Vp) {
+    NEED(dims_ok(B, T, C) && Vp > 0, "ct_encoder_forward", "B, T, C, Vp must be positive");
+    karg a[] = {KMEM(out), KMEM(inp), KMEM(wte), KMEM(wpe), KINT(B * T), KINT(T), KINT(C),
+                KINT(Vp)};
+    return launch(dev, "encoder", "encoder_forward", (size_t)B * T * C, 256, a, NARGS(a));
+}
+
+ct_status ct_encoder_backward(ct_device *dev, ct_view dwte, ct_view dwpe, ct_view dout,
+                              ct_view inp, int B, int T, int C, int Vp) {
+    NEED(dims_ok(B, T, C) && Vp > 0, "ct_encoder_backward", "B, T, C, Vp must be positive");
+    ct_status st;
+    {
+        karg a[] = {KMEM(dwte), KMEM(dout), KMEM(inp), KINT(B * T), KINT(C), KINT(Vp)};
+        st = launch(dev, "encoder", "encoder_backward_wte", (size_t)C, 64, a, NARGS(a));
+        if (st != CT_OK) return st;
+    }
+    karg a[] = {KMEM(dwpe), KMEM(dout), KINT(B), KINT(T), KINT(C)};
+    return launch(dev, "encoder", "encoder_backward_wpe", (size_t)T * C, 256, a, NARGS(a));
+}
+
+/* ------------------------------------------------------------------ layernorm */
+
+ct_status ct_layernorm_forward(ct_device *dev, ct_view out, ct_view mean, ct_view rstd,
+                               ct_view inp, ct_view weight, ct_view bias, int B, int T, int C) {
+    NEED(dims_ok(B, T, C), "ct_layernorm_forward", "B, T, C must be positive");
+    karg a[] = {KMEM(out),    KMEM(mean), KMEM(rstd),   KMEM(inp),
+                KMEM(weight), KMEM(bias), KINT(B * T), KINT(C)};
+    return launch(dev, "layernorm", "layernorm_forward", (size_t)B * T, 64, a, NARGS(a));
+}
+
+ct_status ct_layernorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_view dbias,
+                                ct_view dout, ct_view inp, ct_view weight, ct_view mean,
+                                ct_view rstd, int B, int T, int C, int accumulate_dinp) {
+    NEED(dims_ok(B, T, C), "ct_layernorm_backward", "B, T, C must be positive");
+    ct_status st;
+    {
+        karg a[] = {KMEM(dweight), KMEM(dbias), KMEM(dout), KMEM(inp),
+                    KMEM(mean),    KMEM(rstd),  KINT(B * T), KINT(C)};
+        st = launch(dev, "layernorm", "layernorm_backward_dparams", (size_t)C, 64, a, NARGS(a));
+        if (st != CT_OK) return st;
+    }
+    karg a[] = {KMEM(dinp), KMEM(dout),  KMEM(inp), KMEM(weight),         KMEM(mean),
+                KMEM(rstd), KINT(B * T), KINT(C),   KINT(accumulate_dinp != 0)};
+    return launch(dev, "layernorm", "layernorm_backward_dinp", (size_t)B * T, 64, a, NARGS(a));
+}
+
+/* ------------------------------------------------------------------ bias, residual, gelu */
+
+ct_status ct_bias_forward(ct_device *dev, ct_view out, ct_view bias, size_t N, int OC) {
+    NEED(dims_ok((long long)N, OC, 1), "ct_bias_forward", "N, OC must be positive");
+    karg a[] = {KMEM(out), KMEM(bias), KINT(N), KINT(OC)};
+    return launch(dev, "elementwise", "bias_add", N * (size_t)OC, 256, a, NARGS(a));
+}
+
+ct_status ct_bias_backward(ct_device *dev, ct_view dbias, ct_view dout, size_t N, int OC) {
+    NEED(dims_ok((long long)N, OC, 1), "ct_bias_backward", "N, OC must be positive");
+    karg a[] = {KMEM(dbias), KMEM(dout), KINT(N), KINT(OC)};
+    return launch(dev, "elementwise", "bias_backward", (size_t)OC, 64, a, NARGS(a));
+}
+
+ct_status ct_residual_forward(ct_device *dev, ct_view out, ct_view a_, ct_view b_, size_t N) {
+    NEED(N < (size_t)INT_MAX, "ct_residual_forward", "N too large");
+    karg a[] = {KMEM(out), KMEM(a_), KMEM(b_), KINT(N)};
+    return launch(dev, "elementwise", "residual_forward", N, 256, a, NARGS(a));
+}
+
+ct_status ct_residual_backward(ct_device *dev, ct_view da, ct_view db, ct_view dout, size_t N) {
+    NEED(N < (size_t)INT_MAX, "ct_residual_backward", "N too large");
+    karg a[] = {KMEM(da), KMEM(db), KMEM(dout), KINT(N)};
+    return launch(dev, "elementwise", "residual_backward", N, 256, a, NARGS(a));
+}
+
+ct_status ct_gelu_forward(ct_device *dev, ct_view out, ct_view inp, size_t N) {
+    NEED(N < (size_t)INT_MAX, "ct_gelu_forward", "N too large");
+    karg a[] = {KMEM(out), KMEM(inp), KINT(N)};
+    return launch(dev, "elementwise", "gelu_forward", N, 256, a, NARGS(a));
+}
+
+ct_status ct_gelu_backward(ct_device *dev, ct_view dinp, ct_view inp, ct_view dout, size_t N) {
+    NEED(N < (size_t)INT_MAX, "ct_gelu_backward", "N too large");
+    karg a[] = {KMEM(dinp), KMEM(inp), KMEM(dout), KINT(N)};
+    return launch(dev, "elementwise", "gelu_backward", N, 256, a, NARGS(a));
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+ct_status ct_matmul_forward(ct_device *dev, ct_view out, ct_view inp, ct_view weight, ct_view bias,
+                            int B, int T, int C, int OC) {
+    NEED(dims_ok(B, T, C) && dims_ok(B, T, OC), "ct_matmul_forward", "B, T, C, OC must be positive");
+    size_t N = (size_t)B * T;
+    /* (N,C) x (OC,C)^T -> (N,OC) */
+    ct_status st = ct_gemm(dev, 0, 1, N, (size_t)OC, (size_t)C, 1.0f, inp.mem, inp.off, (size_t)C,
+                           weight.mem, weight.off, (size_t)C, 0.0f, out.mem, out.off, (size_t)OC,
+                           NULL);
+    if (st != CT_OK || !bias.mem) return st;
+    return ct_bias_forward(dev, out, bias, N, OC);
+}
+
+ct_status ct_matmul_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_view dbias,
+                             ct_view dout, ct_view inp, ct_view weight, int B, int T, int C,
+                             int OC) {
+    NEED(dims_ok(B, T, C) && dims_ok(B, T, OC), "ct_matmul_backward",
+         "B, T, C, OC must be positive");
+    size_t N = (size_t)B * T;
+    ct_status st = CT_OK;
+    if (dinp.mem) /* dinp (N,C) = dout (N,OC) . weight (OC,C) */
+        st = ct_gemm(dev, 0, 0, N, (size_t)C, (size_t)OC, 1.0f, dout.mem, dout.off, (size_t)OC,
+                     weight.mem, weight.off, (size_t)C, 0.0f, dinp.mem, dinp.off, (size_t)C, NULL);
+    if (st == CT_OK && dweight.mem) /* dweight (OC,C) += dout^T (OC,N) . inp (N,C) */
+        st = ct_gemm(dev, 1, 0, (size_t)OC, (size_t)C, N, 1.0f, dout.mem, dout.off, (size_t)OC,
+                     inp.mem, inp.off, (size_t)C, 1.0f, dweight.mem, dweight.off, (size_t)C, NULL);
+    if (st == CT_OK && dbias.mem) st = ct_bias_backward(dev, dbias, dout, N, OC);
+    return st;
+}
+
+/* ------------------------------------------------------------------ attention */
+
+ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_view att, ct_view inp,
+                               ct_view vaccum, int B, int T, int C, int NH) {
+    NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
+         "ct_attention_forward", "B, T, C, NH must be positive with NH dividing C");
+    int hs = C / NH;
+    size_t BNH = (size_t)B * NH, TT = (size_t)T * T, Ths = (size_t)T * hs;
+    size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
+    ct_status st;
+    {
+        karg a[] = {KMEM(qkvr), KMEM(inp), KINT(B), KINT(T), KINT(NH), KINT(hs)};
+        st = launch(dev, "attention", "qkv_to_heads", 3 * part, 256, a, NARGS(a));
+        if (st != CT_OK) return st;
+    }
+    /* att (T,T) = q (T,hs) . k^T per (b,h) */
+    st = ct_gemm_strided_batched(dev, 0, 1, (size_t)T, (size_t)T, (size_t)hs, 1.0f, qkvr.mem,
+                                 qkvr.off, (size_t)hs, Ths, qkvr.mem, qkvr.off + part, (size_t)hs,
+                                 Ths, 0.0f, att.mem, att.off, (size_t)T, TT, BNH, NULL);
+    if (st != CT_OK) return st;
+    {
+        float scale = 1.0f / sqrtf((float)hs);
+        karg a[] = {KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
+        st = launch(dev, "attention", "softmax_causal_forward", BNH * T, 64, a, NARGS(a));
+        if (st != CT_OK) return st;
+    }
+    /* vaccum (T,hs) = att (T,T) . v (T,hs) per (b,h) */
+    st = ct_gemm_strided_batched(dev, 0, 0, (size_t)T, (size_t)hs, (size_t)T, 1.0f, att.mem,
+                                 att.off, (size_t)T, TT, qkvr.mem, qkvr.off + 2 * part, (size_t)hs,
+                                 Ths, 0.0f, vaccum.mem, vaccum.off, (size_t)hs, Ths, BNH, NULL);
+    if (st != CT_OK) return st;
+    karg a[] = {KMEM(out), KMEM(vaccum), KINT(B), KINT(T), KINT(NH), KINT(hs)};
+    return launch(dev, "attention", "heads_to_seq", part, 256, a, NARGS(a));
+}
+
+ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_view datt,
+                                ct_view dvaccum, ct_view dout, ct_view qkvr, ct_view att, int B,
+                                int T, int C, int NH) {
+    NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
+         "ct_attention_backward", "B, T, C, NH must be positive with NH dividing C");
+    int hs = C / NH;
+    size_t BNH = (size_t)B * NH, TT = (size_t)T * T, Ths = (size_t)T * hs;
+    size_t part = (size_t)B * T * C;
+    ct_status st;
+    {
+        karg a[] = {KMEM(dvaccum), KMEM(dout), KINT(B), KINT(T), KINT(NH), KINT(hs)};
+        st = launch(dev, "attention", "seq_to_heads", part, 256, a, NARGS(a));
+        if (st != CT_OK) return st;
+    }
+    /* datt (T,T) = dvaccum (T,hs) . v^T */
+    st = ct_gemm_strided_batched(dev, 0, 1, (size_t)T, (size_t)T, (size_t)hs, 1.0f, dvaccum.mem,
+                                 dvaccum.off, (size_t)hs, Ths, qkvr.mem, qkvr.off + 2 * part,
+                                 (size_t)hs, Ths, 0.0f, datt.mem, datt.off, (size_t)T, TT, BNH, NULL);
+    if (st != CT_OK) return st;
+    /* dv (T,hs) = att^T (T,T) . dvaccum (T,hs) */
+    st = ct_gemm_strided_batched(dev, 1, 0, (size_t)T, (size_t)hs, (size_t)T, 1.0f, att.mem,
+                                 att.off, (size_t)T, TT, dvaccum.mem, dvaccum.off, (size_t)hs, Ths,
+                                 0.0f, dqkvr.mem, dqkvr.off + 2 * part, (size_t)hs, Ths, BNH, NULL);
+    if (st != CT_OK) return st;
+    {
+        float scale = 1.0f / sqrtf((float)hs);
+        karg a[] = {KMEM(datt), KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
+        st = launch(dev, "attention", "softmax_causal_backward", BNH * T, 64, a, NARGS(a));
+        if (st != CT_OK) return st;
+    }
+    /* dq (T,hs) = dpre (T,T) . k (T,hs) */
+    st = ct_gemm_strided_batched(dev, 0, 0, (size_t)T, (size_t)hs, (size_t)T, 1.0f, datt.mem,
+                                 datt.off, (size_t)T, TT, qkvr.mem, qkvr.off + part, (size_t)hs, Ths,
+                                 0.0f, dqkvr.mem, dqkvr.off, (size_t)hs, Ths, BNH, NULL);
+    if (st != CT_OK) return st;
+    /* dk (T,hs) = dpre^T (T,T) . q (T,hs) */
+    st = ct_gemm_strided_batched(dev, 1, 0, (size_t)T, (size_t)hs, (size_t)T, 1.0f, datt.mem,
+                                 datt.off, (size_t)T, TT, qkvr.mem, qkvr.off, (size_t)hs, Ths, 0.0f,
+                                 dqkvr.mem, dqkvr.off + part, (size_t)hs, Ths, BNH, NULL);
+    if (st != CT_OK) return st;
+    karg a[] = {KMEM(dinp), KMEM(dqkvr), KINT(B), KINT(T), KINT(NH), KINT(hs)};
+    return launch(dev, "attention", "heads_to_qkv", 3 * part, 256, a, NARGS(a));
+}
+
+/* ------------------------------------------------------------------ loss */
+
+ct_status ct_crossentropy_forward(ct_device *dev, ct_view losses, ct_view lse, ct_view logits,
+                                  ct_view targets, int B, int T, int V, int Vp) {
+    NEED(dims_ok(B, T, Vp) && V > 0 && V <= Vp, "ct_crossentropy_forward",
+         "B, T, V must be positive and V <= Vp");
+    karg a[] = {KMEM(losses), KMEM(lse), KMEM(logits), KMEM(targets),
+                KINT(B * T),  KINT(V),   KINT(Vp)};
+    return launch(dev, "loss", "crossentropy_forward", (size_t)B * T, 64, a, NARGS(a));
+}
+
+ct_status ct_crossentropy_backward(ct_device *dev, ct_view dlogits, ct_view logits, ct_view lse,
+                                   ct_view targets, float dloss, int B, int T, int V, int Vp) {
+    NEED(dims_ok(B, T, Vp) && V > 0 && V <= Vp, "ct_crossentropy_backward",
+         "B, T, V must be positive and V <= Vp");
+    size_t n = (size_t)B * T * Vp;
+    if (dlogits.mem != logits.mem || dlogits.off != logits.off) {
+        cl_int rc = clEnqueueCopyBuffer(ct_device_queue(dev), logits.mem, dlogits.mem,
+                                        logits.off * sizeof(float), dlogits.off * sizeof(float),
+                                        n * sizeof(float), 0, NULL, NULL);
+        if (rc != CL_SUCCESS)
+            return CT_ERR(ct_device_err(dev), CT_ERR_OPENCL,
+                          "ct_crossentropy_backward: copying logits failed (%s)",
+                          ct_cl_error_name(rc));
+    }
+    karg a[] = {KMEM(dlogits), KMEM(lse), KMEM(targets), KINT(B * T), KINT(V), KINT(Vp), KF(dloss)};
+    return launch(dev, "loss", "crossentropy_backward_inplace", n, 256, a, NARGS(a));
+}
+
+ct_status ct_mean_forward(ct_device *dev, ct_view out, ct_view inp, size_t N) {
+    NEED(N > 0 && N < (size_t)INT_MAX, "ct_mean_forward", "N must be positive");
+    karg a[] = {KMEM(out), KMEM(inp), KINT(N)};
+    return launch(dev, "loss", "mean_forward", 1, 1, a, NARGS(a));
+}
+
+/* ------------------------------------------------------------------ optimizer */
+
+ct_status ct_global_norm_forward(ct_device *dev, ct_view out, ct_view partials, ct_view inp,
+                                 size_t n) {
+    ct_status st;
+    {
+        /* The partial count is the global size, so launch exactly CT_NORM_PARTIALS items with a
+         * work-group size that divides it. */
+        cl_kernel k = NULL;
+        st = get_kernel(dev, "optim", "sumsq_partial", &k);
+        if (st != CT_OK) return st;
+        cl_ulong xo = inp.off, nn = n;
+        if ((st = ct_kernel_set_arg(dev, k, 0, sizeof(cl_mem), &partials.mem)) != CT_OK ||
+            (st = ct_kernel_set_arg(dev, k, 1, sizeof(cl_mem), &inp.mem)) != CT_OK ||
+            (st = ct_kernel_set_arg(dev, k, 2, sizeof xo, &xo)) != CT_OK ||
+            (st = ct_kernel_set_arg(dev, k, 3, sizeof nn, &nn)) != CT_OK)
+            return st;
+        if (partials.off != 0)
+            return bad(dev, "ct_global_norm_forward", "partials must start at offset 0");
+        size_t wg = 0;
+        if (clGetKernelWorkGroupInfo(k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg,
+                                     &wg, NULL) != CL_SUCCESS || wg == 0)
+            wg = 1;
+        size_t local = 1;
+        while (local * 2 <= 64 && local * 2 <= wg) local *= 2; /* a power of two divides 1024 */
+        size_t global = CT_NORM_PARTIALS;
+        st = ct_kernel_launch(dev, k, 1, &global, &local, NULL);
+        if (st != CT_OK) return st;
+    }
+    karg a[] = {KMEM(out), {sizeof(cl_mem), &partials.mem}, KINT(CT_NORM_PARTIALS)};
+    return launch(dev, "optim", "norm_finalize", 1, 1, a, NARGS(a));
+}
+
+ct_status ct_scale_by_clip(ct_device *dev, ct_view x, ct_view norm, float clip, size_t n) {
+    karg a[] = {KMEM(x), KMEM(norm), KF(clip), KUL(n)};
+    return launch(dev, "optim", "scale_by_clip", n, 256, a, NARGS(a));
+}
+
+ct_status ct_adamw_update(ct_device *dev, ct_view params, ct_view grads, ct_view m, ct_view v,
+                          ct_view norm, float clip, size_t n, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, int t) {
+    NEED(t >= 1, "ct_adamw_update", "step t must be >= 1");
+    NEED(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "ct_adamw_update",
+         "beta1 and beta2 must be in [0, 1)");
+    float bc1 = (float)(1.0 - pow(beta1, t)), bc2 = (float)(1.0 - pow(beta2, t));
+    karg a[] = {KMEM(params), KMEM(grads), KMEM(m),   KMEM(v),          KMEM(norm),
+                KF(clip),     KUL(n),      KF(lr),    KF(beta1),        KF(beta2),
+                KF(eps),      KF(weight_decay), KF(bc1), KF(bc2)};
+    return launch(dev, "optim", "adamw_update", n, 256, a, NARGS(a));
+}
