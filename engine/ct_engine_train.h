@@ -176,6 +176,22 @@ double ct_rng_uniform(ct_rng *r); /* [0, 1) with 53 random bits */
  * logits/temperature restricted to the top_k largest (top_k <= 0 or >= V: all). */
 int ct_sample_token(const float *logits, int V, double temperature, int top_k, ct_rng *rng);
 
+/* ---------------------------------------------------------------- generation (io_sample.c) */
+
+typedef struct ct_model ct_model;         /* ct_engine_model.h */
+typedef struct ct_tokenizer ct_tokenizer; /* ct_engine_io.h */
+
+/* tokens[0..n_prompt) is the prompt; fills tokens[n_prompt..len) one draw at a time, each from a
+ * forward over the last max_T tokens (max_T <= the model's max_T). */
+ct_status ct_generate(ct_model *m, int *tokens, int n_prompt, int len, int max_T,
+                      double temperature, int top_k, ct_rng *rng, ct_err *err);
+/* Print tokens as text through `tok` (may be NULL), as bytes when vocab <= 256, else as ids. */
+void ct_print_tokens(FILE *out, const int *tokens, int n, int vocab, const ct_tokenizer *tok);
+/* A prompt as tokens: bytes for vocab <= 256, else a comma-separated id list; empty gives one
+ * start token (a newline for bytes, else the end-of-text token `eot` or 50256 for GPT-2). */
+ct_status ct_prompt_parse(const char *prompt, int vocab, int eot, int *tokens, int cap, int *n,
+                          ct_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,488 @@
+/* train_gpt - train a GPT-2 model on one OpenCL device.
+ *
+ * Data: llm.c token shards (--data GLOB), a text file as bytes (--text FILE), or, with neither,
+ * the corpus embedded at build time (the project's own headers and docs). Model: new (--layers
+ * --heads --dim --seq --vocab), or an llm.c GPT-2 file (--init), or a checkpoint (--resume).
+ * One log line per step; JSON Lines with --metrics; checkpoints with --save; the final model as
+ * an llm.c file with --save-model; ends by printing a sample.
+ *
+ * Exit status: 0 done; 2 bad input (flag, value, shape, file, data, or a device too small),
+ * always with a message naming the problem; 1 a failure during training. Every file it writes
+ * appears complete or not at all (temporary file + rename). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ct_cl.h"
+#include "ct_engine.h"
+#include "ct_engine_io.h"
+#include "ct_engine_train.h"
+
+/* The embedded corpus (examples/engine.cmake). */
+extern const ct_cl_source ct_corpus[];
+extern const int ct_corpus_count;
+
+static void die(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "train_gpt: error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(code);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: train_gpt [--flag VALUE]...\n"
+            "Trains a GPT-2 model on one OpenCL device. With no flags: a small model on the text\n"
+            "embedded in the binary, ending with a sample. Exit status 2 on bad input.\n\n");
+    ct_opts_help(f, ct_train_opts, ct_train_opts_count);
+    fprintf(f, "\nThe device may also be chosen with the environment variable CT_DEVICE.\n");
+}
+
+/* Bytes of the embedded corpus, concatenated (malloc'd). */
+static unsigned char *corpus_bytes(size_t *n) {
+    size_t total = 0;
+    for (int i = 0; i < ct_corpus_count; i++) total += ct_corpus[i].len;
+    unsigned char *b = (unsigned char *)malloc(total ? total : 1);
+    if (!b) return NULL;
+    size_t at = 0;
+    for (int i = 0; i < ct_corpus_count; i++) {
+        memcpy(b + at, ct_corpus[i].text, ct_corpus[i].len);
+        at += ct_corpus[i].len;
+    }
+    *n = total;
+    return b;
+}
+
+/* Parameter and value checks that need no file or device. */
+static void check_params(const ct_train_params *p, ct_lr_schedule *sched) {
+    ct_err err = {0};
+    if (ct_lr_schedule_parse(p->lr_schedule, sched, &err)) die(2, "%s", err.msg);
+#define NEED(cond, ...)                          \
+    do {                                         \
+        if (!(cond)) die(2, __VA_ARGS__);        \
+    } while (0)
+    NEED(p->layers > 0, "--layers must be positive (got %d)", p->layers);
+    NEED(p->heads > 0, "--heads must be positive (got %d)", p->heads);
+    NEED(p->dim > 0, "--dim must be positive (got %d)", p->dim);
+    NEED(p->seq > 0, "--seq must be positive (got %d)", p->seq);
+    NEED(p->max_seq >= 0, "--max-seq must be >= 0 (got %d)", p->max_seq);
+    NEED(p->vocab >= 0, "--vocab must be >= 0 (got %d)", p->vocab);
+    NEED(p->batch > 0, "--batch must be positive (got %d)", p->batch);
+    NEED(p->total_batch >= 0, "--total-batch must be >= 0 (got %d)", p->total_batch);
+    NEED(p->steps >= 0, "--steps must be >= 0 (got %d)", p->steps);
+    NEED(p->lr > 0, "--lr must be positive (got %g)", p->lr);
+    NEED(p->warmup >= 0, "--warmup must be >= 0 (got %d)", p->warmup);
+    NEED(p->min_lr_frac >= 0 && p->min_lr_frac <= 1, "--min-lr-frac must be in [0, 1] (got %g)",
+         p->min_lr_frac);
+    NEED(p->beta1 >= 0 && p->beta1 < 1, "--beta1 must be in [0, 1) (got %g)", p->beta1);
+    NEED(p->beta2 >= 0 && p->beta2 < 1, "--beta2 must be in [0, 1) (got %g)", p->beta2);
+    NEED(p->eps > 0, "--eps must be positive (got %g)", p->eps);
+    NEED(p->weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", p->weight_decay);
+    NEED(p->grad_clip >= 0, "--grad-clip must be >= 0 (0 = off; got %g)", p->grad_clip);
+    NEED(p->shuffle == 0 || p->shuffle == 1, "--shuffle must be 0 or 1 (got %d)", p->shuffle);
+    NEED(p->eval_every >= 0, "--eval-every must be >= 0 (got %d)", p->eval_every);
+    NEED(p->eval_batches > 0, "--eval-batches must be positive (got %d)", p->eval_batches);
+    NEED(p->sample_every >= 0, "--sample-every must be >= 0 (got %d)", p->sample_every);
+    NEED(p->sample_len >= 0, "--sample-len must be >= 0 (got %d)", p->sample_len);
+    NEED(p->temperature >= 0, "--temperature must be >= 0 (got %g)", p->temperature);
+    NEED(p->top_k >= 0, "--top-k must be >= 0 (got %d)", p->top_k);
+    NEED(p->save_every >= 0, "--save-every must be >= 0 (got %d)", p->save_every);
+    NEED(!(p->save_every > 0 && !p->save[0]), "--save-every needs --save DIR");
+    NEED(p->val_frac >= 0 && p->val_frac < 1, "--val-frac must be in [0, 1) (got %g)", p->val_frac);
+    NEED(p->peak_tflops >= 0, "--peak-tflops must be >= 0 (got %g)", p->peak_tflops);
+    NEED(p->mem_cap_gb >= 0, "--mem-cap-gb must be >= 0 (got %g)", p->mem_cap_gb);
+    NEED(p->log_every > 0, "--log-every must be positive (got %d)", p->log_every);
+    NEED(!(p->data[0] && p->text[0]), "--data and --text are exclusive: give one");
+    NEED(!(p->init[0] && p->resume[0]),
+         "--init and --resume are exclusive (a checkpoint already holds the model)");
+    long long bt = (long long)p->batch * p->seq;
+    NEED(bt <= 1 << 30, "--batch x --seq = %lld tokens is too large", bt);
+    NEED(p->total_batch == 0 || p->total_batch % bt == 0,
+         "--total-batch %d is not a multiple of --batch x --seq = %lld", p->total_batch, bt);
+#undef NEED
+}
+
+/* The device's GEMM rate at the model's MLP shape (the compiled kernel is reused by training). */
+static double measure_gemm_tflops(ct_device *dev, int M, int N, int K) {
+    ct_buffer *a = NULL, *b = NULL, *c = NULL;
+    double best = 0;
+    if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm probe A", (size_t)M * K * 4, &a) ||
+        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm probe B", (size_t)N * K * 4, &b) ||
+        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm probe C", (size_t)M * N * 4, &c))
+        goto done;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = now_s();
+        if (ct_gemm(dev, 0, 1, (size_t)M, (size_t)N, (size_t)K, 1.0f, ct_buffer_mem(a), 0,
+                    (size_t)K, ct_buffer_mem(b), 0, (size_t)K, 0.0f, ct_buffer_mem(c), 0,
+                    (size_t)N, NULL) ||
+            ct_device_finish(dev))
+            goto done;
+        double dt = now_s() - t0;
+        if (rep > 0) {
+            double tf = 2.0 * M * N * K / dt / 1e12;
+            if (tf > best) best = tf;
+        }
+    }
+done:
+    ct_buffer_free(a);
+    ct_buffer_free(b);
+    ct_buffer_free(c);
+    return best;
+}
+
+static uint64_t mem_in_use(ct_device *dev) {
+    ct_mem_stats s;
+    ct_device_mem_stats(dev, &s);
+    return s.total_current;
+}
+
+/* Mean loss over the first `batches` windows of the validation stream. */
+static ct_status evaluate(ct_model *m, ct_loader *vl, int batches, int B, int T, int *in,
+                          int *tg, double *out) {
+    double sum = 0;
+    ct_err err = {0};
+    int64_t W = ct_loader_windows(vl);
+    int n = batches < W ? batches : (int)W;
+    for (int i = 0; i < n; i++) {
+        float loss = 0;
+        ct_status st = ct_loader_rows(vl, i, 0, B, in, tg, &err);
+        if (st == CT_OK) st = ct_model_forward(m, in, tg, B, T, &loss);
+        if (st != CT_OK) return st;
+        sum += loss;
+    }
+    *out = sum / n;
+    return CT_OK;
+}
+
+static void sample_and_print(ct_model *m, const ct_train_params *p, int T, const ct_tokenizer *tok,
+                             ct_rng *rng, int64_t step, ct_metrics *mx) {
+    const ct_gpt_config *c = ct_model_config(m);
+    ct_err err = {0};
+    int cap = p->sample_len + 1024;
+    int *tokens = (int *)malloc((size_t)cap * sizeof(int));
+    int n = 0;
+    if (!tokens) return;
+    if (ct_prompt_parse(p->prompt, c->vocab, tok ? ct_tokenizer_eot(tok) : -1, tokens, 1024, &n,
+                        &err) ||
+        ct_generate(m, tokens, n, n + p->sample_len, T, p->temperature, p->top_k, rng, &err)) {
+        fprintf(stderr, "train_gpt: sampling failed: %s\n", err.msg);
+        free(tokens);
+        return;
+    }
+    printf("---- sample at step %lld (temperature %g, top-k %d) ----\n", (long long)step,
+           p->temperature, p->top_k);
+    ct_print_tokens(stdout, tokens, n + p->sample_len, c->vocab, tok);
+    printf("----\n");
+    fflush(stdout);
+    char fields[64];
+    snprintf(fields, sizeof fields, "\"step\":%lld,\"tokens\":%d", (long long)step, p->sample_len);
+    ct_metrics_record(mx, "sample", fields);
+    free(tokens);
+}
+
+static void save_checkpoint(ct_model *m, const ct_train_params *p, int64_t step, int accum,
+                            const ct_rng *rng, size_t data_tokens) {
+    ct_err err = {0};
+    ct_checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    ck.cfg = *ct_model_config(m);
+    ck.nparams = ct_model_num_params(m);
+    ck.step = step;
+    memcpy(ck.rng, rng->s, sizeof ck.rng);
+    ck.loader_B = p->batch;
+    ck.loader_T = p->seq;
+    ck.loader_accum = accum;
+    ck.loader_shuffle = p->shuffle;
+    ck.loader_seed = (uint64_t)p->seed;
+    ck.data_tokens = data_tokens;
+    ck.params = (float *)malloc(ck.nparams * 4);
+    ck.m = (float *)malloc(ck.nparams * 4);
+    ck.v = (float *)malloc(ck.nparams * 4);
+    size_t need = ct_opts_format(NULL, 0, ct_train_opts, ct_train_opts_count, p);
+    ck.meta = (char *)malloc(need + 1);
+    if (!ck.params || !ck.m || !ck.v || !ck.meta) die(1, "no memory for a checkpoint");
+    ct_opts_format(ck.meta, need + 1, ct_train_opts, ct_train_opts_count, p);
+    if (ct_model_get_params(m, ck.params, ck.nparams) ||
+        ct_model_get_optimizer(m, ck.m, ck.v, ck.nparams))
+        die(1, "reading the model for a checkpoint failed: %s", ct_model_errmsg(m));
+    char path[1300];
+    if (ct_checkpoint_save_dir(p->save, &ck, path, sizeof path, &err))
+        die(1, "checkpoint not written: %s", err.msg);
+    printf("saved checkpoint %s (step %lld)\n", path, (long long)step);
+    ct_checkpoint_release(&ck);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (ct_opts_wants_help(argc - 1, argv + 1)) {
+        usage(stdout);
+        return 0;
+    }
+    ct_err err = {0};
+    ct_train_params p = ct_train_params_default();
+    if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err))
+        die(2, "%s", err.msg);
+    ct_lr_schedule sched;
+    check_params(&p, &sched);
+
+    /* 1. The model's shape: from a checkpoint, an llm.c file, or the flags. */
+    ct_checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    char ckpath[1300] = "";
+    ct_gpt_config cfg;
+    float *init_params = NULL;
+    size_t init_n = 0;
+    const char *origin;
+    if (p.resume[0]) {
+        if (ct_checkpoint_find(p.resume, ckpath, sizeof ckpath, &err) ||
+            ct_checkpoint_read(ckpath, &ck, &err))
+            die(2, "%s", err.msg);
+        cfg = ck.cfg;
+        origin = ckpath;
+    } else if (p.init[0]) {
+        if (ct_model_file_read(p.init, &cfg, &init_params, &init_n, &err)) die(2, "%s", err.msg);
+        origin = p.init;
+    } else {
+        int V = p.vocab ? p.vocab : (p.data[0] ? 50257 : 256);
+        cfg.vocab = V;
+        cfg.padded_vocab = (V + 127) / 128 * 128;
+        cfg.layers = p.layers;
+        cfg.heads = p.heads;
+        cfg.channels = p.dim;
+        cfg.max_seq = p.max_seq ? p.max_seq : p.seq;
+        if (p.dim % p.heads != 0)
+            die(2, "--heads %d does not divide --dim %d (the head size must be whole)", p.heads,
+                p.dim);
+        if (ct_gpt_config_check(&cfg, "the model of the flags", &err)) die(2, "%s", err.msg);
+        origin = "random init";
+    }
+    if (p.seq > cfg.max_seq)
+        die(2, "--seq %d is above the model's maximum sequence length maxT = %d (%s)", p.seq,
+            cfg.max_seq, origin);
+    int accum = p.total_batch ? p.total_batch / (p.batch * p.seq) : 1;
+    if (p.resume[0] && (ck.loader_B != p.batch || ck.loader_T != p.seq ||
+                        ck.loader_accum != accum || ck.loader_shuffle != p.shuffle ||
+                        ck.loader_seed != (uint64_t)p.seed))
+        fprintf(stderr,
+                "train_gpt: warning: the checkpoint was written with batch %d, seq %d, "
+                "accumulation %d, shuffle %d, seed %llu; this run uses %d, %d, %d, %d, %d, so the "
+                "data order differs from an uninterrupted run\n",
+                ck.loader_B, ck.loader_T, ck.loader_accum, ck.loader_shuffle,
+                (unsigned long long)ck.loader_seed, p.batch, p.seq, accum, p.shuffle, p.seed);
+
+    /* 2. Data. */
+    ct_data *train = NULL, *val = NULL;
+    if (p.data[0]) {
+        if (ct_data_open_shards(&train, p.data, &err)) die(2, "%s", err.msg);
+    } else if (p.text[0]) {
+        if (ct_data_open_text(&train, p.text, &err)) die(2, "%s", err.msg);
+    } else {
+        size_t n = 0;
+        unsigned char *b = corpus_bytes(&n);
+        if (!b) die(1, "no memory for the embedded corpus");
+        if (ct_data_open_bytes(&train, b, n, "the embedded corpus", &err)) die(2, "%s", err.msg);
+        free(b);
+    }
+    if (p.val_data[0]) {
+        if (ct_data_open_shards(&val, p.val_data, &err)) die(2, "%s", err.msg);
+    } else if (p.val_frac > 0 && p.eval_every > 0) {
+        if (ct_data_split_tail(train, p.val_frac, &val, &err)) die(2, "%s", err.msg);
+    }
+    if (ct_data_check_vocab(train, cfg.vocab, &err)) die(2, "%s", err.msg);
+    if (val && ct_data_check_vocab(val, cfg.vocab, &err)) die(2, "validation data: %s", err.msg);
+    ct_loader *loader = NULL, *vloader = NULL;
+    if (ct_loader_create(&loader, train, p.batch, p.seq, accum, p.shuffle, (uint64_t)p.seed, &err))
+        die(2, "%s", err.msg);
+    if (val && ct_loader_create(&vloader, val, p.batch, p.seq, 1, 0, 0, &err)) {
+        fprintf(stderr, "train_gpt: validation disabled: %s\n", err.msg);
+        ct_data_free(val);
+        val = NULL;
+    }
+    if (p.resume[0] && ck.data_tokens != ct_data_count(train))
+        fprintf(stderr,
+                "train_gpt: warning: the checkpoint was trained on %llu tokens, this data has "
+                "%zu; the data order differs from an uninterrupted run\n",
+                (unsigned long long)ck.data_tokens, ct_data_count(train));
+    ct_tokenizer *tok = NULL;
+    if (p.tokenizer[0]) {
+        if (ct_tokenizer_open(&tok, p.tokenizer, &err)) die(2, "%s", err.msg);
+        if (ct_tokenizer_vocab(tok) < cfg.vocab)
+            die(2, "tokenizer %s has %d tokens, the model %d", p.tokenizer,
+                ct_tokenizer_vocab(tok), cfg.vocab);
+    }
+
+    /* 3. Device and model. */
+    ct_device_info *list = NULL;
+    int ndev = 0, pick = 0, npick = 0;
+    const char *spec = p.device[0] ? p.device : ct_device_spec_env();
+    if (ct_device_list(&list, &ndev, &err) ||
+        ct_device_select(list, ndev, spec, 1, &pick, &npick, &err))
+        die(2, "%s", err.msg);
+    ct_device_opts dopts = ct_device_opts_default();
+    dopts.mem_cap = (uint64_t)(p.mem_cap_gb * 1073741824.0);
+    ct_device *dev = NULL;
+    if (ct_device_open(&dev, &list[pick], &dopts, &err)) die(2, "%s", err.msg);
+    ct_layout layout = {1, 1, 1, 0};
+    ct_coords coords = {0, 0, 0};
+    ct_model *model = NULL;
+    ct_status st = ct_model_create(&model, &cfg, &layout, &coords, dev, p.batch, p.seq, &err);
+    if (st != CT_OK)
+        die(2, "cannot build the model on %s: %s", list[pick].name, err.msg);
+    size_t np = ct_model_num_params(model);
+    int64_t start = 0;
+    ct_rng rng;
+    ct_rng_seed(&rng, (uint64_t)p.seed ^ 0x5A5A5A5A5A5A5A5Aull);
+    if (p.resume[0]) {
+        if (ck.nparams != np) die(2, "checkpoint %s holds %zu parameters, the model %zu", ckpath,
+                                  ck.nparams, np);
+        if (ct_model_set_params(model, ck.params, np) ||
+            ct_model_set_optimizer(model, ck.m, ck.v, np))
+            die(1, "loading the checkpoint into the model failed: %s", ct_model_errmsg(model));
+        start = ck.step;
+        memcpy(rng.s, ck.rng, sizeof rng.s);
+        ct_checkpoint_release(&ck);
+    } else if (init_params) {
+        if (init_n != np) die(2, "%s holds %zu parameters, the model %zu", p.init, init_n, np);
+        if (ct_model_set_params(model, init_params, np))
+            die(1, "loading %s failed: %s", p.init, ct_model_errmsg(model));
+        free(init_params);
+        init_params = NULL;
+    } else if (ct_model_init_random(model, (uint64_t)p.seed)) {
+        die(1, "initialisation failed: %s", ct_model_errmsg(model));
+    }
+    if (start > p.steps)
+        fprintf(stderr, "train_gpt: the checkpoint is at step %lld, past --steps %d: nothing to "
+                        "train\n", (long long)start, p.steps);
+
+    /* 4. Accounting and logs. */
+    double flops_tok = ct_train_flops_per_token(&cfg, p.seq);
+    double peak = p.peak_tflops;
+    const char *peak_src = "--peak-tflops";
+    if (peak <= 0) {
+        peak = measure_gemm_tflops(dev, p.batch * p.seq, 4 * cfg.channels, cfg.channels);
+        peak_src = "measured GEMM rate";
+    }
+    ct_metrics *mx = NULL;
+    if (ct_metrics_open(&mx, p.metrics, start > 0, &err)) die(2, "%s", err.msg);
+    printf("train_gpt: configuration\n");
+    ct_opts_log(stdout, ct_train_opts, ct_train_opts_count, &p);
+    printf("  device         = %s (%s, %s)\n", list[pick].name, list[pick].platform,
+           ct_device_type_str(list[pick].type));
+    printf("  model          = %s: L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %zu parameters\n", origin,
+           cfg.layers, cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab, cfg.max_seq, np);
+    printf("  data           = %s: %zu tokens in %d file(s), %lld steps per epoch\n",
+           ct_data_name(train), ct_data_count(train), ct_data_files(train),
+           (long long)ct_loader_windows(loader));
+    if (val)
+        printf("  validation     = %s: %zu tokens\n", ct_data_name(val), ct_data_count(val));
+    else
+        printf("  validation     = none\n");
+    printf("  batch          = %d rows x %d tokens x %d micro-batches = %d tokens per step\n",
+           p.batch, p.seq, accum, p.batch * p.seq * accum);
+    printf("  flops/token    = %.4g (6*N + 12*L*C*T)\n", flops_tok);
+    printf("  peak           = %.4g TFLOP/s (%s)\n", peak, peak_src);
+    printf("  start step     = %lld\n", (long long)start);
+    char cfgline[256];
+    snprintf(cfgline, sizeof cfgline,
+             "\"params\":%zu,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"seq\":%d,"
+             "\"tokens_per_step\":%d,\"peak_tflops\":%.6g",
+             np, cfg.layers, cfg.heads, cfg.channels, cfg.vocab, p.seq, p.batch * p.seq * accum,
+             peak);
+    ct_metrics_record(mx, "config", cfgline);
+
+    /* 5. Train. */
+    size_t bt = (size_t)p.batch * p.seq;
+    int *in = (int *)malloc(bt * sizeof(int)), *tg = (int *)malloc(bt * sizeof(int));
+    if (!in || !tg) die(1, "no memory for a batch");
+    double tokens_step = (double)bt * accum;
+    for (int64_t step = start; step < p.steps; step++) {
+        double t0 = now_s();
+        double lr = ct_lr_at(sched, p.lr, p.warmup, p.steps, p.min_lr_frac, step);
+        double loss_sum = 0;
+        float norm = 0;
+        st = ct_model_zero_grad(model);
+        for (int mb = 0; mb < accum && st == CT_OK; mb++) {
+            float loss = 0;
+            st = ct_loader_rows(loader, step, mb * p.batch, p.batch, in, tg, &err);
+            if (st == CT_OK) st = ct_model_forward(model, in, tg, p.batch, p.seq, &loss);
+            if (st == CT_OK) st = ct_model_backward(model, 1.0f / (float)accum);
+            loss_sum += loss;
+        }
+        if (st == CT_OK)
+            st = ct_model_adamw_step(model, (float)lr, (float)p.beta1, (float)p.beta2,
+                                     (float)p.eps, (float)p.weight_decay, (float)p.grad_clip,
+                                     (int)(step + 1), &norm);
+        if (st == CT_OK) st = ct_device_finish(dev);
+        if (st != CT_OK) die(1, "step %lld failed: %s", (long long)step, ct_model_errmsg(model));
+        double dt = now_s() - t0;
+        ct_step_metrics sm;
+        sm.step = step;
+        sm.loss = loss_sum / accum;
+        sm.lr = lr;
+        sm.grad_norm = norm;
+        sm.ms = dt * 1e3;
+        sm.tokens_per_s = tokens_step / dt;
+        sm.tflops = flops_tok * tokens_step / dt / 1e12;
+        sm.mfu = peak > 0 ? sm.tflops / peak : NAN;
+        sm.mem_bytes = mem_in_use(dev);
+        ct_metrics_train(mx, &sm);
+        if (!isfinite(sm.loss)) die(1, "the loss became %g at step %lld", sm.loss, (long long)step);
+        if (step % p.log_every == 0 || step + 1 == p.steps)
+            printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | %8.0f tok/s | "
+                   "%.4f TFLOP/s | MFU %5.2f%% | mem %.1f MiB\n",
+                   (long long)step + 1, p.steps, sm.loss, lr, norm, sm.ms, sm.tokens_per_s,
+                   sm.tflops, 100 * sm.mfu, sm.mem_bytes / 1048576.0);
+        int64_t done = step + 1;
+        int last = done == p.steps;
+        if (vloader && p.eval_every > 0 && (done % p.eval_every == 0 || last)) {
+            double vl = 0;
+            if (evaluate(model, vloader, p.eval_batches, p.batch, p.seq, in, tg, &vl))
+                die(1, "evaluation failed: %s", ct_model_errmsg(model));
+            printf("eval  %5lld | val loss %.6f\n", (long long)done, vl);
+            char f[96];
+            snprintf(f, sizeof f, "\"step\":%lld,\"val_loss\":%.9g", (long long)done, vl);
+            ct_metrics_record(mx, "eval", f);
+        }
+        if (p.sample_every > 0 && done % p.sample_every == 0 && !last)
+            sample_and_print(model, &p, p.seq, tok, &rng, done, mx);
+        if (p.save[0] && ((p.save_every > 0 && done % p.save_every == 0) || last))
+            save_checkpoint(model, &p, done, accum, &rng, ct_data_count(train));
+    }
+
+    /* 6. The end: the model file and a sample. */
+    if (p.save_model[0]) {
+        float *host = (float *)malloc(np * sizeof(float));
+        if (!host) die(1, "no memory to save the model");
+        if (ct_model_get_params(model, host, np)) die(1, "%s", ct_model_errmsg(model));
+        if (ct_model_file_write(p.save_model, &cfg, host, &err))
+            die(1, "model not written: %s", err.msg);
+        printf("saved model %s (llm.c GPT-2 format, fp32)\n", p.save_model);
+        free(host);
+    }
+    if (p.sample_len > 0) sample_and_print(model, &p, p.seq, tok, &rng, p.steps, mx);
+
+    free(in);
+    free(tg);
+    ct_metrics_close(mx);
+    ct_tokenizer_free(tok);
+    ct_model_free(model);
+    ct_device_free(dev);
+    ct_device_list_free(list);
+    ct_loader_free(loader);
+    ct_loader_free(vloader);
+    ct_data_free(train);
+    ct_data_free(val);
+    return 0;
+}
