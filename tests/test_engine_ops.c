@@ -1,0 +1,377 @@
+/* test_engine_ops.c - every device op of the engine, forward and backward, against its plain-C
+ * double-precision reference (engine/ref.c) on awkward shapes (B=3, T=7, C=20, NH=4, V=37,
+ * Vp=40, ...), with tensors placed at odd offsets inside their buffers, "=" outputs pre-filled
+ * with garbage (they must be overwritten) and "+=" outputs pre-filled with random values (they
+ * must be accumulated into). Also: bad shapes give a clear error, not a crash. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_cl.h"
+#include "ct_engine_ops.h"
+#include "ct_engine_ref.h"
+#include "ct_test.h"
+
+#define OFF 5 /* every tensor starts 5 floats into its buffer */
+
+static ct_device *g_dev;
+static uint64_t g_rng = 0x1234567ull;
+
+static double urand(void) { /* uniform [-1, 1) */
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(g_rng >> 11) * 0x1.0p-52 - 1.0;
+}
+
+/* A device tensor with its host mirror. */
+typedef struct dt {
+    ct_buffer *b;
+    ct_view v;
+    size_t n;
+    float *h;  /* host values (what was uploaded / what was read back) */
+    double *d; /* the same as doubles, for the reference */
+} dt;
+
+static dt dt_make(size_t n, double scale, double fill_garbage) {
+    dt t = {0};
+    t.n = n;
+    t.h = calloc(n ? n : 1, sizeof(float));
+    t.d = calloc(n ? n : 1, sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        t.h[i] = scale != 0 ? (float)(scale * urand()) : (float)fill_garbage;
+        t.d[i] = t.h[i];
+    }
+    CT_ASSERT_OK(ct_buffer_alloc(g_dev, CT_MEM_WORKSPACE, "test", (n + OFF + 3) * sizeof(float), &t.b),
+                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_buffer_write(t.b, OFF * sizeof(float), t.h, n * sizeof(float)),
+                 ct_device_errmsg(g_dev));
+    t.v = ct_view_of(ct_buffer_mem(t.b), OFF);
+    return t;
+}
+
+static dt dt_ints(size_t n, int lo, int hi) {
+    dt t = dt_make(n, 0, 0);
+    int *ids = (int *)t.h;
+    for (size_t i = 0; i < n; i++) ids[i] = lo + (int)((urand() + 1.0) * 0.5 * (hi - lo)) % (hi - lo);
+    CT_ASSERT_OK(ct_buffer_write(t.b, OFF * sizeof(float), ids, n * sizeof(int)),
+                 ct_device_errmsg(g_dev));
+    return t;
+}
+
+static void dt_read(dt *t) {
+    CT_ASSERT_OK(ct_device_finish(g_dev), ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_buffer_read(t->b, OFF * sizeof(float), t->h, t->n * sizeof(float)),
+                 ct_device_errmsg(g_dev));
+}
+
+static void dt_free(dt *t) {
+    ct_buffer_free(t->b);
+    free(t->h);
+    free(t->d);
+    memset(t, 0, sizeof *t);
+}
+
+/* Compare the device result t->h to the reference r (doubles). */
+static int close_to(const char *what, const dt *t, const double *r, double atol, double rtol) {
+    float *rf = malloc(t->n * sizeof(float));
+    for (size_t i = 0; i < t->n; i++) rf[i] = (float)r[i];
+    size_t w = 0;
+    double e = ct_test_max_err(t->h, rf, t->n, atol, rtol, &w);
+    ct_test_checks++;
+    int ok = e <= 1.0;
+    if (!ok)
+        CT__FAIL("%s: element %zu is %.9g, reference %.9g (err %.3g x tolerance)", what, w,
+                 (double)t->h[w], r[w], e);
+    free(rf);
+    return ok;
+}
+
+#define ATOL 2e-5
+#define RTOL 2e-4
+
+static void test_encoder(int B, int T, int C, int V, int Vp, int maxT) {
+    dt inp = dt_ints((size_t)B * T, 0, V), wte = dt_make((size_t)Vp * C, 1, 0);
+    dt wpe = dt_make((size_t)maxT * C, 1, 0), out = dt_make((size_t)B * T * C, 0, 7.0);
+    CT_ASSERT_OK(ct_encoder_forward(g_dev, out.v, inp.v, wte.v, wpe.v, B, T, C, Vp),
+                 ct_device_errmsg(g_dev));
+    dt_read(&out);
+    double *r = calloc(out.n, sizeof(double));
+    ct_ref_encoder_forward(r, (int *)inp.h, wte.d, wpe.d, B, T, C);
+    close_to("encoder_forward", &out, r, ATOL, RTOL);
+    /* backward: += into random grads */
+    dt dout = dt_make(out.n, 1, 0), dwte = dt_make(wte.n, 1, 0), dwpe = dt_make(wpe.n, 1, 0);
+    CT_ASSERT_OK(ct_encoder_backward(g_dev, dwte.v, dwpe.v, dout.v, inp.v, B, T, C, Vp),
+                 ct_device_errmsg(g_dev));
+    ct_ref_encoder_backward(dwte.d, dwpe.d, dout.d, (int *)inp.h, B, T, C);
+    dt_read(&dwte);
+    dt_read(&dwpe);
+    close_to("encoder_backward dwte", &dwte, dwte.d, ATOL, RTOL);
+    close_to("encoder_backward dwpe", &dwpe, dwpe.d, ATOL, RTOL);
+    free(r);
+    dt_free(&inp); dt_free(&wte); dt_free(&wpe); dt_free(&out);
+    dt_free(&dout); dt_free(&dwte); dt_free(&dwpe);
+}
+
+static void test_layernorm(int B, int T, int C) {
+    size_t N = (size_t)B * T, n = N * C;
+    dt inp = dt_make(n, 2, 0), w = dt_make(C, 1, 0), b = dt_make(C, 1, 0);
+    /* a non-zero mean per row, as a residual stream has */
+    for (size_t i = 0; i < n; i++) {
+        inp.h[i] += (float)(i / C % 5) - 2.0f;
+        inp.d[i] = inp.h[i];
+    }
+    ct_buffer_write(inp.b, OFF * sizeof(float), inp.h, n * sizeof(float));
+    dt out = dt_make(n, 0, 7.0), mean = dt_make(N, 0, 7.0), rstd = dt_make(N, 0, 7.0);
+    CT_ASSERT_OK(ct_layernorm_forward(g_dev, out.v, mean.v, rstd.v, inp.v, w.v, b.v, B, T, C),
+                 ct_device_errmsg(g_dev));
+    double *ro = calloc(n, sizeof(double)), *rm = calloc(N, sizeof(double)),
+           *rr = calloc(N, sizeof(double));
+    ct_ref_layernorm_forward(ro, rm, rr, inp.d, w.d, b.d, B, T, C);
+    dt_read(&out); dt_read(&mean); dt_read(&rstd);
+    close_to("layernorm_forward out", &out, ro, ATOL, RTOL);
+    close_to("layernorm_forward mean", &mean, rm, ATOL, RTOL);
+    close_to("layernorm_forward rstd", &rstd, rr, ATOL, RTOL);
+    for (int acc = 0; acc <= 1; acc++) {
+        dt dout = dt_make(n, 1, 0), dinp = acc ? dt_make(n, 1, 0) : dt_make(n, 0, 7.0);
+        dt dw = dt_make(C, 1, 0), db = dt_make(C, 1, 0);
+        if (!acc) memset(dinp.d, 0, n * sizeof(double));
+        CT_ASSERT_OK(ct_layernorm_backward(g_dev, dinp.v, dw.v, db.v, dout.v, inp.v, w.v, mean.v,
+                                           rstd.v, B, T, C, acc),
+                     ct_device_errmsg(g_dev));
+        ct_ref_layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, rm, rr, B, T, C);
+        dt_read(&dinp); dt_read(&dw); dt_read(&db);
+        close_to(acc ? "layernorm_backward dinp (+=)" : "layernorm_backward dinp (=)", &dinp,
+                 dinp.d, 1e-4, RTOL);
+        close_to("layernorm_backward dweight", &dw, dw.d, 1e-4, RTOL);
+        close_to("layernorm_backward dbias", &db, db.d, 1e-4, RTOL);
+        dt_free(&dout); dt_free(&dinp); dt_free(&dw); dt_free(&db);
+    }
+    free(ro); free(rm); free(rr);
+    dt_free(&inp); dt_free(&w); dt_free(&b); dt_free(&out); dt_free(&mean); dt_free(&rstd);
+}
+
+static void test_matmul(int B, int T, int C, int OC, int with_bias) {
+    size_t N = (size_t)B * T;
+    dt inp = dt_make(N * C, 1, 0), w = dt_make((size_t)OC * C, 1, 0), b = dt_make(OC, 1, 0);
+    dt out = dt_make(N * OC, 0, 7.0);
+    ct_view bias = with_bias ? b.v : ct_view_none();
+    CT_ASSERT_OK(ct_matmul_forward(g_dev, out.v, inp.v, w.v, bias, B, T, C, OC),
+                 ct_device_errmsg(g_dev));
+    double *r = calloc(out.n, sizeof(double));
+    ct_ref_matmul_forward(r, inp.d, w.d, with_bias ? b.d : NULL, B, T, C, OC);
+    dt_read(&out);
+    close_to("matmul_forward", &out, r, 1e-4, RTOL);
+    dt dout = dt_make(N * OC, 1, 0), dinp = dt_make(N * C, 0, 7.0);
+    dt dw = dt_make((size_t)OC * C, 1, 0), db = dt_make(OC, 1, 0);
+    memset(dinp.d, 0, dinp.n * sizeof(double));
+    CT_ASSERT_OK(ct_matmul_backward(g_dev, dinp.v, dw.v, with_bias ? db.v : ct_view_none(), dout.v,
+                                    inp.v, w.v, B, T, C, OC),
+                 ct_device_errmsg(g_dev));
+    ct_ref_matmul_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, inp.d, w.d, B, T, C, OC);
+    dt_read(&dinp); dt_read(&dw); dt_read(&db);
+    close_to("matmul_backward dinp", &dinp, dinp.d, 1e-4, RTOL);
+    close_to("matmul_backward dweight", &dw, dw.d, 1e-4, RTOL);
+    close_to(with_bias ? "matmul_backward dbias" : "matmul_backward dbias untouched", &db, db.d,
+             1e-4, RTOL);
+    free(r);
+    dt_free(&inp); dt_free(&w); dt_free(&b); dt_free(&out);
+    dt_free(&dout); dt_free(&dinp); dt_free(&dw); dt_free(&db);
+}
+
+static void test_attention(int B, int T, int C, int NH) {
+    size_t BTC = (size_t)B * T * C, A = (size_t)B * NH * T * T;
+    dt inp = dt_make(3 * BTC, 1.5, 0), out = dt_make(BTC, 0, 7.0);
+    dt qkvr = dt_make(3 * BTC, 0, 7.0), att = dt_make(A, 0, 7.0), vacc = dt_make(BTC, 0, 7.0);
+    CT_ASSERT_OK(ct_attention_forward(g_dev, out.v, qkvr.v, att.v, inp.v, vacc.v, B, T, C, NH),
+                 ct_device_errmsg(g_dev));
+    double *ro = calloc(BTC, sizeof(double)), *ra = calloc(A, sizeof(double));
+    ct_ref_attention_forward(ro, ra, inp.d, B, T, C, NH);
+    dt_read(&out); dt_read(&att);
+    close_to("attention_forward out", &out, ro, ATOL, RTOL);
+    close_to("attention_forward att (incl. exact zeros above the diagonal)", &att, ra, 1e-6, RTOL);
+    dt dout = dt_make(BTC, 1, 0), dinp = dt_make(3 * BTC, 0, 7.0);
+    dt dqkvr = dt_make(3 * BTC, 0, 7.0), datt = dt_make(A, 0, 7.0), dvacc = dt_make(BTC, 0, 7.0);
+    memset(dinp.d, 0, dinp.n * sizeof(double));
+    CT_ASSERT_OK(ct_attention_backward(g_dev, dinp.v, dqkvr.v, datt.v, dvacc.v, dout.v, qkvr.v,
+                                       att.v, B, T, C, NH),
+                 ct_device_errmsg(g_dev));
+    ct_ref_attention_backward(dinp.d, dout.d, inp.d, ra, B, T, C, NH);
+    dt_read(&dinp);
+    close_to("attention_backward dinp", &dinp, dinp.d, 1e-4, RTOL);
+    free(ro); free(ra);
+    dt_free(&inp); dt_free(&out); dt_free(&qkvr); dt_free(&att); dt_free(&vacc);
+    dt_free(&dout); dt_free(&dinp); dt_free(&dqkvr); dt_free(&datt); dt_free(&dvacc);
+}
+
+static void test_elementwise(size_t N, int OC) {
+    dt x = dt_make(N, 4, 0), y = dt_make(N, 0, 7.0);
+    CT_ASSERT_OK(ct_gelu_forward(g_dev, y.v, x.v, N), ct_device_errmsg(g_dev));
+    double *r = calloc(N, sizeof(double));
+    ct_ref_gelu_forward(r, x.d, N);
+    dt_read(&y);
+    close_to("gelu_forward", &y, r, ATOL, RTOL);
+    dt dout = dt_make(N, 1, 0), dinp = dt_make(N, 0, 7.0);
+    memset(dinp.d, 0, N * sizeof(double));
+    CT_ASSERT_OK(ct_gelu_backward(g_dev, dinp.v, x.v, dout.v, N), ct_device_errmsg(g_dev));
+    ct_ref_gelu_backward(dinp.d, x.d, dout.d, N);
+    dt_read(&dinp);
+    close_to("gelu_backward", &dinp, dinp.d, ATOL, RTOL);
+    /* residual */
+    dt a = dt_make(N, 1, 0), b = dt_make(N, 1, 0), o = dt_make(N, 0, 7.0);
+    CT_ASSERT_OK(ct_residual_forward(g_dev, o.v, a.v, b.v, N), ct_device_errmsg(g_dev));
+    ct_ref_residual_forward(r, a.d, b.d, N);
+    dt_read(&o);
+    close_to("residual_forward", &o, r, ATOL, RTOL);
+    CT_ASSERT_OK(ct_residual_backward(g_dev, a.v, b.v, dout.v, N), ct_device_errmsg(g_dev));
+    ct_ref_residual_backward(a.d, b.d, dout.d, N);
+    dt_read(&a); dt_read(&b);
+    close_to("residual_backward da", &a, a.d, ATOL, RTOL);
+    close_to("residual_backward db", &b, b.d, ATOL, RTOL);
+    /* bias over (N/OC rows, OC) */
+    size_t rows = N / OC;
+    dt bias = dt_make(OC, 1, 0), m = dt_make(rows * OC, 1, 0), dbias = dt_make(OC, 1, 0);
+    CT_ASSERT_OK(ct_bias_forward(g_dev, m.v, bias.v, rows, OC), ct_device_errmsg(g_dev));
+    for (size_t i = 0; i < rows * OC; i++) m.d[i] += bias.d[i % OC];
+    dt_read(&m);
+    close_to("bias_forward", &m, m.d, ATOL, RTOL);
+    CT_ASSERT_OK(ct_bias_backward(g_dev, dbias.v, dout.v, rows, OC), ct_device_errmsg(g_dev));
+    for (size_t i = 0; i < rows * OC; i++) dbias.d[i % OC] += dout.d[i];
+    dt_read(&dbias);
+    close_to("bias_backward", &dbias, dbias.d, 1e-4, RTOL);
+    free(r);
+    dt_free(&x); dt_free(&y); dt_free(&dout); dt_free(&dinp); dt_free(&a); dt_free(&b);
+    dt_free(&o); dt_free(&bias); dt_free(&m); dt_free(&dbias);
+}
+
+static void test_crossentropy(int B, int T, int V, int Vp) {
+    size_t N = (size_t)B * T;
+    dt logits = dt_make(N * Vp, 5, 0), tg = dt_ints(N, 0, V);
+    /* the padding holds big values: they must not leak into the softmax */
+    for (size_t r = 0; r < N; r++)
+        for (int v = V; v < Vp; v++) logits.h[r * Vp + v] = 50.0f, logits.d[r * Vp + v] = 50.0;
+    ct_buffer_write(logits.b, OFF * sizeof(float), logits.h, logits.n * sizeof(float));
+    dt losses = dt_make(N, 0, 7.0), lse = dt_make(N, 0, 7.0), mean = dt_make(1, 0, 7.0);
+    CT_ASSERT_OK(ct_crossentropy_forward(g_dev, losses.v, lse.v, logits.v, tg.v, B, T, V, Vp),
+                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_mean_forward(g_dev, mean.v, losses.v, N), ct_device_errmsg(g_dev));
+    double *rl = calloc(N, sizeof(double)), rmean = 0;
+    ct_ref_crossentropy_forward(rl, logits.d, (int *)tg.h, B, T, V, Vp);
+    for (size_t i = 0; i < N; i++) rmean += rl[i] / (double)N;
+    dt_read(&losses); dt_read(&mean);
+    close_to("crossentropy_forward losses", &losses, rl, ATOL, RTOL);
+    close_to("mean_forward", &mean, &rmean, ATOL, RTOL);
+    double dloss = 1.0 / (double)N;
+    double *rd = calloc(logits.n, sizeof(double));
+    ct_ref_crossentropy_backward(rd, logits.d, (int *)tg.h, dloss, B, T, V, Vp);
+    /* out of place, then in place */
+    dt dl = dt_make(logits.n, 0, 7.0);
+    CT_ASSERT_OK(ct_crossentropy_backward(g_dev, dl.v, logits.v, lse.v, tg.v, (float)dloss, B, T,
+                                          V, Vp),
+                 ct_device_errmsg(g_dev));
+    dt_read(&dl);
+    close_to("crossentropy_backward", &dl, rd, 1e-7, RTOL);
+    CT_ASSERT_OK(ct_crossentropy_backward(g_dev, logits.v, logits.v, lse.v, tg.v, (float)dloss, B,
+                                          T, V, Vp),
+                 ct_device_errmsg(g_dev));
+    dt_read(&logits);
+    close_to("crossentropy_backward in place", &logits, rd, 1e-7, RTOL);
+    free(rl); free(rd);
+    dt_free(&logits); dt_free(&tg); dt_free(&losses); dt_free(&lse); dt_free(&mean); dt_free(&dl);
+}
+
+static void test_optim(size_t n) {
+    dt g = dt_make(n, 0.01, 0), nrm = dt_make(1, 0, 7.0);
+    ct_buffer *partials = NULL;
+    CT_ASSERT_OK(ct_buffer_alloc(g_dev, CT_MEM_WORKSPACE, "partials",
+                                 CT_NORM_PARTIALS * sizeof(float), &partials),
+                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_global_norm_forward(g_dev, nrm.v, ct_view_of(ct_buffer_mem(partials), 0), g.v, n),
+                 ct_device_errmsg(g_dev));
+    double rn = ct_ref_global_norm(g.d, n);
+    dt_read(&nrm);
+    close_to("global_norm", &nrm, &rn, 1e-7, 1e-5);
+    /* AdamW, three steps, with clipping active (clip below the norm) and weight decay */
+    dt p = dt_make(n, 1, 0), m = dt_make(n, 0, 0.0), v = dt_make(n, 0, 0.0);
+    double clip = rn * 0.5;
+    for (int t = 1; t <= 3; t++) {
+        CT_ASSERT_OK(ct_adamw_update(g_dev, p.v, g.v, m.v, v.v, nrm.v, (float)clip, n, 1e-2f, 0.9f,
+                                     0.95f, 1e-8f, 0.1f, t),
+                     ct_device_errmsg(g_dev));
+        ct_ref_adamw(p.d, g.d, m.d, v.d, n, clip / (rn + 1e-6), 1e-2, 0.9, 0.95, 1e-8, 0.1, t);
+    }
+    dt_read(&p); dt_read(&m); dt_read(&v);
+    close_to("adamw params", &p, p.d, 1e-6, 1e-5);
+    close_to("adamw m", &m, m.d, 1e-9, 1e-4);
+    close_to("adamw v", &v, v.d, 1e-12, 1e-4);
+    /* no clip, no norm buffer: plain AdamW */
+    dt p2 = dt_make(n, 1, 0), m2 = dt_make(n, 0, 0.0), v2 = dt_make(n, 0, 0.0);
+    CT_ASSERT_OK(ct_adamw_update(g_dev, p2.v, g.v, m2.v, v2.v, ct_view_none(), 0.0f, n, 1e-3f, 0.9f,
+                                 0.999f, 1e-8f, 0.0f, 1),
+                 ct_device_errmsg(g_dev));
+    ct_ref_adamw(p2.d, g.d, m2.d, v2.d, n, 1.0, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1);
+    dt_read(&p2);
+    close_to("adamw params (no clip, no decay)", &p2, p2.d, 1e-6, 1e-5);
+    /* scale by clip */
+    CT_ASSERT_OK(ct_scale_by_clip(g_dev, g.v, nrm.v, (float)clip, n), ct_device_errmsg(g_dev));
+    for (size_t i = 0; i < n; i++) g.d[i] *= clip / (rn + 1e-6);
+    dt_read(&g);
+    close_to("scale_by_clip", &g, g.d, 1e-9, 1e-5);
+    ct_buffer_free(partials);
+    dt_free(&g); dt_free(&nrm); dt_free(&p); dt_free(&m); dt_free(&v);
+    dt_free(&p2); dt_free(&m2); dt_free(&v2);
+}
+
+static void test_bad_input(void) {
+    dt x = dt_make(16, 1, 0);
+    CT_ASSERT_EQ_INT(ct_matmul_forward(g_dev, x.v, x.v, x.v, ct_view_none(), 0, 2, 2, 2), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "ct_matmul_forward");
+    CT_ASSERT_EQ_INT(ct_attention_forward(g_dev, x.v, x.v, x.v, x.v, x.v, 1, 2, 6, 4), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "NH dividing C");
+    CT_ASSERT_EQ_INT(ct_crossentropy_forward(g_dev, x.v, x.v, x.v, x.v, 1, 1, 9, 8), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "V <= Vp");
+    CT_ASSERT_EQ_INT(ct_adamw_update(g_dev, x.v, x.v, x.v, x.v, ct_view_none(), 0, 16, 1e-3f, 0.9f,
+                                     0.95f, 1e-8f, 0, 0),
+                     CT_ERR_ARG);
+    dt_free(&x);
+}
+
+int main(void) {
+    ct_err err = {0};
+    ct_device_info *list = NULL;
+    int n = 0, pick = 0, npick = 0;
+    if (ct_device_list(&list, &n, &err) ||
+        ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &npick, &err)) {
+        fprintf(stderr, "no OpenCL device: %s\n", err.msg);
+        return 1;
+    }
+    ct_device_opts o = ct_device_opts_default();
+    if (ct_device_open(&g_dev, &list[pick], &o, &err)) {
+        fprintf(stderr, "opening the device failed: %s\n", err.msg);
+        return 1;
+    }
+    printf("device: %s\n", list[pick].name);
+    test_encoder(3, 7, 20, 37, 40, 9);
+    test_encoder(1, 1, 3, 5, 5, 1);
+    test_layernorm(3, 7, 20);
+    test_layernorm(2, 5, 33);
+    test_matmul(3, 7, 20, 60, 1);
+    test_matmul(3, 7, 20, 37, 0);
+    test_matmul(2, 3, 65, 13, 1);
+    test_attention(3, 7, 20, 4);
+    test_attention(2, 1, 6, 2);
+    test_attention(1, 33, 24, 3);
+    test_elementwise(3 * 7 * 20, 20);
+    test_elementwise(1001, 13);
+    test_crossentropy(3, 7, 37, 40);
+    test_crossentropy(2, 5, 11, 11);
+    test_optim(10007);
+    test_optim(3);
+    test_bad_input();
+    ct_mem_stats ms;
+    ct_device_mem_stats(g_dev, &ms);
+    CT_ASSERT_EQ_INT(ms.live_buffers, 0);
+    ct_device_free(g_dev);
+    ct_device_list_free(list);
+    return ct_test_end("test_engine_ops");
+}
