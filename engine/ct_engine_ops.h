@@ -132,7 +132,7 @@ ct_status ct_mean_forward(ct_device *dev, ct_view out /* (1) = */, ct_view inp /
 
 /* ---- optimizer. The clip multiplier is PyTorch's clip_grad_norm_ one:
  * s = min(1, clip / (norm + 1e-6)), and s = 1 when clip <= 0 or norm is absent. */
-/* out[0] = ||inp||_2 over n elements. partials: scratch of CT_NORM_PARTIALS floats at offset 0. */
+/* out[0] = ||inp||_2 over n elements. partials: scratch of CT_NORM_PARTIALS floats. */
 ct_status ct_global_norm_forward(ct_device *dev, ct_view out /* (1) = */,
                                  ct_view partials /* (CT_NORM_PARTIALS) scratch */,
                                  ct_view inp /* (n) */, size_t n);

@@ -327,14 +327,13 @@ ct_status ct_global_norm_forward(ct_device *dev, ct_view out, ct_view partials, 
         cl_kernel k = NULL;
         st = get_kernel(dev, "optim", "sumsq_partial", &k);
         if (st != CT_OK) return st;
-        cl_ulong xo = inp.off, nn = n;
+        cl_ulong po = partials.off, xo = inp.off, nn = n;
         if ((st = ct_kernel_set_arg(dev, k, 0, sizeof(cl_mem), &partials.mem)) != CT_OK ||
-            (st = ct_kernel_set_arg(dev, k, 1, sizeof(cl_mem), &inp.mem)) != CT_OK ||
-            (st = ct_kernel_set_arg(dev, k, 2, sizeof xo, &xo)) != CT_OK ||
-            (st = ct_kernel_set_arg(dev, k, 3, sizeof nn, &nn)) != CT_OK)
+            (st = ct_kernel_set_arg(dev, k, 1, sizeof po, &po)) != CT_OK ||
+            (st = ct_kernel_set_arg(dev, k, 2, sizeof(cl_mem), &inp.mem)) != CT_OK ||
+            (st = ct_kernel_set_arg(dev, k, 3, sizeof xo, &xo)) != CT_OK ||
+            (st = ct_kernel_set_arg(dev, k, 4, sizeof nn, &nn)) != CT_OK)
             return st;
-        if (partials.off != 0)
-            return bad(dev, "ct_global_norm_forward", "partials must start at offset 0");
         size_t wg = 0;
         if (clGetKernelWorkGroupInfo(k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg,
                                      &wg, NULL) != CL_SUCCESS || wg == 0)
@@ -345,7 +344,7 @@ ct_status ct_global_norm_forward(ct_device *dev, ct_view out, ct_view partials, 
         st = ct_kernel_launch(dev, k, 1, &global, &local, NULL);
         if (st != CT_OK) return st;
     }
-    karg a[] = {KMEM(out), {sizeof(cl_mem), &partials.mem}, KINT(CT_NORM_PARTIALS)};
+    karg a[] = {KMEM(out), KMEM(partials), KINT(CT_NORM_PARTIALS)};
     return launch(dev, "optim", "norm_finalize", 1, 1, a, NARGS(a));
 }
 

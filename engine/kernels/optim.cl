@@ -3,23 +3,23 @@
  * optimizer step needs no host round trip. */
 
 /* partials[i] = sum of x[j]^2 for j = i, i+P, i+2P, ... (P = global size) */
-__kernel void sumsq_partial(__global float *partials, __global const float *x, ulong x_off,
-                            ulong n) {
+__kernel void sumsq_partial(__global float *partials, ulong p_off, __global const float *x,
+                            ulong x_off, ulong n) {
     size_t i = get_global_id(0), P = get_global_size(0);
     float s = 0.0f;
     for (size_t j = i; j < n; j += P) {
         float g = x[x_off + j];
         s += g * g;
     }
-    partials[i] = s;
+    partials[p_off + i] = s;
 }
 
 /* out[0] = sqrt(sum of the partials) */
 __kernel void norm_finalize(__global float *out, ulong out_off, __global const float *partials,
-                            int P) {
+                            ulong p_off, int P) {
     if (get_global_id(0) != 0) return;
     float s = 0.0f;
-    for (int i = 0; i < P; i++) s += partials[i];
+    for (int i = 0; i < P; i++) s += partials[p_off + i];
     out[out_off] = sqrt(s);
 }
 
