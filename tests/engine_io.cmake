@@ -12,3 +12,10 @@ target_include_directories(test_engine_io PRIVATE ${CMAKE_SOURCE_DIR}/engine)
 ct_add_test(NAME test_engine_io_train SOURCES test_engine_io_train.c ${CT_IO_HOST_SRC}
             LIBS ct_cl m LABELS unit TIMEOUT 60)
 target_include_directories(test_engine_io_train PRIVATE ${CMAKE_SOURCE_DIR}/engine)
+
+# Tests that need the model and a device.
+if(TARGET ct_engine)
+  ct_add_test(NAME test_engine_torch SOURCES test_engine_torch.c LIBS ct_engine m
+              LABELS opencl TIMEOUT 300)
+  target_compile_definitions(test_engine_torch PRIVATE CT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+endif()

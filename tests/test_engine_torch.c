@@ -1,0 +1,292 @@
+/* test_engine_torch.c - cltrain's GPT-2 against PyTorch (tests/torch_gpt2_ref.py, Debian's
+ * /usr/bin/python3 with python3-torch; a missing torch is a failure, not a skip).
+ *
+ * On identical weights (written by our llm.c writer) and tokens, in an awkward tiny shape
+ * (C=24, NH=3, V=50 padded to 64, T=9 < maxT=16): logits, loss and every gradient tensor agree
+ * to fp32 tolerance with PyTorch's float64 computation, and the losses of 10 AdamW steps agree to
+ * 1e-4 relative, with weight decay and clipping each on and off. Also the llm.c file round trips:
+ * ours -> file -> ours bit-exact, and a file PyTorch wrote is read, rewritten byte-identically,
+ * and gives PyTorch's logits. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ct_cl.h"
+#include "ct_engine.h"
+#include "ct_engine_io.h"
+#include "ct_test.h"
+
+#ifndef CT_SOURCE_DIR
+#define CT_SOURCE_DIR "."
+#endif
+
+static char dir[256];
+
+typedef struct ref_out {
+    int64_t B, T, Vp, n, K, V;
+    double *logits, loss, *grads, *losses;
+} ref_out;
+
+static void ref_free(ref_out *r) {
+    free(r->logits);
+    free(r->grads);
+    free(r->losses);
+    memset(r, 0, sizeof *r);
+}
+
+static int run_ref(const char *model, const char *batch, const char *extra, ref_out *r) {
+    char out[400], cmd[2000];
+    snprintf(out, sizeof out, "%s/ref.out", dir);
+    remove(out);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/torch_gpt2_ref.py --model %s --batch %s --out %s %s",
+             CT_SOURCE_DIR, model, batch, out, extra);
+    int rc = system(cmd);
+    if (rc != 0) {
+        fprintf(stderr,
+                "FAIL: the PyTorch reference did not run (status %d): %s\n"
+                "      it needs /usr/bin/python3 with torch (Debian: apt-get install python3-torch;"
+                " scripts/test installs it)\n",
+                rc, cmd);
+        return 0;
+    }
+    memset(r, 0, sizeof *r);
+    FILE *f = fopen(out, "rb");
+    if (!f) return 0;
+    int64_t h[16];
+    int ok = fread(h, 8, 16, f) == 16 && h[0] == 20241121 && h[1] == 1;
+    if (ok) {
+        r->B = h[2];
+        r->T = h[3];
+        r->Vp = h[4];
+        r->n = h[5];
+        r->K = h[6];
+        r->V = h[7];
+        size_t nl = (size_t)(r->B * r->T * r->Vp);
+        r->logits = (double *)malloc(nl * 8);
+        r->grads = (double *)malloc((size_t)r->n * 8);
+        r->losses = (double *)malloc((size_t)(r->K + 1) * 8);
+        ok = fread(r->logits, 8, nl, f) == nl && fread(&r->loss, 8, 1, f) == 1 &&
+             fread(r->grads, 8, (size_t)r->n, f) == (size_t)r->n &&
+             fread(r->losses, 8, (size_t)r->K, f) == (size_t)r->K;
+    }
+    fclose(f);
+    if (!ok) fprintf(stderr, "FAIL: malformed reference output %s\n", out);
+    return ok;
+}
+
+/* |a - ref| <= atol + rtol*|ref| elementwise, with atol = aabs * max|ref| of the tensor. */
+static double compare(const char *what, const float *a, const double *ref, size_t n, double aabs,
+                      double rtol) {
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[i]));
+    double atol = aabs * mx + 1e-12, worst = 0;
+    size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - ref[i]) / (atol + rtol * fabs(ref[i]));
+        if (!(e <= worst)) {
+            worst = e;
+            wi = i;
+        }
+    }
+    ct_test_checks++;
+    if (!(worst <= 1.0)) {
+        fprintf(stderr, "FAIL: %s: element %zu is %.9g, PyTorch %.9g (%.3g x tolerance)\n", what,
+                wi, (double)a[wi], ref[wi], worst);
+        ct_test_failures++;
+    }
+    return worst;
+}
+
+static void write_batch(const char *path, int B, int T, const int *in, const int *tg) {
+    FILE *f = fopen(path, "wb");
+    int32_t h[2] = {B, T};
+    fwrite(h, 4, 2, f);
+    fwrite(in, 4, (size_t)B * T, f);
+    fwrite(tg, 4, (size_t)B * T, f);
+    fclose(f);
+}
+
+static unsigned lcg(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    snprintf(dir, sizeof dir, "/tmp/ct_test_engine_torch_%ld", (long)getpid());
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    if (system(cmd) != 0) return 1;
+    ct_err err = {0};
+    ct_device_info *list = NULL;
+    int nd = 0, pick = 0, np = 0;
+    ct_device *dev = NULL;
+    ct_device_opts o = ct_device_opts_default();
+    if (ct_device_list(&list, &nd, &err) ||
+        ct_device_select(list, nd, ct_device_spec_env(), 1, &pick, &np, &err) ||
+        ct_device_open(&dev, &list[pick], &o, &err)) {
+        fprintf(stderr, "FAIL: no device: %s\n", err.msg);
+        return 1;
+    }
+    const ct_gpt_config cfg = {.max_seq = 16, .vocab = 50, .padded_vocab = 64, .layers = 2,
+                               .heads = 3, .channels = 24};
+    const int B = 2, T = 9, K = 10;
+    ct_layout lay = {1, 1, 1, 0};
+    ct_coords at = {0, 0, 0};
+    ct_model *m = NULL;
+    CT_ASSERT_OK(ct_model_create(&m, &cfg, &lay, &at, dev, B, T, &err), err.msg);
+    if (!m) return ct_test_end("test_engine_torch");
+    size_t n = ct_model_num_params(m);
+    float *p0 = (float *)malloc(n * 4), *buf = (float *)malloc(n * 4);
+    float *logits = (float *)malloc((size_t)B * T * cfg.padded_vocab * 4);
+    CT_ASSERT_OK(ct_model_init_random(m, 42), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_model_get_params(m, p0, n), ct_model_errmsg(m));
+    /* Nonzero biases and non-unit LayerNorm weights exercise more of the backward. */
+    unsigned s = 7;
+    int perturb[] = {CT_GPT_ln1w, CT_GPT_ln1b, CT_GPT_qkvb, CT_GPT_attprojb, CT_GPT_ln2w,
+                     CT_GPT_ln2b, CT_GPT_fcb, CT_GPT_fcprojb, CT_GPT_lnfw, CT_GPT_lnfb};
+    for (size_t k = 0; k < sizeof perturb / sizeof perturb[0]; k++) {
+        size_t off, cnt;
+        ct_model_tensor(m, perturb[k], &off, &cnt);
+        for (size_t i = 0; i < cnt; i++) p0[off + i] += 0.05f * ((float)(lcg(&s) % 2001) / 1000.0f - 1.0f);
+    }
+    char model_path[300], batch_path[300];
+    snprintf(model_path, sizeof model_path, "%s/model.bin", dir);
+    snprintf(batch_path, sizeof batch_path, "%s/batch.bin", dir);
+    CT_ASSERT_OK(ct_model_file_write(model_path, &cfg, p0, &err), err.msg);
+    int in[2 * 9], tg[2 * 9];
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int)(lcg(&s) % (unsigned)cfg.vocab);
+        tg[i] = (int)(lcg(&s) % (unsigned)cfg.vocab);
+    }
+    write_batch(batch_path, B, T, in, tg);
+
+    /* ---- llm.c round trip, ours: file -> model -> host equals what was written, bitwise. */
+    ct_gpt_config rc;
+    float *fp = NULL;
+    size_t fn = 0;
+    CT_ASSERT_OK(ct_model_file_read(model_path, &rc, &fp, &fn, &err), err.msg);
+    CT_ASSERT(fn == n && memcmp(&rc, &cfg, sizeof cfg) == 0);
+    if (fp && fn == n) {
+        CT_ASSERT_OK(ct_model_set_params(m, fp, n), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_get_params(m, buf, n), ct_model_errmsg(m));
+        CT_ASSERT(memcmp(buf, p0, n * 4) == 0);
+    }
+    free(fp);
+
+    /* ---- logits, loss and every gradient. */
+    const double wds[2] = {0.0, 0.1}, clips[2] = {0.0, 0.5};
+    ref_out r;
+    char extra[300];
+    snprintf(extra, sizeof extra, "--steps %d --lr 1e-3 --weight-decay 0 --grad-clip 0", K);
+    if (run_ref(model_path, batch_path, extra, &r)) {
+        float loss = 0;
+        CT_ASSERT_OK(ct_model_set_params(m, p0, n), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_logits(m, logits, (size_t)B * T * cfg.padded_vocab), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_get_grads(m, buf, n), ct_model_errmsg(m));
+        double el = compare("logits", logits, r.logits, (size_t)B * T * cfg.padded_vocab, 1e-5, 1e-4);
+        printf("logits: max error %.3g x tolerance (1e-5*max + 1e-4 rel)\n", el);
+        printf("loss: ours %.9g, PyTorch %.9g (rel %.3g)\n", loss, r.loss,
+               fabs(loss - r.loss) / fabs(r.loss));
+        CT_ASSERT_NEAR(loss, r.loss, 1e-5 * fabs(r.loss));
+        for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
+            size_t off, cnt;
+            ct_model_tensor(m, t, &off, &cnt);
+            char what[64];
+            snprintf(what, sizeof what, "grad %s", ct_gpt_tensor_name(t));
+            double e = compare(what, buf + off, r.grads + off, cnt, 1e-5, 1e-4);
+            printf("%-14s max error %.3g x tolerance (1e-5*max + 1e-4 rel)\n", what, e);
+        }
+        ref_free(&r);
+    }
+
+    /* ---- 10 AdamW steps: weight decay and clipping on and off. */
+    for (int wi = 0; wi < 2; wi++)
+        for (int ci = 0; ci < 2; ci++) {
+            snprintf(extra, sizeof extra, "--steps %d --lr 1e-3 --weight-decay %g --grad-clip %g",
+                     K, wds[wi], clips[ci]);
+            if (!run_ref(model_path, batch_path, extra, &r)) continue;
+            CT_ASSERT_OK(ct_model_set_params(m, p0, n), ct_model_errmsg(m));
+            float *zero = (float *)calloc(n, 4);
+            CT_ASSERT_OK(ct_model_set_optimizer(m, zero, zero, n), ct_model_errmsg(m));
+            free(zero);
+            double worst = 0;
+            float norm0 = 0;
+            for (int k = 0; k < K; k++) {
+                float loss = 0, norm = 0;
+                CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
+                CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
+                CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
+                CT_ASSERT_OK(ct_model_adamw_step(m, 1e-3f, 0.9f, 0.95f, 1e-8f, (float)wds[wi],
+                                                 (float)clips[ci], k + 1, &norm),
+                             ct_model_errmsg(m));
+                if (k == 0) norm0 = norm;
+                double rel = fabs(loss - r.losses[k]) / fabs(r.losses[k]);
+                worst = fmax(worst, rel);
+                CT_ASSERT_MSG(rel <= 1e-4, "wd %g clip %g step %d: loss %.9g vs PyTorch %.9g",
+                              wds[wi], clips[ci], k, loss, r.losses[k]);
+            }
+            /* Clipping must actually have been active in the clipped runs. */
+            if (clips[ci] > 0)
+                CT_ASSERT_MSG(norm0 > clips[ci], "gradient norm %g never exceeded the clip %g",
+                              norm0, clips[ci]);
+            printf("adamw wd=%g clip=%g: %d step losses, max rel diff %.3g (first %.6f last %.6f, "
+                   "first norm %.4f)\n",
+                   wds[wi], clips[ci], K, worst, r.losses[0], r.losses[K - 1], norm0);
+            ref_free(&r);
+        }
+
+    /* ---- a file PyTorch wrote: read, rewrite byte-identically, same logits as PyTorch. */
+    char torch_model[300], rewritten[300];
+    snprintf(torch_model, sizeof torch_model, "%s/torch_model.bin", dir);
+    snprintf(rewritten, sizeof rewritten, "%s/rewritten.bin", dir);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/torch_gpt2_ref.py --make-model %s --config 16,50,2,3,24,64 --seed 5",
+             CT_SOURCE_DIR, torch_model);
+    int ok = system(cmd) == 0;
+    CT_ASSERT_MSG(ok, "PyTorch could not write a model file: %s", cmd);
+    if (ok) {
+        CT_ASSERT_OK(ct_model_file_read(torch_model, &rc, &fp, &fn, &err), err.msg);
+        if (fp) {
+            CT_ASSERT(memcmp(&rc, &cfg, sizeof cfg) == 0 && fn == n);
+            CT_ASSERT_OK(ct_model_file_write(rewritten, &rc, fp, &err), err.msg);
+            unsigned char *a = NULL, *b = NULL;
+            size_t na = 0, nb = 0;
+            CT_ASSERT_OK(ct_file_read_all(torch_model, &a, &na, &err), err.msg);
+            CT_ASSERT_OK(ct_file_read_all(rewritten, &b, &nb, &err), err.msg);
+            CT_ASSERT_MSG(a && b && na == nb && memcmp(a, b, na) == 0,
+                          "rewriting PyTorch's file changed its bytes");
+            free(a);
+            free(b);
+            if (run_ref(torch_model, batch_path, "--steps 0", &r)) {
+                float loss = 0;
+                CT_ASSERT_OK(ct_model_set_params(m, fp, n), ct_model_errmsg(m));
+                CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
+                CT_ASSERT_OK(ct_model_logits(m, logits, (size_t)B * T * cfg.padded_vocab),
+                             ct_model_errmsg(m));
+                double e = compare("logits of PyTorch's file", logits, r.logits,
+                                   (size_t)B * T * cfg.padded_vocab, 1e-5, 1e-4);
+                printf("PyTorch-written file: logits max error %.3g x tolerance, loss %.9g vs %.9g\n",
+                       e, loss, r.loss);
+                CT_ASSERT_NEAR(loss, r.loss, 1e-5 * fabs(r.loss));
+                ref_free(&r);
+            }
+            free(fp);
+        }
+    }
+
+    free(p0);
+    free(buf);
+    free(logits);
+    ct_model_free(m);
+    ct_device_free(dev);
+    ct_device_list_free(list);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return ct_test_end("test_engine_torch");
+}
