@@ -1,0 +1,11 @@
+# Tests of the device layer (cl/). Two PoCL devices are exposed so multi-device paths run on
+# machines without GPUs; on a machine with real devices the variable is ignored by other drivers.
+set(CT_TWO_DEVICES "POCL_DEVICES=pthread pthread")
+ct_add_test(NAME test_cl_device SOURCES test_cl_device.c LIBS ct_cl LABELS opencl ENV ${CT_TWO_DEVICES})
+ct_add_test(NAME test_cl_memory SOURCES test_cl_memory.c LIBS ct_cl LABELS opencl)
+ct_add_test(NAME test_cl_program SOURCES test_cl_program.c LIBS ct_cl LABELS opencl)
+ct_add_test(NAME test_cl_gemm SOURCES test_cl_gemm.c LIBS ct_cl LABELS opencl TIMEOUT 1200)
+ct_add_test(NAME test_cl_threads SOURCES test_cl_threads.c LIBS ct_cl OpenMP::OpenMP_C LABELS opencl ENV ${CT_TWO_DEVICES})
+ct_add_test(NAME test_cl_tune SOURCES test_cl_tune.c LIBS ct_cl LABELS "opencl;slow" TIMEOUT 1200)
+target_compile_definitions(test_cl_tune PRIVATE CT_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
+add_dependencies(test_cl_tune ct_tune)

@@ -1,0 +1,79 @@
+/* test_cl_device - device listing and selection: by index, P:D, type, name, lists; bad specs give
+ * clear errors. Run with POCL_DEVICES="pthread pthread" so at least two devices exist. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ct_cl.h"
+#include "ct_test.h"
+
+int main(void) {
+    ct_err err = {0};
+    ct_device_info *list = NULL;
+    int n = 0, idx[16], ni = 0;
+    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
+    if (!list) return ct_test_end("test_cl_device");
+    CT_ASSERT(n >= 2); /* the test environment sets POCL_DEVICES="pthread pthread" */
+    for (int i = 0; i < n; i++) {
+        CT_ASSERT_EQ_INT(list[i].index, i);
+        CT_ASSERT(list[i].name[0] != '\0');
+        CT_ASSERT(list[i].global_mem_bytes > 0);
+        CT_ASSERT(list[i].max_alloc_bytes > 0 && list[i].max_alloc_bytes <= list[i].global_mem_bytes);
+        CT_ASSERT(list[i].compute_units > 0);
+    }
+    /* by flat index */
+    CT_ASSERT_OK(ct_device_select(list, n, "1", 1, idx, &ni, &err), err.msg);
+    CT_ASSERT_EQ_INT(ni, 1);
+    CT_ASSERT_EQ_INT(idx[0], 1);
+    /* by P:D */
+    char pd[32];
+    snprintf(pd, sizeof pd, "%d:%d", list[n - 1].platform_index, list[n - 1].device_index);
+    CT_ASSERT_OK(ct_device_select(list, n, pd, 1, idx, &ni, &err), err.msg);
+    CT_ASSERT_EQ_INT(idx[0], n - 1);
+    /* by type: every selected device has that type, in index order */
+    const char *type = ct_device_type_str(list[0].type);
+    CT_ASSERT_OK(ct_device_select(list, n, type, 0, idx, &ni, &err), err.msg);
+    int expect = 0;
+    for (int i = 0; i < n; i++) expect += !strcmp(ct_device_type_str(list[i].type), type);
+    CT_ASSERT_EQ_INT(ni, expect);
+    for (int i = 1; i < ni; i++) CT_ASSERT(idx[i] > idx[i - 1]);
+    /* auto: the best type present (gpu before accelerator before cpu) */
+    CT_ASSERT_OK(ct_device_select(list, n, NULL, 1, idx, &ni, &err), err.msg);
+    int has_gpu = 0;
+    for (int i = 0; i < n; i++) has_gpu |= (list[i].type & CL_DEVICE_TYPE_GPU) != 0;
+    if (has_gpu) CT_ASSERT((list[idx[0]].type & CL_DEVICE_TYPE_GPU) != 0);
+    /* by a name substring, case-insensitive */
+    char sub[8];
+    snprintf(sub, sizeof sub, "%.5s", list[0].name);
+    for (char *p = sub; *p; p++) *p = (char)((*p >= 'a' && *p <= 'z') ? *p - 32 : *p);
+    CT_ASSERT_OK(ct_device_select(list, n, sub, 1, idx, &ni, &err), err.msg);
+    CT_ASSERT(strncmp(list[idx[0]].name, list[0].name, 5) == 0);
+    /* a comma list, two devices */
+    CT_ASSERT_OK(ct_device_select(list, n, "1,0", 2, idx, &ni, &err), err.msg);
+    CT_ASSERT_EQ_INT(ni, 2);
+    CT_ASSERT_EQ_INT(idx[0], 1);
+    CT_ASSERT_EQ_INT(idx[1], 0);
+    /* errors: an index out of range, a name matching nothing, a malformed P:D, too few devices */
+    CT_ASSERT_EQ_INT(ct_device_select(list, n, "99", 1, idx, &ni, &err), CT_ERR_NOT_FOUND);
+    CT_ASSERT_STR_CONTAINS(err.msg, "no device matches '99'");
+    CT_ASSERT_STR_CONTAINS(err.msg, list[0].name); /* lists what exists */
+    CT_ASSERT_EQ_INT(ct_device_select(list, n, "no-such-device-xyz", 1, idx, &ni, &err), CT_ERR_NOT_FOUND);
+    CT_ASSERT_STR_CONTAINS(err.msg, "no-such-device-xyz");
+    CT_ASSERT_EQ_INT(ct_device_select(list, n, "0:x", 1, idx, &ni, &err), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(err.msg, "malformed device spec");
+    CT_ASSERT_EQ_INT(ct_device_select(list, n, "0", 2, idx, &ni, &err), CT_ERR_NOT_FOUND);
+    CT_ASSERT_STR_CONTAINS(err.msg, "are needed");
+    /* opening a device gives a context and queue; tuning source is reported */
+    ct_device *d = NULL;
+    ct_device_opts o = ct_device_opts_default();
+    o.cache_dir = "";
+    CT_ASSERT_OK(ct_device_open(&d, &list[0], &o, &err), err.msg);
+    if (d) {
+        CT_ASSERT(ct_device_context(d) != NULL && ct_device_queue(d) != NULL);
+        CT_ASSERT(ct_device_tuning_source(d)[0] != '\0');
+        CT_ASSERT_OK(ct_device_finish(d), ct_device_errmsg(d));
+    }
+    ct_device_free(d);
+    ct_device_free(NULL); /* no-op */
+    ct_device_list_free(list);
+    return ct_test_end("test_cl_device");
+}

@@ -1,0 +1,109 @@
+/* test_cl_memory - buffers counted by category (current and peak), the cap and the max allocation
+ * give clear errors naming the tensor and bytes, nothing is leaked, copies and maps round-trip. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ct_cl.h"
+#include "ct_test.h"
+
+int main(void) {
+    ct_err err = {0};
+    ct_device_info *list = NULL;
+    int n = 0, pick = 0, np = 0;
+    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
+    CT_ASSERT_OK(ct_device_select(list, n, NULL, 1, &pick, &np, &err), err.msg);
+    if (!list) return ct_test_end("test_cl_memory");
+    ct_device *d = NULL;
+    ct_device_opts o = ct_device_opts_default();
+    o.mem_cap = 8u << 20; /* 8 MiB */
+    o.apply_tuning = 0;
+    o.cache_dir = "";
+    CT_ASSERT_OK(ct_device_open(&d, &list[pick], &o, &err), err.msg);
+    if (!d) return ct_test_end("test_cl_memory");
+
+    ct_buffer *p = NULL, *g = NULL, *a1 = NULL, *a2 = NULL, *big = NULL;
+    CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_PARAMS, "params", 1 << 20, &p), ct_device_errmsg(d));
+    CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_GRADS, "grads", 1 << 20, &g), ct_device_errmsg(d));
+    CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_ACTIVATIONS, "act1", 2 << 20, &a1), ct_device_errmsg(d));
+    ct_mem_stats s;
+    ct_device_mem_stats(d, &s);
+    CT_ASSERT_EQ_INT(s.current[CT_MEM_PARAMS], 1 << 20);
+    CT_ASSERT_EQ_INT(s.current[CT_MEM_GRADS], 1 << 20);
+    CT_ASSERT_EQ_INT(s.current[CT_MEM_ACTIVATIONS], 2 << 20);
+    CT_ASSERT_EQ_INT(s.current[CT_MEM_OPTIMIZER], 0);
+    CT_ASSERT_EQ_INT(s.total_current, 4 << 20);
+    CT_ASSERT_EQ_INT(s.live_buffers, 3);
+    CT_ASSERT_EQ_INT(s.cap, 8u << 20);
+    /* free one, allocate another: current follows, peak keeps the high-water mark */
+    ct_buffer_free(a1);
+    CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_ACTIVATIONS, "act2", 1 << 20, &a2), ct_device_errmsg(d));
+    ct_device_mem_stats(d, &s);
+    CT_ASSERT_EQ_INT(s.current[CT_MEM_ACTIVATIONS], 1 << 20);
+    CT_ASSERT_EQ_INT(s.peak[CT_MEM_ACTIVATIONS], 2 << 20);
+    CT_ASSERT_EQ_INT(s.total_peak, 4 << 20);
+    CT_ASSERT_EQ_INT(s.total_current, 3 << 20);
+    /* over the cap: a clear error naming tensor, bytes and what is in use; nothing allocated */
+    CT_ASSERT_EQ_INT(ct_buffer_alloc(d, CT_MEM_OPTIMIZER, "adam_m", 6 << 20, &big), CT_ERR_DEVICE_MEM);
+    CT_ASSERT(big == NULL);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "adam_m");
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "6291456 bytes");
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "memory cap");
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "params 1.0 MiB");
+    ct_device_mem_stats(d, &s);
+    CT_ASSERT_EQ_INT(s.current[CT_MEM_OPTIMIZER], 0);
+    CT_ASSERT_EQ_INT(s.live_buffers, 3);
+    /* round trips: write/read with an offset, zero, map/unmap */
+    float host[256], back[256];
+    for (int i = 0; i < 256; i++) host[i] = (float)i * 0.5f - 3.0f;
+    CT_ASSERT_OK(ct_buffer_write(p, 4096, host, sizeof host), ct_device_errmsg(d));
+    memset(back, 0, sizeof back);
+    CT_ASSERT_OK(ct_buffer_read(p, 4096, back, sizeof back), ct_device_errmsg(d));
+    CT_ASSERT(memcmp(host, back, sizeof host) == 0);
+    float head[4] = {1, 1, 1, 1};
+    CT_ASSERT_OK(ct_buffer_read(p, 0, head, sizeof head), ct_device_errmsg(d));
+    CT_ASSERT(head[0] == 0.0f && head[3] == 0.0f); /* new buffers are zeroed */
+    void *m = NULL;
+    CT_ASSERT_OK(ct_buffer_map(p, 4096, sizeof host, CL_MAP_READ | CL_MAP_WRITE, &m), ct_device_errmsg(d));
+    if (m) {
+        CT_ASSERT(memcmp(m, host, sizeof host) == 0);
+        ((float *)m)[0] = 42.0f;
+    }
+    CT_ASSERT_OK(ct_buffer_unmap(p, m), ct_device_errmsg(d));
+    CT_ASSERT_OK(ct_buffer_read(p, 4096, back, 4), ct_device_errmsg(d));
+    CT_ASSERT(back[0] == 42.0f);
+    CT_ASSERT_OK(ct_buffer_zero(p, 4096, sizeof host), ct_device_errmsg(d));
+    CT_ASSERT_OK(ct_buffer_read(p, 4096, back, sizeof back), ct_device_errmsg(d));
+    CT_ASSERT(back[0] == 0.0f && back[255] == 0.0f);
+    /* out of range access is refused, not a crash */
+    CT_ASSERT_EQ_INT(ct_buffer_write(p, (1 << 20) - 8, host, 64), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "outside its 1048576 bytes");
+    ct_buffer_free(p), ct_buffer_free(g), ct_buffer_free(a2);
+    ct_buffer_free(NULL);
+    ct_device_mem_stats(d, &s);
+    CT_ASSERT_EQ_INT(s.total_current, 0); /* nothing leaked */
+    CT_ASSERT_EQ_INT(s.live_buffers, 0);
+    ct_device_free(d);
+
+    /* above CL_DEVICE_MAX_MEM_ALLOC_SIZE (cap raised so that is the limit that bites) */
+    o.mem_cap = 0;
+    CT_ASSERT_OK(ct_device_open(&d, &list[pick], &o, &err), err.msg);
+    if (d) {
+        size_t too_big = (size_t)list[pick].max_alloc_bytes + 4096;
+        if (too_big <= list[pick].global_mem_bytes) {
+            CT_ASSERT_EQ_INT(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "huge", too_big, &big), CT_ERR_DEVICE_MEM);
+            CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "CL_DEVICE_MAX_MEM_ALLOC_SIZE");
+            CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "huge");
+        }
+        /* above the device's whole memory: the cap (= global memory) refuses it */
+        CT_ASSERT_EQ_INT(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "enormous",
+                                         (size_t)list[pick].global_mem_bytes + 1, &big),
+                         CT_ERR_DEVICE_MEM);
+        CT_ASSERT(big == NULL);
+        ct_device_mem_stats(d, &s);
+        CT_ASSERT_EQ_INT(s.total_current, 0);
+        CT_ASSERT_EQ_INT(s.live_buffers, 0);
+    }
+    ct_device_free(d);
+    ct_device_list_free(list);
+    return ct_test_end("test_cl_memory");
+}
