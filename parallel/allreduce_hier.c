@@ -1,0 +1,76 @@
+/* allreduce_hier.c - hierarchical all-reduce: threads of a process through shared memory, one
+ * leader per process across ranks, then back through shared memory.
+ * Phases: (1) each of the L local members publishes its input pointer; (2) member t reduces
+ * slice t of all L inputs (in local order) into the group's shared scratch - a reduce-scatter
+ * that reads every input once, no messages; (3) the first member of each process all-reduces the
+ * scratch with the other processes' leaders (the selector's algorithm for that size on the
+ * leaders' group); (4) every member copies the scratch out. Barriers separate the phases.
+ * Cost: intra-process about (L+1)/L N read + N/L write per member, plus 3 barriers; inter: the
+ * leaders' algorithm on N bytes with nprocs workers. With one process (threads only) it is a
+ * pure shared-memory all-reduce. Each element is computed once per process in a fixed order and
+ * the leaders' algorithm gives all leaders the same bits, so every worker holds the same bits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel_impl.h"
+
+const ct__algo *ct__select_inner(const ct_comm *c, size_t bytes);
+
+static ct_status inner(ct_comm *lc, void *buf, size_t count, ct_dtype dt, ct_op op) {
+    const ct__algo *a = ct__select_inner(lc, count * ct_dtype_size(dt));
+    ct_status st = ((ct__allreduce_fn)a->fn)(lc, buf, buf, count, dt, op);
+    return st;
+}
+
+ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
+                             ct_op op) {
+    ct_status st = CT_OK;
+    ct__group *g = c->g;
+    size_t es = ct_dtype_size(dt), bytes = count * es;
+    int L = g->nlocal, me = c->local;
+    if (g->one_per_rank || L == 1) {
+        /* one member here: my buffer is the process's contribution */
+        if (send != recv) memcpy(recv, send, bytes);
+        if (g->one_per_rank) return c->size == 1 ? CT_OK : inner(c, recv, count, dt, op);
+        return inner(c->leaders, recv, count, dt, op);
+    }
+    /* (1) publish; the leader sizes the shared scratch (nobody uses it between calls) */
+    g->ptrs[me] = (void *)send;
+    int grow_failed = 0;
+    if (me == 0 && g->scratch_cap < bytes) {
+        void *p = realloc(g->scratch, bytes);
+        if (p) {
+            g->scratch = p;
+            g->scratch_cap = bytes;
+        } else {
+            grow_failed = 1;
+        }
+    }
+    ct__barrier_wait(&g->bar);
+    if (g->scratch_cap < bytes || grow_failed) {
+        ct__barrier_wait(&g->bar);
+        return CT_ERR(&c->err, CT_ERR_NOMEM, "hierarchical scratch of %zu bytes", bytes);
+    }
+    /* (2) slice reduce */
+    size_t lo = ct__part(count, L, me), hi = ct__part(count, L, me + 1);
+    char *s = (char *)g->scratch + lo * es;
+    if (hi > lo) {
+        if (L == 1) memcpy(s, (char *)g->ptrs[0] + lo * es, (hi - lo) * es);
+        else ct__reduce(dt, op, s, (char *)g->ptrs[0] + lo * es, (char *)g->ptrs[1] + lo * es, hi - lo);
+        for (int u = 2; u < L; u++) ct__reduce(dt, op, s, s, (char *)g->ptrs[u] + lo * es, hi - lo);
+    }
+    ct__barrier_wait(&g->bar);
+    /* (3) leaders */
+    ct_status ist = CT_OK;
+    if (c->leaders) ist = inner(c->leaders, g->scratch, count, dt, op);
+    if (ist) g->ptrs[0] = NULL; /* tell the others (read after the barrier) */
+    ct__barrier_wait(&g->bar);
+    if (g->ptrs[0] == NULL && c->leaders == NULL && g->nprocs > 1)
+        st = CT_ERR(&c->err, CT_ERR_MPI, "hierarchical all-reduce: this process's leader failed");
+    else if (ist)
+        st = ist;
+    else
+        memcpy(recv, g->scratch, bytes); /* (4) */
+    ct__barrier_wait(&g->bar);
+    return st;
+}

@@ -1,0 +1,182 @@
+/* ct_parallel.h - workers (MPI ranks x OpenMP device threads), communicators and collectives.
+ *
+ * A worker is one device driven by one OpenMP thread inside one MPI rank. A ct_topo is made once
+ * per process; each worker thread then takes its own ct_comm handle on the world group and splits
+ * it into the groups it needs (DP, TP, PP, EP). Peers may be threads of this process (shared host
+ * memory, no MPI), other ranks (MPI, MPI_THREAD_MULTIPLE) or a mix; results are the same, and
+ * every worker ends an all-reduce with bitwise the same data.
+ *
+ *     ct_topo *topo = NULL; ct_err err = {0};
+ *     if (ct_topo_create(&topo, &argc, &argv, 2, &err)) { fprintf(stderr, "%s\n", err.msg); ... }
+ *     #pragma omp parallel num_threads(ct_topo_devices_per_rank(topo))
+ *     {
+ *         ct_comm *world = NULL, *dp = NULL;
+ *         ct_comm_world(topo, omp_get_thread_num(), &world);
+ *         ct_comm_split(world, ct_comm_rank(world) % 2, 0, &dp);      // collective over world
+ *         float g[1000] = {...};
+ *         if (ct_comm_allreduce(dp, g, g, 1000, CT_F32, CT_OP_AVG, NULL))   // NULL: selector
+ *             fprintf(stderr, "%s\n", ct_comm_errmsg(dp));
+ *         ct_comm_free(dp); ct_comm_free(world);
+ *     }
+ *     ct_topo_free(topo);   // finalizes MPI when ct_topo_create initialised it
+ *
+ * Every collective takes an algorithm name (NULL = the selector's choice for this size and group;
+ * "ring", "rabenseifner", "mpi", ... see ct_coll_algo_name) and is collective over the group.
+ * In place: all-reduce send == recv; reduce-scatter send == recv (input n*count in recv, result in
+ * its first count); all-gather send == recv + rank*count elements; all-to-all send == recv.
+ * Check mode (on by default) exchanges a small header (collective, count, type, op, algorithm,
+ * root, buffer kind) before each collective, so workers that disagree all get CT_ERR_MISMATCH
+ * instead of a hang; ct_comm_set_check(c, 0) turns it off for speed (benchmarks do).
+ */
+#ifndef CT_PARALLEL_H
+#define CT_PARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ct_cl.h"
+#include "ct_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_topo ct_topo;
+typedef struct ct_comm ct_comm;
+
+typedef enum ct_dtype { CT_F32 = 0, CT_I32 = 1, CT_DTYPE__COUNT } ct_dtype;
+typedef enum ct_op { CT_OP_SUM = 0, CT_OP_AVG = 1, CT_OP_MAX = 2, CT_OP__COUNT } ct_op;
+typedef enum ct_coll {
+    CT_COLL_ALLREDUCE = 0,
+    CT_COLL_REDUCESCATTER,
+    CT_COLL_ALLGATHER,
+    CT_COLL_ALLTOALL,
+    CT_COLL_ALLTOALLV,
+    CT_COLL_BCAST,
+    CT_COLL_BARRIER,
+    CT_COLL__COUNT
+} ct_coll;
+
+#define CT_COMM_UNDEFINED (-1) /* split colour: this worker joins no group (out = NULL) */
+
+const char *ct_dtype_str(ct_dtype t); /* "float", "int32" */
+size_t ct_dtype_size(ct_dtype t);
+const char *ct_op_str(ct_op op);     /* "sum", "avg", "max" */
+const char *ct_coll_str(ct_coll c);  /* "allreduce", "reducescatter", ... */
+ct_status ct_coll_parse(const char *s, ct_coll *out);
+
+/* ---------------------------------------------------------------- topology */
+
+/* Initialise MPI with MPI_THREAD_MULTIPLE (or accept a program's earlier MPI_Init_thread, which
+ * must have provided MPI_THREAD_MULTIPLE), and lay out ranks x devices_per_rank workers. A lower
+ * thread level is CT_ERR_UNSUPPORTED with a message; programs print it and exit/MPI_Abort.
+ * argc/argv may be NULL. The only place of cltrain that names MPI_COMM_WORLD. */
+ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int devices_per_rank, ct_err *err);
+/* Frees the topology; calls MPI_Finalize only if ct_topo_create called MPI_Init_thread. All
+ * comms must be freed first. NULL is a no-op. */
+void ct_topo_free(ct_topo *t);
+
+int ct_topo_rank(const ct_topo *t);             /* MPI rank of this process */
+int ct_topo_nranks(const ct_topo *t);
+int ct_topo_devices_per_rank(const ct_topo *t); /* D: worker threads per rank */
+int ct_topo_world_size(const ct_topo *t);       /* W = nranks * D */
+int ct_topo_node(const ct_topo *t);             /* node index, 0..nnodes-1 */
+int ct_topo_nnodes(const ct_topo *t);
+int ct_topo_local_rank(const ct_topo *t);       /* rank within its node */
+int ct_topo_local_nranks(const ct_topo *t);     /* ranks on this node */
+/* The device a worker thread should open among the node's devices: local_rank * D + thread. */
+int ct_topo_device_index(const ct_topo *t, int thread);
+/* "MPICH Version: 4.0.2 ..." first line of MPI_Get_library_version. */
+const char *ct_topo_mpi_version(const ct_topo *t);
+
+/* Default check mode for comms created after the call (1 = on, the default). */
+void ct_topo_set_check(ct_topo *t, int on);
+/* Algorithm overrides, "allreduce=ring,allgather=recdbl" (programs read CT_COLL_ALGO or a flag and
+ * pass it here: the one place). Unknown collective or algorithm names are CT_ERR_ARG. */
+ct_status ct_topo_set_override(ct_topo *t, const char *spec, ct_err *err);
+/* Replace the selector table by a file (format: see parallel/select.c and docs). */
+ct_status ct_topo_load_select_table(ct_topo *t, const char *path, ct_err *err);
+/* Write the table in force (so a benchmark run can regenerate it). */
+ct_status ct_topo_write_select_table(const ct_topo *t, const char *path, ct_err *err);
+/* Set the table from text (same format as the file). */
+ct_status ct_topo_set_select_table(ct_topo *t, const char *text, ct_err *err);
+
+/* ---------------------------------------------------------------- communicators */
+
+/* This worker's handle on the world group (W workers, rank = worker id = rank*D + thread).
+ * Each of the D threads calls it with its own thread index 0..D-1. */
+ct_status ct_comm_world(ct_topo *t, int thread, ct_comm **out);
+/* Collective over parent's workers: workers with the same colour form a group ordered by
+ * (key, parent rank). colour CT_COMM_UNDEFINED gives *out = NULL. Other negative colours are a
+ * CT_ERR_ARG on every worker (each sees every worker's colour). */
+ct_status ct_comm_split(ct_comm *parent, int color, int key, ct_comm **out);
+void ct_comm_free(ct_comm *c);
+
+int ct_comm_rank(const ct_comm *c);
+int ct_comm_size(const ct_comm *c);
+int ct_comm_world_rank(const ct_comm *c, int rank); /* worker id of a member */
+/* Members of this group living in this process (threads sharing memory), and processes spanned. */
+int ct_comm_local_size(const ct_comm *c);
+int ct_comm_nprocs(const ct_comm *c);
+const char *ct_comm_errmsg(const ct_comm *c);
+ct_err *ct_comm_err(ct_comm *c);
+void ct_comm_set_check(ct_comm *c, int on);
+ct_topo *ct_comm_topo(ct_comm *c);
+
+/* Point-to-point between members (blocking; sizes must match exactly). */
+ct_status ct_comm_send(ct_comm *c, int dst, const void *buf, size_t bytes);
+ct_status ct_comm_recv(ct_comm *c, int src, void *buf, size_t bytes);
+ct_status ct_comm_sendrecv(ct_comm *c, int dst, const void *sbuf, size_t sbytes, int src,
+                           void *rbuf, size_t rbytes);
+
+/* ---------------------------------------------------------------- collectives (host memory) */
+
+/* recv[i] = op over workers of send[i]; count elements. avg = sum / size (int32: truncated). */
+ct_status ct_comm_allreduce(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
+                            ct_op op, const char *algo);
+/* send: size*count elements; recv: count elements = this rank's block of the reduction. */
+ct_status ct_comm_reduce_scatter(ct_comm *c, const void *send, void *recv, size_t count,
+                                 ct_dtype dt, ct_op op, const char *algo);
+/* send: count elements; recv: size*count elements, block r from rank r. */
+ct_status ct_comm_allgather(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
+                            const char *algo);
+/* send/recv: size*count elements; block j of send goes to rank j, block j of recv came from j. */
+ct_status ct_comm_alltoall(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
+                           const char *algo);
+/* Counts and displacements in elements, one per rank (MPI_Alltoallv's meaning). */
+ct_status ct_comm_alltoallv(ct_comm *c, const void *send, const size_t *scounts,
+                            const size_t *sdispls, void *recv, const size_t *rcounts,
+                            const size_t *rdispls, ct_dtype dt, const char *algo);
+ct_status ct_comm_bcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root,
+                        const char *algo);
+ct_status ct_comm_barrier(ct_comm *c, const char *algo);
+
+/* ---------------------------------------------------------------- collectives (device buffers) */
+
+/* The same collectives on OpenCL buffers (offset 0). Data is staged through mapped host memory
+ * (all-reduce in chunks of ct_comm_stage_chunk bytes); send == recv means in place. */
+ct_status ct_comm_allreduce_buf(ct_comm *c, ct_buffer *send, ct_buffer *recv, size_t count,
+                                ct_dtype dt, ct_op op, const char *algo);
+ct_status ct_comm_reduce_scatter_buf(ct_comm *c, ct_buffer *send, ct_buffer *recv, size_t count,
+                                     ct_dtype dt, ct_op op, const char *algo);
+ct_status ct_comm_allgather_buf(ct_comm *c, ct_buffer *send, ct_buffer *recv, size_t count,
+                                ct_dtype dt, const char *algo);
+ct_status ct_comm_alltoall_buf(ct_comm *c, ct_buffer *send, ct_buffer *recv, size_t count,
+                               ct_dtype dt, const char *algo);
+ct_status ct_comm_bcast_buf(ct_comm *c, ct_buffer *buf, size_t count, ct_dtype dt, int root,
+                            const char *algo);
+#define CT_COMM_STAGE_CHUNK ((size_t)8 << 20) /* bytes per staged all-reduce chunk */
+
+/* ---------------------------------------------------------------- algorithms and selection */
+
+/* Names of the registered algorithms of a collective, i = 0.. until NULL. */
+const char *ct_coll_algo_name(ct_coll coll, int i);
+/* Why `algo` cannot run on this group ("" if it can): e.g. "mpi" with several workers per rank. */
+const char *ct_comm_algo_restriction(const ct_comm *c, ct_coll coll, const char *algo);
+/* The algorithm the selector (after overrides) picks for `bytes` on this group. */
+const char *ct_comm_algo_select(const ct_comm *c, ct_coll coll, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_PARALLEL_H */

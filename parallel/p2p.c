@@ -1,0 +1,360 @@
+/* p2p.c - worker-level point-to-point: the layer every collective algorithm is written over.
+ *
+ * Same process: a rendezvous slot per ordered pair. The sender posts (pointer, bytes) and waits;
+ * the receiver copies or reduces straight from the sender's memory (one pass over the data, no
+ * intermediate buffer) and releases it. A size disagreement fails both sides with
+ * CT_ERR_MISMATCH. Other process: MPI_Isend/Irecv on the topology's world duplicate, tag =
+ * (comm id, src thread, dst thread), every message cut into CT__SEG-byte segments so a reducing
+ * receiver works on segment k while k+1 arrives. Both sides derive the segmentation from the
+ * byte count, which therefore must agree (a disagreement is reported, not hung on, where MPI can
+ * see it: truncation or a short count). */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel_impl.h"
+
+ct_status ct__scratch(ct_comm *c, size_t bytes, void **out) {
+    if (bytes > c->scratch_cap) {
+        void *p = realloc(c->scratch, bytes);
+        if (!p) return CT_ERR(&c->err, CT_ERR_NOMEM, "comm scratch of %zu bytes", bytes);
+        c->scratch = p;
+        c->scratch_cap = bytes;
+    }
+    *out = c->scratch;
+    return CT_OK;
+}
+
+ct_status ct__scratch2(ct_comm *c, size_t bytes, void **out) {
+    if (bytes > c->scratch2_cap) {
+        void *p = realloc(c->scratch2, bytes);
+        if (!p) return CT_ERR(&c->err, CT_ERR_NOMEM, "comm scratch of %zu bytes", bytes);
+        c->scratch2 = p;
+        c->scratch2_cap = bytes;
+    }
+    *out = c->scratch2;
+    return CT_OK;
+}
+
+/* MPI_Wait that yields the core between polls: with more ranks than cores (common on shared
+ * machines), a spinning MPI_Wait holds the core its peer needs to make progress. */
+static int wait_yield(MPI_Request *req, MPI_Status *stt) {
+    int done = 0, rc;
+    for (int spin = 0;; spin++) {
+        rc = MPI_Test(req, &done, stt);
+        if (rc != MPI_SUCCESS || done) return rc;
+        if (spin > 16) sched_yield();
+    }
+}
+
+static int mpi_tag(const ct_comm *c, int src_thread, int dst_thread) {
+    int tb = c->topo->tag_bits_thread;
+    return (int)(((c->g->id & c->topo->id_max) << (2 * tb)) | ((uint32_t)src_thread << tb) |
+                 (uint32_t)dst_thread);
+}
+
+static ct_status check_peer(ct_comm *c, int peer, const char *what) {
+    if (peer < 0 || peer >= c->size)
+        return CT_ERR(&c->err, CT_ERR_ARG, "%s: peer rank %d is outside 0..%d", what, peer,
+                      c->size - 1);
+    return CT_OK;
+}
+
+/* ------------------------------------------------------------------ posted sends */
+
+typedef struct posted {
+    ct__slot *slot; /* local */
+    MPI_Request *req; /* remote: nreq requests */
+    MPI_Request one[1];
+    int nreq;
+} posted;
+
+static size_t nseg(size_t bytes) { return bytes == 0 ? 1 : (bytes + CT__SEG - 1) / CT__SEG; }
+
+static ct_status post_send(ct_comm *c, int dst, const void *buf, size_t bytes, posted *p) {
+    const ct__member *d = &c->g->m[dst];
+    memset(p, 0, sizeof *p);
+    if (d->local >= 0) {
+        ct__slot *s = &c->g->slots[c->local * c->g->nlocal + d->local];
+        pthread_mutex_lock(&s->mu);
+        while (s->full) pthread_cond_wait(&s->cv, &s->mu);
+        s->ptr = buf;
+        s->bytes = bytes;
+        s->full = 1;
+        s->done = 0;
+        s->error = 0;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        p->slot = s;
+        return CT_OK;
+    }
+    size_t ns = nseg(bytes);
+    p->req = ns == 1 ? p->one : malloc(ns * sizeof(MPI_Request));
+    if (!p->req) return CT_ERR(&c->err, CT_ERR_NOMEM, "send requests");
+    int tag = mpi_tag(c, c->thread, d->thread);
+    for (size_t k = 0; k < ns; k++) {
+        size_t off = k * CT__SEG, len = bytes - off < CT__SEG ? bytes - off : CT__SEG;
+        int rc = MPI_Isend((const char *)buf + off, (int)len, MPI_BYTE, d->rank, tag,
+                           c->topo->world, &p->req[k]);
+        if (rc != MPI_SUCCESS) {
+            p->nreq = (int)k;
+            return ct__mpi_err(c, rc, "MPI_Isend");
+        }
+    }
+    p->nreq = (int)ns;
+    return CT_OK;
+}
+
+static ct_status complete_send(ct_comm *c, int dst, posted *p) {
+    ct_status st = CT_OK;
+    if (p->slot) {
+        ct__slot *s = p->slot;
+        pthread_mutex_lock(&s->mu);
+        while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
+        int e = s->error;
+        size_t want = s->bytes;
+        s->full = 0;
+        s->done = 0;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        p->slot = NULL;
+        if (e)
+            st = CT_ERR(&c->err, CT_ERR_MISMATCH,
+                        "send of %zu bytes to group rank %d: the receiver expected a different "
+                        "size (workers disagree on counts)", want, dst);
+        return st;
+    }
+    if (p->nreq) {
+        for (int k = 0; k < p->nreq; k++) {
+            int rc = wait_yield(&p->req[k], MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS && st == CT_OK) st = ct__mpi_err(c, rc, "MPI_Wait (send)");
+        }
+    }
+    if (p->req && p->req != p->one) free(p->req);
+    p->req = NULL;
+    p->nreq = 0;
+    return st;
+}
+
+/* ------------------------------------------------------------------ receives */
+
+/* Local: wait for the sender's post; on size mismatch release with an error. */
+static ct_status local_take(ct_comm *c, int src, size_t bytes, ct__slot **sp, const void **ptr) {
+    ct__slot *s = &c->g->slots[c->g->m[src].local * c->g->nlocal + c->local];
+    pthread_mutex_lock(&s->mu);
+    while (!(s->full && !s->done)) pthread_cond_wait(&s->cv, &s->mu);
+    if (s->bytes != bytes) {
+        size_t got = s->bytes;
+        s->error = 1;
+        s->done = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        return CT_ERR(&c->err, CT_ERR_MISMATCH,
+                      "receive from group rank %d: expected %zu bytes, the sender sent %zu "
+                      "(workers disagree on counts)", src, bytes, got);
+    }
+    *ptr = s->ptr;
+    pthread_mutex_unlock(&s->mu);
+    *sp = s;
+    return CT_OK;
+}
+
+static void local_release(ct__slot *s) {
+    pthread_mutex_lock(&s->mu);
+    s->done = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+typedef struct rposted {
+    MPI_Request *req;
+    MPI_Request one[1];
+    int nreq;
+} rposted;
+
+static ct_status post_recv_remote(ct_comm *c, int src, void *buf, size_t bytes, rposted *p) {
+    const ct__member *s = &c->g->m[src];
+    size_t ns = nseg(bytes);
+    p->req = ns == 1 ? p->one : malloc(ns * sizeof(MPI_Request));
+    p->nreq = 0;
+    if (!p->req) return CT_ERR(&c->err, CT_ERR_NOMEM, "receive requests");
+    int tag = mpi_tag(c, s->thread, c->thread);
+    for (size_t k = 0; k < ns; k++) {
+        size_t off = k * CT__SEG, len = bytes - off < CT__SEG ? bytes - off : CT__SEG;
+        int rc = MPI_Irecv((char *)buf + off, (int)len, MPI_BYTE, s->rank, tag, c->topo->world,
+                           &p->req[k]);
+        if (rc != MPI_SUCCESS) return ct__mpi_err(c, rc, "MPI_Irecv");
+        p->nreq++;
+    }
+    return CT_OK;
+}
+
+/* Wait for segment k and check its length. */
+static ct_status wait_seg(ct_comm *c, int src, rposted *p, size_t k, size_t bytes) {
+    MPI_Status stt;
+    int rc = wait_yield(&p->req[k], &stt), cnt = 0;
+    size_t off = k * CT__SEG, len = bytes - off < CT__SEG ? bytes - off : CT__SEG;
+    if (rc != MPI_SUCCESS) { /* (MPI_Wait leaves status.MPI_ERROR unset) */
+        int code = rc, cls = 0;
+        MPI_Error_class(code, &cls);
+        if (cls == MPI_ERR_TRUNCATE)
+            return CT_ERR(&c->err, CT_ERR_MISMATCH,
+                          "receive from group rank %d: the sender sent more than the %zu bytes "
+                          "expected (workers disagree on counts)", src, bytes);
+        return ct__mpi_err(c, code, "MPI_Wait (receive)");
+    }
+    MPI_Get_count(&stt, MPI_BYTE, &cnt);
+    if ((size_t)cnt != len)
+        return CT_ERR(&c->err, CT_ERR_MISMATCH,
+                      "receive from group rank %d: expected %zu bytes, got a segment of %d "
+                      "(workers disagree on counts)", src, bytes, cnt);
+    return CT_OK;
+}
+
+static void rposted_free(rposted *p) {
+    for (int k = 0; k < p->nreq; k++)
+        if (p->req[k] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&p->req[k]);
+            MPI_Request_free(&p->req[k]);
+        }
+    if (p->req && p->req != p->one) free(p->req);
+    p->req = NULL;
+    p->nreq = 0;
+}
+
+static ct_status do_recv(ct_comm *c, int src, void *buf, size_t bytes) {
+    ct_status st = CT_OK;
+    if (c->g->m[src].local >= 0) {
+        ct__slot *s = NULL;
+        const void *p = NULL;
+        CT_CHECK(local_take(c, src, bytes, &s, &p));
+        if (bytes) memcpy(buf, p, bytes);
+        local_release(s);
+        return CT_OK;
+    }
+    rposted r = {0};
+    st = post_recv_remote(c, src, buf, bytes, &r);
+    for (int k = 0; st == CT_OK && k < r.nreq; k++) st = wait_seg(c, src, &r, (size_t)k, bytes);
+    rposted_free(&r);
+cleanup:
+    return st;
+}
+
+/* acc op= incoming; if `hold` is a posted send that reads acc, finish it before writing acc. */
+static ct_status do_recv_reduce(ct_comm *c, int src, void *acc, size_t count, ct_dtype dt,
+                                ct_op op, int dst, posted *hold) {
+    ct_status st = CT_OK;
+    size_t es = ct_dtype_size(dt), bytes = count * es;
+    if (c->g->m[src].local >= 0) {
+        ct__slot *s = NULL;
+        const void *p = NULL;
+        CT_CHECK(local_take(c, src, bytes, &s, &p));
+        if (hold) { /* acc is being read by our receiver: take a copy, let both sides go on */
+            void *tmp = NULL;
+            st = ct__scratch(c, bytes, &tmp);
+            if (st == CT_OK && bytes) memcpy(tmp, p, bytes);
+            local_release(s);
+            ct_status s2 = complete_send(c, dst, hold);
+            if (st == CT_OK) st = s2;
+            if (st == CT_OK) ct__reduce(dt, op, acc, acc, tmp, count);
+            return st;
+        }
+        ct__reduce(dt, op, acc, acc, p, count);
+        local_release(s);
+        return CT_OK;
+    }
+    void *tmp = NULL;
+    rposted r = {0};
+    CT_CHECK(ct__scratch(c, bytes ? bytes : 1, &tmp));
+    st = post_recv_remote(c, src, tmp, bytes, &r);
+    if (st == CT_OK && hold) st = complete_send(c, dst, hold);
+    for (int k = 0; st == CT_OK && k < r.nreq; k++) {
+        st = wait_seg(c, src, &r, (size_t)k, bytes);
+        if (st == CT_OK) {
+            size_t off = (size_t)k * CT__SEG, len = bytes - off < CT__SEG ? bytes - off : CT__SEG;
+            ct__reduce(dt, op, (char *)acc + off, (char *)acc + off, (char *)tmp + off, len / es);
+        }
+    }
+    rposted_free(&r);
+cleanup:
+    return st;
+}
+
+/* ------------------------------------------------------------------ the primitives */
+
+ct_status ct__p2p_send(ct_comm *c, int dst, const void *buf, size_t bytes) {
+    ct_status st;
+    posted p;
+    if ((st = check_peer(c, dst, "send"))) return st;
+    if ((st = post_send(c, dst, buf, bytes, &p))) {
+        complete_send(c, dst, &p);
+        return st;
+    }
+    return complete_send(c, dst, &p);
+}
+
+ct_status ct__p2p_recv(ct_comm *c, int src, void *buf, size_t bytes) {
+    ct_status st;
+    if ((st = check_peer(c, src, "recv"))) return st;
+    return do_recv(c, src, buf, bytes);
+}
+
+ct_status ct__p2p_recv_reduce(ct_comm *c, int src, void *acc, size_t count, ct_dtype dt,
+                              ct_op op) {
+    ct_status st;
+    if ((st = check_peer(c, src, "recv"))) return st;
+    return do_recv_reduce(c, src, acc, count, dt, op, -1, NULL);
+}
+
+ct_status ct__p2p_sendrecv(ct_comm *c, int dst, const void *sbuf, size_t sbytes, int src,
+                           void *rbuf, size_t rbytes) {
+    ct_status st, s2;
+    posted p;
+    if ((st = check_peer(c, dst, "sendrecv")) || (st = check_peer(c, src, "sendrecv"))) return st;
+    if ((st = post_send(c, dst, sbuf, sbytes, &p))) {
+        complete_send(c, dst, &p);
+        return st;
+    }
+    st = do_recv(c, src, rbuf, rbytes);
+    s2 = complete_send(c, dst, &p);
+    return st ? st : s2;
+}
+
+ct_status ct__p2p_sendrecv_reduce(ct_comm *c, int dst, const void *sbuf, size_t sbytes, int src,
+                                  void *acc, size_t count, ct_dtype dt, ct_op op) {
+    ct_status st, s2 = CT_OK;
+    posted p;
+    size_t abytes = count * ct_dtype_size(dt);
+    if ((st = check_peer(c, dst, "sendrecv")) || (st = check_peer(c, src, "sendrecv"))) return st;
+    if ((st = post_send(c, dst, sbuf, sbytes, &p))) {
+        complete_send(c, dst, &p);
+        return st;
+    }
+    const char *a0 = acc, *s0 = sbuf;
+    int overlap = sbytes && abytes && a0 < s0 + sbytes && s0 < a0 + abytes;
+    st = do_recv_reduce(c, src, acc, count, dt, op, dst, overlap ? &p : NULL);
+    if (!overlap || p.slot || p.nreq) s2 = complete_send(c, dst, &p);
+    return st ? st : s2;
+}
+
+/* ------------------------------------------------------------------ public wrappers */
+
+ct_status ct_comm_send(ct_comm *c, int dst, const void *buf, size_t bytes) {
+    if (!c) return CT_ERR_ARG;
+    if (!buf && bytes) return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_send: buf is NULL");
+    return ct__p2p_send(c, dst, buf, bytes);
+}
+
+ct_status ct_comm_recv(ct_comm *c, int src, void *buf, size_t bytes) {
+    if (!c) return CT_ERR_ARG;
+    if (!buf && bytes) return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_recv: buf is NULL");
+    return ct__p2p_recv(c, src, buf, bytes);
+}
+
+ct_status ct_comm_sendrecv(ct_comm *c, int dst, const void *sbuf, size_t sbytes, int src,
+                           void *rbuf, size_t rbytes) {
+    if (!c) return CT_ERR_ARG;
+    if ((!sbuf && sbytes) || (!rbuf && rbytes))
+        return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_sendrecv: NULL buffer");
+    return ct__p2p_sendrecv(c, dst, sbuf, sbytes, src, rbuf, rbytes);
+}

@@ -1,0 +1,73 @@
+/* reduce.c - element-wise reduction kernels (float32 and int32; sum, max; avg = sum then divide)
+ * and the small conversions to MPI types, ops and error messages. Loops are plain so the
+ * compiler vectorises them; every worker runs the same code, so results do not depend on where
+ * an element was reduced. */
+#include <string.h>
+
+#include "parallel_impl.h"
+
+const char *ct_dtype_str(ct_dtype t) { return t == CT_F32 ? "float" : t == CT_I32 ? "int32" : "?"; }
+size_t ct_dtype_size(ct_dtype t) { return t == CT_F32 || t == CT_I32 ? 4 : 0; }
+const char *ct_op_str(ct_op op) {
+    return op == CT_OP_SUM ? "sum" : op == CT_OP_AVG ? "avg" : op == CT_OP_MAX ? "max" : "?";
+}
+
+static const char *coll_names[CT_COLL__COUNT] = {"allreduce", "reducescatter", "allgather",
+                                                 "alltoall", "alltoallv", "bcast", "barrier"};
+const char *ct_coll_str(ct_coll c) { return (unsigned)c < CT_COLL__COUNT ? coll_names[c] : "?"; }
+ct_status ct_coll_parse(const char *s, ct_coll *out) {
+    for (int i = 0; s && i < CT_COLL__COUNT; i++)
+        if (!strcmp(s, coll_names[i])) {
+            *out = (ct_coll)i;
+            return CT_OK;
+        }
+    return CT_ERR_NOT_FOUND;
+}
+
+void ct__reduce(ct_dtype dt, ct_op op, void *out, const void *a, const void *b, size_t n) {
+    if (dt == CT_F32) {
+        float *o = out;
+        const float *x = a, *y = b;
+        if (op == CT_OP_MAX)
+            for (size_t i = 0; i < n; i++) o[i] = x[i] > y[i] ? x[i] : (y[i] > x[i] ? y[i] : x[i]);
+        else
+            for (size_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+    } else {
+        int32_t *o = out;
+        const int32_t *x = a, *y = b;
+        if (op == CT_OP_MAX)
+            for (size_t i = 0; i < n; i++) o[i] = x[i] > y[i] ? x[i] : y[i];
+        else /* wrap-around sum without signed-overflow UB */
+            for (size_t i = 0; i < n; i++) o[i] = (int32_t)((uint32_t)x[i] + (uint32_t)y[i]);
+    }
+}
+
+void ct__finish_avg(ct_dtype dt, void *buf, size_t n, int size) {
+    if (dt == CT_F32) {
+        float *p = buf, s = (float)size;
+        for (size_t i = 0; i < n; i++) p[i] /= s;
+    } else {
+        int32_t *p = buf;
+        for (size_t i = 0; i < n; i++) p[i] /= size;
+    }
+}
+
+MPI_Datatype ct__mpi_type(ct_dtype dt) { return dt == CT_F32 ? MPI_FLOAT : MPI_INT32_T; }
+MPI_Op ct__mpi_op(ct_op op) { return op == CT_OP_MAX ? MPI_MAX : MPI_SUM; }
+
+ct_status ct__mpi_err(ct_comm *c, int code, const char *what) {
+    char s[MPI_MAX_ERROR_STRING] = "";
+    int len = 0, cls = 0;
+    MPI_Error_class(code, &cls);
+    MPI_Error_string(code, s, &len);
+    return CT_ERR(&c->err, CT_ERR_MPI, "%s failed: MPI error class %d: %s", what, cls, s);
+}
+
+ct_status ct__need_mpi_comm(ct_comm *c, const char *algo) {
+    if (c->g->mpi == MPI_COMM_NULL)
+        return CT_ERR(&c->err, CT_ERR_UNSUPPORTED,
+                      "algorithm \"%s\" runs MPI's own collective, which needs one worker per rank "
+                      "in the group; this group of %d workers spans %d ranks", algo, c->size,
+                      c->g->nprocs);
+    return CT_OK;
+}

@@ -1,0 +1,243 @@
+/* select.c - the algorithm registry {collective, name, function, restrictions, cost} and the
+ * selector: a table of rows "collective nmin nmax local bytes_max algorithm", first match wins
+ * (nmax 0 = any size; local -1 any, 0 = every process holds one member, 1 = some process holds
+ * several; bytes_max 0 = any). bench_allreduce --write-table regenerates the all-reduce rows from
+ * measurements; programs may load a table file and set overrides (CT_COLL_ALGO, read by
+ * programs in one place). Restricted algorithms are skipped by the selector, refused when named. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel_impl.h"
+
+#define F(x) ((void (*)(void))(x))
+const ct__algo ct__algos[] = {
+    {CT_COLL_ALLREDUCE, "naive", F(ct__allreduce_naive), 0,
+     "flat reduce to 0 + flat bcast: 2(n-1)(alpha + beta N) + (n-1) gamma N"},
+    {CT_COLL_ALLREDUCE, "tree", F(ct__allreduce_tree), 0,
+     "pipelined binary tree, k chunks: 2(lg n + k)(alpha + beta N/k) + 2 gamma N"},
+    {CT_COLL_ALLREDUCE, "ring", F(ct__allreduce_ring), 0,
+     "ring RS+AG: 2(n-1) alpha + 2(n-1)/n beta N + (n-1)/n gamma N"},
+    {CT_COLL_ALLREDUCE, "recdbl", F(ct__allreduce_recdbl), 0,
+     "recursive doubling: lg n (alpha + beta N + gamma N) (+2 fold steps)"},
+    {CT_COLL_ALLREDUCE, "rabenseifner", F(ct__allreduce_rabenseifner), 0,
+     "halving RS + doubling AG: 2 lg n alpha + 2(n-1)/n beta N + (n-1)/n gamma N"},
+    {CT_COLL_ALLREDUCE, "hier", F(ct__allreduce_hier), 0,
+     "shared-memory RS in the process, leaders' all-reduce, shared-memory copy-out"},
+    {CT_COLL_ALLREDUCE, "mpi", F(ct__allreduce_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Allreduce"},
+    {CT_COLL_REDUCESCATTER, "ring", F(ct__reducescatter_ring), 0,
+     "(n-1) alpha + (n-1)/n beta N + (n-1)/n gamma N"},
+    {CT_COLL_REDUCESCATTER, "rechalving", F(ct__reducescatter_rechalving), 0,
+     "lg n alpha + (n-1)/n beta N + (n-1)/n gamma N"},
+    {CT_COLL_REDUCESCATTER, "mpi", F(ct__reducescatter_mpi), CT__ALGO_ONE_PER_RANK,
+     "MPI_Reduce_scatter_block"},
+    {CT_COLL_ALLGATHER, "ring", F(ct__allgather_ring), 0, "(n-1) alpha + (n-1)/n beta N"},
+    {CT_COLL_ALLGATHER, "recdbl", F(ct__allgather_recdbl), 0, "lg n alpha + (n-1)/n beta N"},
+    {CT_COLL_ALLGATHER, "mpi", F(ct__allgather_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Allgather"},
+    {CT_COLL_ALLTOALL, "pairwise", F(ct__alltoall_pairwise), 0, "(n-1) alpha + (n-1)/n beta N"},
+    {CT_COLL_ALLTOALL, "mpi", F(ct__alltoall_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Alltoall"},
+    {CT_COLL_ALLTOALLV, "pairwise", F(ct__alltoallv_pairwise), 0, "(n-1) alpha + beta sum"},
+    {CT_COLL_ALLTOALLV, "mpi", F(ct__alltoallv_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Alltoallv"},
+    {CT_COLL_BCAST, "binomial", F(ct__bcast_binomial), 0, "lg n (alpha + beta N)"},
+    {CT_COLL_BCAST, "mpi", F(ct__bcast_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Bcast"},
+    {CT_COLL_BARRIER, "dissemination", F(ct__barrier_dissemination), 0, "lg n alpha"},
+    {CT_COLL_BARRIER, "mpi", F(ct__barrier_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Barrier"},
+};
+const int ct__nalgos = (int)(sizeof ct__algos / sizeof ct__algos[0]);
+
+int ct__algo_index(const ct__algo *a) { return (int)(a - ct__algos); }
+
+const ct__algo *ct__algo_find(ct_coll coll, const char *name) {
+    for (int i = 0; name && i < ct__nalgos; i++)
+        if (ct__algos[i].coll == coll && !strcmp(ct__algos[i].name, name)) return &ct__algos[i];
+    return NULL;
+}
+
+const char *ct_coll_algo_name(ct_coll coll, int i) {
+    for (int k = 0; k < ct__nalgos; k++)
+        if (ct__algos[k].coll == coll && i-- == 0) return ct__algos[k].name;
+    return NULL;
+}
+
+static const char *restriction(const ct_comm *c, const ct__algo *a) {
+    if ((a->flags & CT__ALGO_ONE_PER_RANK) && c->g->mpi == MPI_COMM_NULL)
+        return "needs one worker per rank in the group";
+    return "";
+}
+
+const char *ct_comm_algo_restriction(const ct_comm *c, ct_coll coll, const char *algo) {
+    const ct__algo *a = ct__algo_find(coll, algo);
+    return a ? restriction(c, a) : "unknown algorithm";
+}
+
+static const char *default_table =
+    "# collective nmin nmax local bytes_max algorithm   (first match wins)\n"
+    "allreduce 1 0 1 0 hier\n"
+    "allreduce 1 0 -1 65536 recdbl\n"
+    "allreduce 1 0 -1 0 rabenseifner\n"
+    "reducescatter 1 0 -1 65536 rechalving\n"
+    "reducescatter 1 0 -1 0 ring\n"
+    "allgather 1 0 -1 65536 recdbl\n"
+    "allgather 1 0 -1 0 ring\n"
+    "alltoall 1 0 -1 0 pairwise\n"
+    "alltoallv 1 0 -1 0 pairwise\n"
+    "bcast 1 0 -1 0 binomial\n"
+    "barrier 1 0 -1 0 dissemination\n";
+
+ct_status ct_topo_set_select_table(ct_topo *t, const char *text, ct_err *err) {
+    ct__select_row rows[CT__SELECT_MAX];
+    int n = 0, line = 0;
+    const char *p = text;
+    while (p && *p) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char buf[256], coll[32], algo[32];
+        line++;
+        if (len >= sizeof buf) len = sizeof buf - 1;
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        p = e ? e + 1 : p + len;
+        char *h = strchr(buf, '#');
+        if (h) *h = 0;
+        int nmin, nmax, local;
+        unsigned long long bmax;
+        char extra[8];
+        int k = sscanf(buf, "%31s %d %d %d %llu %31s %7s", coll, &nmin, &nmax, &local, &bmax, algo,
+                       extra);
+        if (k <= 0) continue;
+        ct__select_row *r = &rows[n];
+        if (k != 6)
+            return CT_ERR(err, CT_ERR_FORMAT, "selector table line %d: expected \"collective nmin "
+                          "nmax local bytes_max algorithm\", got \"%s\"", line, buf);
+        if (ct_coll_parse(coll, &r->coll))
+            return CT_ERR(err, CT_ERR_FORMAT, "selector table line %d: unknown collective \"%s\"",
+                          line, coll);
+        if (!ct__algo_find(r->coll, algo))
+            return CT_ERR(err, CT_ERR_FORMAT, "selector table line %d: no algorithm \"%s\" for %s",
+                          line, algo, coll);
+        if (n >= CT__SELECT_MAX)
+            return CT_ERR(err, CT_ERR_FORMAT, "selector table: more than %d rows", CT__SELECT_MAX);
+        r->nmin = nmin;
+        r->nmax = nmax;
+        r->local = local;
+        r->bytes_max = (size_t)bmax;
+        snprintf(r->algo, sizeof r->algo, "%s", algo);
+        n++;
+    }
+    memcpy(t->table, rows, sizeof(rows[0]) * (size_t)n);
+    t->ntable = n;
+    return CT_OK;
+}
+
+void ct__select_default(ct_topo *t) { ct_topo_set_select_table(t, default_table, NULL); }
+
+ct_status ct_topo_load_select_table(ct_topo *t, const char *path, ct_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return CT_ERR(err, CT_ERR_IO, "cannot open selector table \"%s\"", path);
+    char *buf = calloc(1, 1 << 16);
+    size_t n = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
+    fclose(f);
+    if (!buf) return CT_ERR(err, CT_ERR_NOMEM, "selector table");
+    (void)n;
+    ct_status st = ct_topo_set_select_table(t, buf, err);
+    free(buf);
+    return st;
+}
+
+ct_status ct_topo_write_select_table(const ct_topo *t, const char *path, ct_err *err) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return CT_ERR(err, CT_ERR_IO, "cannot write selector table \"%s\"", path);
+    fprintf(f, "# collective nmin nmax local bytes_max algorithm   (first match wins)\n");
+    for (int i = 0; i < t->ntable; i++) {
+        const ct__select_row *r = &t->table[i];
+        fprintf(f, "%s %d %d %d %zu %s\n", ct_coll_str(r->coll), r->nmin, r->nmax, r->local,
+                r->bytes_max, r->algo);
+    }
+    return fclose(f) ? CT_ERR(err, CT_ERR_IO, "writing \"%s\"", path) : CT_OK;
+}
+
+ct_status ct_topo_set_override(ct_topo *t, const char *spec, ct_err *err) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", spec ? spec : "");
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *eq = strchr(tok, '=');
+        ct_coll coll = CT_COLL_ALLREDUCE;
+        if (eq) {
+            *eq = 0;
+            if (ct_coll_parse(tok, &coll))
+                return CT_ERR(err, CT_ERR_ARG, "algorithm override: unknown collective \"%s\"", tok);
+            tok = eq + 1;
+        }
+        if (!ct__algo_find(coll, tok))
+            return CT_ERR(err, CT_ERR_ARG, "algorithm override: no algorithm \"%s\" for %s", tok,
+                          ct_coll_str(coll));
+        snprintf(t->override[coll], sizeof t->override[coll], "%s", tok);
+    }
+    return CT_OK;
+}
+
+static const ct__algo *select_auto(const ct_comm *c, ct_coll coll, size_t bytes) {
+    const ct_topo *t = c->topo;
+    int local = c->g->nlocal > 1 ? 1 : 0;
+    /* nlocal is this process's view; "some process holds several" must agree across workers */
+    local = c->g->one_per_rank ? 0 : 1;
+    for (int i = 0; i < t->ntable; i++) {
+        const ct__select_row *r = &t->table[i];
+        if (r->coll != coll || c->size < r->nmin || (r->nmax && c->size > r->nmax)) continue;
+        if (r->local >= 0 && r->local != local) continue;
+        if (r->bytes_max && bytes > r->bytes_max) continue;
+        const ct__algo *a = ct__algo_find(coll, r->algo);
+        if (a && !*restriction(c, a)) return a;
+    }
+    for (int i = 0; i < ct__nalgos; i++) /* no row matched: the first unrestricted one */
+        if (ct__algos[i].coll == coll && !*restriction(c, &ct__algos[i])) return &ct__algos[i];
+    return NULL;
+}
+
+const char *ct_comm_algo_select(const ct_comm *c, ct_coll coll, size_t bytes) {
+    if (c->topo->override[coll][0]) return c->topo->override[coll];
+    const ct__algo *a = select_auto(c, coll, bytes);
+    return a ? a->name : "";
+}
+
+ct_status ct__algo_resolve(ct_comm *c, ct_coll coll, const char *name, size_t bytes,
+                           const ct__algo **out) {
+    const ct__algo *a;
+    *out = NULL;
+    if (!name || !*name || !strcmp(name, "auto")) name = c->topo->override[coll][0] ? c->topo->override[coll] : NULL;
+    if (!name) {
+        a = select_auto(c, coll, bytes);
+        if (!a) return CT_ERR(&c->err, CT_ERR_NOT_FOUND, "%s: no algorithm usable", ct_coll_str(coll));
+        *out = a;
+        return CT_OK;
+    }
+    a = ct__algo_find(coll, name);
+    if (!a) {
+        char known[256] = "";
+        for (int i = 0; i < ct__nalgos; i++)
+            if (ct__algos[i].coll == coll) {
+                strncat(known, " ", sizeof known - strlen(known) - 1);
+                strncat(known, ct__algos[i].name, sizeof known - strlen(known) - 1);
+            }
+        return CT_ERR(&c->err, CT_ERR_ARG, "%s: unknown algorithm \"%s\" (known:%s)",
+                      ct_coll_str(coll), name, known);
+    }
+    *out = a;
+    if (*restriction(c, a)) return ct__need_mpi_comm(c, name);
+    return CT_OK;
+}
+
+/* The algorithm the hierarchical all-reduce runs among leaders (never itself). */
+const ct__algo *ct__select_inner(const ct_comm *c, size_t bytes) {
+    const ct_topo *t = c->topo;
+    for (int i = 0; i < t->ntable; i++) {
+        const ct__select_row *r = &t->table[i];
+        if (r->coll != CT_COLL_ALLREDUCE || c->size < r->nmin || (r->nmax && c->size > r->nmax))
+            continue;
+        if (r->local == 1 || (r->bytes_max && bytes > r->bytes_max) || !strcmp(r->algo, "hier"))
+            continue;
+        const ct__algo *a = ct__algo_find(CT_COLL_ALLREDUCE, r->algo);
+        if (a && !*restriction(c, a)) return a;
+    }
+    return ct__algo_find(CT_COLL_ALLREDUCE, "rabenseifner");
+}

@@ -1,0 +1,173 @@
+/* topo.c - the worker topology: MPI initialised with MPI_THREAD_MULTIPLE, ranks x D threads,
+ * node membership through MPI_Comm_split_type(SHARED), and the process-level registry of groups
+ * that this process's worker threads share. The only file that names MPI_COMM_WORLD. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel_impl.h"
+
+void ct__barrier_init(ct__barrier *b, int n) {
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    b->n = n;
+    b->waiting = 0;
+    b->gen = 0;
+}
+
+void ct__barrier_destroy(ct__barrier *b) {
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+}
+
+void ct__barrier_wait(ct__barrier *b) {
+    if (b->n <= 1) return;
+    pthread_mutex_lock(&b->mu);
+    unsigned gen = b->gen;
+    if (++b->waiting == b->n) {
+        b->waiting = 0;
+        b->gen++;
+        pthread_cond_broadcast(&b->cv);
+    } else {
+        while (gen == b->gen) pthread_cond_wait(&b->cv, &b->mu);
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+static int bits_for(int v) { /* bits to hold 0..v-1 */
+    int b = 0;
+    while ((1 << b) < v) b++;
+    return b;
+}
+
+ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *err) {
+    ct_status st = CT_OK;
+    ct_topo *t = NULL;
+    int inited = 0, provided = 0, rc;
+    if (!out) return CT_ERR(err, CT_ERR_ARG, "ct_topo_create: out is NULL");
+    *out = NULL;
+    if (D < 1 || D > CT__MAX_THREADS)
+        return CT_ERR(err, CT_ERR_ARG, "ct_topo_create: devices per rank %d is outside 1..%d", D,
+                      CT__MAX_THREADS);
+    t = calloc(1, sizeof *t);
+    if (!t) return CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");
+    t->world = MPI_COMM_NULL;
+    t->node_comm = MPI_COMM_NULL;
+    pthread_mutex_init(&t->mu, NULL);
+    MPI_Initialized(&inited);
+    if (!inited) {
+        rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+        if (rc != MPI_SUCCESS) {
+            st = CT_ERR(err, CT_ERR_MPI, "MPI_Init_thread failed (code %d)", rc);
+            goto cleanup;
+        }
+        t->owns_mpi = 1;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_MULTIPLE) {
+        static const char *lv[] = {"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED",
+                                   "MPI_THREAD_SERIALIZED", "MPI_THREAD_MULTIPLE"};
+        int i = provided == MPI_THREAD_SINGLE ? 0 : provided == MPI_THREAD_FUNNELED ? 1
+              : provided == MPI_THREAD_SERIALIZED ? 2 : 3;
+        st = CT_ERR(err, CT_ERR_UNSUPPORTED,
+                    "the MPI library provides only %s, cltrain needs MPI_THREAD_MULTIPLE (worker "
+                    "threads of one rank talk to other ranks at once)%s; hint: use an MPI built "
+                    "with thread support (MPICH: --enable-threads=multiple)",
+                    lv[i], t->owns_mpi ? "" : " - the program initialised MPI itself: call "
+                    "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+        goto cleanup;
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &t->world);
+    MPI_Comm_set_errhandler(t->world, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(t->world, &t->rank);
+    MPI_Comm_size(t->world, &t->nranks);
+    t->D = D;
+    t->W = t->nranks * D;
+    MPI_Comm_split_type(t->world, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &t->node_comm);
+    MPI_Comm_rank(t->node_comm, &t->local_rank);
+    MPI_Comm_size(t->node_comm, &t->local_nranks);
+    {   /* node index: order nodes by their lowest world rank */
+        int first = t->rank, *firsts = NULL;
+        MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, t->node_comm);
+        firsts = malloc(sizeof(int) * (size_t)t->nranks);
+        if (!firsts) {
+            st = CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");
+            goto cleanup;
+        }
+        MPI_Allgather(&first, 1, MPI_INT, firsts, 1, MPI_INT, t->world);
+        t->node = 0;
+        t->nnodes = 0;
+        for (int r = 0; r < t->nranks; r++)
+            if (firsts[r] == r) {
+                if (r < first) t->node++;
+                t->nnodes++;
+            }
+        free(firsts);
+    }
+    {
+        int *ub = NULL, flag = 0, ubits = 0;
+        MPI_Comm_get_attr(t->world, MPI_TAG_UB, &ub, &flag);
+        long long u = flag ? *ub : 32767;
+        while (ubits < 31 && (1LL << (ubits + 1)) - 1 <= u) ubits++;
+        t->tag_bits_thread = bits_for(D);
+        t->tag_bits_id = ubits - 2 * t->tag_bits_thread;
+        if (t->tag_bits_id < 8) {
+            st = CT_ERR(err, CT_ERR_UNSUPPORTED,
+                        "MPI_TAG_UB %lld leaves %d bits for comm ids with %d threads per rank",
+                        u, t->tag_bits_id, D);
+            goto cleanup;
+        }
+        if (t->tag_bits_id > 20) t->tag_bits_id = 20;
+        t->id_max = (1u << t->tag_bits_id) - 1;
+    }
+    {
+        int len = 0;
+        char v[MPI_MAX_LIBRARY_VERSION_STRING];
+        MPI_Get_library_version(v, &len);
+        char *nl = strchr(v, '\n');
+        if (nl) *nl = 0;
+        snprintf(t->mpi_version, sizeof t->mpi_version, "%.255s", v);
+    }
+    t->check_default = 1;
+    t->max_id = calloc((size_t)D, sizeof *t->max_id);
+    if (!t->max_id) {
+        st = CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");
+        goto cleanup;
+    }
+    ct__select_default(t);
+    *out = t;
+    return CT_OK;
+cleanup:
+    ct_topo_free(t);
+    return st;
+}
+
+void ct__group_release(ct_topo *t, ct__group *g);
+
+void ct_topo_free(ct_topo *t) {
+    if (!t) return;
+    if (t->world_group) ct__group_release(t, t->world_group);
+    if (t->node_comm != MPI_COMM_NULL) MPI_Comm_free(&t->node_comm);
+    if (t->world != MPI_COMM_NULL) MPI_Comm_free(&t->world);
+    if (t->owns_mpi) {
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin) MPI_Finalize();
+    }
+    pthread_mutex_destroy(&t->mu);
+    free(t->max_id);
+    free(t);
+}
+
+int ct_topo_rank(const ct_topo *t) { return t->rank; }
+int ct_topo_nranks(const ct_topo *t) { return t->nranks; }
+int ct_topo_devices_per_rank(const ct_topo *t) { return t->D; }
+int ct_topo_world_size(const ct_topo *t) { return t->W; }
+int ct_topo_node(const ct_topo *t) { return t->node; }
+int ct_topo_nnodes(const ct_topo *t) { return t->nnodes; }
+int ct_topo_local_rank(const ct_topo *t) { return t->local_rank; }
+int ct_topo_local_nranks(const ct_topo *t) { return t->local_nranks; }
+int ct_topo_device_index(const ct_topo *t, int thread) { return t->local_rank * t->D + thread; }
+const char *ct_topo_mpi_version(const ct_topo *t) { return t->mpi_version; }
+void ct_topo_set_check(ct_topo *t, int on) { t->check_default = on; }

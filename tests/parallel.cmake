@@ -1,0 +1,33 @@
+# tests/parallel.cmake - parallel/ tests: every collective algorithm under mpiexec at several
+# rank x thread shapes (label mpi), error paths, and the selector table (label unit).
+if(TARGET ct_parallel)
+  ct_add_test(NAME test_parallel_coll SOURCES test_parallel_coll.c LIBS ct_parallel LABELS mpi)
+  set_tests_properties(test_parallel_coll PROPERTIES DISABLED TRUE) # registered per shape below
+  # name  ranks  threads  extra args
+  set(CT_PAR_SHAPES
+    "1x1;1;1;--full" "2x1;2;1;--full" "1x2;1;2;--full" "3x1;3;1;" "1x3;1;3;" "2x2;2;2;"
+    "4x1;4;1;" "1x4;1;4;" "5x1;5;1;" "7x1;7;1;" "8x1;8;1;" "4x2;4;2;" "2x4;2;4;"
+    "1x8;1;8;")
+  foreach(i RANGE 0 13)
+    math(EXPR j "${i} * 4")
+    list(SUBLIST CT_PAR_SHAPES ${j} 4 s)
+    list(GET s 0 nm)
+    list(GET s 1 nr)
+    list(GET s 2 nt)
+    list(GET s 3 ex)
+    add_test(NAME parallel_coll_${nm}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_coll> ${nt} ${ex})
+    set_tests_properties(parallel_coll_${nm} PROPERTIES LABELS "mpi" TIMEOUT 300
+      ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+  # device buffers: 2 PoCL devices per process, threads and mixed
+  foreach(shape "1x2;1;2" "2x2;2;2" "3x1;3;1")
+    list(GET shape 0 nm)
+    list(GET shape 1 nr)
+    list(GET shape 2 nt)
+    add_test(NAME parallel_coll_device_${nm}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_coll> ${nt} --device --big=20001)
+    set_tests_properties(parallel_coll_device_${nm} PROPERTIES LABELS "mpi;opencl" TIMEOUT 300
+      ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=pthread pthread")
+  endforeach()
+endif()
