@@ -36,6 +36,7 @@ ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t co
     }
     /* (1) publish; the leader sizes the shared scratch (nobody uses it between calls) */
     g->ptrs[me] = (void *)send;
+    g->counts[me] = count;
     int grow_failed = 0;
     if (me == 0 && g->scratch_cap < bytes) {
         void *p = realloc(g->scratch, bytes);
@@ -47,6 +48,13 @@ ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t co
         }
     }
     ct__barrier_wait(&g->bar);
+    for (int u = 0; u < L; u++)
+        if (g->counts[u] != count) { /* every local member sees the same table */
+            ct__barrier_wait(&g->bar);
+            return CT_ERR(&c->err, CT_ERR_MISMATCH, "hierarchical all-reduce: local member %d "
+                          "passed count %zu, this one %zu (workers disagree on counts)", u,
+                          g->counts[u], count);
+        }
     if (g->scratch_cap < bytes || grow_failed) {
         ct__barrier_wait(&g->bar);
         return CT_ERR(&c->err, CT_ERR_NOMEM, "hierarchical scratch of %zu bytes", bytes);

@@ -28,6 +28,7 @@ static void group_free(ct__group *g) {
     free(g->m);
     free(g->local_rank);
     free(g->ptrs);
+    free(g->counts);
     free(g->scratch);
     free(g);
 }
@@ -76,8 +77,9 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
     free(seen);
     g->local_rank = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(int));
     g->ptrs = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(void *));
+    g->counts = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(size_t));
     g->slots = calloc((size_t)(g->nlocal > 0 ? g->nlocal * g->nlocal : 1), sizeof(ct__slot));
-    if (!g->local_rank || !g->ptrs || !g->slots) goto nomem;
+    if (!g->local_rank || !g->ptrs || !g->counts || !g->slots) goto nomem;
     for (int i = 0; i < n; i++)
         if (g->m[i].local >= 0) g->local_rank[g->m[i].local] = i;
     for (int i = 0; i < g->nlocal * g->nlocal; i++) {
@@ -298,6 +300,9 @@ static ct_status coll_begin(ct_comm *c, ct_coll coll, size_t count, ct_dtype dt,
     ct_status st = CT_OK;
     *a = NULL;
     size_t es = ct_dtype_size(dt);
+    if (c->g->broken)
+        return CT_ERR(&c->err, CT_ERR_STATE, "%s: this comm was broken by an earlier size "
+                      "mismatch; free it and split a new one", ct_coll_str(coll));
     if ((unsigned)dt >= CT_DTYPE__COUNT)
         st = CT_ERR(&c->err, CT_ERR_ARG, "%s: unknown data type %d", ct_coll_str(coll), (int)dt);
     else if ((coll == CT_COLL_ALLREDUCE || coll == CT_COLL_REDUCESCATTER) &&

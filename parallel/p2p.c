@@ -62,6 +62,21 @@ static ct_status check_peer(ct_comm *c, int peer, const char *what) {
 
 /* ------------------------------------------------------------------ posted sends */
 
+void ct__group_break(ct__group *g) {
+    g->broken = 1;
+    for (int i = 0; i < g->nlocal * g->nlocal; i++) {
+        pthread_mutex_lock(&g->slots[i].mu);
+        pthread_cond_broadcast(&g->slots[i].cv);
+        pthread_mutex_unlock(&g->slots[i].mu);
+    }
+}
+
+static ct_status broken_err(ct_comm *c) {
+    return CT_ERR(&c->err, CT_ERR_MISMATCH,
+                  "another worker of this group saw a size mismatch (workers disagree on counts; "
+                  "turn check mode on to find which); the comm is unusable now, free it");
+}
+
 typedef struct posted {
     ct__slot *slot; /* local */
     MPI_Request *req; /* remote: nreq requests */
@@ -77,7 +92,11 @@ static ct_status post_send(ct_comm *c, int dst, const void *buf, size_t bytes, p
     if (d->local >= 0) {
         ct__slot *s = &c->g->slots[c->local * c->g->nlocal + d->local];
         pthread_mutex_lock(&s->mu);
-        while (s->full) pthread_cond_wait(&s->cv, &s->mu);
+        while (s->full && !c->g->broken) pthread_cond_wait(&s->cv, &s->mu);
+        if (c->g->broken) {
+            pthread_mutex_unlock(&s->mu);
+            return broken_err(c);
+        }
         s->ptr = buf;
         s->bytes = bytes;
         s->full = 1;
@@ -110,8 +129,8 @@ static ct_status complete_send(ct_comm *c, int dst, posted *p) {
     if (p->slot) {
         ct__slot *s = p->slot;
         pthread_mutex_lock(&s->mu);
-        while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
-        int e = s->error;
+        while (!s->done && !c->g->broken) pthread_cond_wait(&s->cv, &s->mu);
+        int e = s->error || !s->done;
         size_t want = s->bytes;
         s->full = 0;
         s->done = 0;
@@ -142,13 +161,19 @@ static ct_status complete_send(ct_comm *c, int dst, posted *p) {
 static ct_status local_take(ct_comm *c, int src, size_t bytes, ct__slot **sp, const void **ptr) {
     ct__slot *s = &c->g->slots[c->g->m[src].local * c->g->nlocal + c->local];
     pthread_mutex_lock(&s->mu);
-    while (!(s->full && !s->done)) pthread_cond_wait(&s->cv, &s->mu);
+    while (!(s->full && !s->done) && !c->g->broken) pthread_cond_wait(&s->cv, &s->mu);
+    if (c->g->broken && !(s->full && !s->done)) {
+        pthread_mutex_unlock(&s->mu);
+        return broken_err(c);
+    }
     if (s->bytes != bytes) {
         size_t got = s->bytes;
+        c->g->broken = 1; /* before the sender can see the error and start its next call */
         s->error = 1;
         s->done = 1;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
+        ct__group_break(c->g);
         return CT_ERR(&c->err, CT_ERR_MISMATCH,
                       "receive from group rank %d: expected %zu bytes, the sender sent %zu "
                       "(workers disagree on counts)", src, bytes, got);

@@ -64,6 +64,8 @@ typedef struct ct__group {
     ct__slot *slots;    /* [nlocal * nlocal], slot src*nlocal+dst */
     ct__barrier bar;    /* the local members */
     void **ptrs;        /* [nlocal] published pointers (hierarchical) */
+    size_t *counts;     /* [nlocal] published counts (hierarchical) */
+    volatile int broken; /* a member saw a size mismatch without check mode: all waits fail */
     void *scratch;      /* shared scratch (hierarchical) */
     size_t scratch_cap;
     struct ct__group *next;
@@ -116,6 +118,9 @@ ct_status ct__scratch(ct_comm *c, size_t bytes, void **out);
 ct_status ct__scratch2(ct_comm *c, size_t bytes, void **out);
 
 /* ---------------------------------------------------------------- point-to-point */
+
+/* Mark the group broken and wake every local waiter. */
+void ct__group_break(ct__group *g);
 
 ct_status ct__p2p_send(ct_comm *c, int dst, const void *buf, size_t bytes);
 ct_status ct__p2p_recv(ct_comm *c, int src, void *buf, size_t bytes);

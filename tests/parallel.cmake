@@ -31,3 +31,22 @@ if(TARGET ct_parallel)
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=pthread pthread")
   endforeach()
 endif()
+if(TARGET ct_parallel)
+  ct_add_test(NAME test_parallel_errors SOURCES test_parallel_errors.c LIBS ct_parallel LABELS mpi)
+  set_tests_properties(test_parallel_errors PROPERTIES DISABLED TRUE)
+  foreach(shape "2x2;2;2" "3x1;3;1" "1x3;1;3")
+    list(GET shape 0 nm)
+    list(GET shape 1 nr)
+    list(GET shape 2 nt)
+    add_test(NAME parallel_errors_${nm}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_errors> ${nt})
+    set_tests_properties(parallel_errors_${nm} PROPERTIES LABELS "mpi" TIMEOUT 120
+      ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+  add_test(NAME parallel_errors_nothread
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:test_parallel_errors> nothread)
+  add_test(NAME parallel_select
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 $<TARGET_FILE:test_parallel_errors> select)
+  set_tests_properties(parallel_errors_nothread PROPERTIES LABELS "mpi" TIMEOUT 60)
+  set_tests_properties(parallel_select PROPERTIES LABELS "unit" TIMEOUT 60)
+endif()

@@ -1,0 +1,238 @@
+/* test_parallel_errors.c - bad use of ct_comm gives clear errors on every worker and no hang.
+ *
+ *   mpiexec -n R test_parallel_errors D     counts that differ, unknown op / algorithm / type on
+ *                                           one or all workers, inconsistent split (bad colour,
+ *                                           split against all-reduce), "mpi" with several workers
+ *                                           per rank, mismatched sizes without check mode
+ *                                           (threads), then a correct call still works
+ *   test_parallel_errors nothread           MPI initialised without MPI_THREAD_MULTIPLE
+ *   test_parallel_errors select             the selector table: parse errors, choices, overrides
+ */
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_parallel.h"
+
+static int g_fail = 0, g_checks = 0;
+#define CHECK(cond, ...)                                                                \
+    do {                                                                                \
+        _Pragma("omp atomic") g_checks++;                                               \
+        if (!(cond)) {                                                                  \
+            _Pragma("omp atomic") g_fail++;                                             \
+            _Pragma("omp critical(print)") {                                            \
+                fprintf(stderr, "%s:%d: FAIL [%s] ", __FILE__, __LINE__, ctx);          \
+                fprintf(stderr, __VA_ARGS__);                                           \
+                fprintf(stderr, "\n");                                                  \
+            }                                                                           \
+        }                                                                               \
+    } while (0)
+#define HAS(msg, needle) (strstr((msg), (needle)) != NULL)
+
+static int finish(const char *name, int rank) {
+    int total = 0, checks = 0;
+    MPI_Allreduce(&g_fail, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&g_checks, &checks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("%s: %d checks, %d failed\n", name, checks, total);
+    return total ? 1 : 0;
+}
+
+static int nothread(int argc, char **argv) {
+    const char *ctx = "nothread";
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    ct_topo *t = NULL;
+    ct_err err = {0};
+    ct_status st = ct_topo_create(&t, &argc, &argv, 2, &err);
+    if (provided < MPI_THREAD_MULTIPLE) {
+        CHECK(st == CT_ERR_UNSUPPORTED, "status %d", st);
+        CHECK(HAS(err.msg, "MPI_THREAD_MULTIPLE") && HAS(err.msg, "MPI_THREAD_SERIALIZED"),
+              "message: %s", err.msg);
+        CHECK(t == NULL, "no topology on failure");
+    } else {
+        CHECK(0, "MPI gave MPI_THREAD_MULTIPLE when asked for less; cannot test");
+    }
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    int rc = finish("test_parallel_errors nothread", r);
+    ct_topo_free(t);
+    MPI_Finalize();
+    return rc;
+}
+
+static int selector(int argc, char **argv) {
+    const char *ctx = "select";
+    ct_topo *t = NULL;
+    ct_err err = {0};
+    CHECK(ct_topo_create(&t, &argc, &argv, 0, &err) == CT_ERR_ARG, "D = 0 refused");
+    CHECK(HAS(err.msg, "devices per rank 0"), "message: %s", err.msg);
+    if (ct_topo_create(&t, &argc, &argv, 1, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 2;
+    }
+    ct_comm *w = NULL;
+    CHECK(ct_comm_world(t, 0, &w) == CT_OK, "world");
+    CHECK(ct_topo_set_select_table(t, "allreduce 1 0 -1 100 recdbl\nallreduce 1 0 -1 0 ring\n"
+                                      "allgather 1 0 -1 0 recdbl\n", &err) == CT_OK, "%s", err.msg);
+    CHECK(!strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 100), "recdbl"), "100 B");
+    CHECK(!strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 101), "ring"), "101 B");
+    CHECK(!strcmp(ct_comm_algo_select(w, CT_COLL_ALLGATHER, 1 << 20), "recdbl"), "allgather");
+    /* no row for bcast: the first usable algorithm */
+    CHECK(!strcmp(ct_comm_algo_select(w, CT_COLL_BCAST, 8), "binomial"), "bcast fallback");
+    CHECK(ct_topo_set_select_table(t, "allreduce 1 0 -1 0 warp\n", &err) == CT_ERR_FORMAT, "bad algo");
+    CHECK(HAS(err.msg, "line 1") && HAS(err.msg, "warp"), "message: %s", err.msg);
+    CHECK(ct_topo_set_select_table(t, "# c\nallreduce 1 0\n", &err) == CT_ERR_FORMAT, "short line");
+    CHECK(HAS(err.msg, "line 2"), "message: %s", err.msg);
+    CHECK(ct_topo_set_select_table(t, "allreduce 1 0 -1 0 mpi\nallreduce 1 0 -1 0 naive\n", &err) == CT_OK, "x");
+    CHECK(!strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 8), "mpi"), "mpi usable with 1x1");
+    char path[] = "/tmp/ct_select_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) {
+        CHECK(ct_topo_write_select_table(t, path, &err) == CT_OK, "%s", err.msg);
+        CHECK(ct_topo_set_select_table(t, "allreduce 1 0 -1 0 tree\n", &err) == CT_OK, "x");
+        CHECK(ct_topo_load_select_table(t, path, &err) == CT_OK, "%s", err.msg);
+        CHECK(!strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 8), "mpi"), "round trip");
+        remove(path);
+    }
+    CHECK(ct_topo_load_select_table(t, "/nonexistent/x", &err) == CT_ERR_IO, "missing file");
+    CHECK(ct_topo_set_override(t, "allreduce=ring,bcast=binomial", &err) == CT_OK, "%s", err.msg);
+    CHECK(!strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 8), "ring"), "override");
+    CHECK(ct_topo_set_override(t, "allreduce=warp", &err) == CT_ERR_ARG, "bad override");
+    CHECK(HAS(err.msg, "warp"), "message: %s", err.msg);
+    CHECK(ct_topo_set_override(t, "sideways=ring", &err) == CT_ERR_ARG, "bad collective");
+    for (int i = 0; ct_coll_algo_name(CT_COLL_ALLREDUCE, i); i++) {
+        const char *a = ct_coll_algo_name(CT_COLL_ALLREDUCE, i);
+        CHECK(*ct_comm_algo_restriction(w, CT_COLL_ALLREDUCE, a) == 0, "%s usable on 1x1", a);
+    }
+    ct_comm_free(w);
+    int rc = finish("test_parallel_errors select", 0);
+    ct_topo_free(t);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "nothread")) return nothread(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "select")) return selector(argc, argv);
+    int D = argc > 1 ? atoi(argv[1]) : 2;
+    ct_topo *topo = NULL;
+    ct_err err = {0};
+    if (ct_topo_create(&topo, &argc, &argv, D, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 2;
+    }
+    int rank = ct_topo_rank(topo);
+#pragma omp parallel num_threads(D)
+    {
+        const char *ctx = "errors";
+        ct_comm *w = NULL, *s = NULL;
+        float a[64], b[64];
+        ct_comm_world(topo, omp_get_thread_num(), &w);
+        int r = ct_comm_rank(w), n = ct_comm_size(w);
+        for (int i = 0; i < 64; i++) a[i] = (float)(r + i);
+        const char *m;
+        ct_status st;
+
+        ctx = "count differs";
+        st = ct_comm_allreduce(w, a, b, r == n - 1 ? 11 : 10, CT_F32, CT_OP_SUM, "ring");
+        m = ct_comm_errmsg(w);
+        CHECK(st == CT_ERR_MISMATCH && HAS(m, "count") && HAS(m, "11"), "%d %s", st, m);
+
+        ctx = "unknown op everywhere";
+        st = ct_comm_allreduce(w, a, b, 10, CT_F32, (ct_op)7, NULL);
+        m = ct_comm_errmsg(w);
+        CHECK(st == CT_ERR_ARG && (HAS(m, "unknown op") || HAS(m, "rejected")), "%d %s", st, m);
+
+        ctx = "unknown op on one worker";
+        st = ct_comm_allreduce(w, a, b, 10, CT_F32, r == 0 ? (ct_op)9 : CT_OP_SUM, NULL);
+        m = ct_comm_errmsg(w);
+        CHECK(st == CT_ERR_ARG && (r == 0 ? HAS(m, "unknown op 9") : HAS(m, "group rank 0")), "%d %s", st, m);
+
+        ctx = "unknown type";
+        st = ct_comm_allgather(w, a, b, 1, (ct_dtype)5, NULL);
+        CHECK(st == CT_ERR_ARG, "%d %s", st, ct_comm_errmsg(w));
+
+        ctx = "unknown algorithm everywhere";
+        st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, "warp");
+        m = ct_comm_errmsg(w);
+        CHECK(st == CT_ERR_ARG && HAS(m, "unknown algorithm \"warp\"") && HAS(m, "ring"), "%d %s", st, m);
+
+        ctx = "unknown algorithm on the last worker";
+        st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, r == n - 1 ? "warp" : "ring");
+        m = ct_comm_errmsg(w);
+        CHECK(st != CT_OK && HAS(m, r == n - 1 ? "warp" : "rejected"), "%d %s", st, m);
+
+        ctx = "algorithms disagree";
+        st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, r == 0 ? "tree" : "ring");
+        m = ct_comm_errmsg(w);
+        CHECK(st == CT_ERR_MISMATCH && HAS(m, "algorithm"), "%d %s", st, m);
+
+        ctx = "bcast roots disagree";
+        st = ct_comm_bcast(w, a, 4, CT_F32, r == 0 ? 0 : n - 1, NULL);
+        CHECK(n == 1 || (st == CT_ERR_MISMATCH && HAS(ct_comm_errmsg(w), "root")), "%d %s", st, ct_comm_errmsg(w));
+
+        ctx = "alltoallv counts disagree";
+        {
+            size_t sc[64], sd[64], rc[64], rd[64];
+            for (int j = 0; j < n; j++) { sc[j] = 1; sd[j] = (size_t)j; rc[j] = j == 0 && r == 1 ? 2 : 1; rd[j] = (size_t)j * 2; }
+            st = ct_comm_alltoallv(w, a, sc, sd, b, rc, rd, CT_F32, NULL);
+            CHECK(n == 1 || (st == CT_ERR_MISMATCH), "%d %s", st, ct_comm_errmsg(w));
+        }
+
+        ctx = "split: bad colour on one worker";
+        st = ct_comm_split(w, r == 1 % n ? -5 : 0, 0, &s);
+        m = ct_comm_errmsg(w);
+        CHECK(st == CT_ERR_ARG && HAS(m, "colour -5") && s == NULL, "%d %s", st, m);
+
+        ctx = "split against all-reduce";
+        if (r == 0) st = ct_comm_split(w, 0, 0, &s);
+        else st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, NULL);
+        m = ct_comm_errmsg(w);
+        CHECK(n == 1 || (st == CT_ERR_MISMATCH && HAS(m, "different collectives")), "%d %s", st, m);
+        ct_comm_free(s);
+        s = NULL;
+
+        ctx = "mpi with several workers per rank";
+        st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, "mpi");
+        m = ct_comm_errmsg(w);
+        if (D > 1) CHECK(st == CT_ERR_UNSUPPORTED && HAS(m, "one worker per rank"), "%d %s", st, m);
+        else CHECK(st == CT_OK, "%d %s", st, m);
+
+        ctx = "NULL buffer";
+        st = ct_comm_allreduce(w, r == 0 ? NULL : a, b, 10, CT_F32, CT_OP_SUM, NULL);
+        CHECK(st == CT_ERR_ARG, "%d %s", st, ct_comm_errmsg(w));
+
+        /* without check mode, threads of one process still see a size mismatch in the mailbox */
+        ctx = "no check mode, threads";
+        ct_comm *tc = NULL;
+        ct_comm_split(w, ct_topo_rank(topo), r, &tc);
+        if (tc && ct_comm_size(tc) > 1) {
+            ct_comm_set_check(tc, 0);
+            int tr = ct_comm_rank(tc);
+            st = ct_comm_allreduce(tc, a, b, tr == 1 ? 11 : 10, CT_F32, CT_OP_SUM, "naive");
+            m = ct_comm_errmsg(tc);
+            /* a thread that starts after the break is refused at the door (CT_ERR_STATE) */
+            CHECK((st == CT_ERR_MISMATCH && HAS(m, "disagree")) || st == CT_ERR_STATE, "%d %s", st, m);
+            st = ct_comm_barrier(tc, NULL);
+            CHECK(st == CT_ERR_STATE, "a broken comm refuses further calls: %d", st);
+            ct_comm_free(tc);
+            tc = NULL;
+            ct_comm_split(w, ct_topo_rank(topo), r, &tc);
+            ct_comm_set_check(tc, 0);
+            st = ct_comm_allreduce(tc, a, b, tr == 0 ? 12 : 10, CT_F32, CT_OP_SUM, "hier");
+            CHECK(st == CT_ERR_MISMATCH && HAS(ct_comm_errmsg(tc), "count"), "hier: %d %s", st,
+                  ct_comm_errmsg(tc));
+        }
+        ct_comm_free(tc);
+
+        ctx = "still usable";
+        st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, NULL);
+        CHECK(st == CT_OK, "%d %s", st, ct_comm_errmsg(w));
+        for (int i = 0; i < 10; i++) CHECK(b[i] == (float)(n * (n - 1) / 2 + n * i), "b[%d] = %g", i, b[i]);
+        ct_comm_free(w);
+    }
+    int rc = finish("test_parallel_errors", rank);
+    ct_topo_free(topo);
+    return rc;
+}
