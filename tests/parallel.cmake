@@ -1,8 +1,9 @@
 # tests/parallel.cmake - parallel/ tests: every collective algorithm under mpiexec at several
 # rank x thread shapes (label mpi), error paths, and the selector table (label unit).
 if(TARGET ct_parallel)
-  ct_add_test(NAME test_parallel_coll SOURCES test_parallel_coll.c LIBS ct_parallel LABELS mpi)
-  set_tests_properties(test_parallel_coll PROPERTIES DISABLED TRUE) # registered per shape below
+  # one executable, registered once per rank x thread shape (ct_add_test would add a bare run)
+  add_executable(test_parallel_coll test_parallel_coll.c)
+  target_link_libraries(test_parallel_coll PRIVATE ct_parallel)
   # name  ranks  threads  extra args
   set(CT_PAR_SHAPES
     "1x1;1;1;--full" "2x1;2;1;--full" "1x2;1;2;--full" "3x1;3;1;" "1x3;1;3;" "2x2;2;2;"
@@ -32,8 +33,8 @@ if(TARGET ct_parallel)
   endforeach()
 endif()
 if(TARGET ct_parallel)
-  ct_add_test(NAME test_parallel_errors SOURCES test_parallel_errors.c LIBS ct_parallel LABELS mpi)
-  set_tests_properties(test_parallel_errors PROPERTIES DISABLED TRUE)
+  add_executable(test_parallel_errors test_parallel_errors.c)
+  target_link_libraries(test_parallel_errors PRIVATE ct_parallel)
   foreach(shape "2x2;2;2" "3x1;3;1" "1x3;1;3")
     list(GET shape 0 nm)
     list(GET shape 1 nr)
