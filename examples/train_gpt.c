@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "ct_cl.h"
@@ -65,6 +66,20 @@ static unsigned char *corpus_bytes(size_t *n) {
     return b;
 }
 
+/* An output file's directory must exist before training starts, not fail at the end. */
+static void check_out_dir(const char *path, const char *flag) {
+    if (!path || !path[0]) return;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return;
+    if (slash == dir) slash[1] = 0;
+    else *slash = 0;
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        die(2, "%s %s: the directory %s does not exist", flag, path, dir);
+}
+
 /* Parameter and value checks that need no file or device. */
 static void check_params(const ct_train_params *p, ct_lr_schedule *sched) {
     ct_err err = {0};
@@ -112,6 +127,8 @@ static void check_params(const ct_train_params *p, ct_lr_schedule *sched) {
     NEED(p->total_batch == 0 || p->total_batch % bt == 0,
          "--total-batch %d is not a multiple of --batch x --seq = %lld", p->total_batch, bt);
 #undef NEED
+    check_out_dir(p->save_model, "--save-model");
+    check_out_dir(p->metrics, "--metrics");
 }
 
 /* The device's GEMM rate at the model's MLP shape (the compiled kernel is reused by training). */

@@ -19,3 +19,9 @@ if(TARGET ct_engine)
               LABELS opencl TIMEOUT 300)
   target_compile_definitions(test_engine_torch PRIVATE CT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 endif()
+if(TARGET train_gpt AND TARGET sample_gpt)
+  add_test(NAME test_train_cli
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_train_cli.sh $<TARGET_FILE:train_gpt>
+                   $<TARGET_FILE:sample_gpt>)
+  set_tests_properties(test_train_cli PROPERTIES LABELS opencl TIMEOUT 600)
+endif()

@@ -1,0 +1,173 @@
+#!/bin/sh
+# test_train_cli.sh TRAIN_GPT SAMPLE_GPT - train_gpt and sample_gpt as a user runs them.
+#
+# 1. Every bad input of issue 3 (bad flag or value, impossible shape, tokens outside the
+#    vocabulary, missing / truncated / malformed files, a device too small) exits with status 2
+#    and a message naming the problem, and leaves no output file (final or temporary) behind.
+# 2. Bit-identical resume: the losses after resuming from a checkpoint equal, bit for bit (as
+#    float32 printed with 9 significant digits), those of the uninterrupted run: (a) 2N steps
+#    with a checkpoint at N, resumed from it; (b) N steps, save, resume to 2N, against 2N in one
+#    run; with gradient accumulation and shuffling on.
+# 3. The llm.c model file written by --save-model is read back by --init and by sample_gpt.
+set -u
+TRAIN=$1
+SAMPLE=$2
+D=$(mktemp -d /tmp/ct_test_train_cli.XXXXXX)
+trap 'rm -rf "$D"' EXIT
+PY=/usr/bin/python3
+fails=0
+checks=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# Small, fast settings shared by every run.
+TINY="--layers 1 --heads 2 --dim 16 --seq 8 --batch 2 --sample-len 0 --eval-every 0 --peak-tflops 1"
+
+# expect_bad "what" "message part" args... : status 2, message on stderr, no output files.
+expect_bad() {
+    what=$1; msg=$2; shift 2
+    checks=$((checks + 1))
+    rm -rf "$D/out"; mkdir -p "$D/out"
+    "$TRAIN" --save-model "$D/out/model.bin" --metrics "$D/out/m.jsonl" "$@" \
+        >"$D/stdout" 2>"$D/stderr"
+    rc=$?
+    if [ $rc -ne 2 ]; then fail "$what: exit status $rc, expected 2"; cat "$D/stderr"; return; fi
+    if ! grep -qF -- "$msg" "$D/stderr"; then
+        fail "$what: message lacks '$msg':"; cat "$D/stderr"; return
+    fi
+    left=$(ls -A "$D/out")
+    if [ -n "$left" ]; then fail "$what: left files behind: $left"; return; fi
+    echo "ok: $what -> $(head -c 160 "$D/stderr" | head -n 1)"
+}
+
+# Fixtures: text, shards (good, truncated, bad magic, out-of-vocabulary), a model file.
+$PY - "$D" <<'EOF' || { echo "FAIL: cannot make fixtures"; exit 1; }
+import struct, sys
+d = sys.argv[1]
+def shard(path, toks, magic=20240520, version=1, count=None, cut=0):
+    h = [0] * 256
+    h[0], h[1], h[2] = magic, version, len(toks) if count is None else count
+    fmt = "<%dH" % len(toks) if magic == 20240520 else "<%dI" % len(toks)
+    b = struct.pack("<256i", *h) + struct.pack(fmt, *toks)
+    open(path, "wb").write(b[:len(b) - cut] if cut else b)
+toks = [(i * 7 + 3) % 200 for i in range(5000)]
+shard(d + "/good_000.bin", toks)
+shard(d + "/good_001.bin", toks[::-1], magic=20240801, version=7)
+shard(d + "/trunc.bin", toks, cut=6)
+shard(d + "/magic.bin", toks, magic=1234)
+shard(d + "/count.bin", toks, count=4000)
+shard(d + "/oov.bin", toks[:100] + [60000] + toks[100:])
+open(d + "/text.txt", "w").write("the quick brown fox jumps over the lazy dog. " * 200)
+EOF
+
+# A model file with maxT = 8 for the --init cases.
+if ! "$TRAIN" $TINY --text "$D/text.txt" --steps 0 --save-model "$D/m8.bin" >/dev/null 2>"$D/err"; then
+    fail "could not write a model file:"; cat "$D/err"
+fi
+head -c 1500 "$D/m8.bin" >"$D/m8_trunc.bin"
+# Bad magic: overwrite the first int.
+cp "$D/m8.bin" "$D/m8_magic.bin"
+printf 'XXXX' | dd of="$D/m8_magic.bin" bs=1 seek=0 conv=notrunc 2>/dev/null
+
+T="--text $D/text.txt"
+expect_bad "unknown flag" "unknown flag '--bogus'" $TINY $T --bogus 1
+expect_bad "bad integer" "--layers: 'x' is not an integer" $TINY $T --layers x
+expect_bad "bad number" "--lr: 'fast' is not a number" $TINY $T --lr fast
+expect_bad "missing value" "--steps needs a value" $TINY $T --steps
+expect_bad "stray argument" "unexpected argument" $TINY $T stray
+expect_bad "bad schedule" "--lr-schedule: 'exp'" $TINY $T --lr-schedule exp
+expect_bad "negative steps" "--steps must be >= 0" $TINY $T --steps -1
+expect_bad "bad shuffle" "--shuffle must be 0 or 1" $TINY $T --shuffle 2
+expect_bad "total batch" "is not a multiple of --batch x --seq" $TINY $T --total-batch 20
+expect_bad "heads vs dim" "--heads 3 does not divide --dim 16" $TINY $T --heads 3
+expect_bad "seq above maxT" "--seq 16 is above the model's maximum sequence length maxT = 8" \
+    $TINY $T --init "$D/m8.bin" --seq 16
+expect_bad "data and text" "--data and --text are exclusive" $TINY $T --data "$D/good_*.bin"
+expect_bad "missing text" "cannot open $D/none.txt" $TINY --text "$D/none.txt"
+expect_bad "no shard matches" "no file matches the data pattern" $TINY --data "$D/none_*.bin"
+expect_bad "truncated shard" "truncated" $TINY --data "$D/trunc.bin"
+expect_bad "shard bad magic" "bad magic 1234" $TINY --data "$D/magic.bin"
+expect_bad "shard count" "the header says 4000 tokens" $TINY --data "$D/count.bin"
+expect_bad "token outside vocab" "token 60000 at position 100 of $D/oov.bin is outside the vocabulary of 50257" \
+    $TINY --data "$D/oov.bin"
+expect_bad "text vs small vocab" "outside the vocabulary of 100" $TINY $T --vocab 100
+expect_bad "too little data" "fewer than one step needs" $TINY $T --batch 4000
+expect_bad "missing model" "cannot open model file $D/none.bin" $TINY $T --init "$D/none.bin"
+expect_bad "truncated model" "truncated" $TINY $T --init "$D/m8_trunc.bin"
+expect_bad "model bad magic" "bad magic" $TINY $T --init "$D/m8_magic.bin"
+expect_bad "missing checkpoint" "cannot resume from $D/none" $TINY $T --resume "$D/none"
+expect_bad "init and resume" "--init and --resume are exclusive" $TINY $T --init "$D/m8.bin" --resume "$D"
+expect_bad "no device" "no-such-device-name" $TINY $T --device no-such-device-name
+expect_bad "device too small" "cannot build the model" --layers 8 --dim 512 --heads 8 --seq 64 \
+    --batch 8 $T --mem-cap-gb 0.01 --sample-len 0
+expect_bad "output dir missing" "does not exist" $TINY $T --save-model "$D/nodir/x.bin"
+
+# ---- resume, bit for bit.
+losses() { grep '"type":"train"' "$1" | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
+ARGS="--layers 2 --heads 2 --dim 32 --seq 16 --batch 2 --total-batch 64 --shuffle 1 \
+     --text $D/text.txt --sample-len 0 --eval-every 0 --peak-tflops 1 --lr 3e-3 --warmup 2"
+RUN="$TRAIN $ARGS"
+# (a) 2N = 8 steps with a checkpoint every 4; resume from step 4.
+checks=$((checks + 1))
+if $RUN --steps 8 --save "$D/ck_a" --save-every 4 --metrics "$D/a.jsonl" >"$D/log_a" 2>&1 &&
+   $RUN --steps 8 --resume "$D/ck_a/ckpt_00000004.bin" --metrics "$D/b.jsonl" >"$D/log_b" 2>&1; then
+    losses "$D/a.jsonl" | tail -n 4 >"$D/la"
+    losses "$D/b.jsonl" >"$D/lb"
+    if [ "$(wc -l <"$D/lb")" -ne 4 ] || ! cmp -s "$D/la" "$D/lb"; then
+        fail "resume (a): losses differ"; paste "$D/la" "$D/lb"
+    else
+        echo "ok: resume (a): steps 4..7 identical: $(tr '\n' ' ' <"$D/lb")"
+    fi
+else
+    fail "resume (a): a run failed"; tail -n 3 "$D/log_a" "$D/log_b"
+fi
+# (b) N = 4 steps, save, resume to 8, against 8 in one run (constant schedule: the schedule
+# must not depend on --steps for the two to be the same training).
+checks=$((checks + 1))
+C="--lr-schedule constant"
+if $RUN $C --steps 8 --metrics "$D/c.jsonl" >"$D/log_c" 2>&1 &&
+   $RUN $C --steps 4 --save "$D/ck_b" --metrics "$D/d.jsonl" >"$D/log_d" 2>&1 &&
+   $RUN $C --steps 8 --resume "$D/ck_b" --metrics "$D/d.jsonl" >"$D/log_e" 2>&1; then
+    losses "$D/c.jsonl" >"$D/lc"
+    losses "$D/d.jsonl" >"$D/ld"
+    if [ "$(wc -l <"$D/ld")" -ne 8 ] || ! cmp -s "$D/lc" "$D/ld"; then
+        fail "resume (b): losses differ"; paste "$D/lc" "$D/ld"
+    else
+        echo "ok: resume (b): 4 + save + resume + 4 == 8: $(tr '\n' ' ' <"$D/ld")"
+    fi
+    # A corrupted and a truncated checkpoint are refused.
+    f=$(ls "$D"/ck_b/ckpt_*.bin | head -n 1)
+    cp "$f" "$D/corrupt.bin"
+    printf 'Z' | dd of="$D/corrupt.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
+    head -c 3000 "$f" >"$D/trunc.ckpt"
+    expect_bad "corrupt checkpoint" "fails its CRC-32 check" $ARGS --steps 8 --resume "$D/corrupt.bin"
+    expect_bad "truncated checkpoint" "truncated checkpoint" $ARGS --steps 8 --resume "$D/trunc.ckpt"
+else
+    fail "resume (b): a run failed"; tail -n 3 "$D/log_c" "$D/log_d" "$D/log_e"
+fi
+# Checkpoints are complete files; no temporary file is left.
+checks=$((checks + 1))
+if ls -A "$D"/ck_a "$D"/ck_b | grep -q '\.tmp\.'; then fail "temporary files left in checkpoint dirs"; fi
+
+# ---- --save-model, --init and sample_gpt on the same file.
+checks=$((checks + 1))
+if $RUN --steps 3 --save-model "$D/final.bin" >"$D/log_f" 2>&1 &&
+   "$TRAIN" --init "$D/final.bin" --text "$D/text.txt" --seq 16 --batch 2 --steps 0 \
+       --sample-len 0 --eval-every 0 --save-model "$D/final2.bin" >"$D/log_g" 2>&1 &&
+   cmp -s "$D/final.bin" "$D/final2.bin"; then
+    echo "ok: --save-model -> --init -> --save-model is byte-identical"
+else
+    fail "--save-model/--init round trip"; tail -n 3 "$D/log_f" "$D/log_g"
+fi
+checks=$((checks + 1))
+if "$SAMPLE" --model "$D/final.bin" --len 20 --prompt "the " >"$D/sample" 2>"$D/err" &&
+   [ "$(head -c 4 "$D/sample")" = "the " ] && [ "$(wc -c <"$D/sample")" -ge 24 ]; then
+    echo "ok: sample_gpt printed: $(head -c 40 "$D/sample" | tr '\n' ' ')"
+else
+    fail "sample_gpt on a saved model"; cat "$D/err"
+fi
+checks=$((checks + 1))
+"$SAMPLE" --model "$D/m8_trunc.bin" >/dev/null 2>"$D/err"
+if [ $? -ne 2 ] || ! grep -q truncated "$D/err"; then fail "sample_gpt on a truncated model"; fi
+
+echo "test_train_cli: $checks checks, $fails failed"
+[ $fails -eq 0 ]
