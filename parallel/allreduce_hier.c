@@ -6,8 +6,11 @@
  * scratch with the other processes' leaders (the selector's algorithm for that size on the
  * leaders' group); (4) every member copies the scratch out. Barriers separate the phases.
  * Cost: intra-process about (L+1)/L N read + N/L write per member, plus 3 barriers; inter: the
- * leaders' algorithm on N bytes with nprocs workers. With one process (threads only) it is a
- * pure shared-memory all-reduce. Each element is computed once per process in a fixed order and
+ * leaders' algorithm on N bytes with nprocs workers.
+ * Threads only (one process): member t reduces slice t of all inputs in cache-sized pieces and
+ * writes each piece straight into every member's output - N read + N written per member, the
+ * least any all-reduce can move, no scratch, two barriers. Slices are disjoint, so in place is
+ * safe: nobody reads a slice another member writes. Each element is computed once per process in a fixed order and
  * the leaders' algorithm gives all leaders the same bits, so every worker holds the same bits. */
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,35 @@ const ct__algo *ct__select_inner(const ct_comm *c, size_t bytes);
 static ct_status inner(ct_comm *lc, void *buf, size_t count, ct_dtype dt, ct_op op) {
     const ct__algo *a = ct__select_inner(lc, count * ct_dtype_size(dt));
     ct_status st = ((ct__allreduce_fn)a->fn)(lc, buf, buf, count, dt, op);
+    return st;
+}
+
+#define PIECE 8192 /* elements reduced in cache before being written out */
+
+static ct_status direct(ct_comm *c, size_t count, ct_dtype dt, ct_op op) {
+    ct_status st = CT_OK;
+    ct__group *g = c->g;
+    size_t es = ct_dtype_size(dt);
+    int L = g->nlocal, me = c->local;
+    void *tmp = NULL;
+    ct_status sst = ct__scratch(c, PIECE * es, &tmp);
+    ct__barrier_wait(&g->bar);
+    for (int u = 0; u < L; u++)
+        if (g->counts[u] != count)
+            st = CT_ERR(&c->err, CT_ERR_MISMATCH, "hierarchical all-reduce: local member %d "
+                        "passed count %zu, this one %zu (workers disagree on counts)", u,
+                        g->counts[u], count);
+    if (!st) st = sst;
+    if (!st) {
+        size_t lo = ct__part(count, L, me), hi = ct__part(count, L, me + 1);
+        for (size_t off = lo; off < hi; off += PIECE) {
+            size_t len = hi - off < PIECE ? hi - off : PIECE, b = off * es;
+            ct__reduce(dt, op, tmp, (char *)g->ptrs[0] + b, (char *)g->ptrs[1] + b, len);
+            for (int u = 2; u < L; u++) ct__reduce(dt, op, tmp, tmp, (char *)g->ptrs[u] + b, len);
+            for (int u = 0; u < L; u++) memcpy((char *)g->rptrs[u] + b, tmp, len * es);
+        }
+    }
+    ct__barrier_wait(&g->bar); /* every output complete; pointers free for the next call */
     return st;
 }
 
@@ -36,7 +68,9 @@ ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t co
     }
     /* (1) publish; the leader sizes the shared scratch (nobody uses it between calls) */
     g->ptrs[me] = (void *)send;
+    g->rptrs[me] = recv;
     g->counts[me] = count;
+    if (g->nprocs == 1) return direct(c, count, dt, op);
     int grow_failed = 0;
     if (me == 0 && g->scratch_cap < bytes) {
         void *p = realloc(g->scratch, bytes);

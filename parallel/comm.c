@@ -29,6 +29,7 @@ static void group_free(ct__group *g) {
     free(g->local_rank);
     free(g->ptrs);
     free(g->counts);
+    free(g->rptrs);
     free(g->scratch);
     free(g);
 }
@@ -78,8 +79,9 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
     g->local_rank = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(int));
     g->ptrs = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(void *));
     g->counts = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(size_t));
+    g->rptrs = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(void *));
     g->slots = calloc((size_t)(g->nlocal > 0 ? g->nlocal * g->nlocal : 1), sizeof(ct__slot));
-    if (!g->local_rank || !g->ptrs || !g->counts || !g->slots) goto nomem;
+    if (!g->local_rank || !g->ptrs || !g->counts || !g->rptrs || !g->slots) goto nomem;
     for (int i = 0; i < n; i++)
         if (g->m[i].local >= 0) g->local_rank[g->m[i].local] = i;
     for (int i = 0; i < g->nlocal * g->nlocal; i++) {

@@ -65,6 +65,7 @@ typedef struct ct__group {
     ct__barrier bar;    /* the local members */
     void **ptrs;        /* [nlocal] published pointers (hierarchical) */
     size_t *counts;     /* [nlocal] published counts (hierarchical) */
+    void **rptrs;       /* [nlocal] published output pointers (hierarchical, threads only) */
     volatile int broken; /* a member saw a size mismatch without check mode: all waits fail */
     void *scratch;      /* shared scratch (hierarchical) */
     size_t scratch_cap;
