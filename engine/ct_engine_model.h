@@ -94,9 +94,6 @@ ct_status ct_model_grad_norm(ct_model *m, float *norm);
 ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, float eps,
                               float weight_decay, float grad_clip, int t, float *norm_out);
 
-/* Training FLOPs per token: 6 * num_params + 6 * L * C * T (the causal attention matmuls). */
-double ct_gpt_flops_per_token(const ct_gpt_config *cfg, int T);
-
 /* ---- where the time goes: in profiling mode every op is followed by a device finish and its
  * wall time is added to its bucket (this slows a step down a little; off by default). */
 typedef struct ct_model_op_time {

@@ -225,12 +225,6 @@ void ct_model_tensor(const ct_model *m, int i, size_t *offset, size_t *count) {
     if (count) *count = ok ? m->sizes[i] : 0;
 }
 
-double ct_gpt_flops_per_token(const ct_gpt_config *c, int T) {
-    size_t sizes[CT_GPT_NUM_TENSORS];
-    double n = (double)ct_gpt_param_sizes(c, sizes);
-    return 6.0 * n + 6.0 * c->layers * (double)c->channels * T;
-}
-
 /* ------------------------------------------------------------------ host copies */
 
 static ct_status copy_flat(ct_model *m, ct_buffer *b, const float *src, float *dst, size_t n,

@@ -361,6 +361,8 @@ int main(void) {
     test_attention(3, 7, 20, 4);
     test_attention(2, 1, 6, 2);
     test_attention(1, 33, 24, 3);
+    test_attention(1, 130, 24, 2); /* T >= 128: see gemm_tn_batched in ops.c */
+    test_attention(2, 256, 32, 4);
     test_elementwise(3 * 7 * 20, 20);
     test_elementwise(1001, 13);
     test_crossentropy(3, 7, 37, 40);

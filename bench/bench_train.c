@@ -1,0 +1,215 @@
+/* bench_train.c - training-step throughput of the GPT-2 model on one OpenCL device: tokens/s,
+ * achieved TFLOP/s and MFU for fixed configurations, then a per-op time split.
+ *
+ *   bench_train [--config tiny|124m|all] [--steps N] [--warmup N] [--peak-tflops X]
+ *               [--profile-steps N] [--device SPEC]
+ *
+ * Configurations (GPT-2 vocabulary: V=50257, Vp=50304, maxT=1024):
+ *   tiny: L=4, C=256, NH=4, T=256, B=4;     124m: L=12, C=768, NH=12, T=64, B=4.
+ * A step = zero_grad + forward (with loss read back) + backward + AdamW (clip 1.0, decay 0.1).
+ * FLOPs per token are ct_train_flops_per_token (6 N + 12 L C T). The peak for MFU is
+ * --peak-tflops, else the device's SGEMM rate measured here (1024^3, best of NN/NT/TN): the line
+ * "peak" says which. The time split runs extra steps with a device finish after every op (host
+ * timers), so its total is a little above the plain step time. Each result also goes out as one
+ * JSON line prefixed "JSON " for scripts. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ct_engine.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct bench_cfg {
+    const char *name;
+    ct_gpt_config cfg;
+    int B, T;
+} bench_cfg;
+
+static const bench_cfg CONFIGS[] = {
+    {"tiny", {1024, 50257, 50304, 4, 4, 256}, 4, 256},
+    {"124m", {1024, 50257, 50304, 12, 12, 768}, 4, 64},
+};
+
+/* Best SGEMM rate in TFLOP/s over NN, NT, TN at 1024^3 (after one warm-up call each). */
+static double measure_gemm_tflops(ct_device *dev) {
+    const size_t n = 1024;
+    ct_buffer *a = NULL, *b = NULL, *c = NULL;
+    double best = 0;
+    if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm_a", n * n * 4, &a) ||
+        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm_b", n * n * 4, &b) ||
+        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm_c", n * n * 4, &c))
+        goto done;
+    for (int v = 0; v < 3; v++) {
+        int ta = v == 2, tb = v == 1;
+        for (int rep = 0; rep < 4; rep++) {
+            double t0 = now_s();
+            if (ct_gemm(dev, ta, tb, n, n, n, 1.0f, ct_buffer_mem(a), 0, n, ct_buffer_mem(b), 0, n,
+                        0.0f, ct_buffer_mem(c), 0, n, NULL) ||
+                ct_device_finish(dev))
+                goto done;
+            double r = 2.0 * n * n * n / (now_s() - t0) / 1e12;
+            if (rep > 0 && r > best) best = r;
+        }
+    }
+done:
+    ct_buffer_free(a);
+    ct_buffer_free(b);
+    ct_buffer_free(c);
+    return best;
+}
+
+static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup, int psteps,
+                      double peak, const char *peak_src) {
+    ct_err err = {0};
+    ct_layout lay = {1, 1, 1, 0};
+    ct_coords at = {0, 0, 0};
+    ct_model *m = NULL;
+    int B = bc->B, T = bc->T, rc = 1;
+    int *tok = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    double t0 = now_s();
+    if (ct_model_create(&m, &bc->cfg, &lay, &at, dev, B, T, &err)) {
+        fprintf(stderr, "%s: %s\n", bc->name, err.msg);
+        goto done;
+    }
+    if (ct_model_init_random(m, 1337)) goto fail;
+    uint64_t s = 42;
+    for (int i = 0; i < B * T + 1; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int v = (int)((s >> 33) % (uint64_t)bc->cfg.vocab);
+        if (i < B * T) tok[i] = v;
+        if (i > 0) tg[i - 1] = v;
+    }
+    double setup = now_s() - t0;
+    float loss = 0, norm = 0, first = 0;
+    double tsteady = 0;
+    for (int i = 0; i < warmup + steps; i++) {
+        if (i == warmup) {
+            if (ct_device_finish(dev)) goto fail;
+            tsteady = now_s();
+        }
+        if (ct_model_zero_grad(m) || ct_model_forward(m, tok, tg, B, T, &loss) ||
+            ct_model_backward(m, 1.0f) ||
+            ct_model_adamw_step(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, NULL))
+            goto fail;
+        if (i == 0) first = loss;
+    }
+    if (ct_device_finish(dev)) goto fail;
+    double el = now_s() - tsteady;
+    double ms = 1e3 * el / steps, tps = (double)B * T * steps / el;
+    double fpt = ct_train_flops_per_token(&bc->cfg, T);
+    double tflops = fpt * tps / 1e12;
+    double mfu = peak > 0 ? tflops / peak : 0;
+    ct_model_grad_norm(m, &norm);
+    ct_mem_stats ms_;
+    ct_device_mem_stats(dev, &ms_);
+    printf("\n== %s: L=%d C=%d NH=%d T=%d B=%d V=%d Vp=%d, %.2fM parameters (setup %.1f s)\n",
+           bc->name, bc->cfg.layers, bc->cfg.channels, bc->cfg.heads, T, B, bc->cfg.vocab,
+           bc->cfg.padded_vocab, ct_model_num_params(m) / 1e6, setup);
+    printf("%d steps after %d warm-up: %.1f ms/step, %.0f tokens/s, %.3f TFLOP/s, MFU %.1f%% of "
+           "%.3f TFLOP/s (%s); loss %.4f -> %.4f; device memory peak %.1f MiB\n",
+           steps, warmup, ms, tps, tflops, 100 * mfu, peak, peak_src, first, loss,
+           ms_.total_peak / 1048576.0);
+    printf("JSON {\"config\":\"%s\",\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,\"tflops\":%.4f,"
+           "\"mfu\":%.4f,\"peak_tflops\":%.4f,\"steps\":%d}\n",
+           bc->name, ms, tps, tflops, mfu, peak, steps);
+    if (psteps > 0) {
+        ct_model_profile_enable(m, 1);
+        ct_model_profile_reset(m);
+        double p0 = now_s();
+        for (int i = 0; i < psteps; i++)
+            if (ct_model_zero_grad(m) || ct_model_forward(m, tok, tg, B, T, &loss) ||
+                ct_model_backward(m, 1.0f) ||
+                ct_model_adamw_step(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+                                    warmup + steps + i + 1, NULL))
+                goto fail;
+        double ptot = 1e3 * (now_s() - p0) / psteps;
+        ct_model_op_time ot[64];
+        int n = ct_model_profile_get(m, ot, 64);
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += ot[i].ms / psteps;
+        printf("time split over %d profiled steps (%.1f ms/step with a finish after every op; "
+               "ops sum to %.1f ms):\n",
+               psteps, ptot, sum);
+        printf("  %-20s %10s %7s %8s\n", "op", "ms/step", "share", "calls");
+        for (int i = 0; i < n; i++)
+            printf("  %-20s %10.2f %6.1f%% %8ld\n", ot[i].name, ot[i].ms / psteps,
+                   100 * ot[i].ms / psteps / sum, ot[i].calls / psteps);
+        ct_model_profile_enable(m, 0);
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "%s: %s\n", bc->name, ct_model_errmsg(m));
+done:
+    ct_model_free(m);
+    free(tok);
+    free(tg);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *config = "all", *spec = NULL;
+    int steps = 5, warmup = 2, psteps = 2;
+    double peak = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: bench_train [--config tiny|124m|all (all)] [--steps N (5)] [--warmup N "
+                   "(2)] [--profile-steps N (2)] [--peak-tflops X (0: measure)] [--device SPEC]\n");
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "bench_train: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--config")) config = v;
+        else if (!strcmp(a, "--steps")) steps = atoi(v);
+        else if (!strcmp(a, "--warmup")) warmup = atoi(v);
+        else if (!strcmp(a, "--profile-steps")) psteps = atoi(v);
+        else if (!strcmp(a, "--peak-tflops")) peak = atof(v);
+        else if (!strcmp(a, "--device")) spec = v;
+        else {
+            fprintf(stderr, "bench_train: unknown flag '%s' (see --help)\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (steps < 1 || warmup < 0 || psteps < 0 ||
+        (strcmp(config, "all") && strcmp(config, "tiny") && strcmp(config, "124m"))) {
+        fprintf(stderr, "bench_train: bad --config/--steps/--warmup/--profile-steps value\n");
+        return 2;
+    }
+    ct_err err = {0};
+    ct_device_info *list = NULL;
+    int n = 0, pick = 0, npick = 0;
+    ct_device *dev = NULL;
+    if (ct_device_list(&list, &n, &err) ||
+        ct_device_select(list, n, spec ? spec : ct_device_spec_env(), 1, &pick, &npick, &err) ||
+        ct_device_open(&dev, &list[pick], NULL, &err)) {
+        fprintf(stderr, "bench_train: %s\n", err.msg);
+        return 2;
+    }
+    printf("device: %s (%s), CLBlast tuning: %s\n", list[pick].name, list[pick].platform,
+           ct_device_tuning_source(dev));
+    const char *src = "--peak-tflops";
+    if (peak <= 0) {
+        peak = measure_gemm_tflops(dev);
+        src = "measured SGEMM 1024^3";
+    }
+    printf("peak: %.3f TFLOP/s (%s)\n", peak, src);
+    int rc = 0;
+    for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++)
+        if (!strcmp(config, "all") || !strcmp(config, CONFIGS[i].name))
+            rc |= run_config(dev, &CONFIGS[i], steps, warmup, psteps, peak, src);
+    ct_device_free(dev);
+    ct_device_list_free(list);
+    return rc ? 1 : 0;
+}
