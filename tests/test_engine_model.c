@@ -6,6 +6,7 @@
  *   - a handful of device gradient entries against finite differences of the device loss;
  *   - gradient accumulation (two half-scaled backward passes = one), the gradient norm, and two
  *     AdamW steps (clipping on, decay only on 2-D weights) against the reference AdamW;
+ *   - a long sequence (T=150) on a narrow model: loss and gradients against the reference;
  *   - GPT-2 initialisation (statistics, padded rows, determinism per seed), and bad inputs. */
 #include <math.h>
 #include <stdint.h>
@@ -249,6 +250,51 @@ static void test_model(ct_device *dev) {
     ct_model_free(m);
 }
 
+/* A long sequence (T = 150 > 128, where batched GEMM paths change) on a narrow model: device loss
+ * and every gradient against the reference model. */
+static void test_model_long(ct_device *dev) {
+    const ct_gpt_config c = {.max_seq = 160, .vocab = 11, .padded_vocab = 16, .layers = 1,
+                             .heads = 2, .channels = 8};
+    enum { LB = 2, LT = 150 };
+    ct_err err = {0};
+    ct_layout lay = {1, 1, 1, 0};
+    ct_coords at = {0, 0, 0};
+    ct_model *m = NULL;
+    CT_ASSERT_OK(ct_model_create(&m, &c, &lay, &at, dev, LB, LT, &err), err.msg);
+    if (!m) return;
+    size_t n = ct_model_num_params(m), sizes[CT_GPT_NUM_TENSORS];
+    ct_gpt_param_sizes(&c, sizes);
+    float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *gr = malloc(n * sizeof *gr);
+    double *pd = malloc(n * sizeof *pd), *gd = malloc(n * sizeof *gd);
+    int tok[LB * LT], tg[LB * LT];
+    make_params(&c, p);
+    make_tokens(tok, tg, LB * LT, c.vocab);
+    for (size_t i = 0; i < n; i++) pd[i] = p[i];
+    double rloss = ct_ref_gpt_grad(&c, pd, tok, tg, LB, LT, gd, NULL);
+    float loss = 0;
+    CT_ASSERT_OK(ct_model_set_params(m, p, n), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_model_forward(m, tok, tg, LB, LT, &loss), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_model_get_grads(m, g, n), ct_model_errmsg(m));
+    CT_ASSERT_NEAR(loss, rloss, 1e-5 * fabs(rloss));
+    for (size_t i = 0; i < n; i++) gr[i] = (float)gd[i];
+    size_t o = 0;
+    for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
+        double mx = 0;
+        for (size_t i = 0; i < sizes[t]; i++) mx = fmax(mx, fabs(gd[o + i]));
+        size_t w = 0;
+        double e = ct_test_max_err(g + o, gr + o, sizes[t], 1e-4 * mx + 1e-7, 1e-3, &w);
+        ct_test_checks++;
+        if (!(e <= 1.0))
+            CT__FAIL("T=%d gradient %s[%zu]: device %.9g reference %.9g (err %.3g x tolerance)",
+                     LT, ct_gpt_tensor_name(t), w, (double)g[o + w], gd[o + w], e);
+        o += sizes[t];
+    }
+    free(p); free(g); free(gr); free(pd); free(gd);
+    ct_model_free(m);
+}
+
 static void test_init_and_create_errors(ct_device *dev) {
     ct_err err = {0};
     ct_layout lay = {1, 1, 1, 0};
@@ -329,6 +375,7 @@ int main(void) {
         return 1;
     }
     test_model(dev);
+    test_model_long(dev);
     test_init_and_create_errors(dev);
     ct_mem_stats ms;
     ct_device_mem_stats(dev, &ms);
