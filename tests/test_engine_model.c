@@ -254,7 +254,7 @@ static void test_model(ct_device *dev) {
  * and every gradient against the reference model. */
 static void test_model_long(ct_device *dev) {
     const ct_gpt_config c = {.max_seq = 160, .vocab = 11, .padded_vocab = 16, .layers = 1,
-                             .heads = 2, .channels = 8};
+                             .heads = 2, .channels = 16};
     enum { LB = 2, LT = 150 };
     ct_err err = {0};
     ct_layout lay = {1, 1, 1, 0};
