@@ -74,8 +74,8 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, batch, "batch", "8", "rows B of one micro-batch")                                    \
     X(INT, total_batch, "total-batch", "0",                                                     \
       "tokens per optimizer step, a multiple of batch*seq (gradient accumulation); 0 = batch*seq") \
-    X(INT, steps, "steps", "250", "optimizer steps to run (in total, counting resumed ones)")   \
-    X(FLOAT, lr, "lr", "2e-3", "peak learning rate")                                            \
+    X(INT, steps, "steps", "400", "optimizer steps to run (in total, counting resumed ones)")   \
+    X(FLOAT, lr, "lr", "3e-3", "peak learning rate")                                            \
     X(STR, lr_schedule, "lr-schedule", "cosine", "cosine | constant | linear (after warm-up)")  \
     X(INT, warmup, "warmup", "20", "linear warm-up steps")                                      \
     X(FLOAT, min_lr_frac, "min-lr-frac", "0.1", "final learning rate as a fraction of --lr")    \
