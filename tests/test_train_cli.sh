@@ -169,5 +169,64 @@ checks=$((checks + 1))
 "$SAMPLE" --model "$D/m8_trunc.bin" >/dev/null 2>"$D/err"
 if [ $? -ne 2 ] || ! grep -q truncated "$D/err"; then fail "sample_gpt on a truncated model"; fi
 
+
+# ---- llm.c shards with the GPT-2 vocabulary, validation shards, the metrics file's keys.
+checks=$((checks + 1))
+if "$TRAIN" --layers 1 --heads 2 --dim 16 --seq 16 --batch 2 --data "$D/good_*.bin" \
+       --val-data "$D/good_001.bin" --steps 3 --eval-every 2 --eval-batches 2 --sample-len 4 \
+       --metrics "$D/s.jsonl" --save-model "$D/gpt2v.bin" >"$D/log_s" 2>&1; then
+    n=$(grep -c '"type":"train"' "$D/s.jsonl")
+    ne=$(grep -c '"type":"eval","step":[0-9]*,"val_loss":[0-9.]' "$D/s.jsonl")
+    nk=$(grep '"type":"train"' "$D/s.jsonl" | grep '"step":' | grep '"loss":' | grep '"lr":' |
+         grep '"grad_norm":' | grep '"ms":' | grep '"tokens_per_s":' | grep '"tflops":' |
+         grep '"mfu":' | grep -c '"mem_bytes":')
+    if [ "$n" -ne 3 ] || [ "$nk" -ne 3 ] || [ "$ne" -ne 2 ] ||
+       ! grep -q "V=50257 Vp=50304" "$D/log_s"; then
+        fail "shards run: $n train records ($nk with every key), $ne eval records"; cat "$D/log_s"
+    else
+        echo "ok: GPT-2-vocabulary run on two shards: 3 train records with every key, 2 evals"
+    fi
+else
+    fail "shards run failed"; tail -n 5 "$D/log_s"
+fi
+
+# ---- gradient accumulation: 2 micro-batches of 2 rows give the losses of 1 batch of 4 rows
+# (same tokens; fp32 sums in another order, so to 1e-5 relative, not bitwise).
+checks=$((checks + 1))
+G="--layers 2 --heads 2 --dim 32 --seq 16 --total-batch 64 --text $D/text.txt --sample-len 0 \
+   --eval-every 0 --peak-tflops 1 --steps 5 --warmup 1"
+if "$TRAIN" $G --batch 4 --metrics "$D/g1.jsonl" >"$D/log_g1" 2>&1 &&
+   "$TRAIN" $G --batch 2 --metrics "$D/g2.jsonl" >"$D/log_g2" 2>&1; then
+    losses "$D/g1.jsonl" >"$D/lg1"
+    losses "$D/g2.jsonl" >"$D/lg2"
+    if paste "$D/lg1" "$D/lg2" | awk '{ d = $2 - $4; if (d < 0) d = -d;
+           if (NF != 4 || d > 1e-5 * $2) bad = 1; n++ } END { exit (bad || n != 5) }'; then
+        echo "ok: accumulation 2x2 == 1x4 rows: $(paste "$D/lg1" "$D/lg2" | awk '{printf "%s/%s ", $2, $4}')"
+    else
+        fail "accumulation changes the losses"; paste "$D/lg1" "$D/lg2"
+    fi
+else
+    fail "accumulation runs failed"; tail -n 3 "$D/log_g1" "$D/log_g2"
+fi
+
+# ---- sample_gpt through an llm.c tokenizer file (GPT-2 vocabulary model from above).
+checks=$((checks + 1))
+$PY - "$D/tok.bin" <<'EOF2'
+import struct, sys
+h = [0] * 256
+h[0:4] = [20240328, 2, 50257, 50256]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256I", *h))
+    for i in range(50257):
+        s = ("<|endoftext|>" if i == 50256 else "[%d]" % i).encode()
+        f.write(bytes([len(s)]) + s)
+EOF2
+if "$SAMPLE" --model "$D/gpt2v.bin" --tokenizer "$D/tok.bin" --len 5 --prompt 50256,7 \
+       >"$D/tsample" 2>"$D/err" && grep -q '^<|endoftext|>\[7\]\(\[[0-9]*\]\)\{5\}$' "$D/tsample"; then
+    echo "ok: sample_gpt with a tokenizer: $(cat "$D/tsample")"
+else
+    fail "sample_gpt with a tokenizer"; cat "$D/tsample" "$D/err"
+fi
+
 echo "test_train_cli: $checks checks, $fails failed"
 [ $fails -eq 0 ]
