@@ -59,6 +59,29 @@ static ct_status launch(ct_device *dev, const char *file, const char *name, size
     return ct_kernel_launch(dev, k, 1, &global, &local, NULL);
 }
 
+/* 2-D launch: n0 x n1 work-items, work-groups of (<= pref0) x 1. */
+static ct_status launch2(ct_device *dev, const char *file, const char *name, size_t n0, size_t n1,
+                         size_t pref0, const karg *args, int nargs) {
+    if (n0 == 0 || n1 == 0) return CT_OK;
+    cl_kernel k = NULL;
+    ct_status st = get_kernel(dev, file, name, &k);
+    if (st != CT_OK) return st;
+    for (int i = 0; i < nargs; i++) {
+        st = ct_kernel_set_arg(dev, k, (cl_uint)i, args[i].size, args[i].p);
+        if (st != CT_OK) return st;
+    }
+    size_t wg = 0;
+    if (clGetKernelWorkGroupInfo(k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
+                                 NULL) != CL_SUCCESS ||
+        wg == 0)
+        wg = 1;
+    size_t l0 = 1;
+    while (l0 * 2 <= pref0 && l0 * 2 <= wg) l0 *= 2;
+    while (l0 > 1 && l0 > n0) l0 /= 2;
+    size_t local[2] = {l0, 1}, global[2] = {(n0 + l0 - 1) / l0 * l0, n1};
+    return ct_kernel_launch(dev, k, 2, global, local, NULL);
+}
+
 static ct_status bad(ct_device *dev, const char *op, const char *what) {
     return CT_ERR(ct_device_err(dev), CT_ERR_ARG, "%s: %s", op, what);
 }
@@ -91,7 +114,7 @@ ct_status ct_encoder_forward(ct_device *dev, ct_view out, ct_view inp, ct_view w
     NEED(dims_ok(B, T, C) && Vp > 0, "ct_encoder_forward", "B, T, C, Vp must be positive");
     karg a[] = {KMEM(out), KMEM(inp), KMEM(wte), KMEM(wpe), KINT(B * T), KINT(T), KINT(C),
                 KINT(Vp)};
-    return launch(dev, "encoder", "encoder_forward", (size_t)B * T * C, 256, a, NARGS(a));
+    return launch2(dev, "encoder", "encoder_forward", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
 }
 
 ct_status ct_encoder_backward(ct_device *dev, ct_view dwte, ct_view dwpe, ct_view dout,
@@ -138,7 +161,7 @@ ct_status ct_layernorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, c
 ct_status ct_bias_forward(ct_device *dev, ct_view out, ct_view bias, size_t N, int OC) {
     NEED(dims_ok((long long)N, OC, 1), "ct_bias_forward", "N, OC must be positive");
     karg a[] = {KMEM(out), KMEM(bias), KINT(N), KINT(OC)};
-    return launch(dev, "elementwise", "bias_add", N * (size_t)OC, 256, a, NARGS(a));
+    return launch2(dev, "elementwise", "bias_add", (size_t)OC, N, 256, a, NARGS(a));
 }
 
 ct_status ct_bias_backward(ct_device *dev, ct_view dbias, ct_view dout, size_t N, int OC) {
@@ -233,7 +256,7 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_vie
     ct_status st;
     {
         karg a[] = {KMEM(qkvr), KMEM(inp), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-        st = launch(dev, "attention", "qkv_to_heads", 3 * part, 256, a, NARGS(a));
+        st = launch2(dev, "attention", "qkv_to_heads", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     /* att (T,T) = q (T,hs) . k^T per (b,h) */
@@ -253,7 +276,7 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_vie
                                  Ths, 0.0f, vaccum.mem, vaccum.off, (size_t)hs, Ths, BNH, NULL);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(out), KMEM(vaccum), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-    return launch(dev, "attention", "heads_to_seq", part, 256, a, NARGS(a));
+    return launch2(dev, "attention", "heads_to_seq", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
 }
 
 ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_view datt,
@@ -267,7 +290,7 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
     ct_status st;
     {
         karg a[] = {KMEM(dvaccum), KMEM(dout), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-        st = launch(dev, "attention", "seq_to_heads", part, 256, a, NARGS(a));
+        st = launch2(dev, "attention", "seq_to_heads", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     /* datt (T,T) = dvaccum (T,hs) . v^T */
@@ -295,7 +318,7 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
                          (size_t)hs, Ths, ct_view_at(dqkvr, part), (size_t)hs, Ths, BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(dinp), KMEM(dqkvr), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-    return launch(dev, "attention", "heads_to_qkv", 3 * part, 256, a, NARGS(a));
+    return launch2(dev, "attention", "heads_to_qkv", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
 }
 
 /* ------------------------------------------------------------------ loss */
@@ -324,7 +347,8 @@ ct_status ct_crossentropy_backward(ct_device *dev, ct_view dlogits, ct_view logi
                           ct_cl_error_name(rc));
     }
     karg a[] = {KMEM(dlogits), KMEM(lse), KMEM(targets), KINT(B * T), KINT(V), KINT(Vp), KF(dloss)};
-    return launch(dev, "loss", "crossentropy_backward_inplace", n, 256, a, NARGS(a));
+    return launch2(dev, "loss", "crossentropy_backward_inplace", (size_t)Vp, (size_t)B * T, 256, a,
+                   NARGS(a));
 }
 
 ct_status ct_mean_forward(ct_device *dev, ct_view out, ct_view inp, size_t N) {
@@ -345,11 +369,13 @@ ct_status ct_global_norm_forward(ct_device *dev, ct_view out, ct_view partials, 
         st = get_kernel(dev, "optim", "sumsq_partial", &k);
         if (st != CT_OK) return st;
         cl_ulong po = partials.off, xo = inp.off, nn = n;
+        cl_ulong chunk = ((n + CT_NORM_PARTIALS - 1) / CT_NORM_PARTIALS + 7) / 8 * 8;
         if ((st = ct_kernel_set_arg(dev, k, 0, sizeof(cl_mem), &partials.mem)) != CT_OK ||
             (st = ct_kernel_set_arg(dev, k, 1, sizeof po, &po)) != CT_OK ||
             (st = ct_kernel_set_arg(dev, k, 2, sizeof(cl_mem), &inp.mem)) != CT_OK ||
             (st = ct_kernel_set_arg(dev, k, 3, sizeof xo, &xo)) != CT_OK ||
-            (st = ct_kernel_set_arg(dev, k, 4, sizeof nn, &nn)) != CT_OK)
+            (st = ct_kernel_set_arg(dev, k, 4, sizeof nn, &nn)) != CT_OK ||
+            (st = ct_kernel_set_arg(dev, k, 5, sizeof chunk, &chunk)) != CT_OK)
             return st;
         size_t wg = 0;
         if (clGetKernelWorkGroupInfo(k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg,

@@ -4,66 +4,51 @@
  * The scores att (B,NH,T,T) are softmax-ed in place, with the scale and the causal mask folded in;
  * masked entries are written as exact zeros so the P.V GEMM may read whole rows. */
 
-/* heads (3,B,NH,T,hs) <- qkv (B,T,3C); one work-item per element of heads. */
+/* The four layout changes run on a 2-D range: dimension 0 the channel c = h*hs + d in [0, C),
+ * dimension 1 the position bt = b*T + t in [0, B*T); 32-bit index math (the host checks sizes). */
+
+/* heads (3,B,NH,T,hs) <- qkv (B,T,3C) */
 __kernel void qkv_to_heads(__global float *heads, ulong heads_off, __global const float *qkv,
                            ulong qkv_off, int B, int T, int NH, int hs) {
-    size_t i = get_global_id(0);
-    size_t C = (size_t)NH * hs;
-    size_t n = 3 * (size_t)B * T * C;
-    if (i >= n) return;
-    size_t d = i % hs, r = i / hs;
-    size_t t = r % T;
-    r /= T;
-    size_t h = r % NH;
-    r /= NH;
-    size_t b = r % B;
-    size_t s = r / B;
-    heads[heads_off + i] = qkv[qkv_off + ((b * T + t) * 3 + s) * C + h * hs + d];
+    uint c = (uint)get_global_id(0), bt = (uint)get_global_id(1);
+    uint C = (uint)(NH * hs);
+    if (c >= C || bt >= (uint)(B * T)) return;
+    uint h = c / (uint)hs, d = c - h * (uint)hs, b = bt / (uint)T, t = bt - b * (uint)T;
+    for (uint s = 0; s < 3; s++)
+        heads[heads_off + ((((size_t)s * B + b) * NH + h) * T + t) * hs + d] =
+            qkv[qkv_off + ((size_t)bt * 3 + s) * C + c];
 }
 
-/* dqkv (B,T,3C) <- dheads (3,B,NH,T,hs); one work-item per element of dqkv (overwrites). */
+/* dqkv (B,T,3C) <- dheads (3,B,NH,T,hs) (overwrites) */
 __kernel void heads_to_qkv(__global float *qkv, ulong qkv_off, __global const float *heads,
                            ulong heads_off, int B, int T, int NH, int hs) {
-    size_t i = get_global_id(0);
-    size_t C = (size_t)NH * hs;
-    size_t n = 3 * (size_t)B * T * C;
-    if (i >= n) return;
-    size_t d = i % hs, r = i / hs;
-    size_t h = r % NH;
-    r /= NH;
-    size_t s = r % 3;
-    r /= 3;
-    size_t t = r % T;
-    size_t b = r / T;
-    qkv[qkv_off + i] = heads[heads_off + (((s * B + b) * NH + h) * T + t) * hs + d];
+    uint c = (uint)get_global_id(0), bt = (uint)get_global_id(1);
+    uint C = (uint)(NH * hs);
+    if (c >= C || bt >= (uint)(B * T)) return;
+    uint h = c / (uint)hs, d = c - h * (uint)hs, b = bt / (uint)T, t = bt - b * (uint)T;
+    for (uint s = 0; s < 3; s++)
+        qkv[qkv_off + ((size_t)bt * 3 + s) * C + c] =
+            heads[heads_off + ((((size_t)s * B + b) * NH + h) * T + t) * hs + d];
 }
 
 /* out (B,T,NH,hs) <- y (B,NH,T,hs) */
 __kernel void heads_to_seq(__global float *out, ulong out_off, __global const float *y,
                            ulong y_off, int B, int T, int NH, int hs) {
-    size_t i = get_global_id(0);
-    size_t n = (size_t)B * T * NH * hs;
-    if (i >= n) return;
-    size_t d = i % hs, r = i / hs;
-    size_t h = r % NH;
-    r /= NH;
-    size_t t = r % T;
-    size_t b = r / T;
-    out[out_off + i] = y[y_off + ((b * NH + h) * T + t) * hs + d];
+    uint c = (uint)get_global_id(0), bt = (uint)get_global_id(1);
+    uint C = (uint)(NH * hs);
+    if (c >= C || bt >= (uint)(B * T)) return;
+    uint h = c / (uint)hs, d = c - h * (uint)hs, b = bt / (uint)T, t = bt - b * (uint)T;
+    out[out_off + (size_t)bt * C + c] = y[y_off + (((size_t)b * NH + h) * T + t) * hs + d];
 }
 
 /* y (B,NH,T,hs) <- out (B,T,NH,hs) */
 __kernel void seq_to_heads(__global float *y, ulong y_off, __global const float *out,
                            ulong out_off, int B, int T, int NH, int hs) {
-    size_t i = get_global_id(0);
-    size_t n = (size_t)B * T * NH * hs;
-    if (i >= n) return;
-    size_t d = i % hs, r = i / hs;
-    size_t t = r % T;
-    r /= T;
-    size_t h = r % NH;
-    size_t b = r / NH;
-    y[y_off + i] = out[out_off + ((b * T + t) * NH + h) * hs + d];
+    uint c = (uint)get_global_id(0), bt = (uint)get_global_id(1);
+    uint C = (uint)(NH * hs);
+    if (c >= C || bt >= (uint)(B * T)) return;
+    uint h = c / (uint)hs, d = c - h * (uint)hs, b = bt / (uint)T, t = bt - b * (uint)T;
+    y[y_off + (((size_t)b * NH + h) * T + t) * hs + d] = out[out_off + (size_t)bt * C + c];
 }
 
 /* att row r = (b,h,t): softmax over t2 <= t of scale*att, zeros for t2 > t; in place. */

@@ -42,12 +42,13 @@ __kernel void residual_backward(__global float *da, ulong da_off, __global float
     db[db_off + i] += g;
 }
 
-/* out (N,OC) += bias (OC) broadcast over rows */
+/* out (N,OC) += bias (OC) broadcast over rows; 2-D range (column, row). */
 __kernel void bias_add(__global float *out, ulong out_off, __global const float *bias,
                        ulong bias_off, int N, int OC) {
-    size_t i = get_global_id(0);
-    if (i >= (size_t)N * (size_t)OC) return;
-    out[out_off + i] += bias[bias_off + i % (size_t)OC];
+    int o = (int)get_global_id(0);
+    size_t r = get_global_id(1);
+    if (o >= OC || r >= (size_t)N) return;
+    out[out_off + r * (size_t)OC + o] += bias[bias_off + o];
 }
 
 /* dbias (OC) += sum over rows of dout (N,OC); one work-item per column. */

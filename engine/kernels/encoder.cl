@@ -3,19 +3,18 @@
  * validates tokens before upload; the guard only keeps a bad id from reading out of bounds).
  * The backward passes are deterministic: no atomics, every output element has one writer. */
 
-/* out (B,T,C) = wte[inp[b,t]] + wpe[t]; one work-item per output element. */
+/* out (B,T,C) = wte[inp[b,t]] + wpe[t]; 2-D range (channel, position b*T+t). */
 __kernel void encoder_forward(__global float *out, ulong out_off, __global const int *inp,
                               ulong inp_off, __global const float *wte, ulong wte_off,
                               __global const float *wpe, ulong wpe_off, int BT, int T, int C,
                               int Vp) {
-    size_t i = get_global_id(0);
-    if (i >= (size_t)BT * (size_t)C) return;
-    size_t bt = i / (size_t)C;
-    size_t c = i % (size_t)C;
-    size_t t = bt % (size_t)T;
+    int c = (int)get_global_id(0);
+    int bt = (int)get_global_id(1);
+    if (c >= C || bt >= BT) return;
+    int t = bt % T;
     int tok = inp[inp_off + bt];
     float e = (tok >= 0 && tok < Vp) ? wte[wte_off + (size_t)tok * C + c] : 0.0f;
-    out[out_off + i] = e + wpe[wpe_off + t * C + c];
+    out[out_off + (size_t)bt * C + c] = e + wpe[wpe_off + (size_t)t * C + c];
 }
 
 /* dwte (Vp,C) += scatter of dout (B,T,C) by token; one work-item per channel walks all positions

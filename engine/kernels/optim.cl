@@ -2,15 +2,23 @@
  * clip-scaling and AdamW. The clip multiplier is computed on the device from the norm, so an
  * optimizer step needs no host round trip. */
 
-/* partials[i] = sum of x[j]^2 for j = i, i+P, i+2P, ... (P = global size) */
+/* partials[i] = sum of x[j]^2 over the i-th contiguous chunk of `chunk` elements (a multiple
+ * of 8); P = global size work-items cover n. float8 accumulators, fixed order. */
 __kernel void sumsq_partial(__global float *partials, ulong p_off, __global const float *x,
-                            ulong x_off, ulong n) {
-    size_t i = get_global_id(0), P = get_global_size(0);
-    float s = 0.0f;
-    for (size_t j = i; j < n; j += P) {
-        float g = x[x_off + j];
-        s += g * g;
+                            ulong x_off, ulong n, ulong chunk) {
+    size_t i = get_global_id(0);
+    size_t j0 = i * chunk, j1 = j0 + chunk;
+    if (j1 > n) j1 = n;
+    if (j0 > n) j0 = n;
+    __global const float *p = x + x_off;
+    float8 s8 = (float8)(0.0f);
+    size_t j = j0;
+    for (; j + 8 <= j1; j += 8) {
+        float8 g = vload8(0, p + j);
+        s8 += g * g;
     }
+    float s = ((s8.s0 + s8.s1) + (s8.s2 + s8.s3)) + ((s8.s4 + s8.s5) + (s8.s6 + s8.s7));
+    for (; j < j1; j++) s += p[j] * p[j];
     partials[p_off + i] = s;
 }
 
