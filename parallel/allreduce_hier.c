@@ -26,6 +26,7 @@ static ct_status inner(ct_comm *lc, void *buf, size_t count, ct_dtype dt, ct_op 
 }
 
 #define PIECE 8192 /* elements reduced in cache before being written out */
+#define STREAM_MIN ((size_t)4 << 20) /* bytes: above, outputs bypass the cache */
 
 static ct_status direct(ct_comm *c, size_t count, ct_dtype dt, ct_op op) {
     ct_status st = CT_OK;
@@ -43,12 +44,17 @@ static ct_status direct(ct_comm *c, size_t count, ct_dtype dt, ct_op op) {
     if (!st) st = sst;
     if (!st) {
         size_t lo = ct__part(count, L, me), hi = ct__part(count, L, me + 1);
+        int stream = count * es >= STREAM_MIN;
         for (size_t off = lo; off < hi; off += PIECE) {
             size_t len = hi - off < PIECE ? hi - off : PIECE, b = off * es;
             ct__reduce(dt, op, tmp, (char *)g->ptrs[0] + b, (char *)g->ptrs[1] + b, len);
             for (int u = 2; u < L; u++) ct__reduce(dt, op, tmp, tmp, (char *)g->ptrs[u] + b, len);
-            for (int u = 0; u < L; u++) memcpy((char *)g->rptrs[u] + b, tmp, len * es);
+            for (int u = 0; u < L; u++) {
+                if (stream) ct__copy_stream((char *)g->rptrs[u] + b, tmp, len * es);
+                else memcpy((char *)g->rptrs[u] + b, tmp, len * es);
+            }
         }
+        if (stream) ct__stream_fence();
     }
     ct__barrier_wait(&g->bar); /* every output complete; pointers free for the next call */
     return st;

@@ -138,6 +138,10 @@ ct_status ct__p2p_sendrecv_reduce(ct_comm *c, int dst, const void *sbuf, size_t 
 
 /* out[i] = a[i] op b[i] (out may equal a or b). avg reduces as sum; ct__finish_avg divides. */
 void ct__reduce(ct_dtype dt, ct_op op, void *out, const void *a, const void *b, size_t n);
+/* memcpy with non-temporal stores where the CPU has them (large outputs that another thread
+ * reads next: skips the read-for-ownership); ct__stream_fence orders them before a barrier. */
+void ct__copy_stream(void *dst, const void *src, size_t bytes);
+void ct__stream_fence(void);
 void ct__finish_avg(ct_dtype dt, void *buf, size_t n, int size);
 
 /* Balanced split of n items in p parts: start of part i. */
@@ -169,6 +173,7 @@ ct_status ct__allreduce_recdbl(ct_comm *, const void *, void *, size_t, ct_dtype
 ct_status ct__allreduce_rabenseifner(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__allreduce_hier(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__allreduce_mpi(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
+ct_status ct__allreduce_mpi_nb(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__reducescatter_ring(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__reducescatter_rechalving(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__reducescatter_mpi(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);

@@ -3,6 +3,9 @@
  * compiler vectorises them; every worker runs the same code, so results do not depend on where
  * an element was reduced. */
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "parallel_impl.h"
 
@@ -70,4 +73,37 @@ ct_status ct__need_mpi_comm(ct_comm *c, const char *algo) {
                       "in the group; this group of %d workers spans %d ranks", algo, c->size,
                       c->g->nprocs);
     return CT_OK;
+}
+
+void ct__copy_stream(void *dst, const void *src, size_t bytes) {
+#if defined(__SSE2__)
+    char *d = dst;
+    const char *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > bytes) head = bytes;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    size_t body = bytes & ~(size_t)63;
+    for (size_t i = 0; i < body; i += 64) { /* non-temporal: no read-for-ownership of dst */
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    memcpy(d + body, s + body, bytes - body);
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
+void ct__stream_fence(void) {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
 }

@@ -25,6 +25,8 @@ const ct__algo ct__algos[] = {
     {CT_COLL_ALLREDUCE, "hier", F(ct__allreduce_hier), 0,
      "shared-memory RS in the process, leaders' all-reduce, shared-memory copy-out"},
     {CT_COLL_ALLREDUCE, "mpi", F(ct__allreduce_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Allreduce"},
+    {CT_COLL_ALLREDUCE, "mpi_nb", F(ct__allreduce_mpi_nb), CT__ALGO_ONE_PER_RANK,
+     "MPI_Iallreduce + MPI_Test/sched_yield polling"},
     {CT_COLL_REDUCESCATTER, "ring", F(ct__reducescatter_ring), 0,
      "(n-1) alpha + (n-1)/n beta N + (n-1)/n gamma N"},
     {CT_COLL_REDUCESCATTER, "rechalving", F(ct__reducescatter_rechalving), 0,
