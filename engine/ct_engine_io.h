@@ -63,7 +63,8 @@ ct_status ct_file_read_all(const char *path, unsigned char **out, size_t *n, ct_
 #define CT_SHARD_MAGIC_U32 20240801 /* llm.c shard, version 7, uint32 tokens */
 #define CT_SHARD_HEADER_INTS 256
 
-/* A token stream held in host memory: the concatenation of its sources. */
+/* A token stream: the concatenation of its sources. Shards are memory-mapped (not copied), text
+ * and in-memory tokens are held as uint32. Read-only after opening: threads may share one. */
 typedef struct ct_data ct_data;
 
 /* llm.c token shards matching a glob, taken in sorted file-name order and concatenated. Each
@@ -78,12 +79,14 @@ ct_status ct_data_open_bytes(ct_data **out, const void *bytes, size_t n, const c
 /* Tokens already in memory (copied). */
 ct_status ct_data_open_tokens(ct_data **out, const uint32_t *tokens, size_t n, const char *name,
                               ct_err *err);
-/* Split off the last `frac` (0 < frac < 1) of `d` as a new stream *val; `d` keeps the head. */
+/* Split off the last `frac` (0 < frac < 1) of `d` as a new stream *val (a copy of those
+ * tokens); `d` keeps the head. */
 ct_status ct_data_split_tail(ct_data *d, double frac, ct_data **val, ct_err *err);
 void ct_data_free(ct_data *d);
 
 size_t ct_data_count(const ct_data *d);        /* tokens */
-const uint32_t *ct_data_tokens(const ct_data *d);
+/* Copy tokens [start, start+n) (clipped to the stream) to out; returns how many were copied. */
+size_t ct_data_read(const ct_data *d, size_t start, size_t n, uint32_t *out);
 uint32_t ct_data_max_token(const ct_data *d);  /* largest id present */
 const char *ct_data_name(const ct_data *d);    /* what it was opened from */
 int ct_data_files(const ct_data *d);           /* shards / files concatenated */
@@ -102,7 +105,9 @@ ct_status ct_data_write_shard(const char *path, const uint32_t *tokens, size_t n
  * start). shuffle = 1: epoch e = s / W uses a permutation of the W windows seeded by (seed, e),
  * w = perm_e[s mod W]. The window is cut into accum*B rows of T inputs; targets are the inputs
  * shifted by one. The loader keeps no cursor: its position is the step index, which is what a
- * checkpoint stores, and any row range of any step can be read (data-parallel shares). */
+ * checkpoint stores, and any row range of any step can be read (data-parallel shares). A loader
+ * caches the current epoch's permutation, so it is used by one thread; threads each create their
+ * own over the same ct_data. */
 typedef struct ct_loader ct_loader;
 
 ct_status ct_loader_create(ct_loader **out, const ct_data *d, int B, int T, int accum, int shuffle,

@@ -1,29 +1,52 @@
 /* io_data.c - token streams (llm.c shards, plain text as bytes, memory) and the batch loader.
  *
- * A stream is held in host memory as uint32 tokens, the concatenation of its files in sorted
- * order; every shard's header is validated before a token is used. The loader is stateless: step
- * s always reads the same window (see ct_engine_io.h), so resuming is storing the step index and
- * data-parallel workers can read any contiguous share of a step's rows. */
+ * A stream is a list of segments, the concatenation of its files in sorted order: llm.c shards
+ * are memory-mapped (a 10B-token dataset is not copied into memory; the page cache serves it),
+ * text and in-memory tokens are held as uint32 arrays. Every shard's header is validated before
+ * a token is used. A stream is read-only after opening, so several threads may read one. The
+ * loader is stateless apart from a cached permutation: step s always reads the same window (see
+ * ct_engine_io.h), so resuming is storing the step index and data-parallel workers can read any
+ * contiguous share of a step's rows (one loader per thread). */
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ct_engine_io.h"
 
-typedef struct data_file {
+typedef struct data_seg {
     char *path;
-    size_t start; /* first token of this file in the stream */
-} data_file;
+    size_t start;               /* first token of this segment in the stream */
+    size_t count;               /* tokens */
+    int width;                  /* 2 or 4 bytes per stored token */
+    const unsigned char *tok;   /* the tokens (into map, or owned) */
+    void *map;                  /* mmap of the whole file, or NULL */
+    size_t map_len;
+    uint32_t *owned;            /* owned tokens, or NULL */
+} data_seg;
 
 struct ct_data {
     char name[1024];
-    uint32_t *tok;
-    size_t n, cap;
-    uint32_t max;
-    data_file *files;
-    int nfiles;
+    data_seg *segs;
+    int nsegs;
+    size_t n;     /* tokens in the stream (may be less than the segments hold after a split) */
+    uint32_t max; /* largest token among the first n */
 };
+
+void ct_data_free(ct_data *d) {
+    if (!d) return;
+    for (int i = 0; i < d->nsegs; i++) {
+        free(d->segs[i].path);
+        free(d->segs[i].owned);
+        if (d->segs[i].map) munmap(d->segs[i].map, d->segs[i].map_len);
+    }
+    free(d->segs);
+    free(d);
+}
 
 static ct_status data_new(ct_data **out, const char *name, ct_err *err) {
     ct_data *d = (ct_data *)calloc(1, sizeof *d);
@@ -33,75 +56,142 @@ static ct_status data_new(ct_data **out, const char *name, ct_err *err) {
     return CT_OK;
 }
 
-void ct_data_free(ct_data *d) {
-    if (!d) return;
-    for (int i = 0; i < d->nfiles; i++) free(d->files[i].path);
-    free(d->files);
-    free(d->tok);
-    free(d);
-}
-
-static ct_status data_reserve(ct_data *d, size_t extra, ct_err *err) {
-    if (d->n + extra <= d->cap) return CT_OK;
-    size_t cap = d->cap ? d->cap : 1024;
-    while (cap < d->n + extra) cap *= 2;
-    uint32_t *t = (uint32_t *)realloc(d->tok, cap * sizeof *t);
-    if (!t)
-        return CT_ERR(err, CT_ERR_NOMEM, "no memory for %zu tokens of %s", d->n + extra, d->name);
-    d->tok = t;
-    d->cap = cap;
-    return CT_OK;
-}
-
-static ct_status data_add_file(ct_data *d, const char *path, ct_err *err) {
-    data_file *f = (data_file *)realloc(d->files, (size_t)(d->nfiles + 1) * sizeof *f);
-    if (!f) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
-    d->files = f;
-    f[d->nfiles].path = strdup(path);
-    if (!f[d->nfiles].path) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
-    f[d->nfiles].start = d->n;
-    d->nfiles++;
-    return CT_OK;
-}
-
-static void data_update_max(ct_data *d, size_t from) {
-    for (size_t i = from; i < d->n; i++)
-        if (d->tok[i] > d->max) d->max = d->tok[i];
-}
-
-/* Append one llm.c shard after validating its header against the file size. */
-static ct_status data_append_shard(ct_data *d, const char *path, ct_err *err) {
-    ct_status st = CT_OK;
-    unsigned char *buf = NULL;
-    size_t size = 0;
-    CT_CHECK(ct_file_read_all(path, &buf, &size, err));
-    if (size < CT_SHARD_HEADER_INTS * 4) {
-        st = CT_ERR(err, CT_ERR_FORMAT,
-                    "%s: too short for an llm.c token shard (%zu bytes; the header alone is 1024)",
-                    path, size);
-        goto cleanup;
+/* Append a segment (takes ownership of map / owned on success and on failure). */
+static ct_status data_add_seg(ct_data *d, const char *path, data_seg seg, ct_err *err) {
+    data_seg *s = (data_seg *)realloc(d->segs, (size_t)(d->nsegs + 1) * sizeof *s);
+    if (s) d->segs = s;
+    seg.path = s ? strdup(path) : NULL;
+    if (!s || !seg.path) {
+        free(seg.owned);
+        if (seg.map) munmap(seg.map, seg.map_len);
+        return CT_ERR(err, CT_ERR_NOMEM, "no memory for the segment list of %s", d->name);
     }
+    seg.start = d->n;
+    d->segs[d->nsegs++] = seg;
+    d->n += seg.count;
+    return CT_OK;
+}
+
+static inline uint32_t seg_token(const data_seg *s, size_t i) {
+    if (s->width == 4) {
+        uint32_t v;
+        memcpy(&v, s->tok + 4 * i, 4);
+        return v;
+    }
+    uint16_t v;
+    memcpy(&v, s->tok + 2 * i, 2);
+    return v;
+}
+
+/* Index of the segment holding stream position i (i < total held). */
+static int seg_of(const ct_data *d, size_t i) {
+    int lo = 0, hi = d->nsegs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (d->segs[mid].start <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+size_t ct_data_read(const ct_data *d, size_t start, size_t n, uint32_t *out) {
+    if (start >= d->n) return 0;
+    if (n > d->n - start) n = d->n - start;
+    size_t done = 0;
+    int k = seg_of(d, start);
+    while (done < n && k < d->nsegs) {
+        const data_seg *s = &d->segs[k];
+        size_t off = start + done - s->start, take = s->count - off;
+        if (take > n - done) take = n - done;
+        if (s->width == 4) memcpy(out + done, s->tok + 4 * off, 4 * take);
+        else
+            for (size_t i = 0; i < take; i++) out[done + i] = seg_token(s, off + i);
+        done += take;
+        k++;
+    }
+    return done;
+}
+
+/* Reads n tokens at start as ints (the loader's rows). */
+static void data_read_int(const ct_data *d, size_t start, size_t n, int *out) {
+    size_t done = 0;
+    int k = seg_of(d, start);
+    while (done < n && k < d->nsegs) {
+        const data_seg *s = &d->segs[k];
+        size_t off = start + done - s->start, take = s->count - off;
+        if (take > n - done) take = n - done;
+        for (size_t i = 0; i < take; i++) out[done + i] = (int)seg_token(s, off + i);
+        done += take;
+        k++;
+    }
+}
+
+static void data_update_max(ct_data *d) {
+    d->max = 0;
+    for (int k = 0; k < d->nsegs; k++) {
+        const data_seg *s = &d->segs[k];
+        if (s->start >= d->n) break;
+        size_t cnt = d->n - s->start < s->count ? d->n - s->start : s->count;
+        uint32_t mx = d->max;
+        if (s->width == 2) {
+            for (size_t i = 0; i < cnt; i++) {
+                uint32_t v = seg_token(s, i);
+                if (v > mx) mx = v;
+            }
+        } else {
+            for (size_t i = 0; i < cnt; i++) {
+                uint32_t v = seg_token(s, i);
+                if (v > mx) mx = v;
+            }
+        }
+        d->max = mx;
+    }
+}
+
+/* Map one llm.c shard and append it after validating its header against the file size. */
+static ct_status data_append_shard(ct_data *d, const char *path, ct_err *err) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return CT_ERR(err, CT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return CT_ERR(err, CT_ERR_IO, "%s is not a regular file", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    if (size < CT_SHARD_HEADER_INTS * 4) {
+        close(fd);
+        return CT_ERR(err, CT_ERR_FORMAT,
+                      "%s: too short for an llm.c token shard (%zu bytes; the header alone is "
+                      "1024)",
+                      path, size);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED)
+        return CT_ERR(err, CT_ERR_IO, "cannot map %s: %s", path, strerror(e));
+    ct_status st = CT_OK;
     int32_t h[3];
-    memcpy(h, buf, sizeof h);
-    int width;
+    memcpy(h, map, sizeof h);
+    int width = 0;
     if (h[0] == CT_SHARD_MAGIC_U16) width = 2;
     else if (h[0] == CT_SHARD_MAGIC_U32) width = 4;
-    else {
+    if (!width) {
         st = CT_ERR(err, CT_ERR_FORMAT,
                     "%s: bad magic %d (an llm.c token shard starts with %d for uint16 tokens or "
                     "%d for uint32); for plain text use --text",
                     path, h[0], CT_SHARD_MAGIC_U16, CT_SHARD_MAGIC_U32);
-        goto cleanup;
+        goto fail;
     }
     int want_version = width == 2 ? 1 : 7;
     if (h[1] != want_version) {
         st = CT_ERR(err, CT_ERR_FORMAT, "%s: unsupported shard version %d (magic %d needs %d)",
                     path, h[1], h[0], want_version);
-        goto cleanup;
+        goto fail;
     }
     if (h[2] < 0) {
         st = CT_ERR(err, CT_ERR_FORMAT, "%s: negative token count %d in the header", path, h[2]);
-        goto cleanup;
+        goto fail;
     }
     size_t ntok = (size_t)(uint32_t)h[2];
     size_t want = CT_SHARD_HEADER_INTS * 4 + ntok * (size_t)width;
@@ -110,25 +200,18 @@ static ct_status data_append_shard(ct_data *d, const char *path, ct_err *err) {
                     "%s: the header says %zu tokens of %d bytes (file of %zu bytes) but the file "
                     "has %zu bytes (%s)",
                     path, ntok, width, want, size, size < want ? "truncated" : "trailing data");
-        goto cleanup;
+        goto fail;
     }
-    CT_CHECK(data_reserve(d, ntok, err));
-    CT_CHECK(data_add_file(d, path, err));
-    const unsigned char *p = buf + CT_SHARD_HEADER_INTS * 4;
-    size_t from = d->n;
-    if (width == 2) {
-        for (size_t i = 0; i < ntok; i++) {
-            uint16_t v;
-            memcpy(&v, p + 2 * i, 2);
-            d->tok[d->n++] = v;
-        }
-    } else {
-        memcpy(d->tok + d->n, p, ntok * 4);
-        d->n += ntok;
-    }
-    data_update_max(d, from);
-cleanup:
-    free(buf);
+    data_seg seg;
+    memset(&seg, 0, sizeof seg);
+    seg.count = ntok;
+    seg.width = width;
+    seg.map = map;
+    seg.map_len = size;
+    seg.tok = (const unsigned char *)map + CT_SHARD_HEADER_INTS * 4;
+    return data_add_seg(d, path, seg, err);
+fail:
+    munmap(map, size);
     return st;
 }
 
@@ -156,6 +239,7 @@ ct_status ct_data_open_shards(ct_data **out, const char *pattern, ct_err *err) {
                     d->n);
         goto cleanup;
     }
+    data_update_max(d);
     *out = d;
     d = NULL;
 cleanup:
@@ -164,27 +248,45 @@ cleanup:
     return st;
 }
 
+/* A stream of one owned segment (takes `tok`). */
+static ct_status data_from_owned(ct_data **out, uint32_t *tok, size_t n, const char *name,
+                                 ct_err *err) {
+    *out = NULL;
+    if (n < 2) {
+        free(tok);
+        return CT_ERR(err, CT_ERR_FORMAT, "%s holds %zu tokens; at least 2 are needed",
+                      name ? name : "(memory)", n);
+    }
+    ct_data *d = NULL;
+    ct_status st = data_new(&d, name, err);
+    if (st != CT_OK) {
+        free(tok);
+        return st;
+    }
+    data_seg seg;
+    memset(&seg, 0, sizeof seg);
+    seg.count = n;
+    seg.width = 4;
+    seg.owned = tok;
+    seg.tok = (const unsigned char *)tok;
+    st = data_add_seg(d, d->name, seg, err);
+    if (st != CT_OK) {
+        ct_data_free(d);
+        return st;
+    }
+    data_update_max(d);
+    *out = d;
+    return CT_OK;
+}
+
 ct_status ct_data_open_bytes(ct_data **out, const void *bytes, size_t n, const char *name,
                              ct_err *err) {
     *out = NULL;
-    ct_status st = CT_OK;
-    ct_data *d = NULL;
-    CT_CHECK(data_new(&d, name, err));
-    if (n < 2) {
-        st = CT_ERR(err, CT_ERR_FORMAT, "%s holds %zu bytes; at least 2 are needed", d->name, n);
-        goto cleanup;
-    }
-    CT_CHECK(data_reserve(d, n, err));
-    CT_CHECK(data_add_file(d, d->name, err));
+    uint32_t *t = (uint32_t *)malloc((n ? n : 1) * sizeof *t);
+    if (!t) return CT_ERR(err, CT_ERR_NOMEM, "no memory for %zu tokens of %s", n, name);
     const unsigned char *p = (const unsigned char *)bytes;
-    for (size_t i = 0; i < n; i++) d->tok[i] = p[i];
-    d->n = n;
-    data_update_max(d, 0);
-    *out = d;
-    d = NULL;
-cleanup:
-    ct_data_free(d);
-    return st;
+    for (size_t i = 0; i < n; i++) t[i] = p[i];
+    return data_from_owned(out, t, n, name, err);
 }
 
 ct_status ct_data_open_text(ct_data **out, const char *path, ct_err *err) {
@@ -200,23 +302,10 @@ ct_status ct_data_open_text(ct_data **out, const char *path, ct_err *err) {
 ct_status ct_data_open_tokens(ct_data **out, const uint32_t *tokens, size_t n, const char *name,
                               ct_err *err) {
     *out = NULL;
-    ct_status st = CT_OK;
-    ct_data *d = NULL;
-    CT_CHECK(data_new(&d, name, err));
-    if (n < 2) {
-        st = CT_ERR(err, CT_ERR_FORMAT, "%s holds %zu tokens; at least 2 are needed", d->name, n);
-        goto cleanup;
-    }
-    CT_CHECK(data_reserve(d, n, err));
-    CT_CHECK(data_add_file(d, d->name, err));
-    memcpy(d->tok, tokens, n * sizeof *tokens);
-    d->n = n;
-    data_update_max(d, 0);
-    *out = d;
-    d = NULL;
-cleanup:
-    ct_data_free(d);
-    return st;
+    uint32_t *t = (uint32_t *)malloc((n ? n : 1) * sizeof *t);
+    if (!t) return CT_ERR(err, CT_ERR_NOMEM, "no memory for %zu tokens of %s", n, name);
+    if (n) memcpy(t, tokens, n * sizeof *t);
+    return data_from_owned(out, t, n, name, err);
 }
 
 ct_status ct_data_split_tail(ct_data *d, double frac, ct_data **val, ct_err *err) {
@@ -229,40 +318,39 @@ ct_status ct_data_split_tail(ct_data *d, double frac, ct_data **val, ct_err *err
                       "%s (%zu tokens) is too short to hold out %g of it for validation",
                       d->name, d->n, frac);
     size_t head = d->n - nval;
+    uint32_t *t = (uint32_t *)malloc(nval * sizeof *t);
+    if (!t)
+        return CT_ERR(err, CT_ERR_NOMEM, "no memory to copy %zu validation tokens of %s", nval,
+                      d->name);
+    ct_data_read(d, head, nval, t);
     char name[1100];
     snprintf(name, sizeof name, "%s (last %.3g)", d->name, frac);
-    ct_status st = ct_data_open_tokens(val, d->tok + head, nval, name, err);
+    ct_status st = data_from_owned(val, t, nval, name, err);
     if (st != CT_OK) return st;
     d->n = head;
-    d->max = 0;
-    data_update_max(d, 0);
+    data_update_max(d);
     return CT_OK;
 }
 
 size_t ct_data_count(const ct_data *d) { return d->n; }
-const uint32_t *ct_data_tokens(const ct_data *d) { return d->tok; }
 uint32_t ct_data_max_token(const ct_data *d) { return d->max; }
 const char *ct_data_name(const ct_data *d) { return d->name; }
-int ct_data_files(const ct_data *d) { return d->nfiles; }
+int ct_data_files(const ct_data *d) { return d->nsegs; }
 
 ct_status ct_data_check_vocab(const ct_data *d, int vocab, ct_err *err) {
     if (vocab <= 0) return CT_ERR(err, CT_ERR_ARG, "vocabulary size %d is not positive", vocab);
     if (d->max < (uint32_t)vocab) return CT_OK;
-    for (size_t i = 0; i < d->n; i++) {
-        if (d->tok[i] < (uint32_t)vocab) continue;
-        const char *file = d->name;
-        size_t pos = i;
-        for (int f = d->nfiles - 1; f >= 0; f--)
-            if (d->files[f].start <= i) {
-                file = d->files[f].path;
-                pos = i - d->files[f].start;
-                break;
-            }
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "token %u at position %zu of %s is outside the vocabulary of %d (the "
-                      "largest token in the data is %u; a larger --vocab or another model is "
-                      "needed)",
-                      d->tok[i], pos, file, vocab, d->max);
+    for (int k = 0; k < d->nsegs; k++) {
+        const data_seg *s = &d->segs[k];
+        for (size_t i = 0; i < s->count && s->start + i < d->n; i++) {
+            uint32_t v = seg_token(s, i);
+            if (v < (uint32_t)vocab) continue;
+            return CT_ERR(err, CT_ERR_FORMAT,
+                          "token %u at position %zu of %s is outside the vocabulary of %d (the "
+                          "largest token in the data is %u; a larger --vocab or another model is "
+                          "needed)",
+                          v, i, s->path, vocab, d->max);
+        }
     }
     return CT_OK;
 }
@@ -386,11 +474,8 @@ ct_status ct_loader_rows(ct_loader *ld, int64_t step, int row0, int nrows, int *
         return CT_ERR(err, CT_ERR_ARG, "rows [%d, %d) of step %lld are outside the %d rows of a step",
                       row0, row0 + nrows, (long long)step, rows);
     size_t base = ct_loader_window_start(ld, step) + (size_t)row0 * ld->T;
-    const uint32_t *t = ld->d->tok + base;
     size_t n = (size_t)nrows * ld->T;
-    for (size_t i = 0; i < n; i++) {
-        inputs[i] = (int)t[i];
-        if (targets) targets[i] = (int)t[i + 1];
-    }
+    data_read_int(ld->d, base, n, inputs);
+    if (targets) data_read_int(ld->d, base + 1, n, targets);
     return CT_OK;
 }

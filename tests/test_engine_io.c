@@ -78,7 +78,13 @@ static void test_shards(void) {
     if (d) {
         CT_ASSERT_EQ_INT(ct_data_count(d), N1 + N2);
         CT_ASSERT_EQ_INT(ct_data_files(d), 2);
-        CT_ASSERT(memcmp(ct_data_tokens(d), all, sizeof all) == 0);
+        static uint32_t got[N1 + N2 + 5];
+        CT_ASSERT_EQ_INT(ct_data_read(d, 0, N1 + N2 + 5, got), N1 + N2);
+        CT_ASSERT(memcmp(got, all, sizeof all) == 0);
+        /* A read across the shard boundary. */
+        CT_ASSERT_EQ_INT(ct_data_read(d, N1 - 3, 6, got), 6);
+        CT_ASSERT(memcmp(got, all + N1 - 3, 6 * 4) == 0);
+        CT_ASSERT_EQ_INT(ct_data_read(d, N1 + N2, 1, got), 0);
         uint32_t mx = 0;
         for (int i = 0; i < N1 + N2; i++) mx = all[i] > mx ? all[i] : mx;
         CT_ASSERT_EQ_INT(ct_data_max_token(d), mx);
@@ -143,7 +149,9 @@ static void test_text_and_split(void) {
     if (!d) return;
     size_t n = strlen(txt);
     CT_ASSERT_EQ_INT(ct_data_count(d), n);
-    for (size_t i = 0; i < n; i++) CT_ASSERT_EQ_INT(ct_data_tokens(d)[i], (unsigned char)txt[i]);
+    uint32_t got[64];
+    CT_ASSERT_EQ_INT(ct_data_read(d, 0, 64, got), n);
+    for (size_t i = 0; i < n; i++) CT_ASSERT_EQ_INT(got[i], (unsigned char)txt[i]);
     CT_ASSERT_EQ_INT(ct_data_max_token(d), 0xff);
     CT_ASSERT_OK(ct_data_check_vocab(d, 256, &err), err.msg);
     CT_ASSERT_OK(ct_data_split_tail(d, 0.25, &val, &err), err.msg);
@@ -151,7 +159,10 @@ static void test_text_and_split(void) {
         size_t nv = (size_t)(n * 0.25);
         CT_ASSERT_EQ_INT(ct_data_count(val), nv);
         CT_ASSERT_EQ_INT(ct_data_count(d), n - nv);
-        CT_ASSERT_EQ_INT(ct_data_tokens(val)[0], (unsigned char)txt[n - nv]);
+        CT_ASSERT_EQ_INT(ct_data_read(val, 0, 1, got), 1);
+        CT_ASSERT_EQ_INT(got[0], (unsigned char)txt[n - nv]);
+        /* The head no longer reads past its new end. */
+        CT_ASSERT_EQ_INT(ct_data_read(d, 0, 64, got), n - nv);
         ct_data_free(val);
     }
     CT_ASSERT_EQ_INT(ct_data_split_tail(d, 1.5, &val, &err), CT_ERR_ARG);
