@@ -196,6 +196,8 @@ ct_status ct_gelu_backward(ct_device *dev, ct_view dinp, ct_view inp, ct_view do
 
 /* ------------------------------------------------------------------ matmul */
 
+#define CT__K_SLICE ((size_t)8192)
+
 ct_status ct_matmul_forward(ct_device *dev, ct_view out, ct_view inp, ct_view weight, ct_view bias,
                             int B, int T, int C, int OC) {
     NEED(dims_ok(B, T, C) && dims_ok(B, T, OC), "ct_matmul_forward", "B, T, C, OC must be positive");
@@ -215,9 +217,15 @@ ct_status ct_matmul_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_v
          "B, T, C, OC must be positive");
     size_t N = (size_t)B * T;
     ct_status st = CT_OK;
-    if (dinp.mem) /* dinp (N,C) = dout (N,OC) . weight (OC,C) */
-        st = ct_gemm(dev, 0, 0, N, (size_t)C, (size_t)OC, 1.0f, dout.mem, dout.off, (size_t)OC,
-                     weight.mem, weight.off, (size_t)C, 0.0f, dinp.mem, dinp.off, (size_t)C, NULL);
+    /* dinp (N,C) = dout (N,OC) . weight (OC,C). A very long inner dimension (the tied logits:
+     * OC = Vp) is summed in slices of CT__K_SLICE with beta = 1: CLBlast's Xgemm has no cache
+     * blocking over K, and on PoCL the sliced product measured about 2x faster. */
+    for (size_t k0 = 0; dinp.mem && st == CT_OK && k0 < (size_t)OC; k0 += CT__K_SLICE) {
+        size_t kk = (size_t)OC - k0 < CT__K_SLICE ? (size_t)OC - k0 : CT__K_SLICE;
+        st = ct_gemm(dev, 0, 0, N, (size_t)C, kk, 1.0f, dout.mem, dout.off + k0, (size_t)OC,
+                     weight.mem, weight.off + k0 * (size_t)C, (size_t)C, k0 ? 1.0f : 0.0f,
+                     dinp.mem, dinp.off, (size_t)C, NULL);
+    }
     if (st == CT_OK && dweight.mem) /* dweight (OC,C) += dout^T (OC,N) . inp (N,C) */
         st = ct_gemm(dev, 1, 0, (size_t)OC, (size_t)C, N, 1.0f, dout.mem, dout.off, (size_t)OC,
                      inp.mem, inp.off, (size_t)C, 1.0f, dweight.mem, dweight.off, (size_t)C, NULL);
