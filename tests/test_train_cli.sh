@@ -228,5 +228,27 @@ else
     fail "sample_gpt with a tokenizer"; cat "$D/tsample" "$D/err"
 fi
 
+# ---- --help: status 0, every flag of the issue with its default.
+checks=$((checks + 1))
+if "$TRAIN" --help >"$D/help" 2>&1; then
+    missing=""
+    for f in layers heads dim seq vocab init data text val-data batch total-batch steps lr \
+             lr-schedule warmup min-lr-frac beta1 beta2 eps weight-decay grad-clip seed shuffle \
+             eval-every sample-every save save-every resume save-model metrics device peak-tflops; do
+        grep -q -- "--$f .*(default: " "$D/help" || missing="$missing $f"
+    done
+    if [ -n "$missing" ]; then fail "--help lacks:$missing"; else echo "ok: --help lists every flag with its default"; fi
+else
+    fail "--help exit status"
+fi
+# ---- sample_gpt from a checkpoint directory.
+checks=$((checks + 1))
+if "$SAMPLE" --checkpoint "$D/ck_b" --len 8 --prompt "ab" --temperature 0 >"$D/csample" 2>"$D/err" &&
+   [ "$(head -c 2 "$D/csample")" = "ab" ]; then
+    echo "ok: sample_gpt --checkpoint DIR"
+else
+    fail "sample_gpt --checkpoint"; cat "$D/err"
+fi
+
 echo "test_train_cli: $checks checks, $fails failed"
 [ $fails -eq 0 ]
