@@ -14,7 +14,8 @@
  * data, receive buffers poisoned with NaN first). Then the per-size winner, an alpha-beta fit per
  * algorithm with predicted against measured time, and optional CSV / JSON / SVG (busbw vs size).
  * Check mode is off while timing (it adds a header exchange per call); the checked call has it on.
- * Iterations per size: min(n, max(2, budget / size)) so a sweep to 256 MiB takes minutes. */
+ * Iterations per size: min(n, max(2, budget / size)) so a sweep to 256 MiB takes minutes;
+ * --trials K repeats the whole interleaved round K times and reports the median round. */
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
@@ -29,12 +30,13 @@
 
 #define MAX_ALGOS 16
 #define MAX_SIZES 64
+#define MAX_TRIALS 9
 
 typedef struct row {
     size_t bytes, count;
     int algo; /* index into names */
     double tmin, tavg, tmax; /* us */
-    double algbw, busbw, ratio, model;
+    double algbw, busbw, ratio, model, spread; /* spread: (max-min)/median of trial averages */
     long long wrong;
     int iters;
 } row;
@@ -42,7 +44,7 @@ typedef struct row {
 typedef struct cfg {
     size_t minb, maxb;
     double factor;
-    int warm, iters, inplace, device, D;
+    int warm, iters, inplace, device, D, trials;
     size_t budget;
     ct_coll coll;
     ct_op op;
@@ -69,6 +71,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: mpiexec -n R bench_allreduce [-b MIN] [-e MAX] [-f FACTOR] [-a ALGO|all]\n"
             "  [-c allreduce|reducescatter|allgather|alltoall] [-w WARMUP] [-n ITERS] [--budget BYTES]\n"
+            "  [--trials K (interleaved rounds per size; the median round is reported)]\n"
             "  [--inplace] [--device-buffers] [--devices-per-rank D] [-o sum|avg|max]\n"
             "  [--csv FILE] [--json FILE] [--svg FILE] [--write-table FILE]\n"
             "sizes take K, M, G suffixes; CT_COLL_ALGO=\"allreduce=ring\" sets selector overrides\n");
@@ -244,7 +247,7 @@ static void write_svg(const char *path, const cfg *g, const row *rows, int nrows
 }
 
 int main(int argc, char **argv) {
-    cfg g = {8, (size_t)64 << 20, 2.0, 1, 20, 0, 0, 1, (size_t)256 << 20, CT_COLL_ALLREDUCE,
+    cfg g = {8, (size_t)64 << 20, 2.0, 1, 20, 0, 0, 1, 1, (size_t)256 << 20, CT_COLL_ALLREDUCE,
              CT_OP_SUM, "all", NULL, NULL, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -256,6 +259,7 @@ int main(int argc, char **argv) {
         else if (ARG("-w")) g.warm = atoi(v);
         else if (ARG("-n")) g.iters = atoi(v);
         else if (ARG("--budget")) g.budget = parse_size(v);
+        else if (ARG("--trials")) g.trials = atoi(v);
         else if (ARG("-c")) {
             if (ct_coll_parse(v, &g.coll) || g.coll == CT_COLL_ALLTOALLV || g.coll == CT_COLL_BCAST ||
                 g.coll == CT_COLL_BARRIER) {
@@ -282,7 +286,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (g.factor <= 1.0 || g.minb < 1 || g.maxb < g.minb || g.iters < 1 || g.warm < 0 || g.D < 1) {
+    if (g.factor <= 1.0 || g.minb < 1 || g.maxb < g.minb || g.iters < 1 || g.warm < 0 || g.D < 1 ||
+        g.trials < 1 || g.trials > MAX_TRIALS) {
         fprintf(stderr, "bad sizes, factor, iterations or devices per rank\n");
         usage();
         return 2;
@@ -350,6 +355,8 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     double *tsum = calloc((size_t)D, sizeof(double));
+    static double meas[MAX_TRIALS][MAX_ALGOS][3];
+    static long long mwrong[MAX_ALGOS];
     long long *wr = calloc((size_t)D, sizeof(long long));
     int fatal = 0;
 #pragma omp parallel num_threads(D)
@@ -405,18 +412,20 @@ int main(int argc, char **argv) {
                     printf("# device: %s (%s); device<->host staging inside the timed region\n",
                            dlist[ct_topo_device_index(topo, 0) % ndev].name,
                            dlist[ct_topo_device_index(topo, 0) % ndev].platform);
-                printf("# sizes %s .. %s factor %g; warm-up %d, iterations min(%d, max(2, %zu B / size)); "
-                       "time = mean per call; min/avg/max over workers; bandwidths from avg; "
-                       "MPI_Wtick %.1e s\n", h1, h2, g.factor, g.warm, g.iters, g.budget, MPI_Wtick());
+                printf("# sizes %s .. %s factor %g; warm-up %d (first trial), iterations min(%d, max(2, %zu B / size)); "
+                       "%d interleaved trial(s) per size, algorithm order rotated, median trial reported "
+                       "(spread = (max-min)/median of trial averages); time = mean per call; "
+                       "min/avg/max over workers; bandwidths from avg; MPI_Wtick %.1e s\n", h1, h2,
+                       g.factor, g.warm, g.iters, g.budget, g.trials, MPI_Wtick());
                 printf("# check mode off while timing; exact check of every element after timing "
                        "(integer data, NaN-poisoned output)\n");
                 for (int a = 0; a < nalg; a++)
                     if (!usable[a])
                         printf("# %s skipped: %s\n", names[a],
                                ct_comm_algo_restriction(w.c, g.coll, names[a]));
-                printf("#%12s %11s %6s %5s %13s %10s %10s %10s %9s %9s %7s %7s\n", "size(B)",
+                printf("#%12s %11s %6s %5s %13s %10s %10s %10s %9s %9s %7s %7s %7s\n", "size(B)",
                        "count", "type", "redop", "algorithm", "min(us)", "avg(us)", "max(us)",
-                       "algbw", "busbw", "vs_mpi", "#wrong");
+                       "algbw", "busbw", "vs_mpi", "spread", "#wrong");
                 fflush(stdout);
             }
         }
@@ -428,10 +437,11 @@ int main(int argc, char **argv) {
             if (iters > g.iters) iters = g.iters;
             if (iters < 2) iters = 2;
             int first_row = nrows;
+            for (int tr = 0; tr < g.trials; tr++)
             for (int k = 0; k < nalg; k++) {
-                int a = (k + si) % nalg; /* rotate the order per size */
+                int a = (k + si + tr) % nalg; /* rotate the order per size and trial */
                 if (!usable[a]) continue;
-                for (int i = 0; i < g.warm; i++) run_once(&g, &w, names[a], count, g.inplace);
+                for (int i = 0; tr == 0 && i < g.warm; i++) run_once(&g, &w, names[a], count, g.inplace);
                 ct_comm_barrier(w.c, "dissemination");
                 double t0 = MPI_Wtime();
                 for (int i = 0; i < iters && !st; i++) st = run_once(&g, &w, names[a], count, g.inplace);
@@ -440,14 +450,17 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "%s %zu B: %s\n", names[a], bytes, ct_comm_errmsg(w.c));
                     fatal = 1;
                 }
-                ct_status cst = CT_OK;
-                long long wrong = checked(&g, &w, names[a], count, g.inplace, &cst);
-                if (cst) {
-                    fprintf(stderr, "%s %zu B (checked call): %s\n", names[a], bytes, ct_comm_errmsg(w.c));
-                    fatal = 1;
+                long long wrong = 0;
+                if (tr == g.trials - 1) { /* the exact check, once per size and algorithm */
+                    ct_status cst = CT_OK;
+                    wrong = checked(&g, &w, names[a], count, g.inplace, &cst);
+                    if (cst) {
+                        fprintf(stderr, "%s %zu B (checked call): %s\n", names[a], bytes, ct_comm_errmsg(w.c));
+                        fatal = 1;
+                    }
+                    /* restore inputs the check overwrote */
+                    if (g.coll == CT_COLL_ALLREDUCE && g.device) ct_buffer_write(w.ds, 0, w.hs, count * 4);
                 }
-                /* restore inputs the check overwrote */
-                if (g.coll == CT_COLL_ALLREDUCE && g.device) ct_buffer_write(w.ds, 0, w.hs, count * 4);
                 tsum[t] = dt;
                 wr[t] = wrong;
 #pragma omp barrier
@@ -464,19 +477,36 @@ int main(int argc, char **argv) {
                     MPI_Allreduce(&lmax, &gmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
                     MPI_Allreduce(&lsum, &gsum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                     MPI_Allreduce(&lw, &gw, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+                    meas[tr][a][0] = gmin;
+                    meas[tr][a][1] = gsum / W;
+                    meas[tr][a][2] = gmax;
+                    if (tr == g.trials - 1) mwrong[a] = gw;
+                }
+#pragma omp barrier
+            }
+            if (t == 0) { /* one row per algorithm: the trial with the median average time */
+                for (int a = 0; a < nalg; a++) {
+                    if (!usable[a]) continue;
+                    int idx[MAX_TRIALS];
+                    for (int tr = 0; tr < g.trials; tr++) idx[tr] = tr;
+                    for (int x = 1; x < g.trials; x++) /* insertion sort by average time */
+                        for (int y = x; y > 0 && meas[idx[y]][a][1] < meas[idx[y - 1]][a][1]; y--) {
+                            int z = idx[y]; idx[y] = idx[y - 1]; idx[y - 1] = z;
+                        }
+                    int md = idx[(g.trials - 1) / 2];
                     row *rw = &rows[nrows++];
                     rw->bytes = bytes;
                     rw->count = g.coll == CT_COLL_ALLREDUCE ? count : count * (size_t)n;
                     rw->algo = a;
-                    rw->tmin = gmin;
-                    rw->tavg = gsum / W;
-                    rw->tmax = gmax;
+                    rw->tmin = meas[md][a][0];
+                    rw->tavg = meas[md][a][1];
+                    rw->tmax = meas[md][a][2];
+                    rw->spread = g.trials > 1 ? (meas[idx[g.trials - 1]][a][1] - meas[idx[0]][a][1]) / rw->tavg : 0;
                     rw->algbw = (double)bytes / (rw->tavg * 1e-6) / 1e9;
                     rw->busbw = rw->algbw * bus_factor(g.coll, n);
-                    rw->wrong = gw;
+                    rw->wrong = mwrong[a];
                     rw->iters = iters;
                 }
-#pragma omp barrier
             }
             if (t == 0 && root) { /* print this size's rows, with ratios to mpi and the winner */
                 double mpibw = 0;
@@ -492,10 +522,10 @@ int main(int argc, char **argv) {
                         rw->ratio = mpibw > 0 ? rw->busbw / mpibw : 0;
                         char ratio[16] = "-";
                         if (mpibw > 0) snprintf(ratio, sizeof ratio, "%.2f", rw->ratio);
-                        printf("%13zu %11zu %6s %5s %13s %10.1f %10.1f %10.1f %9.3f %9.3f %7s %7lld%s\n",
+                        printf("%13zu %11zu %6s %5s %13s %10.1f %10.1f %10.1f %9.3f %9.3f %7s %6.0f%% %7lld%s\n",
                                rw->bytes, rw->count, "float", ct_op_str(g.op), names[rw->algo],
-                               rw->tmin, rw->tavg, rw->tmax, rw->algbw, rw->busbw, ratio, rw->wrong,
-                               i == best ? "  *" : "");
+                               rw->tmin, rw->tavg, rw->tmax, rw->algbw, rw->busbw, ratio,
+                               rw->spread * 100, rw->wrong, i == best ? "  *" : "");
                     }
                 fflush(stdout);
                 char h[32];
@@ -577,13 +607,13 @@ int main(int argc, char **argv) {
             FILE *f = fopen(g.csv, "w");
             if (f) {
                 fprintf(f, "size,count,type,op,algorithm,time_us,time_min_us,time_max_us,algbw,busbw,"
-                           "busbw_vs_mpi,wrong,model_us,iters,workers,ranks,threads,inplace,device\n");
+                           "busbw_vs_mpi,wrong,model_us,iters,trials,spread,workers,ranks,threads,inplace,device\n");
                 for (int i = 0; i < nrows; i++) {
                     row *r = &rows[i];
-                    fprintf(f, "%zu,%zu,float,%s,%s,%.3f,%.3f,%.3f,%.6f,%.6f,%.4f,%lld,%.3f,%d,%d,%d,%d,%d,%d\n",
+                    fprintf(f, "%zu,%zu,float,%s,%s,%.3f,%.3f,%.3f,%.6f,%.6f,%.4f,%lld,%.3f,%d,%d,%.3f,%d,%d,%d,%d,%d\n",
                             r->bytes, r->count, ct_op_str(g.op), names[r->algo], r->tavg, r->tmin,
-                            r->tmax, r->algbw, r->busbw, r->ratio, r->wrong, r->model, r->iters, W, R,
-                            D, g.inplace, g.device);
+                            r->tmax, r->algbw, r->busbw, r->ratio, r->wrong, r->model, r->iters,
+                            g.trials, r->spread, W, R, D, g.inplace, g.device);
                 }
                 fclose(f);
             } else fprintf(stderr, "cannot write %s\n", g.csv);
@@ -601,9 +631,11 @@ int main(int argc, char **argv) {
                     row *r = &rows[i];
                     fprintf(f, "    {\"size\": %zu, \"count\": %zu, \"algorithm\": \"%s\", \"time_us\": %.3f, "
                                "\"time_min_us\": %.3f, \"time_max_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, "
-                               "\"busbw_vs_mpi\": %.4f, \"wrong\": %lld, \"model_us\": %.3f, \"iters\": %d}%s\n",
+                               "\"busbw_vs_mpi\": %.4f, \"wrong\": %lld, \"model_us\": %.3f, \"iters\": %d, "
+                               "\"spread\": %.3f}%s\n",
                             r->bytes, r->count, names[r->algo], r->tavg, r->tmin, r->tmax, r->algbw,
-                            r->busbw, r->ratio, r->wrong, r->model, r->iters, i + 1 < nrows ? "," : "");
+                            r->busbw, r->ratio, r->wrong, r->model, r->iters, r->spread,
+                            i + 1 < nrows ? "," : "");
                 }
                 fprintf(f, "  ]\n}\n");
                 fclose(f);
