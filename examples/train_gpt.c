@@ -80,6 +80,31 @@ static void check_out_dir(const char *path, const char *flag) {
         die(2, "%s %s: the directory %s does not exist", flag, path, dir);
 }
 
+/* Whether --name was given on the command line (as "--name V" or "--name=V"). */
+static int flag_given(int argc, char **argv, const char *name) {
+    size_t n = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, n) &&
+            (argv[i][2 + n] == 0 || argv[i][2 + n] == '='))
+            return 1;
+    return 0;
+}
+
+/* A shape flag given together with --init/--resume must agree with the file's model. */
+static void check_shape_flags(int argc, char **argv, const ct_train_params *p,
+                              const ct_gpt_config *c, const char *origin) {
+    struct {
+        const char *flag;
+        int given, file;
+    } f[] = {{"layers", p->layers, c->layers}, {"heads", p->heads, c->heads},
+             {"dim", p->dim, c->channels},     {"vocab", p->vocab, c->vocab},
+             {"max-seq", p->max_seq, c->max_seq}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (flag_given(argc, argv, f[i].flag) && f[i].given != f[i].file)
+            die(2, "--%s %d contradicts the model of %s (%d); leave it out", f[i].flag, f[i].given,
+                origin, f[i].file);
+}
+
 /* Warn when a resumed run changes a flag that shapes the optimisation (the checkpoint's META
  * section holds the writing run's flags as "flag=value" lines). */
 static void warn_changed_flags(const char *meta, const ct_train_params *p) {
@@ -324,6 +349,7 @@ int main(int argc, char **argv) {
         if (ct_gpt_config_check(&cfg, "the model of the flags", &err)) die(2, "%s", err.msg);
         origin = "random init";
     }
+    if (p.resume[0] || p.init[0]) check_shape_flags(argc, argv, &p, &cfg, origin);
     if (p.seq > cfg.max_seq)
         die(2, "--seq %d is above the model's maximum sequence length maxT = %d (%s)", p.seq,
             cfg.max_seq, origin);

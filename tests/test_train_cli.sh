@@ -81,6 +81,8 @@ expect_bad "total batch" "is not a multiple of --batch x --seq" $TINY $T --total
 expect_bad "heads vs dim" "--heads 3 does not divide --dim 16" $TINY $T --heads 3
 expect_bad "seq above maxT" "--seq 16 is above the model's maximum sequence length maxT = 8" \
     $TINY $T --init "$D/m8.bin" --seq 16
+expect_bad "shape vs model file" "--dim 32 contradicts the model of $D/m8.bin (16)" \
+    $TINY $T --init "$D/m8.bin" --dim 32
 expect_bad "data and text" "--data and --text are exclusive" $TINY $T --data "$D/good_*.bin"
 expect_bad "missing text" "cannot open $D/none.txt" $TINY --text "$D/none.txt"
 expect_bad "no shard matches" "no file matches the data pattern" $TINY --data "$D/none_*.bin"
