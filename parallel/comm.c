@@ -90,6 +90,7 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
     }
     ct__barrier_destroy(&g->bar);
     ct__barrier_init(&g->bar, g->nlocal);
+    g->bar.spin = t->spin;
     *out = g;
     return CT_OK;
 nomem:

@@ -91,6 +91,7 @@ static ct_status post_send(ct_comm *c, int dst, const void *buf, size_t bytes, p
     memset(p, 0, sizeof *p);
     if (d->local >= 0) {
         ct__slot *s = &c->g->slots[c->local * c->g->nlocal + d->local];
+        ct__spin_until(&s->full, 0, c->topo->spin);
         pthread_mutex_lock(&s->mu);
         while (s->full && !c->g->broken) pthread_cond_wait(&s->cv, &s->mu);
         if (c->g->broken) {
@@ -128,6 +129,7 @@ static ct_status complete_send(ct_comm *c, int dst, posted *p) {
     ct_status st = CT_OK;
     if (p->slot) {
         ct__slot *s = p->slot;
+        ct__spin_until(&s->done, 1, c->topo->spin);
         pthread_mutex_lock(&s->mu);
         while (!s->done && !c->g->broken) pthread_cond_wait(&s->cv, &s->mu);
         int e = s->error || !s->done;
@@ -160,6 +162,7 @@ static ct_status complete_send(ct_comm *c, int dst, posted *p) {
 /* Local: wait for the sender's post; on size mismatch release with an error. */
 static ct_status local_take(ct_comm *c, int src, size_t bytes, ct__slot **sp, const void **ptr) {
     ct__slot *s = &c->g->slots[c->g->m[src].local * c->g->nlocal + c->local];
+    ct__spin_until(&s->full, 1, c->topo->spin);
     pthread_mutex_lock(&s->mu);
     while (!(s->full && !s->done) && !c->g->broken) pthread_cond_wait(&s->cv, &s->mu);
     if (c->g->broken && !(s->full && !s->done)) {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parallel_impl.h"
 
@@ -13,6 +14,7 @@ void ct__barrier_init(ct__barrier *b, int n) {
     b->n = n;
     b->waiting = 0;
     b->gen = 0;
+    b->spin = 0;
 }
 
 void ct__barrier_destroy(ct__barrier *b) {
@@ -23,14 +25,18 @@ void ct__barrier_destroy(ct__barrier *b) {
 void ct__barrier_wait(ct__barrier *b) {
     if (b->n <= 1) return;
     pthread_mutex_lock(&b->mu);
-    unsigned gen = b->gen;
+    int gen = b->gen;
     if (++b->waiting == b->n) {
         b->waiting = 0;
-        b->gen++;
+        __atomic_store_n(&b->gen, gen + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&b->cv);
-    } else {
-        while (gen == b->gen) pthread_cond_wait(&b->cv, &b->mu);
+        pthread_mutex_unlock(&b->mu);
+        return;
     }
+    pthread_mutex_unlock(&b->mu);
+    ct__spin_until(&b->gen, gen + 1, b->spin);
+    pthread_mutex_lock(&b->mu);
+    while (gen == b->gen) pthread_cond_wait(&b->cv, &b->mu);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -130,6 +136,10 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
         snprintf(t->mpi_version, sizeof t->mpi_version, "%.255s", v);
     }
     t->check_default = 1;
+    {   /* spin before sleeping only when this node's workers fit its cores */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        t->spin = (long)t->local_nranks * D <= cores ? 4000 : 0;
+    }
     t->max_id = calloc((size_t)D, sizeof *t->max_id);
     if (!t->max_id) {
         st = CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");

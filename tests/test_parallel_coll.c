@@ -293,45 +293,71 @@ static void device_suite(ct_comm *c, ct_device *dev, size_t big) {
         }
         if (ci == 3) continue;
         for (int inpl = 0; inpl < 2; inpl++) {
-            snprintf(ctx, sizeof ctx, "device n=%d r=%d reducescatter count=%zu%s", n, r, cnt, inpl ? " inplace" : "");
-            seed++;
-            fill(h, CT_F32, cnt * (size_t)n, r, seed, 0);
-            ct_buffer_write(a, 0, h, cnt * (size_t)n * 4);
-            st = ct_comm_reduce_scatter_buf(c, a, inpl ? a : b, cnt, CT_F32, CT_OP_MAX, NULL);
-            CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
-            ct_buffer_read(inpl ? a : b, 0, h, cnt * 4);
-            ref_reduce(ref, CT_F32, CT_OP_MAX, cnt, n, seed, (size_t)r * cnt);
-            CHECK(memcmp(ref, h, cnt * 4) == 0, "result differs from the reference");
-
-            snprintf(ctx, sizeof ctx, "device n=%d r=%d allgather count=%zu%s", n, r, cnt, inpl ? " inplace" : "");
-            seed++;
-            fill(h, CT_F32, cnt, r, seed, 0);
-            ct_buffer_write(a, inpl ? (size_t)r * cnt * 4 : 0, h, cnt * 4);
-            st = ct_comm_allgather_buf(c, a, inpl ? a : b, cnt, CT_F32, NULL);
-            CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
-            ct_buffer_read(inpl ? a : b, 0, h, cnt * (size_t)n * 4);
-            for (int q = 0; q < n; q++) fill(ref + (size_t)q * cnt * 4, CT_F32, cnt, q, seed, 0);
-            CHECK(memcmp(ref, h, cnt * (size_t)n * 4) == 0, "result differs from the reference");
-
-            snprintf(ctx, sizeof ctx, "device n=%d r=%d alltoall count=%zu%s", n, r, cnt, inpl ? " inplace" : "");
-            seed++;
-            for (int j = 0; j < n; j++) fill(h + (size_t)j * cnt * 4, CT_I32, cnt, r * n + j, seed, 0);
-            ct_buffer_write(a, 0, h, cnt * (size_t)n * 4);
-            st = ct_comm_alltoall_buf(c, a, inpl ? a : b, cnt, CT_I32, NULL);
-            CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
-            ct_buffer_read(inpl ? a : b, 0, h, cnt * (size_t)n * 4);
-            for (int j = 0; j < n; j++) fill(ref + (size_t)j * cnt * 4, CT_I32, cnt, j * n + r, seed, 0);
-            CHECK(memcmp(ref, h, cnt * (size_t)n * 4) == 0, "result differs from the reference");
+            for (int ai = 0; ct_coll_algo_name(CT_COLL_REDUCESCATTER, ai); ai++) {
+                const char *al = ct_coll_algo_name(CT_COLL_REDUCESCATTER, ai);
+                snprintf(ctx, sizeof ctx, "device n=%d r=%d reducescatter %s count=%zu%s", n, r, al, cnt, inpl ? " inplace" : "");
+                seed++;
+                fill(h, CT_F32, cnt * (size_t)n, r, seed, 0);
+                ct_buffer_write(a, 0, h, cnt * (size_t)n * 4);
+                st = ct_comm_reduce_scatter_buf(c, a, inpl ? a : b, cnt, CT_F32, CT_OP_MAX, al);
+                if (*ct_comm_algo_restriction(c, CT_COLL_REDUCESCATTER, al)) {
+                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    continue;
+                }
+                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                ct_buffer_read(inpl ? a : b, 0, h, cnt * 4);
+                ref_reduce(ref, CT_F32, CT_OP_MAX, cnt, n, seed, (size_t)r * cnt);
+                CHECK(memcmp(ref, h, cnt * 4) == 0, "result differs from the reference");
+            }
+            for (int ai = 0; ct_coll_algo_name(CT_COLL_ALLGATHER, ai); ai++) {
+                const char *al = ct_coll_algo_name(CT_COLL_ALLGATHER, ai);
+                snprintf(ctx, sizeof ctx, "device n=%d r=%d allgather %s count=%zu%s", n, r, al, cnt, inpl ? " inplace" : "");
+                seed++;
+                fill(h, CT_F32, cnt, r, seed, 0);
+                ct_buffer_write(a, inpl ? (size_t)r * cnt * 4 : 0, h, cnt * 4);
+                st = ct_comm_allgather_buf(c, a, inpl ? a : b, cnt, CT_F32, al);
+                if (*ct_comm_algo_restriction(c, CT_COLL_ALLGATHER, al)) {
+                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    continue;
+                }
+                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                ct_buffer_read(inpl ? a : b, 0, h, cnt * (size_t)n * 4);
+                for (int q = 0; q < n; q++) fill(ref + (size_t)q * cnt * 4, CT_F32, cnt, q, seed, 0);
+                CHECK(memcmp(ref, h, cnt * (size_t)n * 4) == 0, "result differs from the reference");
+            }
+            for (int ai = 0; ct_coll_algo_name(CT_COLL_ALLTOALL, ai); ai++) {
+                const char *al = ct_coll_algo_name(CT_COLL_ALLTOALL, ai);
+                snprintf(ctx, sizeof ctx, "device n=%d r=%d alltoall %s count=%zu%s", n, r, al, cnt, inpl ? " inplace" : "");
+                seed++;
+                for (int j = 0; j < n; j++) fill(h + (size_t)j * cnt * 4, CT_I32, cnt, r * n + j, seed, 0);
+                ct_buffer_write(a, 0, h, cnt * (size_t)n * 4);
+                st = ct_comm_alltoall_buf(c, a, inpl ? a : b, cnt, CT_I32, al);
+                if (*ct_comm_algo_restriction(c, CT_COLL_ALLTOALL, al)) {
+                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    continue;
+                }
+                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                ct_buffer_read(inpl ? a : b, 0, h, cnt * (size_t)n * 4);
+                for (int j = 0; j < n; j++) fill(ref + (size_t)j * cnt * 4, CT_I32, cnt, j * n + r, seed, 0);
+                CHECK(memcmp(ref, h, cnt * (size_t)n * 4) == 0, "result differs from the reference");
+            }
         }
-        snprintf(ctx, sizeof ctx, "device n=%d r=%d bcast count=%zu", n, r, cnt);
-        seed++;
-        fill(h, CT_F32, cnt, r == n - 1 ? n - 1 : r + 50, seed, 0);
-        ct_buffer_write(a, 0, h, cnt * 4);
-        st = ct_comm_bcast_buf(c, a, cnt, CT_F32, n - 1, NULL);
-        CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
-        ct_buffer_read(a, 0, h, cnt * 4);
-        fill(ref, CT_F32, cnt, n - 1, seed, 0);
-        CHECK(memcmp(ref, h, cnt * 4) == 0, "result differs from the reference");
+        for (int ai = 0; ct_coll_algo_name(CT_COLL_BCAST, ai); ai++) {
+            const char *al = ct_coll_algo_name(CT_COLL_BCAST, ai);
+            snprintf(ctx, sizeof ctx, "device n=%d r=%d bcast %s count=%zu", n, r, al, cnt);
+            seed++;
+            fill(h, CT_F32, cnt, r == n - 1 ? n - 1 : r + 50, seed, 0);
+            ct_buffer_write(a, 0, h, cnt * 4);
+            st = ct_comm_bcast_buf(c, a, cnt, CT_F32, n - 1, al);
+            if (*ct_comm_algo_restriction(c, CT_COLL_BCAST, al)) {
+                CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                continue;
+            }
+            CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+            ct_buffer_read(a, 0, h, cnt * 4);
+            fill(ref, CT_F32, cnt, n - 1, seed, 0);
+            CHECK(memcmp(ref, h, cnt * 4) == 0, "result differs from the reference");
+        }
     }
 done:
     ct_buffer_free(a);
