@@ -1,13 +1,32 @@
 # examples/engine.cmake - train_gpt, sample_gpt and the embedded default corpus (owner: I/O).
 #
-# The default corpus: the project's own public headers and docs, embedded at configure time by
-# ct_embed_files (CMake only, no Python), so train_gpt trains on real text with no data given.
+# The default corpus: the project's own docs and public headers, concatenated at configure time
+# (runs of alignment spaces squeezed to one, so a small model learns words rather than padding),
+# then embedded by ct_embed_files (CMake only, no Python): train_gpt trains on real text with no
+# data given.
 file(GLOB CT_CORPUS_FILES CONFIGURE_DEPENDS
   ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/docs/*.md
   ${CMAKE_SOURCE_DIR}/cl/ct_*.h ${CMAKE_SOURCE_DIR}/engine/ct_*.h
   ${CMAKE_SOURCE_DIR}/parallel/ct_*.h ${CMAKE_SOURCE_DIR}/tests/ct_test.h)
 list(SORT CT_CORPUS_FILES)
-ct_embed_files(${CMAKE_CURRENT_BINARY_DIR}/ct_corpus.c ct_corpus ${CT_CORPUS_FILES})
+set(CT_CORPUS_TEXT "")
+foreach(f IN LISTS CT_CORPUS_FILES)
+  file(READ "${f}" body)
+  string(REGEX REPLACE "  +" " " body "${body}")
+  file(RELATIVE_PATH rel "${CMAKE_SOURCE_DIR}" "${f}")
+  string(APPEND CT_CORPUS_TEXT "\n==> ${rel} <==\n${body}")
+endforeach()
+set(CT_CORPUS_FILE ${CMAKE_CURRENT_BINARY_DIR}/corpus/corpus.txt)
+set(old "")
+if(EXISTS ${CT_CORPUS_FILE})
+  file(READ ${CT_CORPUS_FILE} old)
+endif()
+if(NOT old STREQUAL CT_CORPUS_TEXT)
+  file(WRITE ${CT_CORPUS_FILE} "${CT_CORPUS_TEXT}")
+endif()
+set_property(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${CT_CORPUS_FILES})
+ct_embed_files(${CMAKE_CURRENT_BINARY_DIR}/ct_corpus.c ct_corpus ${CT_CORPUS_FILE})
 add_library(ct_corpus STATIC ${CMAKE_CURRENT_BINARY_DIR}/ct_corpus.c)
 target_link_libraries(ct_corpus PRIVATE ct_cl)
 
