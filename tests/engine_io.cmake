@@ -23,5 +23,5 @@ if(TARGET train_gpt AND TARGET sample_gpt)
   add_test(NAME test_train_cli
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_train_cli.sh $<TARGET_FILE:train_gpt>
                    $<TARGET_FILE:sample_gpt>)
-  set_tests_properties(test_train_cli PROPERTIES LABELS opencl TIMEOUT 600)
+  set_tests_properties(test_train_cli PROPERTIES LABELS opencl TIMEOUT 1200)
 endif()
