@@ -16,7 +16,7 @@ target_include_directories(test_engine_io_train PRIVATE ${CMAKE_SOURCE_DIR}/engi
 # Tests that need the model and a device.
 if(TARGET ct_engine)
   ct_add_test(NAME test_engine_torch SOURCES test_engine_torch.c LIBS ct_engine m
-              LABELS opencl TIMEOUT 300)
+              LABELS opencl TIMEOUT 900)
   target_compile_definitions(test_engine_torch PRIVATE CT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 endif()
 if(TARGET train_gpt AND TARGET sample_gpt)
