@@ -16,6 +16,11 @@
 
 static void group_free(ct__group *g) {
     if (!g) return;
+    if (g->shm_win != MPI_WIN_NULL) {
+        MPI_Win_unlock_all(g->shm_win);
+        MPI_Win_free(&g->shm_win);
+    }
+    free(g->shm_seg);
     if (g->mpi != MPI_COMM_NULL) MPI_Comm_free(&g->mpi);
     if (g->slots) {
         for (int i = 0; i < g->nlocal * g->nlocal; i++) {
@@ -60,6 +65,7 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
     g->refs = 1;
     g->n = n;
     g->mpi = MPI_COMM_NULL;
+    g->shm_win = MPI_WIN_NULL;
     ct__barrier_init(&g->bar, 1);
     g->m = calloc((size_t)n, sizeof *g->m);
     if (!g->m) goto nomem;
@@ -76,6 +82,10 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
         else g->nprocs++;
     }
     free(seen);
+    g->one_node = 1;
+    for (int i = 0; i < n; i++) g->one_node &= t->rank_node[g->m[i].rank] == t->node;
+    g->shm_seg = calloc((size_t)n, sizeof(void *));
+    if (!g->shm_seg) goto nomem;
     g->local_rank = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(int));
     g->ptrs = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(void *));
     g->counts = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(size_t));

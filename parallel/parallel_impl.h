@@ -73,6 +73,10 @@ typedef struct ct__group {
     int nprocs;         /* distinct ranks */
     int one_per_rank;   /* every rank holds at most one member */
     MPI_Comm mpi;       /* over member ranks when one_per_rank, else MPI_COMM_NULL */
+    int one_node;       /* every member's rank is on this node */
+    MPI_Win shm_win;    /* "shm" all-reduce: shared window, segments of shm_cap bytes */
+    void **shm_seg;     /* [n] each member's segment, mapped here */
+    size_t shm_cap;
     ct__slot *slots;    /* [nlocal * nlocal], slot src*nlocal+dst */
     ct__barrier bar;    /* the local members */
     void **ptrs;        /* [nlocal] published pointers (hierarchical) */
@@ -108,6 +112,7 @@ struct ct_topo {
     ct__group *groups;
     ct__group *world_group;
     uint32_t *max_id; /* [D] highest comm id each local worker has seen */
+    int *rank_node;   /* [nranks] node index of every rank */
     char override[CT_COLL__COUNT][32];
     ct__select_row table[CT__SELECT_MAX];
     int ntable;
@@ -187,6 +192,7 @@ ct_status ct__allreduce_rabenseifner(ct_comm *, const void *, void *, size_t, ct
 ct_status ct__allreduce_hier(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__allreduce_mpi(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__allreduce_mpi_nb(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
+ct_status ct__allreduce_shm(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__reducescatter_ring(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__reducescatter_rechalving(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
 ct_status ct__reducescatter_mpi(ct_comm *, const void *, void *, size_t, ct_dtype, ct_op);
@@ -240,6 +246,7 @@ typedef struct ct__algo {
     const char *cost; /* one line: alpha-beta-gamma cost */
 } ct__algo;
 #define CT__ALGO_ONE_PER_RANK 1u /* needs one worker per rank (mpi) */
+#define CT__ALGO_ONE_NODE 2u     /* needs every member on one node (shm) */
 
 extern const ct__algo ct__algos[];
 extern const int ct__nalgos;

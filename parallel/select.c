@@ -24,6 +24,8 @@ const ct__algo ct__algos[] = {
      "halving RS + doubling AG: 2 lg n alpha + 2(n-1)/n beta N + (n-1)/n gamma N"},
     {CT_COLL_ALLREDUCE, "hier", F(ct__allreduce_hier), 0,
      "shared-memory RS in the process, leaders' all-reduce, shared-memory copy-out"},
+    {CT_COLL_ALLREDUCE, "shm", F(ct__allreduce_shm), CT__ALGO_ONE_PER_RANK | CT__ALGO_ONE_NODE,
+     "MPI-3 shared window: copy in, slice reduce, copy out; 3 barriers, ~5N memory traffic"},
     {CT_COLL_ALLREDUCE, "mpi", F(ct__allreduce_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Allreduce"},
     {CT_COLL_ALLREDUCE, "mpi_nb", F(ct__allreduce_mpi_nb), CT__ALGO_ONE_PER_RANK,
      "MPI_Iallreduce + MPI_Test/sched_yield polling"},
@@ -64,6 +66,8 @@ const char *ct_coll_algo_name(ct_coll coll, int i) {
 static const char *restriction(const ct_comm *c, const ct__algo *a) {
     if ((a->flags & CT__ALGO_ONE_PER_RANK) && c->g->mpi == MPI_COMM_NULL)
         return "needs one worker per rank in the group";
+    if ((a->flags & CT__ALGO_ONE_NODE) && !c->g->one_node)
+        return "needs every worker of the group on one node";
     return "";
 }
 
@@ -76,7 +80,10 @@ static const char *default_table =
     "# collective nmin nmax local bytes_max algorithm   (first match wins)\n"
     "allreduce 1 0 1 0 hier\n"
     "allreduce 1 0 -1 65536 recdbl\n"
-    "allreduce 1 0 -1 0 rabenseifner\n"
+    "allreduce 1 0 -1 1048576 rabenseifner\n"
+    "allreduce 2 0 0 0 shm\n"
+    "allreduce 1 0 -1 67108864 rabenseifner\n"
+    "allreduce 1 0 -1 0 ring\n"
     "reducescatter 1 0 -1 65536 rechalving\n"
     "reducescatter 1 0 -1 0 ring\n"
     "allgather 1 0 -1 65536 recdbl\n"
@@ -225,7 +232,11 @@ ct_status ct__algo_resolve(ct_comm *c, ct_coll coll, const char *name, size_t by
                       ct_coll_str(coll), name, known);
     }
     *out = a;
-    if (*restriction(c, a)) return ct__need_mpi_comm(c, name);
+    if (*restriction(c, a)) {
+        if (c->g->mpi == MPI_COMM_NULL) return ct__need_mpi_comm(c, name);
+        return CT_ERR(&c->err, CT_ERR_UNSUPPORTED, "%s: algorithm \"%s\" %s", ct_coll_str(coll),
+                      name, restriction(c, a));
+    }
     return CT_OK;
 }
 

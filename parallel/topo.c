@@ -109,6 +109,14 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
                 if (r < first) t->node++;
                 t->nnodes++;
             }
+        t->rank_node = calloc((size_t)(t->nranks > 0 ? t->nranks : 1), sizeof(int));
+        if (!t->rank_node) {
+            free(firsts);
+            st = CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");
+            goto cleanup;
+        }
+        for (int r = 0; r < t->nranks; r++) /* node index = number of node leaders below */
+            for (int q = 0; q < firsts[r]; q++) t->rank_node[r] += firsts[q] == q;
         free(firsts);
     }
     {
@@ -167,6 +175,7 @@ void ct_topo_free(ct_topo *t) {
     }
     pthread_mutex_destroy(&t->mu);
     free(t->max_id);
+    free(t->rank_node);
     free(t);
 }
 
