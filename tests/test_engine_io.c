@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -464,6 +466,53 @@ static void test_checkpoint(void) {
     ct_checkpoint_release(&ck);
 }
 
+/* A write that fails half-way (file size limit, as a full disk would) leaves the previous file
+ * untouched and no temporary file behind. */
+static void test_failed_write(void) {
+    ct_err err = {0};
+    ct_gpt_config c = {.max_seq = 64, .vocab = 256, .padded_vocab = 256, .layers = 2, .heads = 2,
+                       .channels = 32};
+    size_t sizes[CT_GPT_NUM_TENSORS];
+    size_t n = ct_gpt_param_sizes(&c, sizes);
+    float *p = (float *)calloc(n, 4);
+    char path[300];
+    path_of(path, sizeof path, "fsize.bin");
+    FILE *f = fopen(path, "wb");
+    fputs("previous contents", f);
+    fclose(f);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 64 * 1024; /* the model file is ~150 KiB */
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    int limited = setrlimit(RLIMIT_FSIZE, &lim) == 0;
+    CT_ASSERT(limited);
+    ct_status st1 = ct_model_file_write(path, &c, p, &err);
+    char msg1[CT_ERR_MSG_MAX];
+    snprintf(msg1, sizeof msg1, "%s", err.msg);
+    ct_checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    ck.cfg = c;
+    ck.nparams = n;
+    ck.params = ck.m = ck.v = p;
+    ct_status st2 = ct_checkpoint_write(path, &ck, &err);
+    if (limited) setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    CT_ASSERT_EQ_INT(st1, CT_ERR_IO);
+    CT_ASSERT_STR_CONTAINS(msg1, "fsize.bin");
+    CT_ASSERT_EQ_INT(st2, CT_ERR_IO);
+    unsigned char *raw = NULL;
+    size_t nraw = 0;
+    CT_ASSERT_OK(ct_file_read_all(path, &raw, &nraw, &err), err.msg);
+    CT_ASSERT(raw && nraw == 17 && memcmp(raw, "previous contents", 17) == 0);
+    free(raw);
+    CT_ASSERT(!dir_has_tmp());
+    /* Without the limit the same writes succeed. */
+    CT_ASSERT_OK(ct_model_file_write(path, &c, p, &err), err.msg);
+    CT_ASSERT_OK(ct_checkpoint_write(path, &ck, &err), err.msg);
+    free(p);
+}
+
 static void test_tokenizer(void) {
     ct_err err = {0};
     const char *pieces[] = {"a", "bc", " the", "<|endoftext|>", "\xe2\x82\xac"};
@@ -544,6 +593,7 @@ int main(void) {
     test_model_file();
     test_checkpoint();
     test_tokenizer();
+    test_failed_write();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
