@@ -76,6 +76,19 @@ ct_status ct_gemm_strided_batched(ct_device *d, int ta, int tb, size_t m, size_t
     ct_status st = gemm_common(d, ta, tb, m, n, k, a, a_off, lda, a_stride, b, b_off, ldb, b_stride,
                                c, c_off, ldc, c_stride, batch);
     if (st != CT_OK) return st;
+    if (ta && a_off != 0 && batch > 1) {
+        /* CLBlast 1.5.3's strided-batched GEMM computes a transposed A at a non-zero offset
+         * wrongly with some parameter sets (seen with tune/pocl-cpu.txt when m is a multiple of
+         * the tile, i.e. when A needs no padding); one GEMM per matrix is right. Tested in
+         * tests/test_cl_gemm.c. */
+        for (size_t i = 0; i < batch; i++) {
+            st = ct_gemm(d, ta, tb, m, n, k, alpha, a, a_off + i * a_stride, lda, b,
+                         b_off + i * b_stride, ldb, beta, c, c_off + i * c_stride, ldc,
+                         i + 1 == batch ? ev : NULL);
+            if (st != CT_OK) return st;
+        }
+        return CT_OK;
+    }
     cl_command_queue q = d->queue;
     CLBlastStatusCode rc = CLBlastSgemmStridedBatched(
         CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,

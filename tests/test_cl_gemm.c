@@ -57,11 +57,14 @@ static void check_untouched(const float *C0, const float *C, size_t total, size_
     CT_ASSERT_MSG(bad == 0, "%s: %zu entries outside C were written", what, bad);
 }
 
-static int run_case(ct_device *d, size_t m, size_t n, size_t k, int ta, int tb, float alpha,
-                    float beta, size_t batch) {
-    size_t ao = 3, bo = 5, co = 11; /* offsets, floats */
-    size_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 1, ldc = n + 3;
-    size_t as = (ta ? k : m) * lda + 7, bs = (tb ? n : k) * ldb + 1, cs = m * ldc + 2;
+/* tight = 0: padded leading dimensions and gaps between batch matrices; 1: none (the layout
+ * where CLBlast skips its padding pass). */
+static int run_case_layout(ct_device *d, size_t m, size_t n, size_t k, int ta, int tb, float alpha,
+                           float beta, size_t batch, int tight) {
+    size_t ao = tight ? 16 : 3, bo = 5, co = tight ? 0 : 11; /* offsets, floats */
+    size_t lda = (ta ? m : k) + (tight ? 0 : 2), ldb = (tb ? k : n) + !tight, ldc = n + (tight ? 0 : 3);
+    size_t as = (ta ? k : m) * lda + (tight ? 0 : 7), bs = (tb ? n : k) * ldb + !tight,
+           cs = m * ldc + (tight ? 0 : 2);
     size_t na = ao + batch * as, nb = bo + batch * bs, nc = co + batch * cs;
     float *A = malloc(na * 4), *B = malloc(nb * 4), *C0 = malloc(nc * 4), *C = malloc(nc * 4);
     fill(A, na, (unsigned)(m * 31 + k)), fill(B, nb, (unsigned)(n * 17 + k)), fill(C0, nc, 99);
@@ -73,8 +76,8 @@ static int run_case(ct_device *d, size_t m, size_t n, size_t k, int ta, int tb, 
              ct_buffer_write(bC, 0, C0, nc * 4) == CT_OK;
     CT_ASSERT_MSG(ok, "setup: %s", ct_device_errmsg(d));
     char what[128];
-    snprintf(what, sizeof what, "m=%zu n=%zu k=%zu ta=%d tb=%d beta=%g batch=%zu", m, n, k, ta, tb,
-             beta, batch);
+    snprintf(what, sizeof what, "m=%zu n=%zu k=%zu ta=%d tb=%d beta=%g batch=%zu tight=%d", m, n, k,
+             ta, tb, beta, batch, tight);
     if (ok) {
         ct_status st = batch == 1
             ? ct_gemm(d, ta, tb, m, n, k, alpha, ct_buffer_mem(bA), ao, lda, ct_buffer_mem(bB), bo,
@@ -92,6 +95,11 @@ static int run_case(ct_device *d, size_t m, size_t n, size_t k, int ta, int tb, 
     ct_buffer_free(bA), ct_buffer_free(bB), ct_buffer_free(bC);
     free(A), free(B), free(C0), free(C);
     return ok;
+}
+
+static int run_case(ct_device *d, size_t m, size_t n, size_t k, int ta, int tb, float alpha,
+                    float beta, size_t batch) {
+    return run_case_layout(d, m, n, k, ta, tb, alpha, beta, batch, 0);
 }
 
 int main(void) {
@@ -115,6 +123,14 @@ int main(void) {
     /* strided batched: every transpose pair, odd sizes, gaps between matrices */
     for (int t = 0; t < 4; t++) run_case(d, 7, 129, 33, t >> 1, t & 1, 0.5f, t % 2 ? 1.0f : 0.0f, 5);
     run_case(d, 64, 64, 16, 0, 1, 1.0f, 0.0f, 12); /* attention-like: many small products */
+    /* larger batched products at offsets, every transpose pair (CLBlast 1.5.3 computes a
+     * transposed A at a non-zero offset wrongly once m >= 128; the wrapper must not) */
+    for (int t = 0; t < 4; t++) {
+        run_case(d, 130, 24, 200, t >> 1, t & 1, 1.0f, 0.0f, 3);
+        run_case(d, 256, 8, 130, t >> 1, t & 1, 1.0f, 0.5f, 2);
+        run_case_layout(d, 128, 32, 64, t >> 1, t & 1, 1.0f, 0.0f, 2, 1);
+        run_case_layout(d, 256, 8, 64, t >> 1, t & 1, 1.0f, 0.0f, 3, 1);
+    }
 
     /* bad arguments are refused with a message, not a crash */
     ct_buffer *b = NULL;
