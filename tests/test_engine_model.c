@@ -242,8 +242,17 @@ static void test_model(ct_device *dev) {
     int tok24[8], tg24[8];
     for (int b = 0; b < 2; b++)
         for (int t = 0; t < 4; t++) tok24[b * 4 + t] = tok[b * 4 + t], tg24[b * 4 + t] = tg[b * 4 + t];
-    double rl24 = ct_ref_gpt_loss(&CFG, pd, tok24, tg24, 2, 4);
+    double *g24 = malloc(n * sizeof *g24);
+    double rl24 = ct_ref_gpt_grad(&CFG, pd, tok24, tg24, 2, 4, g24, NULL);
     CT_ASSERT_NEAR(loss, rl24, 1e-5 * fabs(rl24));
+    /* and its backward (views planned for 3 x 7, used at 2 x 4) */
+    CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_model_get_grads(m, g, n), ct_model_errmsg(m));
+    double mx24 = 0;
+    for (size_t i = 0; i < n; i++) gr[i] = (float)g24[i], mx24 = fmax(mx24, fabs(g24[i]));
+    CT_ASSERT_CLOSE_ARRAY(g, gr, n, 1e-4 * mx24, 1e-3);
+    free(g24);
 
     free(p); free(g); free(g2); free(pd); free(gref); free(logits); free(rlogits); free(rlf);
     free(gr); free(gd); free(md); free(vd); free(pr); free(mm); free(vv);
