@@ -10,7 +10,8 @@
  * FLOPs per token are ct_train_flops_per_token (6 N + 12 L C T). The peak for MFU is
  * --peak-tflops, else the device's SGEMM rate measured here (1024^3, best of NN/NT/TN): the line
  * "peak" says which. The time split runs extra steps with a device finish after every op (host
- * timers), so its total is a little above the plain step time. Each result also goes out as one
+ * timers), so its total is a little above the plain step time; GEMM buckets also show their
+ * achieved GFLOP/s (attention counts the full T x T products the batched GEMMs compute). Each result also goes out as one
  * JSON line prefixed "JSON " for scripts. */
 #include <math.h>
 #include <stdint.h>
@@ -64,6 +65,19 @@ done:
     ct_buffer_free(b);
     ct_buffer_free(c);
     return best;
+}
+
+/* GEMM FLOPs per step behind a profiling bucket (0 for the non-GEMM ones). */
+static double bucket_flops(const char *name, const ct_gpt_config *c, int B, int T) {
+    double BT = (double)B * T, C = c->channels, L = c->layers;
+    double f = 0;
+    if (strstr(name, "matmul_qkv")) f = 2 * BT * C * 3 * C * L;
+    else if (strstr(name, "matmul_attproj")) f = 2 * BT * C * C * L;
+    else if (strstr(name, "matmul_fc")) f = 2 * BT * C * 4 * C * L; /* fc and fcproj alike */
+    else if (strstr(name, "matmul_logits")) f = 2 * BT * C * c->padded_vocab;
+    else if (strstr(name, "attention")) f = 4 * BT * T * C * L; /* QK^T and PV, full squares */
+    if (strstr(name, "_bwd")) f *= 2;
+    return f;
 }
 
 static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup, int psteps,
@@ -138,10 +152,14 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
         printf("time split over %d profiled steps (%.1f ms/step with a finish after every op; "
                "ops sum to %.1f ms):\n",
                psteps, ptot, sum);
-        printf("  %-20s %10s %7s %8s\n", "op", "ms/step", "share", "calls");
-        for (int i = 0; i < n; i++)
-            printf("  %-20s %10.2f %6.1f%% %8ld\n", ot[i].name, ot[i].ms / psteps,
-                   100 * ot[i].ms / psteps / sum, ot[i].calls / psteps);
+        printf("  %-20s %10s %7s %8s %10s\n", "op", "ms/step", "share", "calls", "GFLOP/s");
+        for (int i = 0; i < n; i++) {
+            double f = bucket_flops(ot[i].name, &bc->cfg, B, T), ms1 = ot[i].ms / psteps;
+            char rate[32] = "";
+            if (f > 0 && ms1 > 0) snprintf(rate, sizeof rate, "%.1f", f / (ms1 * 1e-3) / 1e9);
+            printf("  %-20s %10.2f %6.1f%% %8ld %10s\n", ot[i].name, ms1, 100 * ms1 / sum,
+                   ot[i].calls / psteps, rate);
+        }
         ct_model_profile_enable(m, 0);
     }
     rc = 0;
