@@ -116,22 +116,30 @@ def run(name, cfg, args, peak, peak_src):
     for _ in range(args.warmup):
         loss = step()
         first = loss if first is None else first
+    best = float("inf")
     t0 = time.perf_counter()
     for _ in range(args.steps):
+        ts = time.perf_counter()
         loss = step()
+        best = min(best, time.perf_counter() - ts)
         first = loss if first is None else first
     el = time.perf_counter() - t0
     ms, tps = 1e3 * el / args.steps, B * T * args.steps / el
+    best_ms, best_tps = 1e3 * best, B * T / best
     fpt = 6.0 * nparams + 12.0 * L * C * T
     tflops = fpt * tps / 1e12
     mfu = tflops / peak if peak > 0 else 0.0
+    best_mfu = fpt * best_tps / 1e12 / peak if peak > 0 else 0.0
     print(f"\n== {name}: L={L} C={C} NH={NH} T={T} B={B} V={V} Vp={VP}, {nparams/1e6:.2f}M parameters")
-    print(f"{args.steps} steps after {args.warmup} warm-up: {ms:.1f} ms/step, {tps:.0f} tokens/s, "
-          f"{tflops:.3f} TFLOP/s, MFU {100*mfu:.1f}% of {peak:.3f} TFLOP/s ({peak_src}); "
+    print(f"{args.steps} steps after {args.warmup} warm-up: {ms:.1f} ms/step (best {best_ms:.1f}), "
+          f"{tps:.0f} tokens/s (best {best_tps:.0f}), {tflops:.3f} TFLOP/s, MFU {100*mfu:.1f}% "
+          f"(best {100*best_mfu:.1f}%) of {peak:.3f} TFLOP/s ({peak_src}); "
           f"loss {first:.4f} -> {loss:.4f}")
     print("JSON " + json.dumps(dict(config=name, impl="torch", ms_per_step=round(ms, 2),
-                                    tokens_per_s=round(tps, 1), tflops=round(tflops, 4),
-                                    mfu=round(mfu, 4), peak_tflops=round(peak, 4),
+                                    best_ms_per_step=round(best_ms, 2),
+                                    tokens_per_s=round(tps, 1), best_tokens_per_s=round(best_tps, 1),
+                                    tflops=round(tflops, 4), mfu=round(mfu, 4),
+                                    best_mfu=round(best_mfu, 4), peak_tflops=round(peak, 4),
                                     steps=args.steps, threads=torch.get_num_threads())))
     if args.profile_steps > 0:
         from torch.profiler import profile, ProfilerActivity
