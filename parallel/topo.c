@@ -146,7 +146,7 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
     t->check_default = 1;
     {   /* spin before sleeping only when this node's workers fit its cores */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        t->spin = (long)t->local_nranks * D <= cores ? 4000 : 0;
+        t->spin = (long)t->local_nranks * D <= cores ? 200 : 0;
     }
     t->max_id = calloc((size_t)D, sizeof *t->max_id);
     if (!t->max_id) {
