@@ -48,6 +48,10 @@ if(TARGET ct_parallel)
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:test_parallel_errors> nothread)
   add_test(NAME parallel_select
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 $<TARGET_FILE:test_parallel_errors> select)
+  add_test(NAME parallel_errors_preinit
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:test_parallel_errors> preinit)
+  set_tests_properties(parallel_errors_preinit PROPERTIES LABELS "mpi" TIMEOUT 60
+    ENVIRONMENT "OMP_WAIT_POLICY=passive")
   set_tests_properties(parallel_errors_nothread PROPERTIES LABELS "mpi" TIMEOUT 60)
   set_tests_properties(parallel_select PROPERTIES LABELS "unit" TIMEOUT 60)
 endif()

@@ -7,6 +7,7 @@
  *                                           (threads), then a correct call still works
  *   test_parallel_errors nothread           MPI initialised without MPI_THREAD_MULTIPLE
  *   test_parallel_errors select             the selector table: parse errors, choices, overrides
+ *   test_parallel_errors preinit            MPI initialised by the program with MULTIPLE: used
  */
 #include <mpi.h>
 #include <omp.h>
@@ -58,6 +59,35 @@ static int nothread(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
     int rc = finish("test_parallel_errors nothread", r);
     ct_topo_free(t);
+    MPI_Finalize();
+    return rc;
+}
+
+/* The program initialised MPI itself (with MPI_THREAD_MULTIPLE): the topology uses it, works, and
+ * leaves finalising to the program. */
+static int preinit(int argc, char **argv) {
+    const char *ctx = "preinit";
+    int provided = 0, fin = 0, r = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    ct_topo *t = NULL;
+    ct_err err = {0};
+    CHECK(ct_topo_create(&t, NULL, NULL, 2, &err) == CT_OK, "%s", err.msg);
+    if (t) {
+#pragma omp parallel num_threads(2)
+        {
+            ct_comm *w = NULL;
+            int x[1] = {1}, y[1] = {0};
+            CHECK(ct_comm_world(t, omp_get_thread_num(), &w) == CT_OK, "world");
+            CHECK(ct_comm_allreduce(w, x, y, 1, CT_I32, CT_OP_SUM, NULL) == CT_OK, "%s", ct_comm_errmsg(w));
+            CHECK(y[0] == ct_topo_world_size(t), "sum %d", y[0]);
+            ct_comm_free(w);
+        }
+        ct_topo_free(t);
+    }
+    MPI_Finalized(&fin);
+    CHECK(!fin, "ct_topo_free must not finalise an MPI the program initialised");
+    int rc = finish("test_parallel_errors preinit", r);
     MPI_Finalize();
     return rc;
 }
@@ -115,6 +145,7 @@ static int selector(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "nothread")) return nothread(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "select")) return selector(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "preinit")) return preinit(argc, argv);
     int D = argc > 1 ? atoi(argv[1]) : 2;
     ct_topo *topo = NULL;
     ct_err err = {0};
