@@ -276,15 +276,15 @@ static ct_status check_exchange(ct_comm *c, int64_t h[H__N], ct_status local) {
     }
     for (int r = 0; r < n; r++)
         if (all[(size_t)r * H__N + H_ERR]) {
+            ct_status other = (ct_status)all[(size_t)r * H__N + H_ERR];
             free(all);
             if (local) {
                 memcpy(c->err.msg, saved, sizeof saved);
                 return local;
             }
-            return CT_ERR(&c->err, (ct_status)all[(size_t)r * H__N + H_ERR],
-                          "%s: group rank %d (worker %d) rejected the call: %s",
+            return CT_ERR(&c->err, other, "%s: group rank %d (worker %d) rejected the call: %s",
                           ct_coll_str((ct_coll)h[H_COLL]), r, c->g->m[r].wid,
-                          ct_status_str((ct_status)all[(size_t)r * H__N + H_ERR]));
+                          ct_status_str(other));
         }
     for (int r = 1; r < n; r++)
         for (int f = 0; f < H_ERR; f++)
