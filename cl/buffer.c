@@ -214,3 +214,41 @@ ct_status ct_buffer_unmap(ct_buffer *b, void *ptr) {
     if (rc != CL_SUCCESS) return CT_CL_FAIL(&b->dev->err, rc, "unmapping buffer '%s'", b->name);
     return CT_OK;
 }
+
+ct_status ct_buffer_map_async(ct_buffer *b, size_t off, size_t bytes, cl_map_flags flags,
+                              void **ptr, cl_event *ev) {
+    *ptr = NULL;
+    *ev = NULL;
+    ct_status st = range_check(b, off, bytes, "map");
+    if (st != CT_OK || bytes == 0) return st;
+    cl_int rc = CL_SUCCESS;
+    *ptr = clEnqueueMapBuffer(b->dev->queue, b->mem, CL_FALSE, flags, off, bytes, 0, NULL, ev, &rc);
+    if (rc != CL_SUCCESS) {
+        *ptr = NULL;
+        return CT_CL_FAIL(&b->dev->err, rc, "mapping buffer '%s'", b->name);
+    }
+    /* Some drivers only start work on a flush; make sure the map is on its way. */
+    clFlush(b->dev->queue);
+    return CT_OK;
+}
+
+ct_status ct_buffer_unmap_async(ct_buffer *b, void *ptr, cl_event *ev) {
+    if (ev) *ev = NULL;
+    if (!ptr) return CT_OK;
+    cl_int rc = clEnqueueUnmapMemObject(b->dev->queue, b->mem, ptr, 0, NULL, ev);
+    if (rc != CL_SUCCESS) return CT_CL_FAIL(&b->dev->err, rc, "unmapping buffer '%s'", b->name);
+    clFlush(b->dev->queue);
+    return CT_OK;
+}
+
+ct_status ct_event_wait(ct_device *d, cl_event ev) {
+    if (!ev) return CT_OK;
+    cl_int rc = clWaitForEvents(1, &ev);
+    cl_int exec = CL_COMPLETE;
+    if (rc == CL_SUCCESS)
+        clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof exec, &exec, NULL);
+    clReleaseEvent(ev);
+    if (rc != CL_SUCCESS) return CT_CL_FAIL(&d->err, rc, "waiting for an event");
+    if (exec < 0) return CT_CL_FAIL(&d->err, exec, "a queued command failed");
+    return CT_OK;
+}

@@ -156,6 +156,13 @@ ct_status ct_buffer_zero(ct_buffer *b, size_t off, size_t bytes);
 /* Map [off, off+bytes) for host access (blocking); unmap when done. flags: CL_MAP_READ/WRITE. */
 ct_status ct_buffer_map(ct_buffer *b, size_t off, size_t bytes, cl_map_flags flags, void **ptr);
 ct_status ct_buffer_unmap(ct_buffer *b, void *ptr);
+/* Non-blocking forms, for pipelines that overlap staging with other work: the mapped pointer may
+ * be used once *ev has completed; the unmap's *ev (may be NULL) completes when it is done. Wait
+ * with ct_event_wait, which also releases the event. */
+ct_status ct_buffer_map_async(ct_buffer *b, size_t off, size_t bytes, cl_map_flags flags,
+                              void **ptr, cl_event *ev);
+ct_status ct_buffer_unmap_async(ct_buffer *b, void *ptr, cl_event *ev);
+ct_status ct_event_wait(ct_device *dev, cl_event ev);
 
 /* ---------------------------------------------------------------- programs and kernels */
 

@@ -544,7 +544,6 @@ ct_status ct_comm_allreduce_buf(ct_comm *c, ct_buffer *send, ct_buffer *recv, si
                                 ct_dtype dt, ct_op op, const char *algo) {
     ct_status st = CT_OK, s2;
     const ct__algo *a;
-    void *ps = NULL, *pr = NULL;
     if (!c) return CT_ERR_ARG;
     size_t es = ct_dtype_size(dt), bytes = count * es;
     ct_status local = es ? buf_need(c, send, bytes, "allreduce") : CT_OK;
@@ -554,29 +553,60 @@ ct_status ct_comm_allreduce_buf(ct_comm *c, ct_buffer *send, ct_buffer *recv, si
     if (!count) return CT_OK;
     ct_op rop = op == CT_OP_MAX ? CT_OP_MAX : CT_OP_SUM;
     size_t chunk = CT_COMM_STAGE_CHUNK / es * es;
-    /* Chunk by chunk: map (blocking), reduce on the mapped host memory, unmap. Every worker
-     * cuts at the same element boundaries, so the algorithm sees consistent counts. */
-    for (size_t off = 0; off < bytes; off += chunk) {
-        size_t len = bytes - off < chunk ? bytes - off : chunk;
-        if (send == recv) {
-            if ((s2 = ct_buffer_map(recv, off, len, CL_MAP_READ | CL_MAP_WRITE, &pr)))
-                return dev_err(c, recv, s2, "map");
-            ps = pr;
-        } else {
-            if ((s2 = ct_buffer_map(send, off, len, CL_MAP_READ, &ps)))
-                return dev_err(c, send, s2, "map");
-            if ((s2 = ct_buffer_map(recv, off, len, CL_MAP_WRITE, &pr))) {
-                ct_buffer_unmap(send, ps);
-                return dev_err(c, recv, s2, "map");
-            }
-        }
-        st = ((ct__allreduce_fn)a->fn)(c, ps, pr, len / es, dt, rop);
-        if (!st && op == CT_OP_AVG) ct__finish_avg(dt, pr, len / es, c->size);
-        if (send != recv && (s2 = ct_buffer_unmap(send, ps)) && !st) st = dev_err(c, send, s2, "unmap");
-        if ((s2 = ct_buffer_unmap(recv, pr)) && !st) st = dev_err(c, recv, s2, "unmap");
-        if (st) return st;
+    size_t nchunks = (bytes + chunk - 1) / chunk;
+    ct_device *dev = ct_buffer_device(recv);
+    /* A two-deep pipeline: the maps of chunk i+1 are queued (non-blocking) before chunk i is
+     * reduced, and chunk i's unmap is queued after, so the device stages the next chunk (a DMA
+     * on a GPU) while the host communicates this one. Every worker cuts at the same element
+     * boundaries, so the algorithm sees consistent counts. ps/pr/ev hold two slots. */
+    void *mps[2] = {NULL, NULL}, *mpr[2] = {NULL, NULL};
+    cl_event evs[2] = {NULL, NULL}, evr[2] = {NULL, NULL};
+    ct_status mst = CT_OK;
+#define MAP_CHUNK(i)                                                                            \
+    do {                                                                                        \
+        size_t o_ = (i) * chunk, l_ = bytes - o_ < chunk ? bytes - o_ : chunk;                  \
+        int k_ = (int)((i) & 1);                                                                \
+        if (send == recv) {                                                                     \
+            if ((s2 = ct_buffer_map_async(recv, o_, l_, CL_MAP_READ | CL_MAP_WRITE, &mpr[k_], &evr[k_]))) \
+                mst = dev_err(c, recv, s2, "map");                                              \
+            mps[k_] = mpr[k_];                                                                  \
+        } else {                                                                                \
+            if ((s2 = ct_buffer_map_async(send, o_, l_, CL_MAP_READ, &mps[k_], &evs[k_])))      \
+                mst = dev_err(c, send, s2, "map");                                              \
+            else if ((s2 = ct_buffer_map_async(recv, o_, l_, CL_MAP_WRITE, &mpr[k_], &evr[k_]))) \
+                mst = dev_err(c, recv, s2, "map");                                              \
+        }                                                                                       \
+    } while (0)
+    MAP_CHUNK((size_t)0);
+    for (size_t i = 0; i < nchunks && !mst; i++) {
+        int k = (int)(i & 1);
+        size_t len = bytes - i * chunk < chunk ? bytes - i * chunk : chunk;
+        if (send != recv && (s2 = ct_event_wait(ct_buffer_device(send), evs[k])) && !mst)
+            mst = dev_err(c, send, s2, "map");
+        if ((s2 = ct_event_wait(dev, evr[k])) && !mst) mst = dev_err(c, recv, s2, "map");
+        evs[k] = evr[k] = NULL;
+        if (mst) break;
+        if (i + 1 < nchunks) MAP_CHUNK(i + 1);
+        st = ((ct__allreduce_fn)a->fn)(c, mps[k], mpr[k], len / es, dt, rop);
+        if (!st && op == CT_OP_AVG) ct__finish_avg(dt, mpr[k], len / es, c->size);
+        if (send != recv && (s2 = ct_buffer_unmap_async(send, mps[k], NULL)) && !st)
+            st = dev_err(c, send, s2, "unmap");
+        if ((s2 = ct_buffer_unmap_async(recv, mpr[k], NULL)) && !st) st = dev_err(c, recv, s2, "unmap");
+        mps[k] = mpr[k] = NULL;
+        if (st) break;
     }
-    return st;
+#undef MAP_CHUNK
+    /* Drain: release what a failure left mapped, and wait for every unmap. */
+    for (int k = 0; k < 2; k++) {
+        if (evs[k]) ct_event_wait(ct_buffer_device(send), evs[k]);
+        if (evr[k]) ct_event_wait(dev, evr[k]);
+        if (send != recv && mps[k]) ct_buffer_unmap(send, mps[k]);
+        if (mpr[k]) ct_buffer_unmap(recv, mpr[k]);
+    }
+    if (send != recv && (s2 = ct_device_finish(ct_buffer_device(send))) && !st && !mst)
+        st = dev_err(c, send, s2, "unmap");
+    if ((s2 = ct_device_finish(dev)) && !st && !mst) st = dev_err(c, recv, s2, "unmap");
+    return st ? st : mst;
 }
 
 /* Map whole buffers, run the host collective, unmap. kind: 0 rs, 1 ag, 2 a2a. */
