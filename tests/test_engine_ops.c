@@ -360,6 +360,7 @@ int main(void) {
     test_matmul(2, 3, 65, 13, 1);
     test_matmul(1, 3, 5, 2 * 8192 + 37, 0); /* dinp summed in K slices */
     test_matmul(2, 3, 7, 1024 + 3, 1);
+    test_matmul(3, 700, 2 * 1024 + 5, 9, 1); /* K slices in the forward (C) and dweight (B*T) */
     test_attention(3, 7, 20, 4);
     test_attention(2, 1, 6, 2);
     test_attention(1, 33, 24, 3);
