@@ -92,9 +92,10 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
                                ct_view qkvr /* (3,B,NH,T,hs) = */, ct_view att /* (B,NH,T,T) = */,
                                ct_view inp /* (B,T,3C) */, ct_view vaccum /* (B,NH,T,hs) scratch */,
                                int B, int T, int C, int NH);
-/* Scratch: dqkvr (3,B,NH,T,hs), datt (B,NH,T,T), dvaccum (B,NH,T,hs). */
+/* Scratch: dqkvr (3,B,NH,T,hs), datt (2,B,NH,T,T) (the score gradient and a transposed copy),
+ * dvaccum (B,NH,T,hs). */
 ct_status ct_attention_backward(ct_device *dev, ct_view dinp /* (B,T,3C) = */,
-                                ct_view dqkvr /* scratch */, ct_view datt /* scratch */,
+                                ct_view dqkvr /* scratch */, ct_view datt /* (2,B,NH,T,T) scratch */,
                                 ct_view dvaccum /* scratch */, ct_view dout /* (B,T,C) */,
                                 ct_view qkvr /* (3,B,NH,T,hs) */, ct_view att /* (B,NH,T,T) */,
                                 int B, int T, int C, int NH);

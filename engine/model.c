@@ -123,7 +123,7 @@ static void plan_arena(arena_plan *a, const ct_gpt_config *c, int B, int T) {
     REGION(dA, 4 * BTC);
     REGION(dB, 4 * BTC);
     REGION(dqkvr, 3 * BTC);
-    REGION(datt, att);
+    REGION(datt, 2 * att); /* the score gradient and a transposed copy */
     REGION(dvaccum, BTC);
 #undef REGION
     a->total = o;

@@ -245,23 +245,21 @@ ct_status ct_matmul_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_v
 
 /* ------------------------------------------------------------------ attention */
 
-/* C_i = A_i^T . B_i for i < batch (row-major; A_i is k x m). CLBlast 1.5.3's
- * SgemmStridedBatched returns wrong results for a transposed A at a non-zero offset once m >= 128
- * (seen on PoCL with the shipped CPU parameters; offset 0, or the same shapes through one Sgemm
- * per matrix, are right), so these go through ct_gemm one matrix at a time. The attention test
- * covers T = 130 and 256 for this reason. */
-static ct_status gemm_tn_batched(ct_device *dev, size_t m, size_t n, size_t k, ct_view a,
-                                 size_t lda, size_t sa, ct_view b, size_t ldb, size_t sb, ct_view c,
-                                 size_t ldc, size_t sc, size_t batch) {
-    if (a.off == 0)
-        return ct_gemm_strided_batched(dev, 1, 0, m, n, k, 1.0f, a.mem, 0, lda, sa, b.mem, b.off,
-                                       ldb, sb, 0.0f, c.mem, c.off, ldc, sc, batch, NULL);
-    for (size_t i = 0; i < batch; i++) {
-        ct_status st = ct_gemm(dev, 1, 0, m, n, k, 1.0f, a.mem, a.off + i * sa, lda, b.mem,
-                               b.off + i * sb, ldb, 0.0f, c.mem, c.off + i * sc, ldc, NULL);
-        if (st != CT_OK) return st;
-    }
-    return CT_OK;
+/* C_i = A_i^T . B_i for the (T,T) matrices A_i, i < BNH, through an explicit transpose into
+ * `scratch` and a non-transposed batched GEMM. Why not SgemmStridedBatched with a transposed A:
+ * CLBlast 1.5.3 returns wrong results for a transposed A at a non-zero offset once m >= 128 (seen
+ * on PoCL with the shipped CPU parameters; offset 0, or the same shapes through one Sgemm per
+ * matrix, are right), and one Sgemm per matrix costs ~0.1 ms of call overhead each (1152 calls
+ * per step at GPT-2 124M). The attention test covers T = 130 and 256 for this reason. */
+static ct_status gemm_tn_square_batched(ct_device *dev, size_t T, size_t n, ct_view a, ct_view b,
+                                        size_t ldb, size_t sb, ct_view c, size_t ldc, size_t sc,
+                                        size_t BNH, ct_view scratch) {
+    karg args[] = {KMEM(scratch), KMEM(a), KINT(BNH), KINT(T)};
+    ct_status st = launch2(dev, "attention", "transpose_square", T, BNH * T, 64, args,
+                           NARGS(args));
+    if (st != CT_OK) return st;
+    return ct_gemm_strided_batched(dev, 0, 0, T, n, T, 1.0f, scratch.mem, scratch.off, T, T * T,
+                                   b.mem, b.off, ldb, sb, 0.0f, c.mem, c.off, ldc, sc, BNH, NULL);
 }
 
 ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_view att, ct_view inp,
@@ -317,8 +315,9 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
                                  (size_t)hs, Ths, 0.0f, datt.mem, datt.off, (size_t)T, TT, BNH, NULL);
     if (st != CT_OK) return st;
     /* dv (T,hs) = att^T (T,T) . dvaccum (T,hs) */
-    st = gemm_tn_batched(dev, (size_t)T, (size_t)hs, (size_t)T, att, (size_t)T, TT, dvaccum,
-                         (size_t)hs, Ths, ct_view_at(dqkvr, 2 * part), (size_t)hs, Ths, BNH);
+    st = gemm_tn_square_batched(dev, (size_t)T, (size_t)hs, att, dvaccum, (size_t)hs, Ths,
+                                ct_view_at(dqkvr, 2 * part), (size_t)hs, Ths, BNH,
+                                ct_view_at(datt, BNH * TT));
     if (st != CT_OK) return st;
     {
         float scale = 1.0f / sqrtf((float)hs);
@@ -332,8 +331,9 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
                                  0.0f, dqkvr.mem, dqkvr.off, (size_t)hs, Ths, BNH, NULL);
     if (st != CT_OK) return st;
     /* dk (T,hs) = dpre^T (T,T) . q (T,hs) */
-    st = gemm_tn_batched(dev, (size_t)T, (size_t)hs, (size_t)T, datt, (size_t)T, TT, qkvr,
-                         (size_t)hs, Ths, ct_view_at(dqkvr, part), (size_t)hs, Ths, BNH);
+    st = gemm_tn_square_batched(dev, (size_t)T, (size_t)hs, datt, qkvr, (size_t)hs, Ths,
+                                ct_view_at(dqkvr, part), (size_t)hs, Ths, BNH,
+                                ct_view_at(datt, BNH * TT));
     if (st != CT_OK) return st;
     karg a[] = {KMEM(dinp), KMEM(dqkvr), KINT(B), KINT(T), KINT(NH), KINT(hs)};
     return launch2(dev, "attention", "heads_to_qkv", (size_t)C, (size_t)B * T, 256, a, NARGS(a));

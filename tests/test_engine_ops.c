@@ -191,7 +191,7 @@ static void test_attention(int B, int T, int C, int NH) {
     close_to("attention_forward out", &out, ro, ATOL, RTOL);
     close_to("attention_forward att (incl. exact zeros above the diagonal)", &att, ra, 1e-6, RTOL);
     dt dout = dt_make(BTC, 1, 0), dinp = dt_make(3 * BTC, 0, 7.0);
-    dt dqkvr = dt_make(3 * BTC, 0, 7.0), datt = dt_make(A, 0, 7.0), dvacc = dt_make(BTC, 0, 7.0);
+    dt dqkvr = dt_make(3 * BTC, 0, 7.0), datt = dt_make(2 * A, 0, 7.0), dvacc = dt_make(BTC, 0, 7.0);
     memset(dinp.d, 0, dinp.n * sizeof(double));
     CT_ASSERT_OK(ct_attention_backward(g_dev, dinp.v, dqkvr.v, datt.v, dvacc.v, dout.v, qkvr.v,
                                        att.v, B, T, C, NH),
