@@ -200,14 +200,16 @@ ct_status ct_gelu_backward(ct_device *dev, ct_view dinp, ct_view inp, ct_view do
  * after the first). CLBlast's Xgemm has no cache blocking over K; on PoCL (2 cores, quiet) slices
  * of 1024 measured 1.6-2.2x faster for every K > 1024 of GPT-2 shapes: the logits input gradient
  * 1024x256 . K=Vp 20 -> 44 GFLOP/s, 256x768 K=Vp 37 -> 63, the MLP's K = 4C = 3072 forward
- * 37 -> 62 and input gradient 38 -> 64. Shapes with K <= 1024 are one call, as before. */
+ * 37 -> 62 and input gradient 38 -> 64. Shapes with K <= 1024 are one call, as before. Only
+ * CPU devices slice (that is where it was measured); other devices get one call per product. */
 #define CT__K_SLICE ((size_t)1024)
 static ct_status gemm_ksliced(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k,
                               ct_view a, size_t lda, ct_view b, size_t ldb, float beta0, ct_view c,
                               size_t ldc) {
     ct_status st = CT_OK;
-    for (size_t k0 = 0; st == CT_OK && k0 < k; k0 += CT__K_SLICE) {
-        size_t kk = k - k0 < CT__K_SLICE ? k - k0 : CT__K_SLICE;
+    size_t slice = (ct_device_get_info(dev)->type & CL_DEVICE_TYPE_CPU) ? CT__K_SLICE : k;
+    for (size_t k0 = 0; st == CT_OK && k0 < k; k0 += slice) {
+        size_t kk = k - k0 < slice ? k - k0 : slice;
         size_t ao = a.off + (ta ? k0 * lda : k0), bo = b.off + (tb ? k0 : k0 * ldb);
         st = ct_gemm(dev, ta, tb, m, n, kk, 1.0f, a.mem, ao, lda, b.mem, bo, ldb,
                      k0 ? 1.0f : beta0, c.mem, c.off, ldc, NULL);
