@@ -1,6 +1,15 @@
 /* ct_engine_model.h - the GPT-2 model on one worker's device: parameters, gradients and AdamW
  * state as one contiguous device buffer each (views from the table in ct_gpt_config.h), and one
- * activation arena sized at creation for (max_B, max_T). A step only enqueues kernels and GEMMs:
+ * activation arena sized at creation for (max_B, max_T).
+ *
+ * Two orders: host arrays (ct_model_set_params/get_*, files, checkpoints) are in the table's
+ * llm.c order (all layers' qkvw together, ...). The device buffers are layer-major ("flat"):
+ * wte, wpe, then per layer [ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw
+ * fcprojb], then lnfw, lnfb, so a layer's parameters and gradients are one contiguous range and
+ * backward finishes the gradients from the end of the buffer towards its start (data-parallel
+ * buckets in reverse layer order). Data parallelism (layout dp = N): every worker holds the whole
+ * model; with ZeRO-1 Adam m and v hold only this worker's shard [lo, hi) of the flat buffers
+ * (params and grads padded to N * shard floats). A step only enqueues kernels and GEMMs:
  * tokens go in, the loss (one float) comes out, nothing is allocated.
  *
  *     ct_model *m = NULL;
@@ -32,8 +41,8 @@ extern "C" {
 typedef struct ct_model ct_model;
 
 /* Builds the model of `cfg` for this worker of `layout` on `dev` and allocates everything a step
- * at batch <= max_B, sequence <= max_T needs. Only the 1x1x1 layout is supported so far (others:
- * CT_ERR_UNSUPPORTED). A config that cannot be (heads not dividing channels, V > Vp, max_T >
+ * at batch <= max_B, sequence <= max_T needs. Layouts: dp >= 1 with tp = pp = 1, ZeRO stage 0,
+ * or 1 with dp >= 2 (others: CT_ERR_UNSUPPORTED). A config that cannot be (heads not dividing channels, V > Vp, max_T >
  * max_seq, ...) or memory the device cannot give is an error with a message in *err. Parameters
  * start as zeros; call ct_model_init_random or ct_model_set_params. */
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
@@ -45,10 +54,33 @@ const ct_gpt_config *ct_model_config(const ct_model *m);
 ct_device *ct_model_device(const ct_model *m);
 /* The last error on this model (also in ct_device_errmsg for device failures). */
 const char *ct_model_errmsg(const ct_model *m);
-/* Number of parameters (floats) this worker holds = length of params, grads, m and v. */
+/* Number of parameters (floats) of the model = length of the host arrays of set/get. */
 size_t ct_model_num_params(const ct_model *m);
-/* Offset (floats) and size of table tensor i (CT_GPT_wte, ...) in the flat buffers. */
+/* Offset (floats) and size of table tensor i (CT_GPT_wte, ...) in the HOST arrays of
+ * ct_model_get_params & co (table order); not in the device buffers (see the next one). */
 void ct_model_tensor(const ct_model *m, int i, size_t *offset, size_t *count);
+/* Offset and size of tensor i's slice of layer l in the device (flat, layer-major) buffers; for
+ * wte, wpe, lnfw and lnfb (one slice) l is ignored but must be a valid layer. */
+void ct_model_tensor_flat(const ct_model *m, int i, int l, size_t *offset, size_t *count);
+/* Floats of the params and grads device buffers (num_params, padded to dp * shard for ZeRO). */
+size_t ct_model_flat_len(const ct_model *m);
+/* This worker's optimizer shard [lo, hi) of the flat buffers: [0, num_params) without ZeRO;
+ * the Adam m and v buffers hold exactly this range. */
+void ct_model_shard(const ct_model *m, size_t *lo, size_t *hi);
+/* Flat offset where layer l's block starts (l = layers: where lnfw starts). */
+size_t ct_model_layer_begin(const ct_model *m, int l);
+/* Permute a whole parameter-sized array between table order and flat order (flat: flat_len
+ * floats, padding zeroed). */
+void ct_model_table_to_flat(const ct_model *m, const float *table, float *flat);
+void ct_model_flat_to_table(const ct_model *m, const float *flat, float *table);
+
+/* Backward hook: called by ct_model_backward on the calling thread each time the commands that
+ * finish the gradients of flat range [ready_from, flat end) have been ENQUEUED (after the final
+ * LayerNorm, after each block l = L-1 .. 0, and after the embeddings with ready_from = 0). The
+ * device reaches that point later; a hook that needs the data enqueues a marker or a read on the
+ * device's queue. A hook's error ends the backward with that status. NULL removes it. */
+typedef ct_status (*ct_model_bwd_hook)(void *user, ct_model *m, size_t ready_from);
+void ct_model_set_backward_hook(ct_model *m, ct_model_bwd_hook fn, void *user);
 /* Whether AdamW decays tensor i (the 2-D weight matrices: wte, wpe, qkvw, attprojw, fcw, fcprojw). */
 int ct_model_tensor_decays(int i);
 
@@ -69,7 +101,9 @@ ct_status ct_model_set_params(ct_model *m, const float *host, size_t n);
 ct_status ct_model_get_params(ct_model *m, float *host, size_t n);
 ct_status ct_model_set_grads(ct_model *m, const float *host, size_t n);
 ct_status ct_model_get_grads(ct_model *m, float *host, size_t n);
-/* AdamW first and second moments (either pointer may be NULL to skip it). */
+/* AdamW first and second moments (either pointer may be NULL to skip it). Under ZeRO-1 only the
+ * shard is stored: set takes the whole table-order arrays and keeps the shard's part; get fills
+ * only the shard's part of the arrays (gather over the DP group for the rest: ct_dp_*). */
 ct_status ct_model_set_optimizer(ct_model *m, const float *adam_m, const float *adam_v, size_t n);
 ct_status ct_model_get_optimizer(ct_model *m, float *adam_m, float *adam_v, size_t n);
 
@@ -89,7 +123,9 @@ ct_status ct_model_backward(ct_model *m, float loss_scale);
 /* The global L2 norm of the gradients (computed on the device, read back). */
 ct_status ct_model_grad_norm(ct_model *m, float *norm);
 /* One AdamW step (t is 1-based): clip the gradients to global norm grad_clip (0: off; PyTorch's
- * clip_grad_norm_ multiplier), decay only the 2-D weight matrices. norm_out (may be NULL)
+ * clip_grad_norm_ multiplier), decay only the 2-D weight matrices. The norm is over the whole
+ * gradient buffer; only the shard [lo, hi) of the parameters is updated (all of them without
+ * ZeRO). norm_out (may be NULL)
  * receives the pre-clip gradient norm (a read-back; NULL avoids the round trip). */
 ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, float eps,
                               float weight_decay, float grad_clip, int t, float *norm_out);

@@ -44,7 +44,18 @@ struct ct_model {
     ct_coords coords;
     ct_device *dev;
     int max_B, max_T;
-    size_t sizes[CT_GPT_NUM_TENSORS], offs[CT_GPT_NUM_TENSORS], nparams;
+    size_t sizes[CT_GPT_NUM_TENSORS]; /* whole tensor (all layers), floats */
+    size_t toffs[CT_GPT_NUM_TENSORS]; /* offset in table (llm.c) order: host arrays and files */
+    /* Device (flat) layout, layer-major: wte, wpe, then per layer l the 12 block tensors, then
+     * lnfw, lnfb. Offset of (tensor i, layer l) = loffs[i] + l * lstride for block tensors,
+     * loffs[i] for the others. */
+    size_t loffs[CT_GPT_NUM_TENSORS], lstride, lbase;
+    size_t nparams;      /* real parameter count */
+    size_t flat;         /* length of params / grads buffers: nparams padded to dp * shard */
+    size_t shard_lo, shard_hi; /* this worker's optimizer shard [lo, hi) of the flat buffers */
+    size_t opt_len;      /* length of adam m / v buffers: flat (ZeRO-0) or the shard size */
+    ct_model_bwd_hook hook;
+    void *hook_user;
     ct_buffer *params, *grads, *adam_m, *adam_v, *acts;
     arena_plan a;
     int B, T;          /* shape of the last forward */
@@ -79,6 +90,14 @@ static double now_s(void) {
 static ct_status dev_fail(ct_model *m, ct_status st, const char *what) {
     if (st != CT_OK) CT_ERR(&m->err, st, "%s: %s", what, ct_device_errmsg(m->dev));
     return st;
+}
+
+/* Block tensors (one slice per layer) are ln1w .. fcprojb in the table. */
+static int is_block(int i) { return i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb; }
+
+/* Flat (device) offset of tensor i's slice of layer l (l ignored for wte, wpe, lnfw, lnfb). */
+static size_t foff(const ct_model *m, int i, int l) {
+    return m->loffs[i] + (is_block(i) ? (size_t)l * m->lstride : 0);
 }
 
 int ct_model_tensor_decays(int i) {
@@ -159,11 +178,17 @@ ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_lay
                       "ct_model_create: batch %d x sequence %d is too large (a tensor would exceed "
                       "2^31 elements)",
                       max_B, max_T);
-    if (layout->dp != 1 || layout->tp != 1 || layout->pp != 1 || coords->dp_rank != 0 ||
-        coords->tp_rank != 0 || coords->pp_rank != 0)
+    if (layout->dp < 1 || layout->tp != 1 || layout->pp != 1 || coords->tp_rank != 0 ||
+        coords->pp_rank != 0 || coords->dp_rank < 0 || coords->dp_rank >= layout->dp)
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: layout dp=%d tp=%d pp=%d is not supported yet (only 1x1x1)",
-                      layout->dp, layout->tp, layout->pp);
+                      "ct_model_create: layout dp=%d tp=%d pp=%d (dp rank %d) is not supported "
+                      "(data parallelism only: tp = pp = 1, 0 <= dp rank < dp)",
+                      layout->dp, layout->tp, layout->pp, coords->dp_rank);
+    if (layout->zero < 0 || layout->zero > 1 || (layout->zero > 0 && layout->dp < 2))
+        return CT_ERR(err, CT_ERR_UNSUPPORTED,
+                      "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0 and 1 "
+                      "are built; a ZeRO stage needs dp >= 2)",
+                      layout->zero, layout->dp);
     m = calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
     m->cfg = *cfg;
@@ -175,15 +200,38 @@ ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_lay
     m->nparams = ct_gpt_param_sizes(cfg, m->sizes);
     size_t o = 0;
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
-        m->offs[i] = o;
+        m->toffs[i] = o;
         o += m->sizes[i];
     }
+    /* layer-major flat layout */
+    m->loffs[CT_GPT_wte] = 0;
+    m->loffs[CT_GPT_wpe] = m->sizes[CT_GPT_wte];
+    m->lbase = m->sizes[CT_GPT_wte] + m->sizes[CT_GPT_wpe];
+    m->lstride = 0;
+    for (int i = CT_GPT_ln1w; i <= CT_GPT_fcprojb; i++) {
+        m->loffs[i] = m->lbase + m->lstride;
+        m->lstride += m->sizes[i] / (size_t)cfg->layers;
+    }
+    m->loffs[CT_GPT_lnfw] = m->lbase + m->lstride * (size_t)cfg->layers;
+    m->loffs[CT_GPT_lnfb] = m->loffs[CT_GPT_lnfw] + m->sizes[CT_GPT_lnfw];
+    if (layout->zero >= 1) {
+        size_t N = (size_t)layout->dp, sh = (m->nparams + N - 1) / N;
+        m->flat = sh * N;
+        m->shard_lo = sh * (size_t)coords->dp_rank;
+        m->shard_hi = m->shard_lo + sh;
+        m->opt_len = sh;
+    } else {
+        m->flat = m->nparams;
+        m->shard_lo = 0;
+        m->shard_hi = m->nparams;
+        m->opt_len = m->nparams;
+    }
     plan_arena(&m->a, cfg, max_B, max_T);
-    size_t pb = m->nparams * sizeof(float);
+    size_t pb = m->flat * sizeof(float), ob = m->opt_len * sizeof(float);
     if ((st = ct_buffer_alloc(dev, CT_MEM_PARAMS, "params", pb, &m->params)) != CT_OK ||
         (st = ct_buffer_alloc(dev, CT_MEM_GRADS, "grads", pb, &m->grads)) != CT_OK ||
-        (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_m", pb, &m->adam_m)) != CT_OK ||
-        (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_v", pb, &m->adam_v)) != CT_OK ||
+        (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_m", ob, &m->adam_m)) != CT_OK ||
+        (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_v", ob, &m->adam_v)) != CT_OK ||
         (st = ct_buffer_alloc(dev, CT_MEM_ACTIVATIONS, "activations", m->a.total * sizeof(float),
                               &m->acts)) != CT_OK) {
         CT_ERR(err, st, "ct_model_create: %s", ct_device_errmsg(dev));
@@ -221,45 +269,101 @@ ct_buffer *ct_model_adam_v_buffer(ct_model *m) { return m->adam_v; }
 
 void ct_model_tensor(const ct_model *m, int i, size_t *offset, size_t *count) {
     int ok = i >= 0 && i < CT_GPT_NUM_TENSORS;
-    if (offset) *offset = ok ? m->offs[i] : 0;
+    if (offset) *offset = ok ? m->toffs[i] : 0;
     if (count) *count = ok ? m->sizes[i] : 0;
+}
+
+void ct_model_tensor_flat(const ct_model *m, int i, int l, size_t *offset, size_t *count) {
+    int ok = i >= 0 && i < CT_GPT_NUM_TENSORS && l >= 0 && l < m->cfg.layers;
+    if (offset) *offset = ok ? foff(m, i, l) : 0;
+    if (count) *count = ok ? (is_block(i) ? m->sizes[i] / (size_t)m->cfg.layers : m->sizes[i]) : 0;
+}
+
+size_t ct_model_flat_len(const ct_model *m) { return m->flat; }
+void ct_model_shard(const ct_model *m, size_t *lo, size_t *hi) {
+    if (lo) *lo = m->shard_lo;
+    if (hi) *hi = m->shard_hi;
+}
+size_t ct_model_layer_begin(const ct_model *m, int l) {
+    if (l < 0) l = 0;
+    if (l > m->cfg.layers) l = m->cfg.layers;
+    return m->lbase + (size_t)l * m->lstride;
+}
+void ct_model_set_backward_hook(ct_model *m, ct_model_bwd_hook fn, void *user) {
+    m->hook = fn;
+    m->hook_user = user;
+}
+
+/* Table order <-> flat order, one (tensor, layer) slice at a time. */
+void ct_model_table_to_flat(const ct_model *m, const float *table, float *flat) {
+    int L = m->cfg.layers;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        int nl = is_block(i) ? L : 1;
+        size_t cnt = m->sizes[i] / (size_t)nl;
+        for (int l = 0; l < nl; l++)
+            memcpy(flat + foff(m, i, l), table + m->toffs[i] + (size_t)l * cnt, cnt * sizeof(float));
+    }
+    if (m->flat > m->nparams) memset(flat + m->nparams, 0, (m->flat - m->nparams) * sizeof(float));
+}
+void ct_model_flat_to_table(const ct_model *m, const float *flat, float *table) {
+    int L = m->cfg.layers;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        int nl = is_block(i) ? L : 1;
+        size_t cnt = m->sizes[i] / (size_t)nl;
+        for (int l = 0; l < nl; l++)
+            memcpy(table + m->toffs[i] + (size_t)l * cnt, flat + foff(m, i, l), cnt * sizeof(float));
+    }
 }
 
 /* ------------------------------------------------------------------ host copies */
 
-static ct_status copy_flat(ct_model *m, ct_buffer *b, const float *src, float *dst, size_t n,
-                           const char *what) {
+/* Host arrays are in table order; the device buffers layer-major (flat). Buffers b of length
+ * `blen` floats hold flat range [lo, lo + blen) (the whole flat buffer, or an optimizer shard):
+ * writes set that range (from the full table-order array), reads fill only that range of the
+ * table-order array (the rest is left as it was). */
+static ct_status copy_flat(ct_model *m, ct_buffer *b, size_t lo, size_t blen, const float *src,
+                           float *dst, size_t n, const char *what) {
     if (n != m->nparams)
         return CT_ERR(&m->err, CT_ERR_ARG, "%s: %zu floats given, the model has %zu", what, n,
                       m->nparams);
-    ct_status st = src ? ct_buffer_write(b, 0, src, n * sizeof(float))
-                       : ct_buffer_read(b, 0, dst, n * sizeof(float));
+    float *flat = malloc(m->flat * sizeof(float));
+    if (!flat) return CT_ERR(&m->err, CT_ERR_NOMEM, "%s: out of host memory", what);
+    ct_status st = CT_OK;
+    if (src) {
+        ct_model_table_to_flat(m, src, flat);
+        st = ct_buffer_write(b, 0, flat + lo, blen * sizeof(float));
+    } else {
+        if (dst != NULL && (lo > 0 || blen < m->flat)) ct_model_table_to_flat(m, dst, flat);
+        st = ct_buffer_read(b, 0, flat + lo, blen * sizeof(float));
+        if (st == CT_OK) ct_model_flat_to_table(m, flat, dst);
+    }
+    free(flat);
     return dev_fail(m, st, what);
 }
 
 ct_status ct_model_set_params(ct_model *m, const float *h, size_t n) {
     m->fwd_valid = 0;
-    return copy_flat(m, m->params, h, NULL, n, "ct_model_set_params");
+    return copy_flat(m, m->params, 0, m->flat, h, NULL, n, "ct_model_set_params");
 }
 ct_status ct_model_get_params(ct_model *m, float *h, size_t n) {
-    return copy_flat(m, m->params, NULL, h, n, "ct_model_get_params");
+    return copy_flat(m, m->params, 0, m->flat, NULL, h, n, "ct_model_get_params");
 }
 ct_status ct_model_set_grads(ct_model *m, const float *h, size_t n) {
-    return copy_flat(m, m->grads, h, NULL, n, "ct_model_set_grads");
+    return copy_flat(m, m->grads, 0, m->flat, h, NULL, n, "ct_model_set_grads");
 }
 ct_status ct_model_get_grads(ct_model *m, float *h, size_t n) {
-    return copy_flat(m, m->grads, NULL, h, n, "ct_model_get_grads");
+    return copy_flat(m, m->grads, 0, m->flat, NULL, h, n, "ct_model_get_grads");
 }
 ct_status ct_model_set_optimizer(ct_model *m, const float *am, const float *av, size_t n) {
     ct_status st = CT_OK;
-    if (am) st = copy_flat(m, m->adam_m, am, NULL, n, "ct_model_set_optimizer (m)");
-    if (st == CT_OK && av) st = copy_flat(m, m->adam_v, av, NULL, n, "ct_model_set_optimizer (v)");
+    if (am) st = copy_flat(m, m->adam_m, m->shard_lo, m->opt_len, am, NULL, n, "ct_model_set_optimizer (m)");
+    if (st == CT_OK && av) st = copy_flat(m, m->adam_v, m->shard_lo, m->opt_len, av, NULL, n, "ct_model_set_optimizer (v)");
     return st;
 }
 ct_status ct_model_get_optimizer(ct_model *m, float *am, float *av, size_t n) {
     ct_status st = CT_OK;
-    if (am) st = copy_flat(m, m->adam_m, NULL, am, n, "ct_model_get_optimizer (m)");
-    if (st == CT_OK && av) st = copy_flat(m, m->adam_v, NULL, av, n, "ct_model_get_optimizer (v)");
+    if (am) st = copy_flat(m, m->adam_m, m->shard_lo, m->opt_len, NULL, am, n, "ct_model_get_optimizer (m)");
+    if (st == CT_OK && av) st = copy_flat(m, m->adam_v, m->shard_lo, m->opt_len, NULL, av, n, "ct_model_get_optimizer (v)");
     return st;
 }
 
@@ -287,7 +391,7 @@ ct_status ct_model_init_random(ct_model *m, uint64_t seed) {
     const ct_gpt_config *c = &m->cfg;
     double resid = 0.02 / sqrt(2.0 * c->layers);
     for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
-        float *p = h + m->offs[t];
+        float *p = h + m->toffs[t];
         size_t n = m->sizes[t];
         double std = 0.0, fill = 0.0;
         size_t nrand = n;
@@ -299,13 +403,13 @@ ct_status ct_model_init_random(ct_model *m, uint64_t seed) {
         default: break; /* biases */
         }
         for (size_t i = 0; i < n; i++)
-            p[i] = (std > 0.0 && i < nrand) ? (float)(std * normal_at(seed, m->offs[t] + i))
+            p[i] = (std > 0.0 && i < nrand) ? (float)(std * normal_at(seed, m->toffs[t] + i))
                                             : (float)(std > 0.0 ? 0.0 : fill);
     }
     st = ct_model_set_params(m, h, m->nparams);
     free(h);
-    if (st == CT_OK) st = dev_fail(m, ct_buffer_zero(m->adam_m, 0, m->nparams * sizeof(float)), "init");
-    if (st == CT_OK) st = dev_fail(m, ct_buffer_zero(m->adam_v, 0, m->nparams * sizeof(float)), "init");
+    if (st == CT_OK) st = dev_fail(m, ct_buffer_zero(m->adam_m, 0, m->opt_len * sizeof(float)), "init");
+    if (st == CT_OK) st = dev_fail(m, ct_buffer_zero(m->adam_v, 0, m->opt_len * sizeof(float)), "init");
     return st;
 }
 
@@ -320,8 +424,10 @@ static ct_status check_ids(ct_model *m, const int *ids, size_t n, const char *wh
     return CT_OK;
 }
 
-#define PV(t) ct_view_of(pm, m->offs[CT_GPT_##t])
-#define GV(t) ct_view_of(gm, m->offs[CT_GPT_##t])
+#define PV(t) ct_view_of(pm, m->loffs[CT_GPT_##t])
+#define GV(t) ct_view_of(gm, m->loffs[CT_GPT_##t])
+#define PL(t, l) ct_view_of(pm, foff(m, CT_GPT_##t, l))
+#define GL(t, l) ct_view_of(gm, foff(m, CT_GPT_##t, l))
 #define AV(f) ct_view_of(am, m->a.f)
 
 ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, int B, int T,
@@ -349,7 +455,6 @@ ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, i
             ct_buffer_write(m->acts, m->a.targets * sizeof(float), targets, BT * sizeof(int)));
     RUN(OP_encoder_fwd, ct_encoder_forward(m->dev, AV(enc), AV(tokens), PV(wte), PV(wpe), B, T, C, Vp));
     for (int l = 0; l < L; l++) {
-        size_t lc = (size_t)l * C;
         ct_view res = l ? ct_view_at(AV(res3), (l - 1) * lBTC) : AV(enc);
         ct_view ln1 = ct_view_at(AV(ln1), l * lBTC), qkv = ct_view_at(AV(qkv), 3 * l * lBTC);
         ct_view qkvr = ct_view_at(AV(qkvr), 3 * l * lBTC), att = ct_view_at(AV(att), l * attL);
@@ -358,28 +463,28 @@ ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, i
         ct_view fchg = ct_view_at(AV(fchg), 4 * l * lBTC), res3 = ct_view_at(AV(res3), l * lBTC);
         RUN(OP_layernorm_fwd,
             ct_layernorm_forward(m->dev, ln1, ct_view_at(AV(ln1m), l * lBT),
-                                 ct_view_at(AV(ln1r), l * lBT), res, ct_view_at(PV(ln1w), lc),
-                                 ct_view_at(PV(ln1b), lc), B, T, C));
+                                 ct_view_at(AV(ln1r), l * lBT), res, PL(ln1w, l),
+                                 PL(ln1b, l), B, T, C));
         RUN(OP_matmul_qkv_fwd,
-            ct_matmul_forward(m->dev, qkv, ln1, ct_view_at(PV(qkvw), lc * 3 * C),
-                              ct_view_at(PV(qkvb), 3 * lc), B, T, C, 3 * C));
+            ct_matmul_forward(m->dev, qkv, ln1, PL(qkvw, l),
+                              PL(qkvb, l), B, T, C, 3 * C));
         RUN(OP_attention_fwd,
             ct_attention_forward(m->dev, atty, qkvr, att, qkv, AV(vaccum), B, T, C, NH));
         RUN(OP_matmul_attproj_fwd,
-            ct_matmul_forward(m->dev, AV(proj), atty, ct_view_at(PV(attprojw), lc * C),
-                              ct_view_at(PV(attprojb), lc), B, T, C, C));
+            ct_matmul_forward(m->dev, AV(proj), atty, PL(attprojw, l),
+                              PL(attprojb, l), B, T, C, C));
         RUN(OP_residual_fwd, ct_residual_forward(m->dev, res2, res, AV(proj), BTC));
         RUN(OP_layernorm_fwd,
             ct_layernorm_forward(m->dev, ln2, ct_view_at(AV(ln2m), l * lBT),
-                                 ct_view_at(AV(ln2r), l * lBT), res2, ct_view_at(PV(ln2w), lc),
-                                 ct_view_at(PV(ln2b), lc), B, T, C));
+                                 ct_view_at(AV(ln2r), l * lBT), res2, PL(ln2w, l),
+                                 PL(ln2b, l), B, T, C));
         RUN(OP_matmul_fc_fwd,
-            ct_matmul_forward(m->dev, fch, ln2, ct_view_at(PV(fcw), lc * 4 * C),
-                              ct_view_at(PV(fcb), 4 * lc), B, T, C, 4 * C));
+            ct_matmul_forward(m->dev, fch, ln2, PL(fcw, l),
+                              PL(fcb, l), B, T, C, 4 * C));
         RUN(OP_gelu_fwd, ct_gelu_forward(m->dev, fchg, fch, 4 * BTC));
         RUN(OP_matmul_fcproj_fwd,
-            ct_matmul_forward(m->dev, AV(proj), fchg, ct_view_at(PV(fcprojw), lc * 4 * C),
-                              ct_view_at(PV(fcprojb), lc), B, T, 4 * C, C));
+            ct_matmul_forward(m->dev, AV(proj), fchg, PL(fcprojw, l),
+                              PL(fcprojb, l), B, T, 4 * C, C));
         RUN(OP_residual_fwd, ct_residual_forward(m->dev, res3, res2, AV(proj), BTC));
     }
     RUN(OP_layernorm_fwd,
@@ -423,7 +528,7 @@ ct_status ct_model_logits(ct_model *m, float *host, size_t n) {
 
 ct_status ct_model_zero_grad(ct_model *m) {
     ct_status st = CT_OK;
-    RUN(OP_zero_grad, ct_buffer_zero(m->grads, 0, m->nparams * sizeof(float)));
+    RUN(OP_zero_grad, ct_buffer_zero(m->grads, 0, m->flat * sizeof(float)));
 cleanup:
     return dev_fail(m, st, "ct_model_zero_grad");
 }
@@ -451,8 +556,8 @@ ct_status ct_model_backward(ct_model *m, float loss_scale) {
         ct_layernorm_backward(m->dev, AV(dres), GV(lnfw), GV(lnfb), AV(dA),
                               ct_view_at(AV(res3), (size_t)(L - 1) * lBTC), PV(lnfw), AV(lnfm),
                               AV(lnfr), B, T, C, 0));
+    if (m->hook && (st = m->hook(m->hook_user, m, m->loffs[CT_GPT_lnfw])) != CT_OK) goto cleanup;
     for (int l = L - 1; l >= 0; l--) {
-        size_t lc = (size_t)l * C;
         ct_view res = l ? ct_view_at(AV(res3), (l - 1) * lBTC) : AV(enc);
         ct_view ln1 = ct_view_at(AV(ln1), l * lBTC);
         ct_view qkvr = ct_view_at(AV(qkvr), 3 * l * lBTC), att = ct_view_at(AV(att), l * attL);
@@ -460,38 +565,41 @@ ct_status ct_model_backward(ct_model *m, float loss_scale) {
         ct_view ln2 = ct_view_at(AV(ln2), l * lBTC), fch = ct_view_at(AV(fch), 4 * l * lBTC);
         ct_view fchg = ct_view_at(AV(fchg), 4 * l * lBTC);
         RUN(OP_matmul_fcproj_bwd,
-            ct_matmul_backward(m->dev, AV(dA), ct_view_at(GV(fcprojw), lc * 4 * C),
-                               ct_view_at(GV(fcprojb), lc), AV(dres), fchg,
-                               ct_view_at(PV(fcprojw), lc * 4 * C), B, T, 4 * C, C));
+            ct_matmul_backward(m->dev, AV(dA), GL(fcprojw, l),
+                               GL(fcprojb, l), AV(dres), fchg,
+                               PL(fcprojw, l), B, T, 4 * C, C));
         RUN(OP_gelu_bwd, ct_gelu_backward(m->dev, AV(dB), fch, AV(dA), 4 * BTC));
         RUN(OP_matmul_fc_bwd,
-            ct_matmul_backward(m->dev, AV(dA), ct_view_at(GV(fcw), lc * 4 * C),
-                               ct_view_at(GV(fcb), 4 * lc), AV(dB), ln2,
-                               ct_view_at(PV(fcw), lc * 4 * C), B, T, C, 4 * C));
+            ct_matmul_backward(m->dev, AV(dA), GL(fcw, l),
+                               GL(fcb, l), AV(dB), ln2,
+                               PL(fcw, l), B, T, C, 4 * C));
         RUN(OP_layernorm_bwd,
-            ct_layernorm_backward(m->dev, AV(dres), ct_view_at(GV(ln2w), lc),
-                                  ct_view_at(GV(ln2b), lc), AV(dA), res2,
-                                  ct_view_at(PV(ln2w), lc), ct_view_at(AV(ln2m), l * lBT),
+            ct_layernorm_backward(m->dev, AV(dres), GL(ln2w, l),
+                                  GL(ln2b, l), AV(dA), res2,
+                                  PL(ln2w, l), ct_view_at(AV(ln2m), l * lBT),
                                   ct_view_at(AV(ln2r), l * lBT), B, T, C, 1));
         RUN(OP_matmul_attproj_bwd,
-            ct_matmul_backward(m->dev, AV(dA), ct_view_at(GV(attprojw), lc * C),
-                               ct_view_at(GV(attprojb), lc), AV(dres), atty,
-                               ct_view_at(PV(attprojw), lc * C), B, T, C, C));
+            ct_matmul_backward(m->dev, AV(dA), GL(attprojw, l),
+                               GL(attprojb, l), AV(dres), atty,
+                               PL(attprojw, l), B, T, C, C));
         RUN(OP_attention_bwd,
             ct_attention_backward(m->dev, AV(dB), AV(dqkvr), AV(datt), AV(dvaccum), AV(dA), qkvr,
                                   att, B, T, C, NH));
         RUN(OP_matmul_qkv_bwd,
-            ct_matmul_backward(m->dev, AV(dA), ct_view_at(GV(qkvw), lc * 3 * C),
-                               ct_view_at(GV(qkvb), 3 * lc), AV(dB), ln1,
-                               ct_view_at(PV(qkvw), lc * 3 * C), B, T, C, 3 * C));
+            ct_matmul_backward(m->dev, AV(dA), GL(qkvw, l),
+                               GL(qkvb, l), AV(dB), ln1,
+                               PL(qkvw, l), B, T, C, 3 * C));
         RUN(OP_layernorm_bwd,
-            ct_layernorm_backward(m->dev, AV(dres), ct_view_at(GV(ln1w), lc),
-                                  ct_view_at(GV(ln1b), lc), AV(dA), res, ct_view_at(PV(ln1w), lc),
+            ct_layernorm_backward(m->dev, AV(dres), GL(ln1w, l),
+                                  GL(ln1b, l), AV(dA), res, PL(ln1w, l),
                                   ct_view_at(AV(ln1m), l * lBT), ct_view_at(AV(ln1r), l * lBT), B,
                                   T, C, 1));
+        if (m->hook && (st = m->hook(m->hook_user, m, ct_model_layer_begin(m, l))) != CT_OK)
+            goto cleanup;
     }
     RUN(OP_encoder_bwd,
         ct_encoder_backward(m->dev, GV(wte), GV(wpe), AV(dres), AV(tokens), B, T, C, Vp));
+    if (m->hook && (st = m->hook(m->hook_user, m, 0)) != CT_OK) goto cleanup;
 cleanup:
     return dev_fail(m, st, "ct_model_backward");
 }
@@ -517,13 +625,23 @@ ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, f
     if (need_norm)
         RUN(OP_grad_norm, ct_global_norm_forward(m->dev, AV(norm), AV(partials),
                                                  ct_view_of(gm, 0), m->nparams));
+    /* One update per (tensor, layer) slice, clipped to this worker's shard [lo, hi); Adam m and
+     * v hold only the shard (index o - lo). Element-wise, so slicing changes no result. */
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
-        size_t o = m->offs[i];
-        RUN(OP_adamw,
-            ct_adamw_update(m->dev, ct_view_of(pm, o), ct_view_of(gm, o), ct_view_of(mm, o),
-                            ct_view_of(vm, o), need_norm ? AV(norm) : ct_view_none(), grad_clip,
-                            m->sizes[i], lr, beta1, beta2, eps,
-                            ct_model_tensor_decays(i) ? weight_decay : 0.0f, t));
+        int nl = is_block(i) ? m->cfg.layers : 1;
+        size_t cnt = m->sizes[i] / (size_t)nl;
+        for (int l = 0; l < nl; l++) {
+            size_t a = foff(m, i, l), b = a + cnt;
+            if (a < m->shard_lo) a = m->shard_lo;
+            if (b > m->shard_hi) b = m->shard_hi;
+            if (a >= b) continue;
+            size_t mo = a - m->shard_lo;
+            RUN(OP_adamw,
+                ct_adamw_update(m->dev, ct_view_of(pm, a), ct_view_of(gm, a), ct_view_of(mm, mo),
+                                ct_view_of(vm, mo), need_norm ? AV(norm) : ct_view_none(),
+                                grad_clip, b - a, lr, beta1, beta2, eps,
+                                ct_model_tensor_decays(i) ? weight_decay : 0.0f, t));
+        }
     }
     if (norm_out)
         RUN(OP_readback, ct_buffer_read(m->acts, m->a.norm * sizeof(float), norm_out, sizeof(float)));
