@@ -21,6 +21,9 @@
 #if __has_include("ct_engine_train.h")
 #include "ct_engine_train.h"
 #endif
+#if __has_include("ct_engine_dp.h")
+#include "ct_engine_dp.h"
+#endif
 #endif
 
 #endif /* CT_ENGINE_H */

@@ -102,7 +102,14 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(STR, device, "device", "", "OpenCL device: auto, an index, P:D, gpu, cpu or a name part; default $CT_DEVICE or auto") \
     X(FLOAT, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU; 0 = measure the device's GEMM rate at start") \
     X(FLOAT, mem_cap_gb, "mem-cap-gb", "0", "device memory cap in GiB; 0 = the device's memory") \
-    X(INT, log_every, "log-every", "1", "print a step line every N steps")
+    X(INT, log_every, "log-every", "1", "print a step line every N steps")                     \
+    X(INT, dp, "dp", "1",                                                                       \
+      "data-parallel workers N = MPI ranks x --devices-per-rank; each takes batch/N rows")      \
+    X(INT, devices_per_rank, "devices-per-rank", "1", "devices (worker threads) per process")  \
+    X(INT, zero, "zero", "0", "ZeRO stage: 0 = none, 1 = Adam m and v sharded over the DP group") \
+    X(FLOAT, bucket_mb, "bucket-mb", "25", "data-parallel gradient bucket size in MiB")        \
+    X(INT, overlap, "overlap", "1",                                                             \
+      "1 = all-reduce gradient buckets while backward goes on; 0 = after backward")
 
 #define CT__TP_INT int
 #define CT__TP_FLOAT double

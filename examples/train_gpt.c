@@ -17,22 +17,32 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <mpi.h>
+#include <omp.h>
+
 #include "ct_cl.h"
 #include "ct_engine.h"
 #include "ct_engine_io.h"
 #include "ct_engine_train.h"
+#include "ct_parallel.h"
 
 /* The embedded corpus (examples/engine.cmake). */
 extern const ct_cl_source ct_corpus[];
 extern const int ct_corpus_count;
 
+/* Set once MPI runs with several ranks: a fatal error on one rank then ends every rank through
+ * MPI_Abort instead of leaving the others waiting in a collective. */
+static int g_mpi_ranks = 0;
+
 static void die(int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "train_gpt: error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "train_gpt: error: %s\n", msg);
+    fflush(stderr);
+    if (g_mpi_ranks > 1) MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
 }
 
@@ -45,7 +55,8 @@ static double now_s(void) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: train_gpt [--flag VALUE]...\n"
-            "Trains a GPT-2 model on one OpenCL device. With no flags: a small model on the text\n"
+            "Trains a GPT-2 model on one OpenCL device, or data-parallel on several (--dp N, run\n"
+            "under mpiexec and/or with --devices-per-rank D). With no flags: a small model on the text\n"
             "embedded in the binary, ending with a sample. Exit status 2 on bad input.\n\n");
     ct_opts_help(f, ct_train_opts, ct_train_opts_count);
     fprintf(f, "\nThe device may also be chosen with the environment variable CT_DEVICE.\n");
@@ -172,6 +183,20 @@ static void check_params(const ct_train_params *p, ct_lr_schedule *sched) {
     NEED(p->peak_tflops >= 0, "--peak-tflops must be >= 0 (got %g)", p->peak_tflops);
     NEED(p->mem_cap_gb >= 0, "--mem-cap-gb must be >= 0 (got %g)", p->mem_cap_gb);
     NEED(p->log_every > 0, "--log-every must be positive (got %d)", p->log_every);
+    NEED(p->dp >= 1, "--dp must be >= 1 (got %d)", p->dp);
+    NEED(p->devices_per_rank >= 1, "--devices-per-rank must be >= 1 (got %d)", p->devices_per_rank);
+    NEED(p->zero >= 0 && p->zero <= 3, "--zero must be 0, 1, 2 or 3 (got %d)", p->zero);
+    NEED(!(p->zero > 0 && p->dp < 2),
+         "--zero %d needs data parallelism (--dp >= 2): ZeRO shards over the DP group", p->zero);
+    NEED(p->zero <= 1,
+         "--zero %d is not implemented yet (stages 0 and 1 are; 2 and 3 are issue 5's open part)",
+         p->zero);
+    NEED(p->batch % p->dp == 0,
+         "--dp %d does not divide --batch %d: each data-parallel worker takes an equal, contiguous "
+         "share of every micro-batch's rows",
+         p->dp, p->batch);
+    NEED(p->bucket_mb > 0, "--bucket-mb must be positive (got %g)", p->bucket_mb);
+    NEED(p->overlap == 0 || p->overlap == 1, "--overlap must be 0 or 1 (got %d)", p->overlap);
     NEED(!(p->data[0] && p->text[0]), "--data and --text are exclusive: give one");
     NEED(!(p->init[0] && p->resume[0]),
          "--init and --resume are exclusive (a checkpoint already holds the model)");
@@ -230,15 +255,15 @@ static uint64_t mem_in_use(ct_device *dev) {
 }
 
 /* Mean loss over the first `batches` windows of the validation stream. */
-static ct_status evaluate(ct_model *m, ct_loader *vl, int batches, int B, int T, int *in,
-                          int *tg, double *out) {
+static ct_status evaluate(ct_model *m, ct_loader *vl, int batches, int row0, int B, int T,
+                          int *in, int *tg, double *out) {
     double sum = 0;
     ct_err err = {0};
     int64_t W = ct_loader_windows(vl);
     int n = batches < W ? batches : (int)W;
     for (int i = 0; i < n; i++) {
         float loss = 0;
-        ct_status st = ct_loader_rows(vl, i, 0, B, in, tg, &err);
+        ct_status st = ct_loader_rows(vl, i, row0, B, in, tg, &err);
         if (st == CT_OK) st = ct_model_forward(m, in, tg, B, T, &loss);
         if (st != CT_OK) return st;
         sum += loss;
@@ -273,8 +298,9 @@ static void sample_and_print(ct_model *m, const ct_train_params *p, int T, const
     free(tokens);
 }
 
-static void save_checkpoint(ct_model *m, const ct_train_params *p, int64_t step, int accum,
-                            const ct_rng *rng, size_t data_tokens) {
+/* Gathered state (table order): collective over the DP group; only the leader writes. */
+static void save_checkpoint(ct_model *m, ct_dp *dp, int leader, const ct_train_params *p,
+                            int64_t step, int accum, const ct_rng *rng, size_t data_tokens) {
     ct_err err = {0};
     ct_checkpoint ck;
     memset(&ck, 0, sizeof ck);
@@ -295,14 +321,315 @@ static void save_checkpoint(ct_model *m, const ct_train_params *p, int64_t step,
     ck.meta = (char *)malloc(need + 1);
     if (!ck.params || !ck.m || !ck.v || !ck.meta) die(1, "no memory for a checkpoint");
     ct_opts_format(ck.meta, need + 1, ct_train_opts, ct_train_opts_count, p);
-    if (ct_model_get_params(m, ck.params, ck.nparams) ||
-        ct_model_get_optimizer(m, ck.m, ck.v, ck.nparams))
+    if (dp) {
+        if (ct_dp_gather_state(dp, ck.params, ck.m, ck.v))
+            die(1, "gathering the model for a checkpoint failed: %s", ct_dp_errmsg(dp));
+    } else if (ct_model_get_params(m, ck.params, ck.nparams) ||
+               ct_model_get_optimizer(m, ck.m, ck.v, ck.nparams)) {
         die(1, "reading the model for a checkpoint failed: %s", ct_model_errmsg(m));
-    char path[1300];
-    if (ct_checkpoint_save_dir(p->save, &ck, path, sizeof path, &err))
-        die(1, "checkpoint not written: %s", err.msg);
-    printf("saved checkpoint %s (step %lld)\n", path, (long long)step);
+    }
+    if (leader) {
+        char path[1300];
+        if (ct_checkpoint_save_dir(p->save, &ck, path, sizeof path, &err))
+            die(1, "checkpoint not written: %s", err.msg);
+        printf("saved checkpoint %s (step %lld)\n", path, (long long)step);
+    }
     ct_checkpoint_release(&ck);
+}
+
+/* What the workers of this process share (read-only once the workers start). */
+typedef struct run_ctx {
+    ct_train_params p;
+    ct_lr_schedule sched;
+    ct_gpt_config cfg;
+    int accum, argc;
+    char **argv;
+    const char *origin;
+    char ckpath[1300];
+    ct_checkpoint ck; /* when resuming */
+    float *init_params;
+    size_t init_n;
+    ct_data *train, *val;
+    ct_tokenizer *tok;
+    ct_device_info *list;
+    int ndev, *picks, npicks;
+    ct_topo *topo; /* NULL: one worker, no MPI */
+    int W;         /* workers = DP size */
+} run_ctx;
+
+/* Model-state bytes per worker the issue's formulas give for Psi parameters. */
+static double expected_model_state(double psi, int N, int zero) {
+    switch (zero) {
+    case 1: return 8 * psi + 8 * psi / N;
+    case 2: return 4 * psi + 12 * psi / N;
+    case 3: return 16 * psi / N;
+    default: return 16 * psi;
+    }
+}
+
+static void worker(run_ctx *x, int thread) {
+    const ct_train_params *pp = &x->p;
+    ct_train_params p = x->p;
+    const ct_gpt_config cfg = x->cfg;
+    int accum = x->accum;
+    ct_err err = {0};
+    ct_status st = CT_OK;
+    ct_comm *world = NULL;
+    int wrank = 0, N = x->W;
+    if (x->topo) {
+        if ((st = ct_comm_world(x->topo, thread, &world)) != CT_OK)
+            die(1, "worker %d: no communicator", thread);
+        wrank = ct_comm_rank(world);
+    }
+    int leader = wrank == 0;
+
+    /* 3. Device and model: worker w opens the device its topology place names among those the
+     * spec selects; CPU devices (PoCL) exist once per process, so there the thread index counts. */
+    int k = x->topo ? ct_topo_device_index(x->topo, thread) : 0;
+    if (k >= x->npicks && x->list[x->picks[0]].type == CL_DEVICE_TYPE_CPU) k = thread;
+    if (k >= x->npicks)
+        die(2, "worker %d needs device %d of those --device selects, only %d exist", wrank, k,
+            x->npicks);
+    const ct_device_info *info = &x->list[x->picks[k]];
+    ct_device_opts dopts = ct_device_opts_default();
+    dopts.mem_cap = (uint64_t)(p.mem_cap_gb * 1073741824.0);
+    ct_device *dev = NULL;
+    /* One open at a time: applying CLBlast parameters (CLBlastOverrideParameters, inside
+     * ct_device_open) from two threads at once crashes in CLBlast's database copy. */
+    ct_status ost;
+#pragma omp critical(ct_train_device_open)
+    ost = ct_device_open(&dev, info, &dopts, &err);
+    if (ost) die(2, "%s", err.msg);
+    ct_layout layout = {N, 1, 1, p.zero};
+    ct_coords coords = {wrank, 0, 0};
+    int b = p.batch / N; /* this worker's rows of each micro-batch */
+    ct_model *model = NULL;
+    st = ct_model_create(&model, &cfg, &layout, &coords, dev, b, p.seq, &err);
+    if (st != CT_OK) die(2, "cannot build the model on %s: %s", info->name, err.msg);
+    ct_dp *dp = NULL;
+    if (world) {
+        ct_dp_opts o = ct_dp_opts_default();
+        o.bucket_bytes = (size_t)(p.bucket_mb * 1048576.0);
+        o.overlap = p.overlap;
+        if (ct_dp_create(&dp, model, world, &o, &err)) die(1, "%s", err.msg);
+    }
+    size_t np = ct_model_num_params(model);
+    int64_t start = 0;
+    ct_rng rng;
+    ct_rng_seed(&rng, (uint64_t)p.seed ^ 0x5A5A5A5A5A5A5A5Aull);
+    if (p.resume[0]) {
+        if (x->ck.nparams != np)
+            die(2, "checkpoint %s holds %zu parameters, the model %zu", x->ckpath, x->ck.nparams,
+                np);
+        if (ct_model_set_params(model, x->ck.params, np) ||
+            ct_model_set_optimizer(model, x->ck.m, x->ck.v, np))
+            die(1, "loading the checkpoint into the model failed: %s", ct_model_errmsg(model));
+        start = x->ck.step;
+        memcpy(rng.s, x->ck.rng, sizeof rng.s);
+    } else if (x->init_params) {
+        if (x->init_n != np) die(2, "%s holds %zu parameters, the model %zu", p.init, x->init_n, np);
+        if (ct_model_set_params(model, x->init_params, np))
+            die(1, "loading %s failed: %s", p.init, ct_model_errmsg(model));
+    } else if (ct_model_init_random(model, (uint64_t)p.seed)) {
+        die(1, "initialisation failed: %s", ct_model_errmsg(model));
+    }
+    if (leader && start > p.steps)
+        fprintf(stderr, "train_gpt: the checkpoint is at step %lld, past --steps %d: nothing to "
+                        "train\n", (long long)start, p.steps);
+    ct_loader *loader = NULL, *vloader = NULL;
+    if (ct_loader_create(&loader, x->train, p.batch, p.seq, accum, p.shuffle, (uint64_t)p.seed,
+                         &err))
+        die(2, "%s", err.msg);
+    if (x->val && ct_loader_create(&vloader, x->val, p.batch, p.seq, 1, 0, 0, &err))
+        die(1, "validation loader: %s", err.msg);
+
+    /* 4. Accounting and logs (the leader prints and writes metrics). */
+    double flops_tok = ct_train_flops_per_token(&cfg, p.seq);
+    double peak = p.peak_tflops;
+    const char *peak_src = "--peak-tflops";
+    if (peak <= 0 && leader) {
+        peak = measure_gemm_tflops(dev, &cfg, b * p.seq);
+        peak_src = "measured GEMM rate";
+    }
+    ct_metrics *mx = NULL;
+    if (leader && ct_metrics_open(&mx, p.metrics, start > 0, &err)) die(2, "%s", err.msg);
+    uint64_t *mem = (uint64_t *)calloc((size_t)N * CT_MEM__COUNT, sizeof(uint64_t));
+    if (!mem) die(1, "no memory");
+    if (dp) {
+        if (ct_dp_mem_gather(dp, mem)) die(1, "%s", ct_dp_errmsg(dp));
+    } else {
+        ct_mem_stats ms;
+        ct_device_mem_stats(dev, &ms);
+        for (int c = 0; c < CT_MEM__COUNT; c++) mem[c] = ms.current[c];
+    }
+    if (leader) {
+        printf("train_gpt: configuration\n");
+        ct_opts_log(stdout, ct_train_opts, ct_train_opts_count, pp);
+        printf("  device         = %s (%s, %s)\n", info->name, info->platform,
+               ct_device_type_str(info->type));
+        if (x->topo)
+            printf("  workers        = %d (%d ranks x %d devices per rank), data parallel over all"
+                   ", ZeRO-%d, %d gradient buckets of <= %g MiB, overlap %s\n",
+                   N, ct_topo_nranks(x->topo), ct_topo_devices_per_rank(x->topo), p.zero,
+                   ct_dp_num_buckets(dp), p.bucket_mb, p.overlap ? "on" : "off");
+        printf("  model          = %s: L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %zu parameters\n",
+               x->origin, cfg.layers, cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab,
+               cfg.max_seq, np);
+        printf("  data           = %s: %zu tokens in %d file(s), %lld steps per epoch\n",
+               ct_data_name(x->train), ct_data_count(x->train), ct_data_files(x->train),
+               (long long)ct_loader_windows(loader));
+        if (x->val)
+            printf("  validation     = %s: %zu tokens\n", ct_data_name(x->val),
+                   ct_data_count(x->val));
+        else
+            printf("  validation     = none\n");
+        printf("  batch          = %d rows x %d tokens x %d micro-batches = %d tokens per step",
+               p.batch, p.seq, accum, p.batch * p.seq * accum);
+        if (N > 1) printf(" (%d rows per worker)", b);
+        printf("\n  flops/token    = %.4g (6*N + 12*L*C*T)\n", flops_tok);
+        printf("  peak           = %.4g TFLOP/s (%s)\n", peak, peak_src);
+        printf("  start step     = %lld\n", (long long)start);
+        char cfgline[256];
+        snprintf(cfgline, sizeof cfgline,
+                 "\"params\":%zu,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"seq\":%d,"
+                 "\"tokens_per_step\":%d,\"peak_tflops\":%.6g,\"workers\":%d,\"zero\":%d",
+                 np, cfg.layers, cfg.heads, cfg.channels, cfg.vocab, p.seq,
+                 p.batch * p.seq * accum, peak, N, p.zero);
+        ct_metrics_record(mx, "config", cfgline);
+        /* The memory report: one record per worker. */
+        double psi = (double)np, want = expected_model_state(psi, N, p.zero);
+        printf("  memory per worker (device bytes; comm = host staging), model state expected "
+               "%.0f (ZeRO-%d formula for %zu parameters, N = %d):\n",
+               want, p.zero, np, N);
+        for (int w = 0; w < N; w++) {
+            const uint64_t *u = mem + (size_t)w * CT_MEM__COUNT;
+            uint64_t state = u[CT_MEM_PARAMS] + u[CT_MEM_GRADS] + u[CT_MEM_OPTIMIZER];
+            printf("    worker %d: params %llu grads %llu optimizer %llu activations %llu "
+                   "workspace %llu comm %llu | model state %llu (%.3f x formula)\n",
+                   w, (unsigned long long)u[CT_MEM_PARAMS], (unsigned long long)u[CT_MEM_GRADS],
+                   (unsigned long long)u[CT_MEM_OPTIMIZER],
+                   (unsigned long long)u[CT_MEM_ACTIVATIONS],
+                   (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
+                   (unsigned long long)state, (double)state / want);
+            char f[512];
+            snprintf(f, sizeof f,
+                     "\"worker\":%d,\"workers\":%d,\"zero\":%d,\"params\":%llu,\"grads\":%llu,"
+                     "\"optimizer\":%llu,\"activations\":%llu,\"workspace\":%llu,\"comm\":%llu,"
+                     "\"model_state\":%llu,\"model_state_formula\":%.0f,\"num_params\":%zu",
+                     w, N, p.zero, (unsigned long long)u[CT_MEM_PARAMS],
+                     (unsigned long long)u[CT_MEM_GRADS], (unsigned long long)u[CT_MEM_OPTIMIZER],
+                     (unsigned long long)u[CT_MEM_ACTIVATIONS],
+                     (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
+                     (unsigned long long)state, want, np);
+            ct_metrics_record(mx, "memory", f);
+        }
+    }
+    free(mem);
+
+    /* 5. Train. Micro-batch mb of step s is rows [mb*B, (mb+1)*B) of the step; worker w takes
+     * rows [mb*B + w*b, mb*B + (w+1)*b) of it. */
+    size_t bt = (size_t)b * p.seq;
+    int *in = (int *)malloc(bt * sizeof(int)), *tg = (int *)malloc(bt * sizeof(int));
+    if (!in || !tg) die(1, "no memory for a batch");
+    double tokens_step = (double)p.batch * p.seq * accum;
+    for (int64_t step = start; step < p.steps; step++) {
+        double t0 = now_s();
+        double lr = ct_lr_at(x->sched, p.lr, p.warmup, p.steps, p.min_lr_frac, step);
+        double loss_sum = 0;
+        float norm = 0;
+        st = ct_model_zero_grad(model);
+        for (int mb = 0; mb < accum && st == CT_OK; mb++) {
+            float loss = 0;
+            if (dp && mb == accum - 1) ct_dp_arm(dp);
+            st = ct_loader_rows(loader, step, mb * p.batch + wrank * b, b, in, tg, &err);
+            if (st != CT_OK) die(1, "step %lld: %s", (long long)step, err.msg);
+            if (st == CT_OK) st = ct_model_forward(model, in, tg, b, p.seq, &loss);
+            if (st == CT_OK) st = ct_model_backward(model, 1.0f / (float)accum);
+            loss_sum += loss;
+        }
+        if (st != CT_OK) die(1, "step %lld failed: %s", (long long)step, ct_model_errmsg(model));
+        float step_loss = (float)(loss_sum / accum);
+        if (dp) {
+            if (ct_dp_finish_grads(dp) ||
+                ct_dp_step(dp, (float)lr, (float)p.beta1, (float)p.beta2, (float)p.eps,
+                           (float)p.weight_decay, (float)p.grad_clip, (int)(step + 1), &norm) ||
+                ct_dp_average(dp, &step_loss))
+                die(1, "step %lld failed: %s", (long long)step, ct_dp_errmsg(dp));
+        } else {
+            st = ct_model_adamw_step(model, (float)lr, (float)p.beta1, (float)p.beta2,
+                                     (float)p.eps, (float)p.weight_decay, (float)p.grad_clip,
+                                     (int)(step + 1), &norm);
+        }
+        if (st == CT_OK) st = ct_device_finish(dev);
+        if (st != CT_OK) die(1, "step %lld failed: %s", (long long)step, ct_model_errmsg(model));
+        double dt = now_s() - t0;
+        ct_step_metrics sm;
+        sm.step = step;
+        sm.loss = dp ? (double)step_loss : loss_sum / accum;
+        sm.lr = lr;
+        sm.grad_norm = norm;
+        sm.ms = dt * 1e3;
+        sm.tokens_per_s = tokens_step / dt;
+        sm.tflops = flops_tok * tokens_step / dt / 1e12;
+        sm.mfu = peak > 0 ? sm.tflops / peak : NAN;
+        sm.mem_bytes = mem_in_use(dev);
+        if (leader) ct_metrics_train(mx, &sm);
+        if (!isfinite(sm.loss)) die(1, "the loss became %g at step %lld", sm.loss, (long long)step);
+        if (leader && (step % p.log_every == 0 || step + 1 == p.steps))
+            printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | %8.0f tok/s | "
+                   "%.4f TFLOP/s | MFU %5.2f%% | mem %.1f MiB\n",
+                   (long long)step + 1, p.steps, sm.loss, lr, norm, sm.ms, sm.tokens_per_s,
+                   sm.tflops, 100 * sm.mfu, sm.mem_bytes / 1048576.0);
+        int64_t done = step + 1;
+        int last = done == p.steps;
+        if (vloader && p.eval_every > 0 && (done % p.eval_every == 0 || last)) {
+            double vl = 0;
+            if (evaluate(model, vloader, p.eval_batches, wrank * b, b, p.seq, in, tg, &vl))
+                die(1, "evaluation failed: %s", ct_model_errmsg(model));
+            float vf = (float)vl;
+            if (dp && ct_dp_average(dp, &vf)) die(1, "%s", ct_dp_errmsg(dp));
+            if (dp) vl = vf;
+            if (leader) {
+                printf("eval  %5lld | val loss %.6f\n", (long long)done, vl);
+                char f[96];
+                snprintf(f, sizeof f, "\"step\":%lld,\"val_loss\":%.9g", (long long)done, vl);
+                ct_metrics_record(mx, "eval", f);
+            }
+        }
+        if (leader && p.sample_every > 0 && done % p.sample_every == 0 && !last)
+            sample_and_print(model, &p, p.seq, x->tok, &rng, done, mx);
+        if (p.save[0] && ((p.save_every > 0 && done % p.save_every == 0) || last))
+            save_checkpoint(model, dp, leader, &p, done, accum, &rng, ct_data_count(x->train));
+    }
+    if (dp && leader && p.steps > start) {
+        ct_dp_times tm;
+        ct_dp_times_get(dp, &tm);
+        printf("data parallel: %lld steps, exposed communication %.1f ms, communication busy %.1f "
+               "ms, optimizer %.1f ms (totals on worker 0)\n",
+               (long long)(p.steps - start), tm.exposed_ms, tm.busy_ms, tm.optimizer_ms);
+    }
+
+    /* 6. The end: the model file and a sample (the leader; parameters are the same everywhere). */
+    if (leader && p.save_model[0]) {
+        float *host = (float *)malloc(np * sizeof(float));
+        if (!host) die(1, "no memory to save the model");
+        if (ct_model_get_params(model, host, np)) die(1, "%s", ct_model_errmsg(model));
+        if (ct_model_file_write(p.save_model, &cfg, host, &err))
+            die(1, "model not written: %s", err.msg);
+        printf("saved model %s (llm.c GPT-2 format, fp32)\n", p.save_model);
+        free(host);
+    }
+    if (leader && p.sample_len > 0) sample_and_print(model, &p, p.seq, x->tok, &rng, p.steps, mx);
+
+    free(in);
+    free(tg);
+    ct_metrics_close(mx);
+    ct_dp_free(dp);
+    ct_model_free(model);
+    ct_device_free(dev);
+    ct_loader_free(loader);
+    ct_loader_free(vloader);
+    ct_comm_free(world);
 }
 
 int main(int argc, char **argv) {
@@ -317,6 +644,21 @@ int main(int argc, char **argv) {
         die(2, "%s", err.msg);
     ct_lr_schedule sched;
     check_params(&p, &sched);
+
+    /* 0. Workers: MPI ranks x --devices-per-rank, all of them one data-parallel group. MPI is
+     * started only when there is more than one worker (or mpiexec started several ranks). */
+    const char *pmi = getenv("PMI_SIZE");
+    ct_topo *topo = NULL;
+    if (p.dp > 1 || p.devices_per_rank > 1 || (pmi && atoi(pmi) > 1)) {
+        if (ct_topo_create(&topo, &argc, &argv, p.devices_per_rank, &err)) die(2, "%s", err.msg);
+        g_mpi_ranks = ct_topo_nranks(topo);
+        int W = ct_topo_world_size(topo);
+        if (W != p.dp)
+            die(2, "--dp %d does not match the %d workers (%d MPI ranks x --devices-per-rank %d): "
+                   "data parallelism runs over every worker, so --dp must equal ranks x devices",
+                p.dp, W, ct_topo_nranks(topo), p.devices_per_rank);
+        if (ct_topo_rank(topo) > 0) setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+    }
 
     /* 1. The model's shape: from a checkpoint, an llm.c file, or the flags. */
     ct_checkpoint ck;
@@ -406,166 +748,58 @@ int main(int argc, char **argv) {
                 ct_tokenizer_vocab(tok), cfg.vocab);
     }
 
-    /* 3. Device and model. */
-    ct_device_info *list = NULL;
-    int ndev = 0, pick = 0, npick = 0;
+    /* 3. Devices: the ones the spec selects, and the layout's check against them. */
+    run_ctx *x = (run_ctx *)calloc(1, sizeof *x);
+    if (!x) die(1, "no memory");
     const char *spec = p.device[0] ? p.device : ct_device_spec_env();
-    if (ct_device_list(&list, &ndev, &err) ||
-        ct_device_select(list, ndev, spec, 1, &pick, &npick, &err))
+    if (ct_device_list(&x->list, &x->ndev, &err)) die(2, "%s", err.msg);
+    x->picks = (int *)malloc(sizeof(int) * (size_t)(x->ndev + 1));
+    if (!x->picks) die(1, "no memory");
+    if (ct_device_select(x->list, x->ndev, spec, 0, x->picks, &x->npicks, &err))
         die(2, "%s", err.msg);
-    ct_device_opts dopts = ct_device_opts_default();
-    dopts.mem_cap = (uint64_t)(p.mem_cap_gb * 1073741824.0);
-    ct_device *dev = NULL;
-    if (ct_device_open(&dev, &list[pick], &dopts, &err)) die(2, "%s", err.msg);
-    ct_layout layout = {1, 1, 1, 0};
-    ct_coords coords = {0, 0, 0};
-    ct_model *model = NULL;
-    ct_status st = ct_model_create(&model, &cfg, &layout, &coords, dev, p.batch, p.seq, &err);
-    if (st != CT_OK)
-        die(2, "cannot build the model on %s: %s", list[pick].name, err.msg);
-    size_t np = ct_model_num_params(model);
-    int64_t start = 0;
-    ct_rng rng;
-    ct_rng_seed(&rng, (uint64_t)p.seed ^ 0x5A5A5A5A5A5A5A5Aull);
-    if (p.resume[0]) {
-        if (ck.nparams != np) die(2, "checkpoint %s holds %zu parameters, the model %zu", ckpath,
-                                  ck.nparams, np);
-        if (ct_model_set_params(model, ck.params, np) ||
-            ct_model_set_optimizer(model, ck.m, ck.v, np))
-            die(1, "loading the checkpoint into the model failed: %s", ct_model_errmsg(model));
-        start = ck.step;
-        memcpy(rng.s, ck.rng, sizeof rng.s);
-        ct_checkpoint_release(&ck);
-    } else if (init_params) {
-        if (init_n != np) die(2, "%s holds %zu parameters, the model %zu", p.init, init_n, np);
-        if (ct_model_set_params(model, init_params, np))
-            die(1, "loading %s failed: %s", p.init, ct_model_errmsg(model));
-        free(init_params);
-        init_params = NULL;
-    } else if (ct_model_init_random(model, (uint64_t)p.seed)) {
-        die(1, "initialisation failed: %s", ct_model_errmsg(model));
-    }
-    if (start > p.steps)
-        fprintf(stderr, "train_gpt: the checkpoint is at step %lld, past --steps %d: nothing to "
-                        "train\n", (long long)start, p.steps);
-
-    /* 4. Accounting and logs. */
-    double flops_tok = ct_train_flops_per_token(&cfg, p.seq);
-    double peak = p.peak_tflops;
-    const char *peak_src = "--peak-tflops";
-    if (peak <= 0) {
-        peak = measure_gemm_tflops(dev, &cfg, p.batch * p.seq);
-        peak_src = "measured GEMM rate";
-    }
-    ct_metrics *mx = NULL;
-    if (ct_metrics_open(&mx, p.metrics, start > 0, &err)) die(2, "%s", err.msg);
-    printf("train_gpt: configuration\n");
-    ct_opts_log(stdout, ct_train_opts, ct_train_opts_count, &p);
-    printf("  device         = %s (%s, %s)\n", list[pick].name, list[pick].platform,
-           ct_device_type_str(list[pick].type));
-    printf("  model          = %s: L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %zu parameters\n", origin,
-           cfg.layers, cfg.heads, cfg.channels, cfg.vocab, cfg.padded_vocab, cfg.max_seq, np);
-    printf("  data           = %s: %zu tokens in %d file(s), %lld steps per epoch\n",
-           ct_data_name(train), ct_data_count(train), ct_data_files(train),
-           (long long)ct_loader_windows(loader));
-    if (val)
-        printf("  validation     = %s: %zu tokens\n", ct_data_name(val), ct_data_count(val));
-    else
-        printf("  validation     = none\n");
-    printf("  batch          = %d rows x %d tokens x %d micro-batches = %d tokens per step\n",
-           p.batch, p.seq, accum, p.batch * p.seq * accum);
-    printf("  flops/token    = %.4g (6*N + 12*L*C*T)\n", flops_tok);
-    printf("  peak           = %.4g TFLOP/s (%s)\n", peak, peak_src);
-    printf("  start step     = %lld\n", (long long)start);
-    char cfgline[256];
-    snprintf(cfgline, sizeof cfgline,
-             "\"params\":%zu,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"seq\":%d,"
-             "\"tokens_per_step\":%d,\"peak_tflops\":%.6g",
-             np, cfg.layers, cfg.heads, cfg.channels, cfg.vocab, p.seq, p.batch * p.seq * accum,
-             peak);
-    ct_metrics_record(mx, "config", cfgline);
-
-    /* 5. Train. */
-    size_t bt = (size_t)p.batch * p.seq;
-    int *in = (int *)malloc(bt * sizeof(int)), *tg = (int *)malloc(bt * sizeof(int));
-    if (!in || !tg) die(1, "no memory for a batch");
-    double tokens_step = (double)bt * accum;
-    for (int64_t step = start; step < p.steps; step++) {
-        double t0 = now_s();
-        double lr = ct_lr_at(sched, p.lr, p.warmup, p.steps, p.min_lr_frac, step);
-        double loss_sum = 0;
-        float norm = 0;
-        st = ct_model_zero_grad(model);
-        for (int mb = 0; mb < accum && st == CT_OK; mb++) {
-            float loss = 0;
-            st = ct_loader_rows(loader, step, mb * p.batch, p.batch, in, tg, &err);
-            if (st == CT_OK) st = ct_model_forward(model, in, tg, p.batch, p.seq, &loss);
-            if (st == CT_OK) st = ct_model_backward(model, 1.0f / (float)accum);
-            loss_sum += loss;
-        }
-        if (st == CT_OK)
-            st = ct_model_adamw_step(model, (float)lr, (float)p.beta1, (float)p.beta2,
-                                     (float)p.eps, (float)p.weight_decay, (float)p.grad_clip,
-                                     (int)(step + 1), &norm);
-        if (st == CT_OK) st = ct_device_finish(dev);
-        if (st != CT_OK) die(1, "step %lld failed: %s", (long long)step, ct_model_errmsg(model));
-        double dt = now_s() - t0;
-        ct_step_metrics sm;
-        sm.step = step;
-        sm.loss = loss_sum / accum;
-        sm.lr = lr;
-        sm.grad_norm = norm;
-        sm.ms = dt * 1e3;
-        sm.tokens_per_s = tokens_step / dt;
-        sm.tflops = flops_tok * tokens_step / dt / 1e12;
-        sm.mfu = peak > 0 ? sm.tflops / peak : NAN;
-        sm.mem_bytes = mem_in_use(dev);
-        ct_metrics_train(mx, &sm);
-        if (!isfinite(sm.loss)) die(1, "the loss became %g at step %lld", sm.loss, (long long)step);
-        if (step % p.log_every == 0 || step + 1 == p.steps)
-            printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | %8.0f tok/s | "
-                   "%.4f TFLOP/s | MFU %5.2f%% | mem %.1f MiB\n",
-                   (long long)step + 1, p.steps, sm.loss, lr, norm, sm.ms, sm.tokens_per_s,
-                   sm.tflops, 100 * sm.mfu, sm.mem_bytes / 1048576.0);
-        int64_t done = step + 1;
-        int last = done == p.steps;
-        if (vloader && p.eval_every > 0 && (done % p.eval_every == 0 || last)) {
-            double vl = 0;
-            if (evaluate(model, vloader, p.eval_batches, p.batch, p.seq, in, tg, &vl))
-                die(1, "evaluation failed: %s", ct_model_errmsg(model));
-            printf("eval  %5lld | val loss %.6f\n", (long long)done, vl);
-            char f[96];
-            snprintf(f, sizeof f, "\"step\":%lld,\"val_loss\":%.9g", (long long)done, vl);
-            ct_metrics_record(mx, "eval", f);
-        }
-        if (p.sample_every > 0 && done % p.sample_every == 0 && !last)
-            sample_and_print(model, &p, p.seq, tok, &rng, done, mx);
-        if (p.save[0] && ((p.save_every > 0 && done % p.save_every == 0) || last))
-            save_checkpoint(model, &p, done, accum, &rng, ct_data_count(train));
-    }
-
-    /* 6. The end: the model file and a sample. */
-    if (p.save_model[0]) {
-        float *host = (float *)malloc(np * sizeof(float));
-        if (!host) die(1, "no memory to save the model");
-        if (ct_model_get_params(model, host, np)) die(1, "%s", ct_model_errmsg(model));
-        if (ct_model_file_write(p.save_model, &cfg, host, &err))
-            die(1, "model not written: %s", err.msg);
-        printf("saved model %s (llm.c GPT-2 format, fp32)\n", p.save_model);
-        free(host);
-    }
-    if (p.sample_len > 0) sample_and_print(model, &p, p.seq, tok, &rng, p.steps, mx);
-
-    free(in);
-    free(tg);
-    ct_metrics_close(mx);
-    ct_tokenizer_free(tok);
-    ct_model_free(model);
-    ct_device_free(dev);
-    ct_device_list_free(list);
+    int D = p.devices_per_rank;
+    int need = D * (topo && x->list[x->picks[0]].type != CL_DEVICE_TYPE_CPU
+                        ? ct_topo_local_nranks(topo) : 1);
+    if (need > x->npicks)
+        die(2, "more workers than devices: %d worker%s on this node need%s %d devices, but "
+               "--device '%s' selects %d (CPU devices count once per process)",
+            need, need > 1 ? "s" : "", need > 1 ? "" : "s", need, spec ? spec : "auto",
+            x->npicks);
+    x->p = p;
+    x->sched = sched;
+    x->cfg = cfg;
+    x->accum = accum;
+    x->argc = argc;
+    x->argv = argv;
+    x->origin = origin;
+    snprintf(x->ckpath, sizeof x->ckpath, "%s", ckpath);
+    x->ck = ck;
+    x->init_params = init_params;
+    x->init_n = init_n;
+    x->train = train;
+    x->val = val;
+    x->tok = tok;
+    x->topo = topo;
+    x->W = topo ? ct_topo_world_size(topo) : 1;
     ct_loader_free(loader);
     ct_loader_free(vloader);
+
+    /* 4. The workers: one per device of this process. */
+    if (D > 1) {
+#pragma omp parallel num_threads(D)
+        worker(x, omp_get_thread_num());
+    } else {
+        worker(x, 0);
+    }
+
+    ct_checkpoint_release(&x->ck);
+    free(x->init_params);
+    ct_tokenizer_free(tok);
+    ct_device_list_free(x->list);
+    free(x->picks);
     ct_data_free(train);
     ct_data_free(val);
+    free(x);
+    ct_topo_free(topo);
     return 0;
 }

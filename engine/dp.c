@@ -1,0 +1,356 @@
+/* dp.c - data parallelism: bucketed gradient averaging over the DP group in reverse layer order
+ * (optionally overlapped with backward through the model's backward hook and a communication
+ * thread), the optimizer step with ZeRO-1 (AdamW on this worker's shard, then an all-gather of
+ * the parameters), gathered state for checkpoints and the memory report.
+ *
+ * Buckets are ranges of the flat (layer-major) gradient buffer cut from its end: bucket 0 is the
+ * last `bucket_bytes` (lnf and the last layers), the last bucket starts at 0 (wte, wpe). Backward
+ * finishes gradients from the end of the buffer towards its start, so bucket k is complete once
+ * the model reports ready_from <= its start.
+ *
+ * Overlap: the hook (worker thread, between layers) enqueues a non-blocking read of each
+ * finished bucket into host staging on the model's in-order queue, right behind the kernels that
+ * finish it, and posts (bucket, event) to this worker's communication thread; that thread waits
+ * for the read and all-reduces the bucket on host memory while the device runs the next layers'
+ * backward. ct_dp_finish_grads waits for the last bucket and writes the averages back with one
+ * write. Staging is host memory of the gradient buffer's size (reported as "comm").
+ * Without overlap the same buckets go one by one after backward: read, all-reduce, write. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ct_engine_dp.h"
+
+struct ct_dp {
+    ct_model *m;
+    ct_comm *c;
+    ct_device *dev;
+    int N, rank, zero, overlap;
+    size_t nparams, flat, lo, hi;
+    int nb;
+    size_t *blo, *bhi; /* bucket k = [blo[k], bhi[k]) floats; k = 0 is the last range */
+    float *stage;      /* overlap: flat floats (bucket k at stage + blo[k]); else one bucket */
+    size_t stage_floats;
+    float *hostflat; /* flat floats: ZeRO gathers */
+    int armed, next_issue;
+    cl_event *ev;
+    /* communication thread */
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int nposted, ndone, quit;
+    ct_status th_st;
+    double th_busy_ms;
+    ct_dp_times times;
+    ct_err err;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+ct_dp_opts ct_dp_opts_default(void) {
+    ct_dp_opts o = {(size_t)25 << 20, 1};
+    return o;
+}
+
+const char *ct_dp_errmsg(const ct_dp *d) { return d->err.msg; }
+int ct_dp_num_buckets(const ct_dp *d) { return d->nb; }
+size_t ct_dp_comm_bytes(const ct_dp *d) {
+    return (d->stage_floats + (d->hostflat ? d->flat : 0)) * sizeof(float);
+}
+
+static ct_status comm_fail(ct_dp *d, ct_status st, const char *what) {
+    if (st != CT_OK) CT_ERR(&d->err, st, "%s: %s", what, ct_comm_errmsg(d->c));
+    return st;
+}
+static ct_status dev_fail(ct_dp *d, ct_status st, const char *what) {
+    if (st != CT_OK) CT_ERR(&d->err, st, "%s: %s", what, ct_device_errmsg(d->dev));
+    return st;
+}
+
+/* The communication thread: all-reduce posted buckets in order. */
+static void *comm_main(void *arg) {
+    ct_dp *d = (ct_dp *)arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->quit && d->ndone == d->nposted) pthread_cond_wait(&d->cv, &d->mu);
+        if (d->quit) break;
+        int k = d->ndone;
+        pthread_mutex_unlock(&d->mu);
+        double t0 = now_ms();
+        ct_status st = CT_OK;
+        if (clWaitForEvents(1, &d->ev[k]) != CL_SUCCESS)
+            st = CT_ERR(&d->err, CT_ERR_OPENCL, "reading gradient bucket %d back failed", k);
+        clReleaseEvent(d->ev[k]);
+        d->ev[k] = NULL;
+        if (st == CT_OK)
+            st = comm_fail(d, ct_comm_allreduce(d->c, d->stage + d->blo[k], d->stage + d->blo[k],
+                                                d->bhi[k] - d->blo[k], CT_F32, CT_OP_AVG, NULL),
+                           "gradient all-reduce");
+        double t1 = now_ms();
+        pthread_mutex_lock(&d->mu);
+        if (st != CT_OK && d->th_st == CT_OK) d->th_st = st;
+        d->th_busy_ms += t1 - t0;
+        d->ndone++;
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* The model's backward hook: hand every bucket that is now complete to the thread. */
+static ct_status on_grads_ready(void *user, ct_model *m, size_t ready_from) {
+    ct_dp *d = (ct_dp *)user;
+    if (!d->armed || !d->overlap) return CT_OK;
+    int posted = 0;
+    while (d->next_issue < d->nb && d->blo[d->next_issue] >= ready_from) {
+        int k = d->next_issue;
+        cl_int rc = clEnqueueReadBuffer(ct_device_queue(d->dev),
+                                        ct_buffer_mem(ct_model_grads_buffer(m)), CL_FALSE,
+                                        d->blo[k] * sizeof(float),
+                                        (d->bhi[k] - d->blo[k]) * sizeof(float),
+                                        d->stage + d->blo[k], 0, NULL, &d->ev[k]);
+        if (rc != CL_SUCCESS)
+            return CT_ERR(&d->err, CT_ERR_OPENCL, "staging gradient bucket %d: OpenCL error %d",
+                          k, (int)rc);
+        d->next_issue++;
+        posted++;
+    }
+    if (posted) {
+        clFlush(ct_device_queue(d->dev));
+        pthread_mutex_lock(&d->mu);
+        d->nposted += posted;
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+    }
+    return CT_OK;
+}
+
+ct_status ct_dp_create(ct_dp **out, ct_model *m, ct_comm *comm, const ct_dp_opts *o, ct_err *err) {
+    *out = NULL;
+    ct_dp_opts def = ct_dp_opts_default();
+    if (!o) o = &def;
+    ct_dp *d = calloc(1, sizeof *d);
+    if (!d) return CT_ERR(err, CT_ERR_NOMEM, "ct_dp_create: out of host memory");
+    d->m = m;
+    d->c = comm;
+    d->dev = ct_model_device(m);
+    d->N = ct_comm_size(comm);
+    d->rank = ct_comm_rank(comm);
+    d->overlap = o->overlap != 0;
+    d->nparams = ct_model_num_params(m);
+    d->flat = ct_model_flat_len(m);
+    ct_model_shard(m, &d->lo, &d->hi);
+    d->zero = d->hi - d->lo < d->nparams || d->flat != d->nparams ? 1 : 0;
+    if (d->zero && (d->lo != (d->hi - d->lo) * (size_t)d->rank ||
+                    d->flat != (d->hi - d->lo) * (size_t)d->N)) {
+        size_t lo = d->lo, hi = d->hi, fl = d->flat;
+        free(d);
+        return CT_ERR(err, CT_ERR_ARG,
+                      "ct_dp_create: the model's shard [%zu, %zu) of %zu does not belong to rank "
+                      "%d of a group of %d (model and group built for different layouts)",
+                      lo, hi, fl, ct_comm_rank(comm), ct_comm_size(comm));
+    }
+    size_t bf = o->bucket_bytes / sizeof(float);
+    if (bf < 1024) bf = 1024;
+    d->nb = (int)((d->nparams + bf - 1) / bf);
+    d->blo = malloc(sizeof(size_t) * (size_t)d->nb);
+    d->bhi = malloc(sizeof(size_t) * (size_t)d->nb);
+    d->ev = calloc((size_t)d->nb, sizeof(cl_event));
+    d->stage_floats = d->overlap ? d->flat : (bf < d->nparams ? bf : d->nparams);
+    d->stage = malloc(d->stage_floats * sizeof(float));
+    if (!d->blo || !d->bhi || !d->ev || !d->stage) {
+        ct_dp_free(d);
+        return CT_ERR(err, CT_ERR_NOMEM, "ct_dp_create: out of host memory for staging");
+    }
+    size_t hi = d->nparams;
+    for (int k = 0; k < d->nb; k++) {
+        d->bhi[k] = hi;
+        d->blo[k] = hi > bf ? hi - bf : 0;
+        hi = d->blo[k];
+    }
+    if (d->zero) {
+        d->hostflat = malloc(d->flat * sizeof(float));
+        if (!d->hostflat) {
+            ct_dp_free(d);
+            return CT_ERR(err, CT_ERR_NOMEM, "ct_dp_create: out of host memory for ZeRO gathers");
+        }
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    if (d->overlap) {
+        if (pthread_create(&d->th, NULL, comm_main, d) != 0) {
+            ct_dp_free(d);
+            return CT_ERR(err, CT_ERR_NOMEM, "ct_dp_create: cannot start the communication thread");
+        }
+        d->th_started = 1;
+    }
+    ct_model_set_backward_hook(m, on_grads_ready, d);
+    *out = d;
+    return CT_OK;
+}
+
+void ct_dp_free(ct_dp *d) {
+    if (!d) return;
+    if (d->th_started) {
+        pthread_mutex_lock(&d->mu);
+        d->quit = 1;
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->th, NULL);
+    }
+    if (d->blo) {
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->cv);
+    }
+    if (d->ev)
+        for (int k = 0; k < d->nb; k++)
+            if (d->ev[k]) clReleaseEvent(d->ev[k]);
+    if (d->m) ct_model_set_backward_hook(d->m, NULL, NULL);
+    free(d->blo);
+    free(d->bhi);
+    free(d->ev);
+    free(d->stage);
+    free(d->hostflat);
+    free(d);
+}
+
+ct_status ct_dp_arm(ct_dp *d) {
+    d->armed = 1;
+    d->next_issue = 0;
+    return CT_OK;
+}
+
+ct_status ct_dp_finish_grads(ct_dp *d) {
+    ct_status st = CT_OK;
+    double t0 = now_ms();
+    ct_buffer *g = ct_model_grads_buffer(d->m);
+    if (d->overlap && d->armed) {
+        /* The last hook call (ready_from = 0) has posted every bucket. */
+        if (d->next_issue != d->nb)
+            return CT_ERR(&d->err, CT_ERR_STATE,
+                          "ct_dp_finish_grads: %d of %d buckets were handed over (no backward "
+                          "since ct_dp_arm?)",
+                          d->next_issue, d->nb);
+        pthread_mutex_lock(&d->mu);
+        while (d->ndone < d->nb) pthread_cond_wait(&d->cv, &d->mu);
+        st = d->th_st;
+        d->th_st = CT_OK;
+        d->nposted = d->ndone = 0;
+        d->times.busy_ms += d->th_busy_ms;
+        d->th_busy_ms = 0;
+        pthread_mutex_unlock(&d->mu);
+        if (st == CT_OK)
+            st = dev_fail(d, ct_buffer_write(g, 0, d->stage, d->nparams * sizeof(float)),
+                          "writing averaged gradients");
+    } else {
+        for (int k = 0; k < d->nb && st == CT_OK; k++) {
+            size_t n = d->bhi[k] - d->blo[k];
+            st = dev_fail(d, ct_buffer_read(g, d->blo[k] * sizeof(float), d->stage, n * 4),
+                          "staging a gradient bucket");
+            if (st == CT_OK)
+                st = comm_fail(d, ct_comm_allreduce(d->c, d->stage, d->stage, n, CT_F32,
+                                                    CT_OP_AVG, NULL),
+                               "gradient all-reduce");
+            if (st == CT_OK)
+                st = dev_fail(d, ct_buffer_write(g, d->blo[k] * sizeof(float), d->stage, n * 4),
+                              "writing averaged gradients");
+        }
+        d->times.busy_ms += now_ms() - t0;
+    }
+    d->armed = 0;
+    d->next_issue = 0;
+    d->times.exposed_ms += now_ms() - t0;
+    return st;
+}
+
+/* ZeRO: every worker's shard of `b` (which holds flat range [lo, hi) at offset boff) into
+ * d->hostflat, gathered. */
+static ct_status gather_flat(ct_dp *d, ct_buffer *b, size_t boff) {
+    size_t sh = d->hi - d->lo;
+    ct_status st = dev_fail(d, ct_buffer_read(b, boff * sizeof(float), d->hostflat + d->lo,
+                                              sh * sizeof(float)),
+                            "reading a shard");
+    if (st == CT_OK)
+        st = comm_fail(d, ct_comm_allgather(d->c, d->hostflat + d->lo, d->hostflat, sh, CT_F32,
+                                            NULL),
+                       "all-gather of shards");
+    return st;
+}
+
+ct_status ct_dp_step(ct_dp *d, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_clip, int t, float *norm) {
+    double t0 = now_ms();
+    ct_status st = ct_model_adamw_step(d->m, lr, beta1, beta2, eps, weight_decay, grad_clip, t,
+                                       norm);
+    if (st != CT_OK) return CT_ERR(&d->err, st, "%s", ct_model_errmsg(d->m));
+    if ((st = dev_fail(d, ct_device_finish(d->dev), "optimizer")) != CT_OK) return st;
+    double t1 = now_ms();
+    d->times.optimizer_ms += t1 - t0;
+    if (d->zero) {
+        ct_buffer *p = ct_model_params_buffer(d->m);
+        st = gather_flat(d, p, d->lo);
+        if (st == CT_OK)
+            st = dev_fail(d, ct_buffer_write(p, 0, d->hostflat, d->flat * sizeof(float)),
+                          "writing gathered parameters");
+        double t2 = now_ms();
+        d->times.exposed_ms += t2 - t1;
+        d->times.busy_ms += t2 - t1;
+    }
+    return st;
+}
+
+ct_status ct_dp_gather_state(ct_dp *d, float *params, float *adam_m, float *adam_v) {
+    ct_status st = CT_OK;
+    if (params && (st = ct_model_get_params(d->m, params, d->nparams)) != CT_OK)
+        return CT_ERR(&d->err, st, "%s", ct_model_errmsg(d->m));
+    if (!d->zero) {
+        if ((adam_m || adam_v) &&
+            (st = ct_model_get_optimizer(d->m, adam_m, adam_v, d->nparams)) != CT_OK)
+            return CT_ERR(&d->err, st, "%s", ct_model_errmsg(d->m));
+        return CT_OK;
+    }
+    /* Both gathers run on every worker whatever it asked for (collective). */
+    ct_buffer *bufs[2] = {ct_model_adam_m_buffer(d->m), ct_model_adam_v_buffer(d->m)};
+    float *outs[2] = {adam_m, adam_v};
+    for (int i = 0; i < 2 && st == CT_OK; i++) {
+        st = gather_flat(d, bufs[i], 0);
+        if (st == CT_OK && outs[i]) ct_model_flat_to_table(d->m, d->hostflat, outs[i]);
+    }
+    return st;
+}
+
+ct_status ct_dp_average(ct_dp *d, float *v) {
+    return comm_fail(d, ct_comm_allreduce(d->c, v, v, 1, CT_F32, CT_OP_AVG, NULL), "average");
+}
+
+void ct_dp_times_get(const ct_dp *d, ct_dp_times *out) { *out = d->times; }
+void ct_dp_times_reset(ct_dp *d) { memset(&d->times, 0, sizeof d->times); }
+
+ct_status ct_dp_mem_gather(ct_dp *d, uint64_t *out) {
+    ct_mem_stats s;
+    ct_device_mem_stats(d->dev, &s);
+    int32_t mine[2 * CT_MEM__COUNT];
+    for (int c = 0; c < CT_MEM__COUNT; c++) {
+        uint64_t v = s.current[c] + (c == CT_MEM_COMM ? ct_dp_comm_bytes(d) : 0);
+        mine[2 * c] = (int32_t)(uint32_t)(v & 0xffffffffu);
+        mine[2 * c + 1] = (int32_t)(uint32_t)(v >> 32);
+    }
+    int32_t *all = malloc(sizeof(int32_t) * 2 * CT_MEM__COUNT * (size_t)d->N);
+    if (!all) return CT_ERR(&d->err, CT_ERR_NOMEM, "memory report: out of host memory");
+    ct_status st = comm_fail(d, ct_comm_allgather(d->c, mine, all, 2 * CT_MEM__COUNT, CT_I32, NULL),
+                             "memory report");
+    if (st == CT_OK)
+        for (int w = 0; w < d->N; w++)
+            for (int c = 0; c < CT_MEM__COUNT; c++)
+                out[w * CT_MEM__COUNT + c] =
+                    (uint64_t)(uint32_t)all[w * 2 * CT_MEM__COUNT + 2 * c] |
+                    ((uint64_t)(uint32_t)all[w * 2 * CT_MEM__COUNT + 2 * c + 1] << 32);
+    free(all);
+    return st;
+}
