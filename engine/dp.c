@@ -82,12 +82,12 @@ static void *comm_main(void *arg) {
         if (d->quit) break;
         int k = d->ndone;
         pthread_mutex_unlock(&d->mu);
-        double t0 = now_ms();
         ct_status st = CT_OK;
         if (clWaitForEvents(1, &d->ev[k]) != CL_SUCCESS)
             st = CT_ERR(&d->err, CT_ERR_OPENCL, "reading gradient bucket %d back failed", k);
         clReleaseEvent(d->ev[k]);
         d->ev[k] = NULL;
+        double t0 = now_ms(); /* busy: the all-reduce, not the wait for backward */
         if (st == CT_OK)
             st = comm_fail(d, ct_comm_allreduce(d->c, d->stage + d->blo[k], d->stage + d->blo[k],
                                                 d->bhi[k] - d->blo[k], CT_F32, CT_OP_AVG, NULL),
