@@ -42,7 +42,7 @@ typedef struct ct_model ct_model;
 
 /* Builds the model of `cfg` for this worker of `layout` on `dev` and allocates everything a step
  * at batch <= max_B, sequence <= max_T needs. Layouts: dp >= 1 with tp = pp = 1, ZeRO stage 0,
- * or 1 with dp >= 2 (others: CT_ERR_UNSUPPORTED). A config that cannot be (heads not dividing channels, V > Vp, max_T >
+ * or 1 or 2 with dp >= 2 (others: CT_ERR_UNSUPPORTED). A config that cannot be (heads not dividing channels, V > Vp, max_T >
  * max_seq, ...) or memory the device cannot give is an error with a message in *err. Parameters
  * start as zeros; call ct_model_init_random or ct_model_set_params. */
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
@@ -129,6 +129,22 @@ ct_status ct_model_grad_norm(ct_model *m, float *norm);
  * receives the pre-clip gradient norm (a read-back; NULL avoids the round trip). */
 ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, float eps,
                               float weight_decay, float grad_clip, int t, float *norm_out);
+
+/* The same with the global gradient norm given (ZeRO-2, where each worker holds one shard of the
+ * gradient: norm = sqrt(sum over workers of its shard's sum of squares)). */
+ct_status ct_model_adamw_step_norm(ct_model *m, float lr, float beta1, float beta2, float eps,
+                                   float weight_decay, float grad_clip, int t, float norm);
+
+/* ZeRO-2 (layout zero = 2): ct_model_grads_buffer is a WORKING buffer of glen floats
+ * [wte wpe | layer slot 0 | layer slot 1 | lnfw lnfb] (category workspace), layer l's gradients in
+ * slot l % 2, which a data-parallel hook must read and zero after that layer's backward (before
+ * layer l - 2's backward reuses it: on the in-order queue, enqueue both from the hook). The
+ * averaged shard [lo, hi) lives in ct_model_grad_shard_buffer (category grads; NULL otherwise).
+ * Full-gradient calls (get/set_grads, grad_norm, adamw_step with a norm) are CT_ERR_STATE. */
+ct_buffer *ct_model_grad_shard_buffer(ct_model *m);
+/* Offset of (tensor i, layer l) in ct_model_grads_buffer (the flat offset unless ZeRO-2). */
+size_t ct_model_grad_offset(const ct_model *m, int i, int l);
+int ct_model_zero_stage(const ct_model *m);
 
 /* ---- where the time goes: in profiling mode every op is followed by a device finish and its
  * wall time is added to its bucket (this slows a step down a little; off by default). */

@@ -15,6 +15,7 @@
  * backward. ct_dp_finish_grads waits for the last bucket and writes the averages back with one
  * write. Staging is host memory of the gradient buffer's size (reported as "comm").
  * Without overlap the same buckets go one by one after backward: read, all-reduce, write. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,10 @@ struct ct_dp {
     size_t nparams, flat, lo, hi;
     int nb;
     size_t *blo, *bhi; /* bucket k = [blo[k], bhi[k]) floats; k = 0 is the last range */
+    size_t *bwork;     /* where bucket k lies in the model's gradient buffer (ZeRO-2: its
+                          working buffer; else = blo[k]) */
+    float *acc;        /* ZeRO-2: this worker's averaged gradient shard, summed over micro-steps */
+    float norm;        /* ZeRO-2: the global norm of the last finished step */
     float *stage;      /* overlap: flat floats (bucket k at stage + blo[k]); else one bucket */
     size_t stage_floats;
     float *hostflat; /* flat floats: ZeRO gathers */
@@ -92,6 +97,11 @@ static void *comm_main(void *arg) {
             st = comm_fail(d, ct_comm_allreduce(d->c, d->stage + d->blo[k], d->stage + d->blo[k],
                                                 d->bhi[k] - d->blo[k], CT_F32, CT_OP_AVG, NULL),
                            "gradient all-reduce");
+        if (st == CT_OK && d->acc) {
+            size_t a = d->blo[k] > d->lo ? d->blo[k] : d->lo;
+            size_t b = d->bhi[k] < d->hi ? d->bhi[k] : d->hi;
+            for (size_t i = a; i < b; i++) d->acc[i - d->lo] += d->stage[i];
+        }
         double t1 = now_ms();
         pthread_mutex_lock(&d->mu);
         if (st != CT_OK && d->th_st == CT_OK) d->th_st = st;
@@ -106,18 +116,31 @@ static void *comm_main(void *arg) {
 /* The model's backward hook: hand every bucket that is now complete to the thread. */
 static ct_status on_grads_ready(void *user, ct_model *m, size_t ready_from) {
     ct_dp *d = (ct_dp *)user;
-    if (!d->armed || !d->overlap) return CT_OK;
+    int z2 = d->zero >= 2; /* ZeRO-2 communicates every micro-step: the slots are reused */
+    if (!z2 && (!d->armed || !d->overlap)) return CT_OK;
+    if (z2 && d->next_issue == d->nb) {
+        /* a new micro-step: the previous one's buckets must have left the staging */
+        pthread_mutex_lock(&d->mu);
+        while (d->ndone < d->nposted) pthread_cond_wait(&d->cv, &d->mu);
+        d->nposted = d->ndone = 0;
+        pthread_mutex_unlock(&d->mu);
+        d->next_issue = 0;
+    }
     int posted = 0;
+    ct_buffer *g = ct_model_grads_buffer(m);
     while (d->next_issue < d->nb && d->blo[d->next_issue] >= ready_from) {
         int k = d->next_issue;
-        cl_int rc = clEnqueueReadBuffer(ct_device_queue(d->dev),
-                                        ct_buffer_mem(ct_model_grads_buffer(m)), CL_FALSE,
-                                        d->blo[k] * sizeof(float),
-                                        (d->bhi[k] - d->blo[k]) * sizeof(float),
+        size_t n = d->bhi[k] - d->blo[k];
+        cl_int rc = clEnqueueReadBuffer(ct_device_queue(d->dev), ct_buffer_mem(g), CL_FALSE,
+                                        d->bwork[k] * sizeof(float), n * sizeof(float),
                                         d->stage + d->blo[k], 0, NULL, &d->ev[k]);
         if (rc != CL_SUCCESS)
             return CT_ERR(&d->err, CT_ERR_OPENCL, "staging gradient bucket %d: OpenCL error %d",
                           k, (int)rc);
+        /* ZeRO-2: empty the slot behind the read (in order), before the next layer reuses it */
+        if (z2 && ct_buffer_zero(g, d->bwork[k] * sizeof(float), n * sizeof(float)) != CT_OK)
+            return CT_ERR(&d->err, CT_ERR_OPENCL, "zeroing gradient slot %d: %s", k,
+                          ct_device_errmsg(d->dev));
         d->next_issue++;
         posted++;
     }
@@ -146,7 +169,8 @@ ct_status ct_dp_create(ct_dp **out, ct_model *m, ct_comm *comm, const ct_dp_opts
     d->nparams = ct_model_num_params(m);
     d->flat = ct_model_flat_len(m);
     ct_model_shard(m, &d->lo, &d->hi);
-    d->zero = d->hi - d->lo < d->nparams || d->flat != d->nparams ? 1 : 0;
+    d->zero = ct_model_zero_stage(m);
+    if (d->zero >= 2) d->overlap = 1; /* slots are emptied during backward: always staged */
     if (d->zero && (d->lo != (d->hi - d->lo) * (size_t)d->rank ||
                     d->flat != (d->hi - d->lo) * (size_t)d->N)) {
         size_t lo = d->lo, hi = d->hi, fl = d->flat;
@@ -158,21 +182,36 @@ ct_status ct_dp_create(ct_dp **out, ct_model *m, ct_comm *comm, const ct_dp_opts
     }
     size_t bf = o->bucket_bytes / sizeof(float);
     if (bf < 1024) bf = 1024;
-    d->nb = (int)((d->nparams + bf - 1) / bf);
+    int L = ct_model_config(m)->layers;
+    /* ZeRO-2: one bucket per backward stage (lnf, each layer, the embeddings) */
+    d->nb = d->zero >= 2 ? L + 2 : (int)((d->nparams + bf - 1) / bf);
     d->blo = malloc(sizeof(size_t) * (size_t)d->nb);
     d->bhi = malloc(sizeof(size_t) * (size_t)d->nb);
+    d->bwork = malloc(sizeof(size_t) * (size_t)d->nb);
     d->ev = calloc((size_t)d->nb, sizeof(cl_event));
     d->stage_floats = d->overlap ? d->flat : (bf < d->nparams ? bf : d->nparams);
     d->stage = malloc(d->stage_floats * sizeof(float));
-    if (!d->blo || !d->bhi || !d->ev || !d->stage) {
+    if (!d->blo || !d->bhi || !d->bwork || !d->ev || !d->stage) {
         ct_dp_free(d);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_dp_create: out of host memory for staging");
     }
     size_t hi = d->nparams;
     for (int k = 0; k < d->nb; k++) {
         d->bhi[k] = hi;
-        d->blo[k] = hi > bf ? hi - bf : 0;
+        if (d->zero >= 2) {
+            int l = L - k; /* k = 0: lnf; 1..L: layer L-k; L+1: the embeddings */
+            d->blo[k] = k == 0 ? ct_model_layer_begin(m, L) : l >= 0 ? ct_model_layer_begin(m, l) : 0;
+            d->bwork[k] = k == 0 ? ct_model_grad_offset(m, CT_GPT_lnfw, 0)
+                          : l >= 0 ? ct_model_grad_offset(m, CT_GPT_ln1w, l) : 0;
+        } else {
+            d->blo[k] = hi > bf ? hi - bf : 0;
+            d->bwork[k] = d->blo[k];
+        }
         hi = d->blo[k];
+    }
+    if (d->zero >= 2 && !(d->acc = calloc(d->hi - d->lo, sizeof(float)))) {
+        ct_dp_free(d);
+        return CT_ERR(err, CT_ERR_NOMEM, "ct_dp_create: out of host memory for the shard");
     }
     if (d->zero) {
         d->hostflat = malloc(d->flat * sizeof(float));
@@ -214,6 +253,8 @@ void ct_dp_free(ct_dp *d) {
     if (d->m) ct_model_set_backward_hook(d->m, NULL, NULL);
     free(d->blo);
     free(d->bhi);
+    free(d->bwork);
+    free(d->acc);
     free(d->ev);
     free(d->stage);
     free(d->hostflat);
@@ -221,8 +262,7 @@ void ct_dp_free(ct_dp *d) {
 }
 
 ct_status ct_dp_arm(ct_dp *d) {
-    d->armed = 1;
-    d->next_issue = 0;
+    d->armed = 1; /* next_issue is 0 here: ct_dp_finish_grads (and creation) reset it */
     return CT_OK;
 }
 
@@ -230,7 +270,7 @@ ct_status ct_dp_finish_grads(ct_dp *d) {
     ct_status st = CT_OK;
     double t0 = now_ms();
     ct_buffer *g = ct_model_grads_buffer(d->m);
-    if (d->overlap && d->armed) {
+    if ((d->overlap && d->armed) || d->zero >= 2) {
         /* The last hook call (ready_from = 0) has posted every bucket. */
         if (d->next_issue != d->nb)
             return CT_ERR(&d->err, CT_ERR_STATE,
@@ -245,9 +285,24 @@ ct_status ct_dp_finish_grads(ct_dp *d) {
         d->times.busy_ms += d->th_busy_ms;
         d->th_busy_ms = 0;
         pthread_mutex_unlock(&d->mu);
-        if (st == CT_OK)
+        if (st == CT_OK && d->zero >= 2) {
+            /* the shard to the device; the global norm from every shard's sum of squares */
+            size_t sh = d->hi - d->lo;
+            double ss = 0;
+            for (size_t i = 0; i < sh; i++) ss += (double)d->acc[i] * d->acc[i];
+            float fs = (float)ss;
+            st = dev_fail(d, ct_buffer_write(ct_model_grad_shard_buffer(d->m), 0, d->acc,
+                                             sh * sizeof(float)),
+                          "writing the gradient shard");
+            memset(d->acc, 0, sh * sizeof(float));
+            if (st == CT_OK)
+                st = comm_fail(d, ct_comm_allreduce(d->c, &fs, &fs, 1, CT_F32, CT_OP_SUM, NULL),
+                               "gradient norm");
+            d->norm = sqrtf(fs);
+        } else if (st == CT_OK) {
             st = dev_fail(d, ct_buffer_write(g, 0, d->stage, d->nparams * sizeof(float)),
                           "writing averaged gradients");
+        }
     } else {
         for (int k = 0; k < d->nb && st == CT_OK; k++) {
             size_t n = d->bhi[k] - d->blo[k];
@@ -286,8 +341,14 @@ static ct_status gather_flat(ct_dp *d, ct_buffer *b, size_t boff) {
 ct_status ct_dp_step(ct_dp *d, float lr, float beta1, float beta2, float eps, float weight_decay,
                      float grad_clip, int t, float *norm) {
     double t0 = now_ms();
-    ct_status st = ct_model_adamw_step(d->m, lr, beta1, beta2, eps, weight_decay, grad_clip, t,
-                                       norm);
+    ct_status st;
+    if (d->zero >= 2) {
+        st = ct_model_adamw_step_norm(d->m, lr, beta1, beta2, eps, weight_decay, grad_clip, t,
+                                      d->norm);
+        if (norm) *norm = d->norm;
+    } else {
+        st = ct_model_adamw_step(d->m, lr, beta1, beta2, eps, weight_decay, grad_clip, t, norm);
+    }
     if (st != CT_OK) return CT_ERR(&d->err, st, "%s", ct_model_errmsg(d->m));
     if ((st = dev_fail(d, ct_device_finish(d->dev), "optimizer")) != CT_OK) return st;
     double t1 = now_ms();

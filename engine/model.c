@@ -54,6 +54,11 @@ struct ct_model {
     size_t flat;         /* length of params / grads buffers: nparams padded to dp * shard */
     size_t shard_lo, shard_hi; /* this worker's optimizer shard [lo, hi) of the flat buffers */
     size_t opt_len;      /* length of adam m / v buffers: flat (ZeRO-0) or the shard size */
+    /* ZeRO-2: `grads` is a working buffer [wte wpe | layer slot 0 | layer slot 1 | lnfw lnfb]
+     * (layer l uses slot l % 2; a data-parallel hook empties each slot after its backward), and
+     * `gshard` holds this worker's averaged gradient shard [shard_lo, shard_hi). */
+    size_t glen;         /* floats of `grads` */
+    ct_buffer *gshard;
     ct_model_bwd_hook hook;
     void *hook_user;
     ct_buffer *params, *grads, *adam_m, *adam_v, *acts;
@@ -98,6 +103,15 @@ static int is_block(int i) { return i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb; }
 /* Flat (device) offset of tensor i's slice of layer l (l ignored for wte, wpe, lnfw, lnfb). */
 static size_t foff(const ct_model *m, int i, int l) {
     return m->loffs[i] + (is_block(i) ? (size_t)l * m->lstride : 0);
+}
+
+/* Offset of (tensor i, layer l) in the gradient buffer: flat, or the ZeRO-2 working buffer. */
+static size_t goff(const ct_model *m, int i, int l) {
+    if (m->layout.zero < 2) return foff(m, i, l);
+    if (is_block(i)) return m->lbase + (size_t)(l % 2) * m->lstride + (m->loffs[i] - m->lbase);
+    if (i == CT_GPT_lnfw || i == CT_GPT_lnfb)
+        return m->lbase + 2 * m->lstride + (m->loffs[i] - m->loffs[CT_GPT_lnfw]);
+    return m->loffs[i];
 }
 
 int ct_model_tensor_decays(int i) {
@@ -184,10 +198,10 @@ ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_lay
                       "ct_model_create: layout dp=%d tp=%d pp=%d (dp rank %d) is not supported "
                       "(data parallelism only: tp = pp = 1, 0 <= dp rank < dp)",
                       layout->dp, layout->tp, layout->pp, coords->dp_rank);
-    if (layout->zero < 0 || layout->zero > 1 || (layout->zero > 0 && layout->dp < 2))
+    if (layout->zero < 0 || layout->zero > 2 || (layout->zero > 0 && layout->dp < 2))
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0 and 1 "
-                      "are built; a ZeRO stage needs dp >= 2)",
+                      "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0, 1 "
+                      "and 2 are built; a ZeRO stage needs dp >= 2)",
                       layout->zero, layout->dp);
     m = calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
@@ -226,10 +240,15 @@ ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_lay
         m->shard_hi = m->nparams;
         m->opt_len = m->nparams;
     }
+    m->glen = layout->zero >= 2 ? m->lbase + 2 * m->lstride + 2 * (size_t)cfg->channels : m->flat;
     plan_arena(&m->a, cfg, max_B, max_T);
     size_t pb = m->flat * sizeof(float), ob = m->opt_len * sizeof(float);
     if ((st = ct_buffer_alloc(dev, CT_MEM_PARAMS, "params", pb, &m->params)) != CT_OK ||
-        (st = ct_buffer_alloc(dev, CT_MEM_GRADS, "grads", pb, &m->grads)) != CT_OK ||
+        (st = ct_buffer_alloc(dev, layout->zero >= 2 ? CT_MEM_WORKSPACE : CT_MEM_GRADS,
+                              layout->zero >= 2 ? "gradient working buffer" : "grads",
+                              m->glen * sizeof(float), &m->grads)) != CT_OK ||
+        (layout->zero >= 2 && (st = ct_buffer_alloc(dev, CT_MEM_GRADS, "gradient shard", ob,
+                                                    &m->gshard)) != CT_OK) ||
         (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_m", ob, &m->adam_m)) != CT_OK ||
         (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_v", ob, &m->adam_v)) != CT_OK ||
         (st = ct_buffer_alloc(dev, CT_MEM_ACTIVATIONS, "activations", m->a.total * sizeof(float),
@@ -252,6 +271,7 @@ void ct_model_free(ct_model *m) {
     if (!m) return;
     ct_buffer_free(m->params);
     ct_buffer_free(m->grads);
+    ct_buffer_free(m->gshard);
     ct_buffer_free(m->adam_m);
     ct_buffer_free(m->adam_v);
     ct_buffer_free(m->acts);
@@ -264,6 +284,9 @@ const char *ct_model_errmsg(const ct_model *m) { return m->err.msg; }
 size_t ct_model_num_params(const ct_model *m) { return m->nparams; }
 ct_buffer *ct_model_params_buffer(ct_model *m) { return m->params; }
 ct_buffer *ct_model_grads_buffer(ct_model *m) { return m->grads; }
+ct_buffer *ct_model_grad_shard_buffer(ct_model *m) { return m->gshard; }
+size_t ct_model_grad_offset(const ct_model *m, int i, int l) { return goff(m, i, l); }
+int ct_model_zero_stage(const ct_model *m) { return m->layout.zero; }
 ct_buffer *ct_model_adam_m_buffer(ct_model *m) { return m->adam_m; }
 ct_buffer *ct_model_adam_v_buffer(ct_model *m) { return m->adam_v; }
 
@@ -348,10 +371,16 @@ ct_status ct_model_set_params(ct_model *m, const float *h, size_t n) {
 ct_status ct_model_get_params(ct_model *m, float *h, size_t n) {
     return copy_flat(m, m->params, 0, m->flat, NULL, h, n, "ct_model_get_params");
 }
+static ct_status no_full_grads(ct_model *m, const char *what) {
+    return CT_ERR(&m->err, CT_ERR_STATE,
+                  "%s: under ZeRO-2 no worker holds the whole gradient (only its shard)", what);
+}
 ct_status ct_model_set_grads(ct_model *m, const float *h, size_t n) {
+    if (m->layout.zero >= 2) return no_full_grads(m, "ct_model_set_grads");
     return copy_flat(m, m->grads, 0, m->flat, h, NULL, n, "ct_model_set_grads");
 }
 ct_status ct_model_get_grads(ct_model *m, float *h, size_t n) {
+    if (m->layout.zero >= 2) return no_full_grads(m, "ct_model_get_grads");
     return copy_flat(m, m->grads, 0, m->flat, NULL, h, n, "ct_model_get_grads");
 }
 ct_status ct_model_set_optimizer(ct_model *m, const float *am, const float *av, size_t n) {
@@ -425,9 +454,9 @@ static ct_status check_ids(ct_model *m, const int *ids, size_t n, const char *wh
 }
 
 #define PV(t) ct_view_of(pm, m->loffs[CT_GPT_##t])
-#define GV(t) ct_view_of(gm, m->loffs[CT_GPT_##t])
+#define GV(t) ct_view_of(gm, goff(m, CT_GPT_##t, 0))
 #define PL(t, l) ct_view_of(pm, foff(m, CT_GPT_##t, l))
-#define GL(t, l) ct_view_of(gm, foff(m, CT_GPT_##t, l))
+#define GL(t, l) ct_view_of(gm, goff(m, CT_GPT_##t, l))
 #define AV(f) ct_view_of(am, m->a.f)
 
 ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, int B, int T,
@@ -528,7 +557,7 @@ ct_status ct_model_logits(ct_model *m, float *host, size_t n) {
 
 ct_status ct_model_zero_grad(ct_model *m) {
     ct_status st = CT_OK;
-    RUN(OP_zero_grad, ct_buffer_zero(m->grads, 0, m->flat * sizeof(float)));
+    RUN(OP_zero_grad, ct_buffer_zero(m->grads, 0, m->glen * sizeof(float)));
 cleanup:
     return dev_fail(m, st, "ct_model_zero_grad");
 }
@@ -606,6 +635,7 @@ cleanup:
 
 ct_status ct_model_grad_norm(ct_model *m, float *norm) {
     ct_status st = CT_OK;
+    if (m->layout.zero >= 2) return no_full_grads(m, "ct_model_grad_norm");
     cl_mem am = ct_buffer_mem(m->acts);
     ct_view partials = AV(partials);
     RUN(OP_grad_norm, ct_global_norm_forward(m->dev, AV(norm), partials,
@@ -615,14 +645,19 @@ cleanup:
     return dev_fail(m, st, "ct_model_grad_norm");
 }
 
-ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, float eps,
-                              float weight_decay, float grad_clip, int t, float *norm_out) {
+/* given: the global gradient norm computed elsewhere (ZeRO-2: over the shards), or NULL. */
+static ct_status adamw(ct_model *m, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, float grad_clip, int t, const float *given,
+                       float *norm_out) {
     ct_status st = CT_OK;
     cl_mem am = ct_buffer_mem(m->acts), pm = ct_buffer_mem(m->params);
-    cl_mem gm = ct_buffer_mem(m->grads), mm = ct_buffer_mem(m->adam_m);
+    cl_mem gm = ct_buffer_mem(m->gshard ? m->gshard : m->grads), mm = ct_buffer_mem(m->adam_m);
     cl_mem vm = ct_buffer_mem(m->adam_v);
+    size_t g0 = m->gshard ? m->shard_lo : 0; /* flat offset of the gradient buffer's start */
     int need_norm = grad_clip > 0.0f || norm_out;
-    if (need_norm)
+    if (need_norm && given)
+        RUN(OP_upload, ct_buffer_write(m->acts, m->a.norm * sizeof(float), given, sizeof(float)));
+    else if (need_norm)
         RUN(OP_grad_norm, ct_global_norm_forward(m->dev, AV(norm), AV(partials),
                                                  ct_view_of(gm, 0), m->nparams));
     /* One update per (tensor, layer) slice, clipped to this worker's shard [lo, hi); Adam m and
@@ -637,7 +672,7 @@ ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, f
             if (a >= b) continue;
             size_t mo = a - m->shard_lo;
             RUN(OP_adamw,
-                ct_adamw_update(m->dev, ct_view_of(pm, a), ct_view_of(gm, a), ct_view_of(mm, mo),
+                ct_adamw_update(m->dev, ct_view_of(pm, a), ct_view_of(gm, a - g0), ct_view_of(mm, mo),
                                 ct_view_of(vm, mo), need_norm ? AV(norm) : ct_view_none(),
                                 grad_clip, b - a, lr, beta1, beta2, eps,
                                 ct_model_tensor_decays(i) ? weight_decay : 0.0f, t));
@@ -648,6 +683,20 @@ ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, f
     m->fwd_valid = 0;
 cleanup:
     return dev_fail(m, st, "ct_model_adamw_step");
+}
+
+ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, float eps,
+                              float weight_decay, float grad_clip, int t, float *norm_out) {
+    if (m->gshard && (grad_clip > 0.0f || norm_out))
+        return CT_ERR(&m->err, CT_ERR_STATE,
+                      "ct_model_adamw_step: under ZeRO-2 the norm spans every worker's shard: use "
+                      "ct_model_adamw_step_norm");
+    return adamw(m, lr, beta1, beta2, eps, weight_decay, grad_clip, t, NULL, norm_out);
+}
+
+ct_status ct_model_adamw_step_norm(ct_model *m, float lr, float beta1, float beta2, float eps,
+                                   float weight_decay, float grad_clip, int t, float norm) {
+    return adamw(m, lr, beta1, beta2, eps, weight_decay, grad_clip, t, &norm, NULL);
 }
 
 /* ------------------------------------------------------------------ profiling */

@@ -188,8 +188,8 @@ static void check_params(const ct_train_params *p, ct_lr_schedule *sched) {
     NEED(p->zero >= 0 && p->zero <= 3, "--zero must be 0, 1, 2 or 3 (got %d)", p->zero);
     NEED(!(p->zero > 0 && p->dp < 2),
          "--zero %d needs data parallelism (--dp >= 2): ZeRO shards over the DP group", p->zero);
-    NEED(p->zero <= 1,
-         "--zero %d is not implemented yet (stages 0 and 1 are; 2 and 3 are issue 5's open part)",
+    NEED(p->zero <= 2,
+         "--zero %d is not implemented yet (stages 0, 1 and 2 are; 3 is issue 5's open part)",
          p->zero);
     NEED(p->batch % p->dp == 0,
          "--dp %d does not divide --batch %d: each data-parallel worker takes an equal, contiguous "

@@ -1,15 +1,15 @@
 #!/bin/sh
 # test_engine_dp.sh TRAIN_GPT MPIEXEC [part] - data parallelism (issue 5) through train_gpt.
 #
-# 1. Every layout trains the same global batch as one device: DP (ZeRO-0 and ZeRO-1) over N = 2,
+# 1. Every layout trains the same global batch as one device: DP (ZeRO-0, 1, 2) over N = 2,
 #    3 and 4 workers as threads (--devices-per-rank), as MPI ranks and mixed, with gradient
 #    accumulation (2 micro-batches) and clipping on (--grad-clip below the norms), overlap on and
 #    off, small buckets (several per step): the 20 losses match the single-device run within
 #    1e-5 relative.
 # 2. The "memory" records (one per worker) give model-state bytes within 5 % of the ZeRO
-#    formulas (16 Psi; 8 Psi + 8 Psi / N).
+#    formulas (16 Psi; 8 Psi + 8 Psi / N; 4 Psi + 12 Psi / N).
 # 3. A checkpoint written under one layout (2 threads, ZeRO-1) resumes under another (3 ranks,
-#    ZeRO-0; and 1 device) and continues the single-device loss curve.
+#    ZeRO-0; 2x2 ZeRO-2; 1 device) and continues the single-device loss curve.
 # 4. Impossible layouts are refused with status 2 and a message before any work.
 # part: "all" (default), "threads", "ranks", "mixed", "resume", "refuse".
 set -u
@@ -100,6 +100,8 @@ if want threads; then
         memcheck "$D/t2z.jsonl" 2 1
     run t3z 1 3 3 --dp 3 --devices-per-rank 3 --zero 1 &&
         compare "$D/ref.jsonl" "$D/t3z.jsonl" "threads 1x3 ZeRO-1" && memcheck "$D/t3z.jsonl" 3 1
+    run t2z2 1 2 2 --dp 2 --devices-per-rank 2 --zero 2 &&
+        compare "$D/ref.jsonl" "$D/t2z2.jsonl" "threads 1x2 ZeRO-2" && memcheck "$D/t2z2.jsonl" 2 2
 fi
 if want ranks; then
     need_ref
@@ -108,6 +110,8 @@ if want ranks; then
         memcheck "$D/r3z.jsonl" 3 1
     run r4 4 1 1 --dp 4 && compare "$D/ref.jsonl" "$D/r4.jsonl" "ranks 4x1 ZeRO-0" &&
         memcheck "$D/r4.jsonl" 4 0
+    run r3z2 3 1 1 --dp 3 --zero 2 && compare "$D/ref.jsonl" "$D/r3z2.jsonl" "ranks 3x1 ZeRO-2" &&
+        memcheck "$D/r3z2.jsonl" 3 2
 fi
 if want mixed; then
     need_ref
@@ -115,6 +119,8 @@ if want mixed; then
         compare "$D/ref.jsonl" "$D/m4.jsonl" "mixed 2x2 ZeRO-0"
     run m4z 2 2 2 --dp 4 --devices-per-rank 2 --zero 1 &&
         compare "$D/ref.jsonl" "$D/m4z.jsonl" "mixed 2x2 ZeRO-1" && memcheck "$D/m4z.jsonl" 4 1
+    run m4z2 2 2 2 --dp 4 --devices-per-rank 2 --zero 2 &&
+        compare "$D/ref.jsonl" "$D/m4z2.jsonl" "mixed 2x2 ZeRO-2" && memcheck "$D/m4z2.jsonl" 4 2
 fi
 if want resume; then
     need_ref
@@ -123,6 +129,8 @@ if want resume; then
         # ... resumed by 3 ranks with ZeRO-0, and by one device.
         run res3 3 1 1 --dp 3 --resume "$D/ck/ckpt_00000010.bin" &&
             compare "$D/ref.jsonl" "$D/res3.jsonl" "resume 1x2 ZeRO-1 -> 3x1 ZeRO-0" 10
+        run res4 2 2 2 --dp 4 --devices-per-rank 2 --zero 2 --resume "$D/ck/ckpt_00000010.bin" &&
+            compare "$D/ref.jsonl" "$D/res4.jsonl" "resume 1x2 ZeRO-1 -> 2x2 ZeRO-2" 10
         run res1 1 1 1 --resume "$D/ck/ckpt_00000010.bin" &&
             compare "$D/ref.jsonl" "$D/res1.jsonl" "resume 1x2 ZeRO-1 -> 1 device" 10
     fi
