@@ -84,7 +84,7 @@ static int parse_list(const char *s, int *out, int room) {
 int main(int argc, char **argv) {
     const char *spec = NULL;
     int Cs[8] = {256, 768}, nC = 2, BTs[8] = {1024, 4096}, nBT = 2, reps = 5, tune = 1, csv = 0,
-        blas = 1;
+        blas = 1, compare = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -95,13 +95,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-tune")) tune = 0;
         else if (!strcmp(a, "--no-blas")) blas = 0;
         else if (!strcmp(a, "--csv")) csv = 1;
+        else if (!strcmp(a, "--compare-builtin")) compare = 1;
         else if (!strcmp(a, "--quick")) Cs[0] = 256, nC = 1, BTs[0] = 1024, nBT = 1, reps = 3;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_gemm [--device SPEC] [--C 256,768] [--BT 1024,4096] [--reps N]\n"
-                   "                  [--no-tune] [--no-blas] [--csv] [--quick]\n"
+                   "                  [--no-tune] [--no-blas] [--csv] [--quick] [--compare-builtin]\n"
                    "  --no-tune  use CLBlast's built-in parameters, not stored/shipped ones\n"
+                   "  --compare-builtin  also time CLBlast's built-in parameters on a second device\n"
+                   "             of the same kind (POCL_DEVICES=\"pthread pthread\"), interleaved\n"
                    "  --csv      one row per shape: shape,m,n,k,batch,ta,tb,first_ms,ms,gflops,"
-                   "blas_gflops,ratio,max_rel_err\n");
+                   "builtin_gflops,blas_gflops,ratio,max_rel_err\n");
             return 0;
         } else {
         bad:
@@ -112,82 +115,98 @@ int main(int argc, char **argv) {
     if (!spec) spec = ct_device_spec_env();
     ct_err err = {0};
     ct_device_info *list = NULL;
-    int n = 0, pick = 0, npick = 0;
-    ct_device *dev = NULL;
-    if (ct_device_list(&list, &n, &err) || ct_device_select(list, n, spec, 1, &pick, &npick, &err)) {
-        fprintf(stderr, "bench_gemm: %s\n", err.msg);
+    int n = 0, pick[2] = {0, 0}, npick = 0, ndev = compare ? 2 : 1;
+    ct_device *devs[2] = {NULL, NULL}, *dev = NULL;
+    if (ct_device_list(&list, &n, &err) ||
+        ct_device_select(list, n, spec, ndev, pick, &npick, &err)) {
+        fprintf(stderr, "bench_gemm: %s%s\n", err.msg,
+                compare ? "\n(--compare-builtin needs two devices of the same kind)" : "");
         return 2;
     }
-    ct_device_opts o = ct_device_opts_default();
-    o.apply_tuning = tune;
-    if (ct_device_open(&dev, &list[pick], &o, &err)) {
-        fprintf(stderr, "bench_gemm: %s\n", err.msg);
-        return 1;
+    for (int v = 0; v < ndev; v++) {
+        ct_device_opts o = ct_device_opts_default();
+        o.apply_tuning = v == 0 ? tune : 0; /* overrides are per device: device 1 keeps CLBlast's own */
+        if (ct_device_open(&devs[v], &list[pick[v]], &o, &err)) {
+            fprintf(stderr, "bench_gemm: %s\n", err.msg);
+            return 1;
+        }
     }
+    dev = devs[0];
+    if (compare && strcmp(list[pick[0]].name, list[pick[1]].name))
+        fprintf(stderr, "bench_gemm: warning: comparing different devices (%s, %s)\n",
+                list[pick[0]].name, list[pick[1]].name);
     const ct_device_info *di = ct_device_get_info(dev);
     FILE *info = csv ? stderr : stdout;
     fprintf(info, "# device %d: %s (%s, driver %s)\n# clblast parameters: %s\n", di->index, di->name,
             di->platform, di->driver_version, ct_device_tuning_source(dev));
+    if (compare)
+        fprintf(info, "# built-in column: device %d, %s\n", pick[1], ct_device_tuning_source(devs[1]));
     if (blas) fprintf(info, "# reference: %s (core %s), %d threads\n", openblas_get_config(), openblas_get_corename(),
                       openblas_get_num_threads());
     ct_gemm_shape shapes[128];
     int ns = 0;
     for (int c = 0; c < nC; c++)
         for (int b = 0; b < nBT; b++) ns += ct_gemm_shapes_gpt(Cs[c], BTs[b], shapes + ns, 128 - ns);
-    if (csv) printf("shape,m,n,k,batch,ta,tb,first_ms,ms,gflops,blas_gflops,ratio,max_rel_err\n");
+    if (csv) printf("shape,m,n,k,batch,ta,tb,first_ms,ms,gflops,builtin_gflops,blas_gflops,ratio,max_rel_err\n");
     else
-        printf("%-26s %6s %6s %6s %5s %2s %2s %9s %9s %8s %8s %6s %9s\n", "shape", "m", "n", "k",
-               "batch", "ta", "tb", "first_ms", "ms", "GFLOP/s", "BLAS", "ratio", "rel_err");
-    double ratios[128];
-    int nratio = 0, failures = 0;
+        printf("%-26s %6s %6s %6s %5s %2s %2s %9s %9s %8s %8s %8s %6s %9s\n", "shape", "m", "n", "k",
+               "batch", "ta", "tb", "first_ms", "ms", "GFLOP/s", "builtin", "BLAS", "ratio", "rel_err");
+    double ratios[128], bratios[128];
+    int nratio = 0, nbratio = 0, failures = 0;
     for (int si = 0; si < ns; si++) {
         const ct_gemm_shape *s = &shapes[si];
         size_t na = s->m * s->k * s->batch, nb = s->k * s->n * s->batch, nc = s->m * s->n * s->batch;
-        float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc(nc * 4), *C0 = malloc(nc * 4);
-        ct_buffer *bA = NULL, *bB = NULL, *bC = NULL;
-        if (!A || !B || !C || !C0) { fprintf(stderr, "bench_gemm: out of host memory\n"); return 1; }
+        float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc(nc * 4), *C0 = malloc(nc * 4),
+              *Cb = malloc(nc * 4);
+        if (!A || !B || !C || !C0 || !Cb) { fprintf(stderr, "bench_gemm: out of host memory\n"); return 1; }
         fill(A, na, 1u + si), fill(B, nb, 7u + si), fill(C0, nc, 13u + si);
-        if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "A", na * 4, &bA) ||
-            ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "B", nb * 4, &bB) ||
-            ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "C", nc * 4, &bC) ||
-            ct_buffer_write(bA, 0, A, na * 4) || ct_buffer_write(bB, 0, B, nb * 4) ||
-            ct_buffer_write(bC, 0, C0, nc * 4)) {
-            fprintf(stderr, "bench_gemm: %s\n", ct_device_errmsg(dev));
-            return 1;
-        }
-        size_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n, ldc = s->n;
-        const float alpha = 1.0f, beta = 0.5f;
-        double times[64];
-        double first = 0;
-        int r_total = reps + 1 > 64 ? 64 : reps + 1;
-        for (int r = 0; r < r_total; r++) {
-            if (r == 1) ct_buffer_read(bC, 0, C, nc * 4); /* the checked result: one beta pass */
-            double t0 = now_s();
-            ct_status st = s->batch == 1
-                ? ct_gemm(dev, s->ta, s->tb, s->m, s->n, s->k, alpha, ct_buffer_mem(bA), 0, lda,
-                          ct_buffer_mem(bB), 0, ldb, beta, ct_buffer_mem(bC), 0, ldc, NULL)
-                : ct_gemm_strided_batched(dev, s->ta, s->tb, s->m, s->n, s->k, alpha,
-                                          ct_buffer_mem(bA), 0, lda, s->m * s->k, ct_buffer_mem(bB),
-                                          0, ldb, s->k * s->n, beta, ct_buffer_mem(bC), 0, ldc,
-                                          s->m * s->n, s->batch, NULL);
-            if (st == CT_OK) st = ct_device_finish(dev);
-            if (st != CT_OK) {
-                fprintf(stderr, "bench_gemm: %s: %s\n", s->name, ct_device_errmsg(dev));
+        /* operands on the tuned device (0) and, with --compare-builtin, the built-in one (1) */
+        ct_buffer *bA[2] = {NULL, NULL}, *bB[2] = {NULL, NULL}, *bC[2] = {NULL, NULL};
+        for (int v = 0; v < ndev; v++)
+            if (ct_buffer_alloc(devs[v], CT_MEM_WORKSPACE, "A", na * 4, &bA[v]) ||
+                ct_buffer_alloc(devs[v], CT_MEM_WORKSPACE, "B", nb * 4, &bB[v]) ||
+                ct_buffer_alloc(devs[v], CT_MEM_WORKSPACE, "C", nc * 4, &bC[v]) ||
+                ct_buffer_write(bA[v], 0, A, na * 4) || ct_buffer_write(bB[v], 0, B, nb * 4) ||
+                ct_buffer_write(bC[v], 0, C0, nc * 4)) {
+                fprintf(stderr, "bench_gemm: %s\n", ct_device_errmsg(devs[v]));
                 return 1;
             }
-            double t = now_s() - t0;
-            if (r == 0) first = t;
-            else times[r - 1] = t;
-        }
-        qsort(times, (size_t)(r_total - 1), sizeof times[0], cmp_double);
-        double t = times[(r_total - 1) / 2];
-        double flops = 2.0 * s->m * s->n * s->k * s->batch;
-        double err_ct = check(s, A, B, C, C0, alpha, beta, 99u + si);
-        double blas_gf = 0, err_blas = 0;
-        if (blas) {
-            float *Cb = malloc(nc * 4);
-            double bt[64];
-            for (int r = 0; r < r_total; r++) {
+        size_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n, ldc = s->n;
+        const float alpha = 1.0f, beta = 0.5f;
+        /* Interleaved: each repetition times the tuned call, the built-in call and OpenBLAS one
+         * after the other, so a change of load affects all of them alike. Repetition 0 is the
+         * first call (compilation included) and is reported apart. */
+        double times[3][64], first[2] = {0, 0};
+        int r_total = reps + 1 > 64 ? 64 : reps + 1;
+        for (int r = 0; r < r_total; r++) {
+            for (int v = 0; v < ndev; v++) {
+                ct_device *dv = devs[v];
+                if (r == 1) ct_buffer_read(bC[v], 0, v == 0 ? C : Cb, nc * 4); /* one beta pass */
+                double t0 = now_s();
+                ct_status st = s->batch == 1
+                    ? ct_gemm(dv, s->ta, s->tb, s->m, s->n, s->k, alpha, ct_buffer_mem(bA[v]), 0, lda,
+                              ct_buffer_mem(bB[v]), 0, ldb, beta, ct_buffer_mem(bC[v]), 0, ldc, NULL)
+                    : ct_gemm_strided_batched(dv, s->ta, s->tb, s->m, s->n, s->k, alpha,
+                                              ct_buffer_mem(bA[v]), 0, lda, s->m * s->k,
+                                              ct_buffer_mem(bB[v]), 0, ldb, s->k * s->n, beta,
+                                              ct_buffer_mem(bC[v]), 0, ldc, s->m * s->n, s->batch, NULL);
+                if (st == CT_OK) st = ct_device_finish(dv);
+                if (st != CT_OK) {
+                    fprintf(stderr, "bench_gemm: %s: %s\n", s->name, ct_device_errmsg(dv));
+                    return 1;
+                }
+                double t = now_s() - t0;
+                if (r == 0) first[v] = t;
+                else times[v][r - 1] = t;
+            }
+            if (r == 1 && ndev > 1) { /* check the built-in device's result too */
+                double e = check(s, A, B, Cb, C0, alpha, beta, 99u + si);
+                if (!(e <= 1e-6 * (double)s->k + 1e-5)) {
+                    fprintf(stderr, "bench_gemm: %s: built-in parameters give a WRONG result (%.2e)\n", s->name, e);
+                    failures++;
+                }
+            }
+            if (blas) {
                 memcpy(Cb, C0, nc * 4);
                 double t0 = now_s();
                 for (size_t bi = 0; bi < s->batch; bi++)
@@ -196,29 +215,38 @@ int main(int argc, char **argv) {
                                 alpha, A + bi * s->m * s->k, (int)lda, B + bi * s->k * s->n, (int)ldb,
                                 beta, Cb + bi * s->m * s->n, (int)ldc);
                 double tb = now_s() - t0;
-                if (r > 0) bt[r - 1] = tb;
+                if (r > 0) times[2][r - 1] = tb;
             }
-            qsort(bt, (size_t)(r_total - 1), sizeof bt[0], cmp_double);
-            blas_gf = flops / bt[(r_total - 1) / 2] / 1e9;
-            err_blas = check(s, A, B, Cb, C0, alpha, beta, 99u + si);
-            free(Cb);
         }
+        double flops = 2.0 * s->m * s->n * s->k * s->batch;
+        double med[3] = {0, 0, 0};
+        for (int v = 0; v < 3; v++) {
+            if ((v == 1 && ndev < 2) || (v == 2 && !blas)) continue;
+            qsort(times[v], (size_t)(r_total - 1), sizeof times[v][0], cmp_double);
+            med[v] = times[v][(r_total - 1) / 2];
+        }
+        double err_ct = check(s, A, B, C, C0, alpha, beta, 99u + si);
+        double err_blas = blas ? check(s, A, B, Cb, C0, alpha, beta, 99u + si) : 0;
         /* fp32 accumulation over k terms: allow a few ulps per term of the magnitude sum */
         double tol = 1e-6 * (double)s->k + 1e-5;
         int ok = err_ct <= tol && err_blas <= tol;
         if (!ok) failures++;
-        double gf = flops / t / 1e9, ratio = blas ? gf / blas_gf : 0;
+        double gf = flops / med[0] / 1e9;
+        double bi_gf = ndev > 1 ? flops / med[1] / 1e9 : 0, blas_gf = blas ? flops / med[2] / 1e9 : 0;
+        double ratio = blas ? gf / blas_gf : 0;
         if (blas) ratios[nratio++] = ratio;
+        if (ndev > 1) bratios[nbratio++] = gf / bi_gf;
         if (csv)
-            printf("%s,%zu,%zu,%zu,%zu,%d,%d,%.1f,%.3f,%.2f,%.2f,%.3f,%.2e\n", s->name, s->m, s->n,
-                   s->k, s->batch, s->ta, s->tb, first * 1e3, t * 1e3, gf, blas_gf, ratio, err_ct);
+            printf("%s,%zu,%zu,%zu,%zu,%d,%d,%.1f,%.3f,%.2f,%.2f,%.2f,%.3f,%.2e\n", s->name, s->m, s->n,
+                   s->k, s->batch, s->ta, s->tb, first[0] * 1e3, med[0] * 1e3, gf, bi_gf, blas_gf,
+                   ratio, err_ct);
         else
-            printf("%-26s %6zu %6zu %6zu %5zu %2d %2d %9.1f %9.3f %8.1f %8.1f %6.2f %9.1e%s\n",
-                   s->name, s->m, s->n, s->k, s->batch, s->ta, s->tb, first * 1e3, t * 1e3, gf,
-                   blas_gf, ratio, err_ct, ok ? "" : "  WRONG");
+            printf("%-26s %6zu %6zu %6zu %5zu %2d %2d %9.1f %9.3f %8.1f %8.1f %8.1f %6.2f %9.1e%s\n",
+                   s->name, s->m, s->n, s->k, s->batch, s->ta, s->tb, first[0] * 1e3, med[0] * 1e3, gf,
+                   bi_gf, blas_gf, ratio, err_ct, ok ? "" : "  WRONG");
         fflush(stdout);
-        ct_buffer_free(bA), ct_buffer_free(bB), ct_buffer_free(bC);
-        free(A), free(B), free(C), free(C0);
+        for (int v = 0; v < ndev; v++) ct_buffer_free(bA[v]), ct_buffer_free(bB[v]), ct_buffer_free(bC[v]);
+        free(A), free(B), free(C), free(C0), free(Cb);
     }
     if (nratio) {
         qsort(ratios, (size_t)nratio, sizeof ratios[0], cmp_double);
@@ -227,8 +255,14 @@ int main(int argc, char **argv) {
         fprintf(info, "# ratio to OpenBLAS: median %.2f, min %.2f, max %.2f over %d shapes\n", med,
                 ratios[0], ratios[nratio - 1], nratio);
     }
+    if (nbratio) {
+        qsort(bratios, (size_t)nbratio, sizeof bratios[0], cmp_double);
+        fprintf(info, "# tuned / built-in parameters: median %.2f, min %.2f, max %.2f\n",
+                bratios[nbratio / 2], bratios[0], bratios[nbratio - 1]);
+    }
     if (failures) fprintf(stderr, "bench_gemm: %d shape(s) gave WRONG results\n", failures);
-    ct_device_free(dev);
+    ct_device_free(devs[0]);
+    ct_device_free(devs[1]);
     ct_device_list_free(list);
     return failures ? 1 : 0;
 }
