@@ -107,7 +107,7 @@ const char *ct_device_errmsg(const ct_device *dev);
 ct_err *ct_device_err(ct_device *dev);
 ct_status ct_device_finish(ct_device *dev);
 /* Where the tuning applied at open came from: "stored <path>", "shipped <entry>", "none" or
- * "disabled". */
+ * "disabled (CLBlast's built-in parameters)". */
 const char *ct_device_tuning_source(const ct_device *dev);
 
 /* ---------------------------------------------------------------- memory */

@@ -317,7 +317,7 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
     }
     if (o.cache_dir) snprintf(d->cache_dir, sizeof d->cache_dir, "%s", o.cache_dir);
     else ct_cache_dir_default(d->cache_dir, sizeof d->cache_dir);
-    snprintf(d->tuning_source, sizeof d->tuning_source, "disabled");
+    snprintf(d->tuning_source, sizeof d->tuning_source, "disabled (CLBlast's built-in parameters)");
     if (o.apply_tuning) {
         char tdir[1100];
         if (o.tune_dir) snprintf(tdir, sizeof tdir, "%s", o.tune_dir);
