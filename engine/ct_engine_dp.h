@@ -45,7 +45,8 @@ typedef struct ct_dp_opts {
 ct_dp_opts ct_dp_opts_default(void);
 
 /* comm: the DP group; its rank must equal the model's dp rank and its size the model's dp.
- * Not collective. */
+ * Not collective, except under ZeRO-3 (a second handle on the group is split off for the
+ * parameter gathers the model's parameter hook makes during forward and backward). */
 ct_status ct_dp_create(ct_dp **out, ct_model *m, ct_comm *comm, const ct_dp_opts *o, ct_err *err);
 void ct_dp_free(ct_dp *d);
 const char *ct_dp_errmsg(const ct_dp *d);
@@ -62,7 +63,8 @@ ct_status ct_dp_finish_grads(ct_dp *d);
 ct_status ct_dp_step(ct_dp *d, float lr, float beta1, float beta2, float eps, float weight_decay,
                      float grad_clip, int t, float *norm);
 /* Collective: the whole model state in table order (host arrays of ct_model_num_params floats;
- * any pointer may be NULL to skip it): parameters and the gathered Adam m and v. */
+ * any pointer may be NULL to skip it): parameters (gathered under ZeRO-3) and the gathered Adam
+ * m and v. */
 ct_status ct_dp_gather_state(ct_dp *d, float *params, float *adam_m, float *adam_v);
 /* Collective: average of a float over the group (losses). */
 ct_status ct_dp_average(ct_dp *d, float *v);

@@ -42,7 +42,7 @@ typedef struct ct_model ct_model;
 
 /* Builds the model of `cfg` for this worker of `layout` on `dev` and allocates everything a step
  * at batch <= max_B, sequence <= max_T needs. Layouts: dp >= 1 with tp = pp = 1, ZeRO stage 0,
- * or 1 or 2 with dp >= 2 (others: CT_ERR_UNSUPPORTED). A config that cannot be (heads not dividing channels, V > Vp, max_T >
+ * or 1, 2, 3 with dp >= 2 (others: CT_ERR_UNSUPPORTED). A config that cannot be (heads not dividing channels, V > Vp, max_T >
  * max_seq, ...) or memory the device cannot give is an error with a message in *err. Parameters
  * start as zeros; call ct_model_init_random or ct_model_set_params. */
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
@@ -145,6 +145,18 @@ ct_buffer *ct_model_grad_shard_buffer(ct_model *m);
 /* Offset of (tensor i, layer l) in ct_model_grads_buffer (the flat offset unless ZeRO-2). */
 size_t ct_model_grad_offset(const ct_model *m, int i, int l);
 int ct_model_zero_stage(const ct_model *m);
+
+/* ZeRO-3 (layout zero = 3): the parameters are stored as this worker's shard [lo, hi)
+ * (ct_model_param_shard_buffer, category params; set/get_params write / fill only that part, as
+ * for Adam's state); ct_model_params_buffer is a WORKING buffer laid out like ZeRO-2's gradient
+ * one (category workspace), and forward and backward call the parameter hook before each use:
+ * l = -1 at the start of forward (wte, wpe, lnfw, lnfb), then l before block l's forward and
+ * again before its backward. The hook must leave those parameters at ct_model_param_offset in the
+ * working buffer (enqueued before it returns). AdamW updates the shard in place. */
+typedef ct_status (*ct_model_param_hook)(void *user, ct_model *m, int layer);
+void ct_model_set_param_hook(ct_model *m, ct_model_param_hook fn, void *user);
+ct_buffer *ct_model_param_shard_buffer(ct_model *m);
+size_t ct_model_param_offset(const ct_model *m, int i, int l);
 
 /* ---- where the time goes: in profiling mode every op is followed by a device finish and its
  * wall time is added to its bucket (this slows a step down a little; off by default). */

@@ -106,7 +106,7 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, dp, "dp", "1",                                                                       \
       "data-parallel workers N = MPI ranks x --devices-per-rank; each takes batch/N rows")      \
     X(INT, devices_per_rank, "devices-per-rank", "1", "devices (worker threads) per process")  \
-    X(INT, zero, "zero", "0", "ZeRO: 0 none, 1 Adam m,v sharded over the DP group, 2 + gradients") \
+    X(INT, zero, "zero", "0", "ZeRO: 0 none, 1 Adam m,v sharded over the DP group, 2 + gradients, 3 + parameters") \
     X(FLOAT, bucket_mb, "bucket-mb", "25", "data-parallel gradient bucket size in MiB")        \
     X(INT, overlap, "overlap", "1",                                                             \
       "1 = all-reduce gradient buckets while backward goes on; 0 = after backward")

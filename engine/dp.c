@@ -35,6 +35,9 @@ struct ct_dp {
                           working buffer; else = blo[k]) */
     float *acc;        /* ZeRO-2: this worker's averaged gradient shard, summed over micro-steps */
     float norm;        /* ZeRO-2: the global norm of the last finished step */
+    ct_comm *pc;       /* ZeRO-3: a second handle on the group for parameter gathers (the
+                          communication thread uses `c` at the same time) */
+    float *ptmp;       /* ZeRO-3: host staging of one gathered range */
     float *stage;      /* overlap: flat floats (bucket k at stage + blo[k]); else one bucket */
     size_t stage_floats;
     float *hostflat; /* flat floats: ZeRO gathers */
@@ -66,7 +69,9 @@ ct_dp_opts ct_dp_opts_default(void) {
 const char *ct_dp_errmsg(const ct_dp *d) { return d->err.msg; }
 int ct_dp_num_buckets(const ct_dp *d) { return d->nb; }
 size_t ct_dp_comm_bytes(const ct_dp *d) {
-    return (d->stage_floats + (d->hostflat ? d->flat : 0)) * sizeof(float);
+    return (d->stage_floats + (d->hostflat ? d->flat : 0) + (d->ptmp ? d->flat : 0) +
+            (d->acc ? d->hi - d->lo : 0)) *
+           sizeof(float);
 }
 
 static ct_status comm_fail(ct_dp *d, ct_status st, const char *what) {
@@ -111,6 +116,46 @@ static void *comm_main(void *arg) {
     }
     pthread_mutex_unlock(&d->mu);
     return NULL;
+}
+
+/* ZeRO-3: parameters [a, b) into the model's working buffer at `work`: every worker puts its
+ * shard's part into a zeroed range and the range is all-reduced (sum): exact, since every other
+ * contribution is 0. */
+static ct_status gather_range(ct_dp *d, ct_model *m, size_t a, size_t b, size_t work) {
+    size_t n = b - a, x0 = a > d->lo ? a : d->lo, x1 = b < d->hi ? b : d->hi;
+    ct_status st = CT_OK;
+    memset(d->ptmp, 0, n * sizeof(float));
+    if (x0 < x1)
+        st = dev_fail(d, ct_buffer_read(ct_model_param_shard_buffer(m), (x0 - d->lo) * sizeof(float),
+                                        d->ptmp + (x0 - a), (x1 - x0) * sizeof(float)),
+                      "reading the parameter shard");
+    if (st == CT_OK)
+        st = comm_fail(d, ct_comm_allreduce(d->pc, d->ptmp, d->ptmp, n, CT_F32, CT_OP_SUM, NULL),
+                       "parameter gather");
+    if (st == CT_OK)
+        st = dev_fail(d, ct_buffer_write(ct_model_params_buffer(m), work * sizeof(float), d->ptmp,
+                                         n * sizeof(float)),
+                      "writing gathered parameters");
+    return st;
+}
+
+/* The model's parameter hook (ZeRO-3): block l, or (l = -1) the embeddings and final LayerNorm. */
+static ct_status on_params_needed(void *user, ct_model *m, int l) {
+    ct_dp *d = (ct_dp *)user;
+    double t0 = now_ms();
+    int L = ct_model_config(m)->layers;
+    ct_status st;
+    if (l < 0) {
+        st = gather_range(d, m, 0, ct_model_layer_begin(m, 0), 0);
+        if (st == CT_OK)
+            st = gather_range(d, m, ct_model_layer_begin(m, L), d->nparams,
+                              ct_model_param_offset(m, CT_GPT_lnfw, 0));
+    } else {
+        st = gather_range(d, m, ct_model_layer_begin(m, l), ct_model_layer_begin(m, l + 1),
+                          ct_model_param_offset(m, CT_GPT_ln1w, l));
+    }
+    d->times.exposed_ms += now_ms() - t0;
+    return st;
 }
 
 /* The model's backward hook: hand every bucket that is now complete to the thread. */
@@ -229,6 +274,17 @@ ct_status ct_dp_create(ct_dp **out, ct_model *m, ct_comm *comm, const ct_dp_opts
         }
         d->th_started = 1;
     }
+    if (d->zero >= 3) {
+        /* collective over the group (every worker creates its ct_dp together) */
+        if (ct_comm_split(comm, 0, d->rank, &d->pc) != CT_OK ||
+            !(d->ptmp = malloc(d->flat * sizeof(float)))) {
+            CT_ERR(err, CT_ERR_NOMEM, "ct_dp_create: ZeRO-3 gather handle or staging: %s",
+                   ct_comm_errmsg(comm));
+            ct_dp_free(d);
+            return CT_ERR_NOMEM;
+        }
+        ct_model_set_param_hook(m, on_params_needed, d);
+    }
     ct_model_set_backward_hook(m, on_grads_ready, d);
     *out = d;
     return CT_OK;
@@ -251,6 +307,9 @@ void ct_dp_free(ct_dp *d) {
         for (int k = 0; k < d->nb; k++)
             if (d->ev[k]) clReleaseEvent(d->ev[k]);
     if (d->m) ct_model_set_backward_hook(d->m, NULL, NULL);
+    if (d->m && d->zero >= 3) ct_model_set_param_hook(d->m, NULL, NULL);
+    ct_comm_free(d->pc);
+    free(d->ptmp);
     free(d->blo);
     free(d->bhi);
     free(d->bwork);
@@ -353,7 +412,7 @@ ct_status ct_dp_step(ct_dp *d, float lr, float beta1, float beta2, float eps, fl
     if ((st = dev_fail(d, ct_device_finish(d->dev), "optimizer")) != CT_OK) return st;
     double t1 = now_ms();
     d->times.optimizer_ms += t1 - t0;
-    if (d->zero) {
+    if (d->zero && d->zero < 3) { /* ZeRO-3 keeps the updated shard; gathers on use */
         ct_buffer *p = ct_model_params_buffer(d->m);
         st = gather_flat(d, p, d->lo);
         if (st == CT_OK)
@@ -368,8 +427,13 @@ ct_status ct_dp_step(ct_dp *d, float lr, float beta1, float beta2, float eps, fl
 
 ct_status ct_dp_gather_state(ct_dp *d, float *params, float *adam_m, float *adam_v) {
     ct_status st = CT_OK;
-    if (params && (st = ct_model_get_params(d->m, params, d->nparams)) != CT_OK)
+    if (d->zero >= 3) {
+        st = gather_flat(d, ct_model_param_shard_buffer(d->m), 0);
+        if (st != CT_OK) return st;
+        if (params) ct_model_flat_to_table(d->m, d->hostflat, params);
+    } else if (params && (st = ct_model_get_params(d->m, params, d->nparams)) != CT_OK) {
         return CT_ERR(&d->err, st, "%s", ct_model_errmsg(d->m));
+    }
     if (!d->zero) {
         if ((adam_m || adam_v) &&
             (st = ct_model_get_optimizer(d->m, adam_m, adam_v, d->nparams)) != CT_OK)

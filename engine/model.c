@@ -59,6 +59,11 @@ struct ct_model {
      * `gshard` holds this worker's averaged gradient shard [shard_lo, shard_hi). */
     size_t glen;         /* floats of `grads` */
     ct_buffer *gshard;
+    /* ZeRO-3: `params` is a working buffer laid out like ZeRO-2's gradient one (block l in slot
+     * l % 2), filled by the parameter hook before each use; `pshard` holds this worker's shard. */
+    ct_buffer *pshard;
+    ct_model_param_hook phook;
+    void *phook_user;
     ct_model_bwd_hook hook;
     void *hook_user;
     ct_buffer *params, *grads, *adam_m, *adam_v, *acts;
@@ -105,13 +110,20 @@ static size_t foff(const ct_model *m, int i, int l) {
     return m->loffs[i] + (is_block(i) ? (size_t)l * m->lstride : 0);
 }
 
-/* Offset of (tensor i, layer l) in the gradient buffer: flat, or the ZeRO-2 working buffer. */
-static size_t goff(const ct_model *m, int i, int l) {
-    if (m->layout.zero < 2) return foff(m, i, l);
+/* Offset of (tensor i, layer l) in a working buffer [wte wpe | slot 0 | slot 1 | lnfw lnfb]. */
+static size_t woff(const ct_model *m, int i, int l) {
     if (is_block(i)) return m->lbase + (size_t)(l % 2) * m->lstride + (m->loffs[i] - m->lbase);
     if (i == CT_GPT_lnfw || i == CT_GPT_lnfb)
         return m->lbase + 2 * m->lstride + (m->loffs[i] - m->loffs[CT_GPT_lnfw]);
     return m->loffs[i];
+}
+/* ... in the gradient buffer (flat, or the ZeRO-2/3 working buffer) and the parameter buffer
+ * (flat, or the ZeRO-3 working buffer). */
+static size_t goff(const ct_model *m, int i, int l) {
+    return m->layout.zero < 2 ? foff(m, i, l) : woff(m, i, l);
+}
+static size_t poff(const ct_model *m, int i, int l) {
+    return m->layout.zero < 3 ? foff(m, i, l) : woff(m, i, l);
 }
 
 int ct_model_tensor_decays(int i) {
@@ -198,10 +210,10 @@ ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_lay
                       "ct_model_create: layout dp=%d tp=%d pp=%d (dp rank %d) is not supported "
                       "(data parallelism only: tp = pp = 1, 0 <= dp rank < dp)",
                       layout->dp, layout->tp, layout->pp, coords->dp_rank);
-    if (layout->zero < 0 || layout->zero > 2 || (layout->zero > 0 && layout->dp < 2))
+    if (layout->zero < 0 || layout->zero > 3 || (layout->zero > 0 && layout->dp < 2))
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0, 1 "
-                      "and 2 are built; a ZeRO stage needs dp >= 2)",
+                      "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
+                      "are built; a ZeRO stage needs dp >= 2)",
                       layout->zero, layout->dp);
     m = calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
@@ -243,7 +255,12 @@ ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_lay
     m->glen = layout->zero >= 2 ? m->lbase + 2 * m->lstride + 2 * (size_t)cfg->channels : m->flat;
     plan_arena(&m->a, cfg, max_B, max_T);
     size_t pb = m->flat * sizeof(float), ob = m->opt_len * sizeof(float);
-    if ((st = ct_buffer_alloc(dev, CT_MEM_PARAMS, "params", pb, &m->params)) != CT_OK ||
+    int z3 = layout->zero >= 3;
+    if ((st = ct_buffer_alloc(dev, z3 ? CT_MEM_WORKSPACE : CT_MEM_PARAMS,
+                              z3 ? "parameter working buffer" : "params",
+                              z3 ? m->glen * sizeof(float) : pb, &m->params)) != CT_OK ||
+        (z3 && (st = ct_buffer_alloc(dev, CT_MEM_PARAMS, "parameter shard", ob, &m->pshard)) !=
+                   CT_OK) ||
         (st = ct_buffer_alloc(dev, layout->zero >= 2 ? CT_MEM_WORKSPACE : CT_MEM_GRADS,
                               layout->zero >= 2 ? "gradient working buffer" : "grads",
                               m->glen * sizeof(float), &m->grads)) != CT_OK ||
@@ -272,6 +289,7 @@ void ct_model_free(ct_model *m) {
     ct_buffer_free(m->params);
     ct_buffer_free(m->grads);
     ct_buffer_free(m->gshard);
+    ct_buffer_free(m->pshard);
     ct_buffer_free(m->adam_m);
     ct_buffer_free(m->adam_v);
     ct_buffer_free(m->acts);
@@ -285,6 +303,12 @@ size_t ct_model_num_params(const ct_model *m) { return m->nparams; }
 ct_buffer *ct_model_params_buffer(ct_model *m) { return m->params; }
 ct_buffer *ct_model_grads_buffer(ct_model *m) { return m->grads; }
 ct_buffer *ct_model_grad_shard_buffer(ct_model *m) { return m->gshard; }
+ct_buffer *ct_model_param_shard_buffer(ct_model *m) { return m->pshard; }
+size_t ct_model_param_offset(const ct_model *m, int i, int l) { return poff(m, i, l); }
+void ct_model_set_param_hook(ct_model *m, ct_model_param_hook fn, void *user) {
+    m->phook = fn;
+    m->phook_user = user;
+}
 size_t ct_model_grad_offset(const ct_model *m, int i, int l) { return goff(m, i, l); }
 int ct_model_zero_stage(const ct_model *m) { return m->layout.zero; }
 ct_buffer *ct_model_adam_m_buffer(ct_model *m) { return m->adam_m; }
@@ -366,9 +390,13 @@ static ct_status copy_flat(ct_model *m, ct_buffer *b, size_t lo, size_t blen, co
 
 ct_status ct_model_set_params(ct_model *m, const float *h, size_t n) {
     m->fwd_valid = 0;
+    if (m->pshard)
+        return copy_flat(m, m->pshard, m->shard_lo, m->opt_len, h, NULL, n, "ct_model_set_params");
     return copy_flat(m, m->params, 0, m->flat, h, NULL, n, "ct_model_set_params");
 }
 ct_status ct_model_get_params(ct_model *m, float *h, size_t n) {
+    if (m->pshard)
+        return copy_flat(m, m->pshard, m->shard_lo, m->opt_len, NULL, h, n, "ct_model_get_params");
     return copy_flat(m, m->params, 0, m->flat, NULL, h, n, "ct_model_get_params");
 }
 static ct_status no_full_grads(ct_model *m, const char *what) {
@@ -453,9 +481,14 @@ static ct_status check_ids(ct_model *m, const int *ids, size_t n, const char *wh
     return CT_OK;
 }
 
-#define PV(t) ct_view_of(pm, m->loffs[CT_GPT_##t])
+#define PV(t) ct_view_of(pm, poff(m, CT_GPT_##t, 0))
 #define GV(t) ct_view_of(gm, goff(m, CT_GPT_##t, 0))
-#define PL(t, l) ct_view_of(pm, foff(m, CT_GPT_##t, l))
+#define PL(t, l) ct_view_of(pm, poff(m, CT_GPT_##t, l))
+/* ZeRO-3: have the parameters of block l (-1: embeddings and final LayerNorm) gathered. */
+#define PHOOK(l)                                                                        \
+    do {                                                                                \
+        if (m->phook && (st = m->phook(m->phook_user, m, (l))) != CT_OK) goto cleanup;  \
+    } while (0)
 #define GL(t, l) ct_view_of(gm, goff(m, CT_GPT_##t, l))
 #define AV(f) ct_view_of(am, m->a.f)
 
@@ -482,8 +515,10 @@ ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, i
     if (targets)
         RUN(OP_upload,
             ct_buffer_write(m->acts, m->a.targets * sizeof(float), targets, BT * sizeof(int)));
+    PHOOK(-1);
     RUN(OP_encoder_fwd, ct_encoder_forward(m->dev, AV(enc), AV(tokens), PV(wte), PV(wpe), B, T, C, Vp));
     for (int l = 0; l < L; l++) {
+        PHOOK(l);
         ct_view res = l ? ct_view_at(AV(res3), (l - 1) * lBTC) : AV(enc);
         ct_view ln1 = ct_view_at(AV(ln1), l * lBTC), qkv = ct_view_at(AV(qkv), 3 * l * lBTC);
         ct_view qkvr = ct_view_at(AV(qkvr), 3 * l * lBTC), att = ct_view_at(AV(att), l * attL);
@@ -587,6 +622,7 @@ ct_status ct_model_backward(ct_model *m, float loss_scale) {
                               AV(lnfr), B, T, C, 0));
     if (m->hook && (st = m->hook(m->hook_user, m, m->loffs[CT_GPT_lnfw])) != CT_OK) goto cleanup;
     for (int l = L - 1; l >= 0; l--) {
+        PHOOK(l);
         ct_view res = l ? ct_view_at(AV(res3), (l - 1) * lBTC) : AV(enc);
         ct_view ln1 = ct_view_at(AV(ln1), l * lBTC);
         ct_view qkvr = ct_view_at(AV(qkvr), 3 * l * lBTC), att = ct_view_at(AV(att), l * attL);
@@ -650,8 +686,9 @@ static ct_status adamw(ct_model *m, float lr, float beta1, float beta2, float ep
                        float weight_decay, float grad_clip, int t, const float *given,
                        float *norm_out) {
     ct_status st = CT_OK;
-    cl_mem am = ct_buffer_mem(m->acts), pm = ct_buffer_mem(m->params);
+    cl_mem am = ct_buffer_mem(m->acts), pm = ct_buffer_mem(m->pshard ? m->pshard : m->params);
     cl_mem gm = ct_buffer_mem(m->gshard ? m->gshard : m->grads), mm = ct_buffer_mem(m->adam_m);
+    size_t p0 = m->pshard ? m->shard_lo : 0;
     cl_mem vm = ct_buffer_mem(m->adam_v);
     size_t g0 = m->gshard ? m->shard_lo : 0; /* flat offset of the gradient buffer's start */
     int need_norm = grad_clip > 0.0f || norm_out;
@@ -672,7 +709,7 @@ static ct_status adamw(ct_model *m, float lr, float beta1, float beta2, float ep
             if (a >= b) continue;
             size_t mo = a - m->shard_lo;
             RUN(OP_adamw,
-                ct_adamw_update(m->dev, ct_view_of(pm, a), ct_view_of(gm, a - g0), ct_view_of(mm, mo),
+                ct_adamw_update(m->dev, ct_view_of(pm, a - p0), ct_view_of(gm, a - g0), ct_view_of(mm, mo),
                                 ct_view_of(vm, mo), need_norm ? AV(norm) : ct_view_none(),
                                 grad_clip, b - a, lr, beta1, beta2, eps,
                                 ct_model_tensor_decays(i) ? weight_decay : 0.0f, t));

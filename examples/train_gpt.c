@@ -188,9 +188,6 @@ static void check_params(const ct_train_params *p, ct_lr_schedule *sched) {
     NEED(p->zero >= 0 && p->zero <= 3, "--zero must be 0, 1, 2 or 3 (got %d)", p->zero);
     NEED(!(p->zero > 0 && p->dp < 2),
          "--zero %d needs data parallelism (--dp >= 2): ZeRO shards over the DP group", p->zero);
-    NEED(p->zero <= 2,
-         "--zero %d is not implemented yet (stages 0, 1 and 2 are; 3 is issue 5's open part)",
-         p->zero);
     NEED(p->batch % p->dp == 0,
          "--dp %d does not divide --batch %d: each data-parallel worker takes an equal, contiguous "
          "share of every micro-batch's rows",
@@ -272,8 +269,10 @@ static ct_status evaluate(ct_model *m, ct_loader *vl, int batches, int row0, int
     return CT_OK;
 }
 
+/* print = 0: generate only (a ZeRO-3 worker other than the leader: every forward gathers
+ * parameters collectively, so every worker runs the same forwards). */
 static void sample_and_print(ct_model *m, const ct_train_params *p, int T, const ct_tokenizer *tok,
-                             ct_rng *rng, int64_t step, ct_metrics *mx) {
+                             ct_rng *rng, int64_t step, ct_metrics *mx, int print) {
     const ct_gpt_config *c = ct_model_config(m);
     ct_err err = {0};
     int cap = p->sample_len + 1024;
@@ -283,7 +282,12 @@ static void sample_and_print(ct_model *m, const ct_train_params *p, int T, const
     if (ct_prompt_parse(p->prompt, c->vocab, tok ? ct_tokenizer_eot(tok) : -1, tokens, 1024, &n,
                         &err) ||
         ct_generate(m, tokens, n, n + p->sample_len, T, p->temperature, p->top_k, rng, &err)) {
+        if (p->zero >= 3) die(1, "sampling failed: %s", err.msg); /* the others would wait */
         fprintf(stderr, "train_gpt: sampling failed: %s\n", err.msg);
+        free(tokens);
+        return;
+    }
+    if (!print) {
         free(tokens);
         return;
     }
@@ -596,8 +600,8 @@ static void worker(run_ctx *x, int thread) {
                 ct_metrics_record(mx, "eval", f);
             }
         }
-        if (leader && p.sample_every > 0 && done % p.sample_every == 0 && !last)
-            sample_and_print(model, &p, p.seq, x->tok, &rng, done, mx);
+        if ((leader || p.zero >= 3) && p.sample_every > 0 && done % p.sample_every == 0 && !last)
+            sample_and_print(model, &p, p.seq, x->tok, &rng, done, mx, leader);
         if (p.save[0] && ((p.save_every > 0 && done % p.save_every == 0) || last))
             save_checkpoint(model, dp, leader, &p, done, accum, &rng, ct_data_count(x->train));
     }
@@ -610,16 +614,19 @@ static void worker(run_ctx *x, int thread) {
     }
 
     /* 6. The end: the model file and a sample (the leader; parameters are the same everywhere). */
-    if (leader && p.save_model[0]) {
+    if ((leader || p.zero >= 3) && p.save_model[0]) { /* ZeRO-3: the gather is collective */
         float *host = (float *)malloc(np * sizeof(float));
         if (!host) die(1, "no memory to save the model");
-        if (ct_model_get_params(model, host, np)) die(1, "%s", ct_model_errmsg(model));
-        if (ct_model_file_write(p.save_model, &cfg, host, &err))
+        if (p.zero >= 3 ? ct_dp_gather_state(dp, host, NULL, NULL) != CT_OK
+                        : ct_model_get_params(model, host, np) != CT_OK)
+            die(1, "%s", p.zero >= 3 ? ct_dp_errmsg(dp) : ct_model_errmsg(model));
+        if (leader && ct_model_file_write(p.save_model, &cfg, host, &err))
             die(1, "model not written: %s", err.msg);
-        printf("saved model %s (llm.c GPT-2 format, fp32)\n", p.save_model);
+        if (leader) printf("saved model %s (llm.c GPT-2 format, fp32)\n", p.save_model);
         free(host);
     }
-    if (leader && p.sample_len > 0) sample_and_print(model, &p, p.seq, x->tok, &rng, p.steps, mx);
+    if ((leader || p.zero >= 3) && p.sample_len > 0)
+        sample_and_print(model, &p, p.seq, x->tok, &rng, p.steps, mx, leader);
 
     free(in);
     free(tg);

@@ -1,15 +1,17 @@
 #!/bin/sh
 # test_engine_dp.sh TRAIN_GPT MPIEXEC [part] - data parallelism (issue 5) through train_gpt.
 #
-# 1. Every layout trains the same global batch as one device: DP (ZeRO-0, 1, 2) over N = 2,
+# 1. Every layout trains the same global batch as one device: DP (ZeRO-0, 1, 2, 3) over N = 2,
 #    3 and 4 workers as threads (--devices-per-rank), as MPI ranks and mixed, with gradient
 #    accumulation (2 micro-batches) and clipping on (--grad-clip below the norms), overlap on and
 #    off, small buckets (several per step): the 20 losses match the single-device run within
 #    1e-5 relative.
 # 2. The "memory" records (one per worker) give model-state bytes within 5 % of the ZeRO
-#    formulas (16 Psi; 8 Psi + 8 Psi / N; 4 Psi + 12 Psi / N).
+#    formulas (16 Psi; 8 Psi + 8 Psi / N; 4 Psi + 12 Psi / N; 16 Psi / N).
 # 3. A checkpoint written under one layout (2 threads, ZeRO-1) resumes under another (3 ranks,
-#    ZeRO-0; 2x2 ZeRO-2; 1 device) and continues the single-device loss curve.
+#    ZeRO-0; 2x2 ZeRO-2; 1 device), and one written by 2 ranks with ZeRO-3 resumes on 1 device,
+#    continuing the single-device loss curve. Under ZeRO-3 sampling, evaluation and --save-model
+#    (collective there) run without hanging.
 # 4. Impossible layouts are refused with status 2 and a message before any work.
 # part: "all" (default), "threads", "ranks", "mixed", "resume", "refuse".
 set -u
@@ -102,6 +104,8 @@ if want threads; then
         compare "$D/ref.jsonl" "$D/t3z.jsonl" "threads 1x3 ZeRO-1" && memcheck "$D/t3z.jsonl" 3 1
     run t2z2 1 2 2 --dp 2 --devices-per-rank 2 --zero 2 &&
         compare "$D/ref.jsonl" "$D/t2z2.jsonl" "threads 1x2 ZeRO-2" && memcheck "$D/t2z2.jsonl" 2 2
+    run t2z3 1 2 2 --dp 2 --devices-per-rank 2 --zero 3 &&
+        compare "$D/ref.jsonl" "$D/t2z3.jsonl" "threads 1x2 ZeRO-3" && memcheck "$D/t2z3.jsonl" 2 3
 fi
 if want ranks; then
     need_ref
@@ -112,6 +116,8 @@ if want ranks; then
         memcheck "$D/r4.jsonl" 4 0
     run r3z2 3 1 1 --dp 3 --zero 2 && compare "$D/ref.jsonl" "$D/r3z2.jsonl" "ranks 3x1 ZeRO-2" &&
         memcheck "$D/r3z2.jsonl" 3 2
+    run r3z3 3 1 1 --dp 3 --zero 3 && compare "$D/ref.jsonl" "$D/r3z3.jsonl" "ranks 3x1 ZeRO-3" &&
+        memcheck "$D/r3z3.jsonl" 3 3
 fi
 if want mixed; then
     need_ref
@@ -121,6 +127,18 @@ if want mixed; then
         compare "$D/ref.jsonl" "$D/m4z.jsonl" "mixed 2x2 ZeRO-1" && memcheck "$D/m4z.jsonl" 4 1
     run m4z2 2 2 2 --dp 4 --devices-per-rank 2 --zero 2 &&
         compare "$D/ref.jsonl" "$D/m4z2.jsonl" "mixed 2x2 ZeRO-2" && memcheck "$D/m4z2.jsonl" 4 2
+    run m4z3 2 2 2 --dp 4 --devices-per-rank 2 --zero 3 &&
+        compare "$D/ref.jsonl" "$D/m4z3.jsonl" "mixed 2x2 ZeRO-3" && memcheck "$D/m4z3.jsonl" 4 3
+    # ZeRO-3: sampling, evaluation and --save-model are collective (every forward gathers)
+    if run m4z3s 2 2 2 --dp 4 --devices-per-rank 2 --zero 3 --steps 4 --sample-len 8 \
+           --sample-every 2 --eval-every 2 --save-model "$D/z3model.bin"; then
+        if grep -q "val loss" "$D/m4z3s.log" && grep -q -- "---- sample at step 2" "$D/m4z3s.log" &&
+           [ -s "$D/z3model.bin" ]; then
+            echo "ok: mixed 2x2 ZeRO-3 with sampling, evaluation and --save-model"
+        else
+            fail "ZeRO-3 sampling / evaluation / save-model output missing"; tail -n 5 "$D/m4z3s.log"
+        fi
+    fi
 fi
 if want resume; then
     need_ref
@@ -133,6 +151,10 @@ if want resume; then
             compare "$D/ref.jsonl" "$D/res4.jsonl" "resume 1x2 ZeRO-1 -> 2x2 ZeRO-2" 10
         run res1 1 1 1 --resume "$D/ck/ckpt_00000010.bin" &&
             compare "$D/ref.jsonl" "$D/res1.jsonl" "resume 1x2 ZeRO-1 -> 1 device" 10
+    fi
+    if run w3 2 1 1 --dp 2 --zero 3 --save "$D/ck3" --save-every 10 --steps 20; then
+        run res3z 1 1 1 --resume "$D/ck3/ckpt_00000010.bin" &&
+            compare "$D/ref.jsonl" "$D/res3z.jsonl" "resume 2x1 ZeRO-3 -> 1 device" 10
     fi
 fi
 if want refuse; then
@@ -155,7 +177,7 @@ if want refuse; then
     }
     expect_bad "N not dividing the rows" "--dp 5 does not divide --batch 12" 1 2 --dp 5
     expect_bad "ZeRO without DP" "--zero 1 needs data parallelism" 1 1 --zero 1
-    expect_bad "ZeRO-3 not built" "--zero 3 is not implemented yet" 1 2 --dp 2 --devices-per-rank 2 --zero 3
+    expect_bad "no ZeRO-4" "--zero must be 0, 1, 2 or 3" 1 2 --dp 2 --devices-per-rank 2 --zero 4
     expect_bad "more workers than devices" "more workers than devices" 1 2 --dp 3 --devices-per-rank 3
     expect_bad "--dp vs workers" "--dp 2 does not match the 1 workers" 1 1 --dp 2
     expect_bad "--dp vs ranks" "--dp 4 does not match the 2 workers" 2 1 --dp 4
