@@ -8,7 +8,8 @@
  * N = R x D workers train a random model on random tokens, each on batch/N rows (the global
  * batch is fixed, so N workers ideally take 1/N of the compute). Worker 0 prints one line:
  * N, overlap, ms per step (mean over the steps after two warm-up steps) split into compute,
- * exposed communication and optimizer, the communication thread's busy time, tokens/s, and the
+ * exposed communication (with ZeRO-3's parameter gathers, which wait inside forward and
+ * backward) and optimizer, the communication thread's busy time, tokens/s, and the
  * scaling efficiency against --base-ms (the N = 1 step time, when given). */
 #include <omp.h>
 #include <stdio.h>
@@ -101,13 +102,16 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     ct_dp_times tm;
     ct_dp_times_get(dp, &tm);
     if (r == 0) {
-        double step = t_step / counted, comp = t_compute / counted;
+        /* ZeRO-3 gathers run inside forward / backward: counted as exposed, not compute */
+        double step = t_step / counted, comp = (t_compute - tm.gather_ms) / counted;
         double exposed = tm.exposed_ms / counted, opt = tm.optimizer_ms / counted;
         double tok = (double)o->B * o->T / (step / 1e3);
         printf("N=%d (%dx%d) overlap=%d zero=%d buckets=%d | step %.2f ms | compute %.2f | "
-               "exposed comm %.2f (%.1f%%) | optimizer %.2f | comm busy %.2f | %.0f tok/s",
+               "exposed comm %.2f (%.1f%%, gathers %.2f) | optimizer %.2f | comm busy %.2f | "
+               "%.0f tok/s",
                N, ct_topo_nranks(topo), ct_topo_devices_per_rank(topo), o->overlap, o->zero,
-               ct_dp_num_buckets(dp), step, comp, exposed, 100 * exposed / step, opt,
+               ct_dp_num_buckets(dp), step, comp, exposed, 100 * exposed / step,
+               tm.gather_ms / counted, opt,
                tm.busy_ms / counted, tok);
         if (o->base_ms > 0) printf(" | scaling efficiency %.2f", o->base_ms / (step * N));
         printf("\n");

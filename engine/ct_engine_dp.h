@@ -74,6 +74,8 @@ ct_status ct_dp_average(ct_dp *d, float *v);
  * collectives and staging in total (on the communication thread too). */
 typedef struct ct_dp_times {
     double exposed_ms, busy_ms, optimizer_ms;
+    double gather_ms; /* ZeRO-3: the part of exposed_ms spent waiting for parameter gathers,
+                         inside forward and backward */
 } ct_dp_times;
 void ct_dp_times_get(const ct_dp *d, ct_dp_times *out);
 void ct_dp_times_reset(ct_dp *d);

@@ -150,10 +150,10 @@ int ct_model_zero_stage(const ct_model *m);
  * (ct_model_param_shard_buffer, category params; set/get_params write / fill only that part, as
  * for Adam's state); ct_model_params_buffer is a WORKING buffer laid out like ZeRO-2's gradient
  * one (category workspace), and forward and backward call the parameter hook before each use:
- * l = -1 at the start of forward (wte, wpe, lnfw, lnfb), then l before block l's forward and
- * again before its backward. The hook must leave those parameters at ct_model_param_offset in the
+ * l = -1 at the start of forward (wte, wpe, lnfw, lnfb), then l before block l's forward
+ * (backward = 0) and again before its backward (backward = 1). The hook must leave those parameters at ct_model_param_offset in the
  * working buffer (enqueued before it returns). AdamW updates the shard in place. */
-typedef ct_status (*ct_model_param_hook)(void *user, ct_model *m, int layer);
+typedef ct_status (*ct_model_param_hook)(void *user, ct_model *m, int layer, int backward);
 void ct_model_set_param_hook(ct_model *m, ct_model_param_hook fn, void *user);
 ct_buffer *ct_model_param_shard_buffer(ct_model *m);
 size_t ct_model_param_offset(const ct_model *m, int i, int l);

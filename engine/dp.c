@@ -38,6 +38,17 @@ struct ct_dp {
     ct_comm *pc;       /* ZeRO-3: a second handle on the group for parameter gathers (the
                           communication thread uses `c` at the same time) */
     float *ptmp;       /* ZeRO-3: host staging of one gathered range */
+    float *mirror;     /* ZeRO-3: host copy of this worker's parameter shard (refreshed at the
+                          start of every forward; the shard changes only in the optimizer) */
+    int slot_holds[2]; /* ZeRO-3: block in each working slot, -1 unknown */
+    /* ZeRO-3 prefetch: the next block's gather runs on a second thread (over `pc`) while the
+     * device computes the current block. */
+    pthread_t pth;
+    int pth_started, pf_block, pf_state; /* pf_state: 0 idle, 1 requested, 2 done */
+    size_t pf_a, pf_b;
+    float *pf_buf;
+    ct_status pf_st;
+    double gather_ms;
     float *stage;      /* overlap: flat floats (bucket k at stage + blo[k]); else one bucket */
     size_t stage_floats;
     float *hostflat; /* flat floats: ZeRO gathers */
@@ -69,7 +80,8 @@ ct_dp_opts ct_dp_opts_default(void) {
 const char *ct_dp_errmsg(const ct_dp *d) { return d->err.msg; }
 int ct_dp_num_buckets(const ct_dp *d) { return d->nb; }
 size_t ct_dp_comm_bytes(const ct_dp *d) {
-    return (d->stage_floats + (d->hostflat ? d->flat : 0) + (d->ptmp ? d->flat : 0) +
+    return (d->stage_floats + (d->hostflat ? d->flat : 0) + (d->ptmp ? 2 * d->flat : 0) +
+            (d->mirror ? d->hi - d->lo : 0) +
             (d->acc ? d->hi - d->lo : 0)) *
            sizeof(float);
 }
@@ -121,40 +133,100 @@ static void *comm_main(void *arg) {
 /* ZeRO-3: parameters [a, b) into the model's working buffer at `work`: every worker puts its
  * shard's part into a zeroed range and the range is all-reduced (sum): exact, since every other
  * contribution is 0. */
-static ct_status gather_range(ct_dp *d, ct_model *m, size_t a, size_t b, size_t work) {
+static ct_status gather_host(ct_dp *d, size_t a, size_t b, float *buf) {
     size_t n = b - a, x0 = a > d->lo ? a : d->lo, x1 = b < d->hi ? b : d->hi;
-    ct_status st = CT_OK;
-    memset(d->ptmp, 0, n * sizeof(float));
-    if (x0 < x1)
-        st = dev_fail(d, ct_buffer_read(ct_model_param_shard_buffer(m), (x0 - d->lo) * sizeof(float),
-                                        d->ptmp + (x0 - a), (x1 - x0) * sizeof(float)),
-                      "reading the parameter shard");
-    if (st == CT_OK)
-        st = comm_fail(d, ct_comm_allreduce(d->pc, d->ptmp, d->ptmp, n, CT_F32, CT_OP_SUM, NULL),
-                       "parameter gather");
+    memset(buf, 0, n * sizeof(float));
+    if (x0 < x1) memcpy(buf + (x0 - a), d->mirror + (x0 - d->lo), (x1 - x0) * sizeof(float));
+    return comm_fail(d, ct_comm_allreduce(d->pc, buf, buf, n, CT_F32, CT_OP_SUM, NULL),
+                     "parameter gather");
+}
+
+static ct_status gather_range(ct_dp *d, ct_model *m, size_t a, size_t b, size_t work) {
+    ct_status st = gather_host(d, a, b, d->ptmp);
     if (st == CT_OK)
         st = dev_fail(d, ct_buffer_write(ct_model_params_buffer(m), work * sizeof(float), d->ptmp,
-                                         n * sizeof(float)),
+                                         (b - a) * sizeof(float)),
                       "writing gathered parameters");
     return st;
 }
 
+static void *prefetch_main(void *arg) {
+    ct_dp *d = (ct_dp *)arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->quit && d->pf_state != 1) pthread_cond_wait(&d->cv, &d->mu);
+        if (d->quit) break;
+        size_t a = d->pf_a, b = d->pf_b;
+        pthread_mutex_unlock(&d->mu);
+        ct_status st = gather_host(d, a, b, d->pf_buf);
+        pthread_mutex_lock(&d->mu);
+        d->pf_st = st;
+        d->pf_state = 2;
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Block l into its slot: from the prefetch when it is that block's, else gathered now. */
+static ct_status gather_block(ct_dp *d, ct_model *m, int l) {
+    size_t a = ct_model_layer_begin(m, l), b = ct_model_layer_begin(m, l + 1);
+    size_t work = ct_model_param_offset(m, CT_GPT_ln1w, l);
+    ct_status st = CT_OK;
+    if (d->slot_holds[l % 2] == l) return CT_OK; /* still there (forward's last blocks) */
+    if (d->pf_state != 0 && d->pf_block == l) {
+        pthread_mutex_lock(&d->mu);
+        while (d->pf_state != 2) pthread_cond_wait(&d->cv, &d->mu);
+        st = d->pf_st;
+        d->pf_state = 0;
+        pthread_mutex_unlock(&d->mu);
+        if (st == CT_OK)
+            st = dev_fail(d, ct_buffer_write(ct_model_params_buffer(m), work * sizeof(float),
+                                             d->pf_buf, (b - a) * sizeof(float)),
+                          "writing gathered parameters");
+    } else {
+        st = gather_range(d, m, a, b, work);
+    }
+    if (st == CT_OK) d->slot_holds[l % 2] = l;
+    return st;
+}
+
+static void prefetch(ct_dp *d, ct_model *m, int l) {
+    int L = ct_model_config(m)->layers;
+    if (l < 0 || l >= L || d->slot_holds[l % 2] == l || !d->pth_started) return;
+    pthread_mutex_lock(&d->mu);
+    d->pf_block = l;
+    d->pf_a = ct_model_layer_begin(m, l);
+    d->pf_b = ct_model_layer_begin(m, l + 1);
+    d->pf_state = 1;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
 /* The model's parameter hook (ZeRO-3): block l, or (l = -1) the embeddings and final LayerNorm. */
-static ct_status on_params_needed(void *user, ct_model *m, int l) {
+static ct_status on_params_needed(void *user, ct_model *m, int l, int backward) {
     ct_dp *d = (ct_dp *)user;
     double t0 = now_ms();
     int L = ct_model_config(m)->layers;
     ct_status st;
     if (l < 0) {
-        st = gather_range(d, m, 0, ct_model_layer_begin(m, 0), 0);
+        /* a new forward: the shard may have changed (optimizer), so the slots are stale */
+        d->slot_holds[0] = d->slot_holds[1] = -1;
+        st = dev_fail(d, ct_buffer_read(ct_model_param_shard_buffer(m), 0, d->mirror,
+                                        (d->hi - d->lo) * sizeof(float)),
+                      "reading the parameter shard");
+        if (st == CT_OK) st = gather_range(d, m, 0, ct_model_layer_begin(m, 0), 0);
         if (st == CT_OK)
             st = gather_range(d, m, ct_model_layer_begin(m, L), d->nparams,
                               ct_model_param_offset(m, CT_GPT_lnfw, 0));
     } else {
-        st = gather_range(d, m, ct_model_layer_begin(m, l), ct_model_layer_begin(m, l + 1),
-                          ct_model_param_offset(m, CT_GPT_ln1w, l));
+        st = gather_block(d, m, l);
+        /* the next block of this pass goes on the prefetch thread while this one computes */
+        if (st == CT_OK) prefetch(d, m, backward ? l - 1 : l + 1);
     }
-    d->times.exposed_ms += now_ms() - t0;
+    double dt = now_ms() - t0;
+    d->times.exposed_ms += dt;
+    d->gather_ms += dt;
     return st;
 }
 
@@ -276,13 +348,17 @@ ct_status ct_dp_create(ct_dp **out, ct_model *m, ct_comm *comm, const ct_dp_opts
     }
     if (d->zero >= 3) {
         /* collective over the group (every worker creates its ct_dp together) */
+        d->slot_holds[0] = d->slot_holds[1] = -1;
         if (ct_comm_split(comm, 0, d->rank, &d->pc) != CT_OK ||
-            !(d->ptmp = malloc(d->flat * sizeof(float)))) {
+            !(d->ptmp = malloc(d->flat * sizeof(float))) ||
+            !(d->pf_buf = malloc(d->flat * sizeof(float))) ||
+            !(d->mirror = malloc((d->hi - d->lo) * sizeof(float)))) {
             CT_ERR(err, CT_ERR_NOMEM, "ct_dp_create: ZeRO-3 gather handle or staging: %s",
                    ct_comm_errmsg(comm));
             ct_dp_free(d);
             return CT_ERR_NOMEM;
         }
+        if (pthread_create(&d->pth, NULL, prefetch_main, d) == 0) d->pth_started = 1;
         ct_model_set_param_hook(m, on_params_needed, d);
     }
     ct_model_set_backward_hook(m, on_grads_ready, d);
@@ -299,6 +375,13 @@ void ct_dp_free(ct_dp *d) {
         pthread_mutex_unlock(&d->mu);
         pthread_join(d->th, NULL);
     }
+    if (d->pth_started) {
+        pthread_mutex_lock(&d->mu);
+        d->quit = 1;
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->pth, NULL);
+    }
     if (d->blo) {
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->cv);
@@ -310,6 +393,8 @@ void ct_dp_free(ct_dp *d) {
     if (d->m && d->zero >= 3) ct_model_set_param_hook(d->m, NULL, NULL);
     ct_comm_free(d->pc);
     free(d->ptmp);
+    free(d->pf_buf);
+    free(d->mirror);
     free(d->blo);
     free(d->bhi);
     free(d->bwork);
@@ -454,8 +539,14 @@ ct_status ct_dp_average(ct_dp *d, float *v) {
     return comm_fail(d, ct_comm_allreduce(d->c, v, v, 1, CT_F32, CT_OP_AVG, NULL), "average");
 }
 
-void ct_dp_times_get(const ct_dp *d, ct_dp_times *out) { *out = d->times; }
-void ct_dp_times_reset(ct_dp *d) { memset(&d->times, 0, sizeof d->times); }
+void ct_dp_times_get(const ct_dp *d, ct_dp_times *out) {
+    *out = d->times;
+    out->gather_ms = d->gather_ms;
+}
+void ct_dp_times_reset(ct_dp *d) {
+    memset(&d->times, 0, sizeof d->times);
+    d->gather_ms = 0;
+}
 
 ct_status ct_dp_mem_gather(ct_dp *d, uint64_t *out) {
     ct_mem_stats s;

@@ -485,9 +485,10 @@ static ct_status check_ids(ct_model *m, const int *ids, size_t n, const char *wh
 #define GV(t) ct_view_of(gm, goff(m, CT_GPT_##t, 0))
 #define PL(t, l) ct_view_of(pm, poff(m, CT_GPT_##t, l))
 /* ZeRO-3: have the parameters of block l (-1: embeddings and final LayerNorm) gathered. */
-#define PHOOK(l)                                                                        \
+#define PHOOK(l, bwd)                                                                   \
     do {                                                                                \
-        if (m->phook && (st = m->phook(m->phook_user, m, (l))) != CT_OK) goto cleanup;  \
+        if (m->phook && (st = m->phook(m->phook_user, m, (l), (bwd))) != CT_OK)         \
+            goto cleanup;                                                               \
     } while (0)
 #define GL(t, l) ct_view_of(gm, goff(m, CT_GPT_##t, l))
 #define AV(f) ct_view_of(am, m->a.f)
@@ -515,10 +516,10 @@ ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, i
     if (targets)
         RUN(OP_upload,
             ct_buffer_write(m->acts, m->a.targets * sizeof(float), targets, BT * sizeof(int)));
-    PHOOK(-1);
+    PHOOK(-1, 0);
     RUN(OP_encoder_fwd, ct_encoder_forward(m->dev, AV(enc), AV(tokens), PV(wte), PV(wpe), B, T, C, Vp));
     for (int l = 0; l < L; l++) {
-        PHOOK(l);
+        PHOOK(l, 0);
         ct_view res = l ? ct_view_at(AV(res3), (l - 1) * lBTC) : AV(enc);
         ct_view ln1 = ct_view_at(AV(ln1), l * lBTC), qkv = ct_view_at(AV(qkv), 3 * l * lBTC);
         ct_view qkvr = ct_view_at(AV(qkvr), 3 * l * lBTC), att = ct_view_at(AV(att), l * attL);
@@ -622,7 +623,7 @@ ct_status ct_model_backward(ct_model *m, float loss_scale) {
                               AV(lnfr), B, T, C, 0));
     if (m->hook && (st = m->hook(m->hook_user, m, m->loffs[CT_GPT_lnfw])) != CT_OK) goto cleanup;
     for (int l = L - 1; l >= 0; l--) {
-        PHOOK(l);
+        PHOOK(l, 1);
         ct_view res = l ? ct_view_at(AV(res3), (l - 1) * lBTC) : AV(enc);
         ct_view ln1 = ct_view_at(AV(ln1), l * lBTC);
         ct_view qkvr = ct_view_at(AV(qkvr), 3 * l * lBTC), att = ct_view_at(AV(att), l * attL);
