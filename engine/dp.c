@@ -46,9 +46,10 @@ struct ct_dp {
     pthread_t pth;
     int pth_started, pf_block, pf_state; /* pf_state: 0 idle, 1 requested, 2 done */
     size_t pf_a, pf_b;
-    float *pf_buf;
+    float *pf_buf; /* two halves of flat floats: block l's prefetch in half l % 2 */
     ct_status pf_st;
     double gather_ms;
+    cl_event ev_ptmp, ev_pf[2]; /* non-blocking slot writes still reading ptmp / pf_buf[parity] */
     float *stage;      /* overlap: flat floats (bucket k at stage + blo[k]); else one bucket */
     size_t stage_floats;
     float *hostflat; /* flat floats: ZeRO gathers */
@@ -80,7 +81,7 @@ ct_dp_opts ct_dp_opts_default(void) {
 const char *ct_dp_errmsg(const ct_dp *d) { return d->err.msg; }
 int ct_dp_num_buckets(const ct_dp *d) { return d->nb; }
 size_t ct_dp_comm_bytes(const ct_dp *d) {
-    return (d->stage_floats + (d->hostflat ? d->flat : 0) + (d->ptmp ? 2 * d->flat : 0) +
+    return (d->stage_floats + (d->hostflat ? d->flat : 0) + (d->ptmp ? 3 * d->flat : 0) +
             (d->mirror ? d->hi - d->lo : 0) +
             (d->acc ? d->hi - d->lo : 0)) *
            sizeof(float);
@@ -141,12 +142,32 @@ static ct_status gather_host(ct_dp *d, size_t a, size_t b, float *buf) {
                      "parameter gather");
 }
 
+/* Wait until a non-blocking slot write no longer reads its host buffer. */
+static void wait_write(cl_event *ev) {
+    if (*ev) {
+        clWaitForEvents(1, ev);
+        clReleaseEvent(*ev);
+        *ev = NULL;
+    }
+}
+
+/* Enqueue the slot write without waiting (the host runs ahead of the device; on the in-order
+ * queue it lands after the kernels that used the slot before). */
+static ct_status write_slot(ct_dp *d, ct_model *m, size_t work, const float *src, size_t n,
+                            cl_event *ev) {
+    cl_int rc = clEnqueueWriteBuffer(ct_device_queue(d->dev),
+                                     ct_buffer_mem(ct_model_params_buffer(m)), CL_FALSE,
+                                     work * sizeof(float), n * sizeof(float), src, 0, NULL, ev);
+    if (rc != CL_SUCCESS)
+        return CT_ERR(&d->err, CT_ERR_OPENCL, "writing gathered parameters: OpenCL error %d",
+                      (int)rc);
+    return CT_OK;
+}
+
 static ct_status gather_range(ct_dp *d, ct_model *m, size_t a, size_t b, size_t work) {
+    wait_write(&d->ev_ptmp);
     ct_status st = gather_host(d, a, b, d->ptmp);
-    if (st == CT_OK)
-        st = dev_fail(d, ct_buffer_write(ct_model_params_buffer(m), work * sizeof(float), d->ptmp,
-                                         (b - a) * sizeof(float)),
-                      "writing gathered parameters");
+    if (st == CT_OK) st = write_slot(d, m, work, d->ptmp, b - a, &d->ev_ptmp);
     return st;
 }
 
@@ -157,8 +178,9 @@ static void *prefetch_main(void *arg) {
         while (!d->quit && d->pf_state != 1) pthread_cond_wait(&d->cv, &d->mu);
         if (d->quit) break;
         size_t a = d->pf_a, b = d->pf_b;
+        float *buf = d->pf_buf + (size_t)(d->pf_block % 2) * d->flat;
         pthread_mutex_unlock(&d->mu);
-        ct_status st = gather_host(d, a, b, d->pf_buf);
+        ct_status st = gather_host(d, a, b, buf);
         pthread_mutex_lock(&d->mu);
         d->pf_st = st;
         d->pf_state = 2;
@@ -181,9 +203,8 @@ static ct_status gather_block(ct_dp *d, ct_model *m, int l) {
         d->pf_state = 0;
         pthread_mutex_unlock(&d->mu);
         if (st == CT_OK)
-            st = dev_fail(d, ct_buffer_write(ct_model_params_buffer(m), work * sizeof(float),
-                                             d->pf_buf, (b - a) * sizeof(float)),
-                          "writing gathered parameters");
+            st = write_slot(d, m, work, d->pf_buf + (size_t)(l % 2) * d->flat, b - a,
+                            &d->ev_pf[l % 2]);
     } else {
         st = gather_range(d, m, a, b, work);
     }
@@ -194,6 +215,7 @@ static ct_status gather_block(ct_dp *d, ct_model *m, int l) {
 static void prefetch(ct_dp *d, ct_model *m, int l) {
     int L = ct_model_config(m)->layers;
     if (l < 0 || l >= L || d->slot_holds[l % 2] == l || !d->pth_started) return;
+    wait_write(&d->ev_pf[l % 2]); /* the thread is about to overwrite that half */
     pthread_mutex_lock(&d->mu);
     d->pf_block = l;
     d->pf_a = ct_model_layer_begin(m, l);
@@ -351,7 +373,7 @@ ct_status ct_dp_create(ct_dp **out, ct_model *m, ct_comm *comm, const ct_dp_opts
         d->slot_holds[0] = d->slot_holds[1] = -1;
         if (ct_comm_split(comm, 0, d->rank, &d->pc) != CT_OK ||
             !(d->ptmp = malloc(d->flat * sizeof(float))) ||
-            !(d->pf_buf = malloc(d->flat * sizeof(float))) ||
+            !(d->pf_buf = malloc(2 * d->flat * sizeof(float))) ||
             !(d->mirror = malloc((d->hi - d->lo) * sizeof(float)))) {
             CT_ERR(err, CT_ERR_NOMEM, "ct_dp_create: ZeRO-3 gather handle or staging: %s",
                    ct_comm_errmsg(comm));
@@ -386,6 +408,9 @@ void ct_dp_free(ct_dp *d) {
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->cv);
     }
+    wait_write(&d->ev_ptmp);
+    wait_write(&d->ev_pf[0]);
+    wait_write(&d->ev_pf[1]);
     if (d->ev)
         for (int k = 0; k < d->nb; k++)
             if (d->ev[k]) clReleaseEvent(d->ev[k]);

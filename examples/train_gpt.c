@@ -660,10 +660,17 @@ int main(int argc, char **argv) {
         if (ct_topo_create(&topo, &argc, &argv, p.devices_per_rank, &err)) die(2, "%s", err.msg);
         g_mpi_ranks = ct_topo_nranks(topo);
         int W = ct_topo_world_size(topo);
-        if (W != p.dp)
-            die(2, "--dp %d does not match the %d workers (%d MPI ranks x --devices-per-rank %d): "
-                   "data parallelism runs over every worker, so --dp must equal ranks x devices",
-                p.dp, W, ct_topo_nranks(topo), p.devices_per_rank);
+        if (W != p.dp) {
+            /* every rank sees this: end together (MPI_Abort could cut the message off) */
+            fprintf(stderr,
+                    "train_gpt: error: --dp %d does not match the %d workers (%d MPI ranks x "
+                    "--devices-per-rank %d): data parallelism runs over every worker, so --dp "
+                    "must equal ranks x devices\n",
+                    p.dp, W, ct_topo_nranks(topo), p.devices_per_rank);
+            fflush(stderr);
+            ct_topo_free(topo);
+            exit(2);
+        }
         if (ct_topo_rank(topo) > 0) setvbuf(stdout, NULL, _IOFBF, 1 << 16);
     }
 
