@@ -1,6 +1,8 @@
 /* ct_engine_dp.h - data parallelism over a DP group of workers: gradients averaged in buckets
- * (reverse layer order, optionally overlapped with backward), the optimizer step with ZeRO-1
- * sharding of Adam's state, gathered model state for checkpoints, and the memory report.
+ * (reverse layer order, optionally overlapped with backward), the optimizer step with ZeRO
+ * sharding (1: Adam's state; 2: + the averaged gradients, buckets leaving after every layer of
+ * every micro-step; 3: + the parameters, gathered per block before its forward and backward with
+ * the next block prefetched), gathered model state for checkpoints, and the memory report.
  *
  * Each worker (one device, one thread) owns a ct_model built for layout {dp = N, zero} at
  * coords.dp_rank = its rank in `comm`, and one ct_dp:

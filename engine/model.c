@@ -1,7 +1,8 @@
 /* model.c - GPT-2 on one worker's device: flat parameter / gradient / AdamW buffers, one
  * activation arena planned at creation, forward, backward and the optimizer step as sequences of
  * ops (ops.c). Nothing is allocated and nothing crosses to the host inside a step except the
- * tokens in and the loss out. Only the 1x1x1 layout is executed so far. */
+ * tokens in and the loss out. Layouts: one device, or data parallel (dp = N) with ZeRO 0-3; the
+ * flat buffers are layer-major (see ct_engine_model.h), host arrays in llm.c's table order. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
