@@ -7,6 +7,7 @@
  * matches best (exact device name beats a platform+type pattern). Sets are applied once per device
  * at open: an override costs milliseconds and makes CLBlast compile a new program. */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,8 +141,16 @@ ct_status ct_tune_set_format(const ct_tune_set *s, char *buf, size_t len) {
     return CT_OK;
 }
 
+/* CLBlastOverrideParameters updates CLBlast's process-wide parameter database and is not safe
+ * to call from two threads at once (seen crashing when two workers opened their devices
+ * together), so every application of a set is serialised here. This guards a third-party call;
+ * it carries no device or layout state. */
+static pthread_mutex_t override_lock = PTHREAD_MUTEX_INITIALIZER;
+
 ct_status ct_tune_set_apply(ct_device *d, const ct_tune_set *s) {
-    for (int i = 0; i < s->nkernels; i++) {
+    pthread_mutex_lock(&override_lock);
+    ct_status st = CT_OK;
+    for (int i = 0; i < s->nkernels && st == CT_OK; i++) {
         const ct_tune_kernel *k = &s->kernels[i];
         const char *names[CT_TUNE_MAX_PARAMS];
         for (int j = 0; j < k->n; j++) names[j] = k->names[j];
@@ -149,12 +158,13 @@ ct_status ct_tune_set_apply(ct_device *d, const ct_tune_set *s) {
                                                          CLBlastPrecisionSingle, (size_t)k->n,
                                                          names, k->values);
         if (rc != CLBlastSuccess)
-            return CT_ERR(&d->err, CT_ERR_CLBLAST,
-                          "applying CLBlast parameters for kernel %s on device %d (%s) failed: %s "
-                          "(%d). Hint: every parameter of the kernel must be listed",
-                          k->kernel, d->info.index, d->info.name, ct_clblast_error_name(rc), (int)rc);
+            st = CT_ERR(&d->err, CT_ERR_CLBLAST,
+                        "applying CLBlast parameters for kernel %s on device %d (%s) failed: %s "
+                        "(%d). Hint: every parameter of the kernel must be listed",
+                        k->kernel, d->info.index, d->info.name, ct_clblast_error_name(rc), (int)rc);
     }
-    return CT_OK;
+    pthread_mutex_unlock(&override_lock);
+    return st;
 }
 
 static void sanitize(const char *in, char *out, size_t len) {

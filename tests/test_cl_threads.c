@@ -77,9 +77,24 @@ int main(void) {
     CT_ASSERT_OK(ct_device_select(list, n, NULL, 2, idx, &ni, &err), err.msg);
     if (ni < 2) return ct_test_end("test_cl_threads");
     ct_device *dev[2] = {NULL, NULL};
-    for (int i = 0; i < 2; i++) {
-        ct_device_opts o = ct_device_opts_default();
-        CT_ASSERT_OK(ct_device_open(&dev[i], &list[idx[i]], &o, &err), err.msg);
+    /* opening devices from two threads at once (tuning is applied at open) must be safe */
+    for (int round = 0; round < 8; round++) {
+        ct_status ost[2] = {CT_OK, CT_OK};
+        ct_err oerr[2];
+        memset(oerr, 0, sizeof oerr);
+#pragma omp parallel num_threads(2)
+        {
+            int t = omp_get_thread_num();
+            ct_device_opts o = ct_device_opts_default();
+            ost[t] = ct_device_open(&dev[t], &list[idx[t]], &o, &oerr[t]);
+        }
+        for (int i = 0; i < 2; i++) {
+            CT_ASSERT_OK(ost[i], oerr[i].msg);
+            if (round < 7) {
+                ct_device_free(dev[i]);
+                dev[i] = NULL;
+            }
+        }
     }
     if (!dev[0] || !dev[1]) return ct_test_end("test_cl_threads");
     int wrong[2] = {-1, -1}, tid[2] = {-1, -1};
