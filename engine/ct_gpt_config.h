@@ -19,8 +19,9 @@ typedef struct ct_gpt_config {
     int channels;     /* C; C % NH == 0 */
 } ct_gpt_config;
 
-/* How the workers are arranged; a single device is {1,1,1,...}. Only the 1x1x1 layout is
- * executed so far, but every constructor takes one so nothing assumes it. */
+/* How the workers are arranged; a single device is {1,1,1,0}. Data parallelism (dp >= 1) with
+ * ZeRO 0..3 runs; tensor and pipeline parallelism (tp, pp > 1) are refused until they are built,
+ * but every constructor takes a layout so nothing assumes a single device. */
 typedef struct ct_layout {
     int dp, tp, pp; /* data, tensor, pipeline parallel degrees */
     int zero;       /* ZeRO stage 0..3 */
