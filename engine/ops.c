@@ -37,24 +37,35 @@ static ct_status get_kernel(ct_device *dev, const char *file, const char *name, 
 }
 
 /* Launch `name` from `file` over n work-items (1-D), work-group size `pref` or less. */
+/* Fetch a kernel, set its arguments, and pick a power-of-two work-group size <= pref that the
+ * kernel allows and that does not pad far past n. */
+static ct_status prepare(ct_device *dev, const char *file, const char *name, const karg *args,
+                         int nargs, size_t n, size_t pref, cl_kernel *k, size_t *local) {
+    ct_status st = get_kernel(dev, file, name, k);
+    if (st != CT_OK) return st;
+    for (int i = 0; i < nargs; i++) {
+        st = ct_kernel_set_arg(dev, *k, (cl_uint)i, args[i].size, args[i].p);
+        if (st != CT_OK) return st;
+    }
+    size_t wg = 0;
+    if (clGetKernelWorkGroupInfo(*k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
+                                 NULL) != CL_SUCCESS ||
+        wg == 0)
+        wg = 1;
+    size_t l = 1;
+    while (l * 2 <= pref && l * 2 <= wg) l *= 2;
+    while (l > 1 && l > n) l /= 2; /* tiny ranges: do not pad far past n */
+    *local = l;
+    return CT_OK;
+}
+
 static ct_status launch(ct_device *dev, const char *file, const char *name, size_t n, size_t pref,
                         const karg *args, int nargs) {
     if (n == 0) return CT_OK;
     cl_kernel k = NULL;
-    ct_status st = get_kernel(dev, file, name, &k);
-    if (st != CT_OK) return st;
-    for (int i = 0; i < nargs; i++) {
-        st = ct_kernel_set_arg(dev, k, (cl_uint)i, args[i].size, args[i].p);
-        if (st != CT_OK) return st;
-    }
-    size_t wg = 0;
-    if (clGetKernelWorkGroupInfo(k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
-                                 NULL) != CL_SUCCESS ||
-        wg == 0)
-        wg = 1;
     size_t local = 1;
-    while (local * 2 <= pref && local * 2 <= wg) local *= 2;
-    while (local > 1 && local > n) local /= 2; /* tiny ranges: do not pad far past n */
+    ct_status st = prepare(dev, file, name, args, nargs, n, pref, &k, &local);
+    if (st != CT_OK) return st;
     size_t global = (n + local - 1) / local * local;
     return ct_kernel_launch(dev, k, 1, &global, &local, NULL);
 }
@@ -64,20 +75,9 @@ static ct_status launch2(ct_device *dev, const char *file, const char *name, siz
                          size_t pref0, const karg *args, int nargs) {
     if (n0 == 0 || n1 == 0) return CT_OK;
     cl_kernel k = NULL;
-    ct_status st = get_kernel(dev, file, name, &k);
-    if (st != CT_OK) return st;
-    for (int i = 0; i < nargs; i++) {
-        st = ct_kernel_set_arg(dev, k, (cl_uint)i, args[i].size, args[i].p);
-        if (st != CT_OK) return st;
-    }
-    size_t wg = 0;
-    if (clGetKernelWorkGroupInfo(k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
-                                 NULL) != CL_SUCCESS ||
-        wg == 0)
-        wg = 1;
     size_t l0 = 1;
-    while (l0 * 2 <= pref0 && l0 * 2 <= wg) l0 *= 2;
-    while (l0 > 1 && l0 > n0) l0 /= 2;
+    ct_status st = prepare(dev, file, name, args, nargs, n0, pref0, &k, &l0);
+    if (st != CT_OK) return st;
     size_t local[2] = {l0, 1}, global[2] = {(n0 + l0 - 1) / l0 * l0, n1};
     return ct_kernel_launch(dev, k, 2, global, local, NULL);
 }
