@@ -55,8 +55,8 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     ost = ct_device_open(&dev, &list[picks[k]], &dopts, &err);
     if (ost) DIE("%s", err.msg);
     ct_gpt_config cfg = {o->T, 256, 256, o->L, o->NH, o->C};
-    ct_layout lay = {N, 1, 1, o->zero};
-    ct_coords at = {r, 0, 0};
+    ct_layout lay = {N, 1, 1, o->zero, 1};
+    ct_coords at = {r, 0, 0, 0};
     int b = o->B / N;
     ct_model *m = NULL;
     if (ct_model_create(&m, &cfg, &lay, &at, dev, b, o->T, &err)) DIE("%s", err.msg);

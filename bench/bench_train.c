@@ -85,8 +85,8 @@ static double bucket_flops(const char *name, const ct_gpt_config *c, int B, int 
 static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup, int psteps,
                       double peak, const char *peak_src) {
     ct_err err = {0};
-    ct_layout lay = {1, 1, 1, 0};
-    ct_coords at = {0, 0, 0};
+    ct_layout lay = {1, 1, 1, 0, 1};
+    ct_coords at = {0, 0, 0, 0};
     ct_model *m = NULL;
     int B = bc->B, T = bc->T, rc = 1;
     int *tok = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);

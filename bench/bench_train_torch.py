@@ -9,7 +9,9 @@ the same step (zero_grad + forward + loss + backward + clip_grad_norm_(1.0) + Ad
 Model: GPT-2 as in llm.c's train_gpt2.py (pre-LN blocks, fused QKV, tanh GELU, tied
 embeddings, vocabulary padded to Vp with the loss over the real V). Attention uses
 F.scaled_dot_product_attention(is_causal=True) where torch has it (2.x), else (Debian 12's 1.13)
-the explicit masked softmax, as llm.c's script does without flash attention. FLOPs per token:
+the explicit masked softmax, as llm.c's script does without flash attention. `--device cuda`
+runs the same step on the machine's NVIDIA GPU in fp32 with TF32 off (matmul and cuDNN), timed to
+a torch.cuda.synchronize(), so an OpenCL GPU run can be compared on the same card. FLOPs per token:
 6 N + 12 L C T, as ct_train_flops_per_token. The peak for MFU defaults to torch's own SGEMM rate
 at 1024^3 (best of 4), so MFU is relative to what this CPU does under PyTorch. Prints one line
 "JSON {...}" per configuration.
@@ -51,7 +53,7 @@ class Block(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # torch < 2.0 (Debian 12 ships 1.13): the explicit masked softmax
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            mask = torch.ones(T, T, dtype=torch.bool).tril()
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
         x = x + self.attproj(y.transpose(1, 2).contiguous().view(B, T, C))
         return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
@@ -73,27 +75,36 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.blocks:
             x = b(x)
         logits = F.linear(self.lnf(x), self.wte.weight)
         return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
 
 
-def gemm_tflops():
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def gemm_tflops(dev):
+    n = 4096 if dev.type == "cuda" else 1024
+    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     best = 0.0
-    for _ in range(4):
+    for _ in range(6):
+        sync(dev)
         t0 = time.perf_counter()
         torch.mm(a, b)
-        best = max(best, 2 * 1024**3 / (time.perf_counter() - t0) / 1e12)
+        sync(dev)
+        best = max(best, 2 * n**3 / (time.perf_counter() - t0) / 1e12)
     return best
 
 
 def run(name, cfg, args, peak, peak_src):
     torch.manual_seed(1337)
     L, C, NH, T, B = cfg["L"], cfg["C"], cfg["NH"], cfg["T"], cfg["B"]
-    model = GPT(L, C, NH)
+    dev = torch.device(args.device)
+    model = GPT(L, C, NH).to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     nodecay = [p for p in model.parameters() if p.dim() < 2]
@@ -102,7 +113,7 @@ def run(name, cfg, args, peak, peak_src):
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
     g = torch.Generator().manual_seed(42)
     data = torch.randint(0, V, (B * T + 1,), generator=g)
-    x, y = data[:-1].view(B, T), data[1:].view(B, T)
+    x, y = data[:-1].view(B, T).to(dev), data[1:].view(B, T).to(dev)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -110,7 +121,9 @@ def run(name, cfg, args, peak, peak_src):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        return loss.item()
+        out = loss.item()  # a device sync on cuda
+        sync(dev)
+        return out
 
     first = None
     for _ in range(args.warmup):
@@ -140,7 +153,8 @@ def run(name, cfg, args, peak, peak_src):
                                     tokens_per_s=round(tps, 1), best_tokens_per_s=round(best_tps, 1),
                                     tflops=round(tflops, 4), mfu=round(mfu, 4),
                                     best_mfu=round(best_mfu, 4), peak_tflops=round(peak, 4),
-                                    steps=args.steps, threads=torch.get_num_threads())))
+                                    steps=args.steps, threads=torch.get_num_threads(),
+                                    device=args.device)))
     if args.profile_steps > 0:
         from torch.profiler import profile, ProfilerActivity
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -157,12 +171,20 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--profile-steps", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (fp32, TF32 off)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    dev = torch.device(args.device)
+    where = f"{torch.get_num_threads()} threads"
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        where = f"{torch.cuda.get_device_name(dev)}, fp32, TF32 off"
+    print(f"torch {torch.__version__}, {where}")
     peak, src = args.peak_tflops, "--peak-tflops"
     if peak <= 0:
-        peak, src = gemm_tflops(), "measured torch SGEMM 1024^3"
+        n = 4096 if dev.type == "cuda" else 1024
+        peak, src = gemm_tflops(dev), f"measured torch SGEMM {n}^3"
     print(f"peak: {peak:.3f} TFLOP/s ({src})")
     for name, cfg in CONFIGS.items():
         if args.config in ("all", name):

@@ -13,7 +13,7 @@
  * tokens go in, the loss (one float) comes out, nothing is allocated.
  *
  *     ct_model *m = NULL;
- *     ct_layout lay = {1, 1, 1, 0}; ct_coords at = {0, 0, 0};
+ *     ct_layout lay = {1, 1, 1, 0, 1}; ct_coords at = {0, 0, 0, 0};
  *     if (ct_model_create(&m, &cfg, &lay, &at, dev, B, T, &err)) { puts(err.msg); ... }
  *     ct_model_init_random(m, 1337);
  *     for (int step = 1; step <= n; step++) {

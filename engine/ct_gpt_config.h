@@ -19,18 +19,8 @@ typedef struct ct_gpt_config {
     int channels;     /* C; C % NH == 0 */
 } ct_gpt_config;
 
-/* How the workers are arranged; a single device is {1,1,1,0}. Data parallelism (dp >= 1) with
- * ZeRO 0..3 runs; tensor and pipeline parallelism (tp, pp > 1) are refused until they are built,
- * but every constructor takes a layout so nothing assumes a single device. */
-typedef struct ct_layout {
-    int dp, tp, pp; /* data, tensor, pipeline parallel degrees */
-    int zero;       /* ZeRO stage 0..3 */
-} ct_layout;
-
-/* This worker's place in the layout. */
-typedef struct ct_coords {
-    int dp_rank, tp_rank, pp_rank;
-} ct_coords;
+/* The layout a model is built for (ct_layout, ct_coords) lives in parallel/ct_parallel.h. */
+#include "ct_parallel.h"
 
 /* X(name, dims...) with dims expressed through the config fields: the llm.c parameter order.
  * Shapes are (out, in) for linear weights; y = x W^T + b. */

@@ -102,8 +102,8 @@ int main(int argc, char **argv) {
     ct_device_opts dopts = ct_device_opts_default();
     ct_device *dev = NULL;
     if (ct_device_open(&dev, &list[pick], &dopts, &err)) die(2, "%s", err.msg);
-    ct_layout layout = {1, 1, 1, 0};
-    ct_coords coords = {0, 0, 0};
+    ct_layout layout = {1, 1, 1, 0, 1};
+    ct_coords coords = {0, 0, 0, 0};
     ct_model *m = NULL;
     if (ct_model_create(&m, &cfg, &layout, &coords, dev, 1, T, &err))
         die(2, "cannot build the model on %s: %s", list[pick].name, err.msg);

@@ -404,8 +404,8 @@ static void worker(run_ctx *x, int thread) {
 #pragma omp critical(ct_train_device_open)
     ost = ct_device_open(&dev, info, &dopts, &err);
     if (ost) die(2, "%s", err.msg);
-    ct_layout layout = {N, 1, 1, p.zero};
-    ct_coords coords = {wrank, 0, 0};
+    ct_layout layout = {N, 1, 1, p.zero, 1};
+    ct_coords coords = {wrank, 0, 0, 0};
     int b = p.batch / N; /* this worker's rows of each micro-batch */
     ct_model *model = NULL;
     st = ct_model_create(&model, &cfg, &layout, &coords, dev, b, p.seq, &err);

@@ -65,6 +65,23 @@ const char *ct_op_str(ct_op op);     /* "sum", "avg", "max" */
 const char *ct_coll_str(ct_coll c);  /* "allreduce", "reducescatter", ... */
 ct_status ct_coll_parse(const char *s, ct_coll *out);
 
+/* ---------------------------------------------------------------- layouts */
+
+/* How the W workers are arranged: dp x tp x pp = W, experts spread over ep consecutive dp ranks
+ * (ep divides dp; 0 is read as 1: a dense model), and the ZeRO stage over the DP group. A single
+ * device is {1, 1, 1, 0, 1}. */
+typedef struct ct_layout {
+    int dp, tp, pp; /* data, tensor, pipeline parallel degrees */
+    int zero;       /* ZeRO stage 0..3 */
+    int ep;         /* expert-parallel degree (divides dp); 0 or 1: none */
+} ct_layout;
+
+/* This worker's place in the layout. */
+typedef struct ct_coords {
+    int dp_rank, tp_rank, pp_rank;
+    int ep_rank; /* dp_rank % ep */
+} ct_coords;
+
 /* ---------------------------------------------------------------- topology */
 
 /* Initialise MPI with MPI_THREAD_MULTIPLE (or accept a program's earlier MPI_Init_thread, which

@@ -8,10 +8,10 @@ set(CT_IO_HOST_SRC
 
 ct_add_test(NAME test_engine_io SOURCES test_engine_io.c ${CT_IO_HOST_SRC}
             LIBS ct_cl m LABELS unit TIMEOUT 60)
-target_include_directories(test_engine_io PRIVATE ${CMAKE_SOURCE_DIR}/engine)
+target_include_directories(test_engine_io PRIVATE ${CMAKE_SOURCE_DIR}/engine ${CMAKE_SOURCE_DIR}/parallel)
 ct_add_test(NAME test_engine_io_train SOURCES test_engine_io_train.c ${CT_IO_HOST_SRC}
             LIBS ct_cl m LABELS unit TIMEOUT 60)
-target_include_directories(test_engine_io_train PRIVATE ${CMAKE_SOURCE_DIR}/engine)
+target_include_directories(test_engine_io_train PRIVATE ${CMAKE_SOURCE_DIR}/engine ${CMAKE_SOURCE_DIR}/parallel)
 
 # Tests that need the model and a device.
 if(TARGET ct_engine)

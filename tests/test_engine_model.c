@@ -95,8 +95,8 @@ static void test_ref_vs_fd(const double *pd, const int *tok, const int *tg, cons
 
 static void test_model(ct_device *dev) {
     ct_err err = {0};
-    ct_layout lay = {1, 1, 1, 0};
-    ct_coords at = {0, 0, 0};
+    ct_layout lay = {1, 1, 1, 0, 1};
+    ct_coords at = {0, 0, 0, 0};
     ct_model *m = NULL;
     CT_ASSERT_OK(ct_model_create(&m, &CFG, &lay, &at, dev, B, T, &err), err.msg);
     if (!m) return;
@@ -266,8 +266,8 @@ static void test_model_long(ct_device *dev) {
                              .heads = 2, .channels = 16};
     enum { LB = 2, LT = 150 };
     ct_err err = {0};
-    ct_layout lay = {1, 1, 1, 0};
-    ct_coords at = {0, 0, 0};
+    ct_layout lay = {1, 1, 1, 0, 1};
+    ct_coords at = {0, 0, 0, 0};
     ct_model *m = NULL;
     CT_ASSERT_OK(ct_model_create(&m, &c, &lay, &at, dev, LB, LT, &err), err.msg);
     if (!m) return;
@@ -306,8 +306,8 @@ static void test_model_long(ct_device *dev) {
 
 static void test_init_and_create_errors(ct_device *dev) {
     ct_err err = {0};
-    ct_layout lay = {1, 1, 1, 0};
-    ct_coords at = {0, 0, 0};
+    ct_layout lay = {1, 1, 1, 0, 1};
+    ct_coords at = {0, 0, 0, 0};
     ct_gpt_config c = {.max_seq = 16, .vocab = 100, .padded_vocab = 128, .layers = 3, .heads = 4,
                        .channels = 64};
     ct_model *a = NULL, *b = NULL;
@@ -364,7 +364,7 @@ static void test_init_and_create_errors(ct_device *dev) {
     CT_ASSERT_EQ_INT(ct_model_create(&x, &bad, &lay, &at, dev, 1, 8, &err), CT_ERR_ARG);
     CT_ASSERT_EQ_INT(ct_model_create(&x, &c, &lay, &at, dev, 1, 17, &err), CT_ERR_ARG);
     /* data parallelism is built (issue 5); tensor parallelism and ZeRO stages above 3 are not */
-    ct_layout tp2 = {1, 2, 1, 0}, z4 = {2, 1, 1, 4};
+    ct_layout tp2 = {1, 2, 1, 0, 1}, z4 = {2, 1, 1, 4, 1};
     CT_ASSERT_EQ_INT(ct_model_create(&x, &c, &tp2, &at, dev, 1, 8, &err), CT_ERR_UNSUPPORTED);
     CT_ASSERT(x == NULL);
     CT_ASSERT_EQ_INT(ct_model_create(&x, &c, &z4, &at, dev, 1, 8, &err), CT_ERR_UNSUPPORTED);

@@ -46,8 +46,8 @@ static void batch(int *tok, int *tg) {
 static double train(ct_device *dev, float *losses, int steps) {
     ct_gpt_config c = {.max_seq = SEQ, .vocab = V, .padded_vocab = 32, .layers = 2, .heads = 4,
                        .channels = 32};
-    ct_layout lay = {1, 1, 1, 0};
-    ct_coords at = {0, 0, 0};
+    ct_layout lay = {1, 1, 1, 0, 1};
+    ct_coords at = {0, 0, 0, 0};
     ct_err err = {0};
     ct_model *m = NULL;
     CT_ASSERT_OK(ct_model_create(&m, &c, &lay, &at, dev, BATCH, SEQ, &err), err.msg);

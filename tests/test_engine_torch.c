@@ -134,8 +134,8 @@ int main(void) {
     const ct_gpt_config cfg = {.max_seq = 16, .vocab = 50, .padded_vocab = 64, .layers = 2,
                                .heads = 3, .channels = 24};
     const int B = 2, T = 9, K = 10;
-    ct_layout lay = {1, 1, 1, 0};
-    ct_coords at = {0, 0, 0};
+    ct_layout lay = {1, 1, 1, 0, 1};
+    ct_coords at = {0, 0, 0, 0};
     ct_model *m = NULL;
     CT_ASSERT_OK(ct_model_create(&m, &cfg, &lay, &at, dev, B, T, &err), err.msg);
     if (!m) return ct_test_end("test_engine_torch");
