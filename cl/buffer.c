@@ -1,9 +1,11 @@
-/* buffer.c - device buffers counted by memory category.
+/* buffer.c - device buffers counted by memory category, and every copy in or out of them.
  *
  * Promises: an allocation is checked against the device's max allocation size and the per-device
  * cap before OpenCL is asked; a failure leaves nothing allocated and names the tensor, the bytes
  * asked and what is in use by category. New buffers are zero-filled, which also makes drivers
- * that allocate lazily commit the memory now rather than fail later inside a step. */
+ * that allocate lazily commit the memory now rather than fail later inside a step. Every copy,
+ * map and fill checks its range first and names the buffer; the non-blocking forms hand back a
+ * ct_event (event.c) when asked for one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,39 +218,148 @@ ct_status ct_buffer_unmap(ct_buffer *b, void *ptr) {
 }
 
 ct_status ct_buffer_map_async(ct_buffer *b, size_t off, size_t bytes, cl_map_flags flags,
-                              void **ptr, cl_event *ev) {
+                              void **ptr, ct_event **ev) {
     *ptr = NULL;
-    *ev = NULL;
+    if (ev) *ev = NULL;
     ct_status st = range_check(b, off, bytes, "map");
     if (st != CT_OK || bytes == 0) return st;
+    ct_event *e = NULL;
+    if ((st = ct__event_new(b->dev, ev, &e, "map of buffer '%s' [%zu, %zu)", b->name, off,
+                            off + bytes)))
+        return st;
     cl_int rc = CL_SUCCESS;
-    *ptr = clEnqueueMapBuffer(b->dev->queue, b->mem, CL_FALSE, flags, off, bytes, 0, NULL, ev, &rc);
+    *ptr = clEnqueueMapBuffer(b->dev->queue, b->mem, CL_FALSE, flags, off, bytes, 0, NULL,
+                              e ? &e->ev : NULL, &rc);
     if (rc != CL_SUCCESS) {
         *ptr = NULL;
+        ct_event_release(e);
         return CT_CL_FAIL(&b->dev->err, rc, "mapping buffer '%s'", b->name);
     }
+    if (ev) *ev = e;
     /* Some drivers only start work on a flush; make sure the map is on its way. */
     clFlush(b->dev->queue);
     return CT_OK;
 }
 
-ct_status ct_buffer_unmap_async(ct_buffer *b, void *ptr, cl_event *ev) {
+ct_status ct_buffer_unmap_async(ct_buffer *b, void *ptr, ct_event **ev) {
     if (ev) *ev = NULL;
     if (!ptr) return CT_OK;
-    cl_int rc = clEnqueueUnmapMemObject(b->dev->queue, b->mem, ptr, 0, NULL, ev);
-    if (rc != CL_SUCCESS) return CT_CL_FAIL(&b->dev->err, rc, "unmapping buffer '%s'", b->name);
+    ct_event *e = NULL;
+    ct_status st = ct__event_new(b->dev, ev, &e, "unmap of buffer '%s'", b->name);
+    if (st != CT_OK) return st;
+    cl_int rc = clEnqueueUnmapMemObject(b->dev->queue, b->mem, ptr, 0, NULL, e ? &e->ev : NULL);
+    if (rc != CL_SUCCESS) {
+        ct_event_release(e);
+        return CT_CL_FAIL(&b->dev->err, rc, "unmapping buffer '%s'", b->name);
+    }
+    if (ev) *ev = e;
     clFlush(b->dev->queue);
     return CT_OK;
 }
 
-ct_status ct_event_wait(ct_device *d, cl_event ev) {
-    if (!ev) return CT_OK;
-    cl_int rc = clWaitForEvents(1, &ev);
-    cl_int exec = CL_COMPLETE;
-    if (rc == CL_SUCCESS)
-        clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof exec, &exec, NULL);
-    clReleaseEvent(ev);
-    if (rc != CL_SUCCESS) return CT_CL_FAIL(&d->err, rc, "waiting for an event");
-    if (exec < 0) return CT_CL_FAIL(&d->err, exec, "a queued command failed");
+/* ---------------------------------------------------------------- non-blocking copies */
+
+ct_status ct_buffer_read_async(const ct_buffer *b, size_t off, size_t bytes, void *dst,
+                               ct_event **ev) {
+    if (ev) *ev = NULL;
+    ct_status st = range_check(b, off, bytes, "read");
+    if (st != CT_OK) return st;
+    if (bytes && !dst)
+        return CT_ERR(&b->dev->err, CT_ERR_ARG, "read of buffer '%s': host pointer is NULL", b->name);
+    ct_event *e = NULL;
+    if ((st = ct__event_new(b->dev, ev, &e, "read of buffer '%s' [%zu, %zu)", b->name, off,
+                            off + bytes)))
+        return st;
+    /* An empty range still gets an event (a marker), so callers need no special case. */
+    cl_int rc = bytes ? clEnqueueReadBuffer(b->dev->queue, b->mem, CL_FALSE, off, bytes, dst, 0,
+                                            NULL, e ? &e->ev : NULL)
+                      : (e ? clEnqueueMarkerWithWaitList(b->dev->queue, 0, NULL, &e->ev) : CL_SUCCESS);
+    if (rc != CL_SUCCESS) {
+        ct_event_release(e);
+        return CT_CL_FAIL(&b->dev->err, rc, "reading buffer '%s' [%zu, %zu) (non-blocking)", b->name,
+                          off, off + bytes);
+    }
+    if (ev) *ev = e;
+    return CT_OK;
+}
+
+ct_status ct_buffer_write_async(ct_buffer *b, size_t off, size_t bytes, const void *src,
+                                ct_event **ev) {
+    if (ev) *ev = NULL;
+    ct_status st = range_check(b, off, bytes, "write");
+    if (st != CT_OK) return st;
+    if (bytes && !src)
+        return CT_ERR(&b->dev->err, CT_ERR_ARG, "write of buffer '%s': host pointer is NULL", b->name);
+    ct_event *e = NULL;
+    if ((st = ct__event_new(b->dev, ev, &e, "write of buffer '%s' [%zu, %zu)", b->name, off,
+                            off + bytes)))
+        return st;
+    cl_int rc = bytes ? clEnqueueWriteBuffer(b->dev->queue, b->mem, CL_FALSE, off, bytes, src, 0,
+                                             NULL, e ? &e->ev : NULL)
+                      : (e ? clEnqueueMarkerWithWaitList(b->dev->queue, 0, NULL, &e->ev) : CL_SUCCESS);
+    if (rc != CL_SUCCESS) {
+        ct_event_release(e);
+        return CT_CL_FAIL(&b->dev->err, rc, "writing buffer '%s' [%zu, %zu) (non-blocking)", b->name,
+                          off, off + bytes);
+    }
+    if (ev) *ev = e;
+    return CT_OK;
+}
+
+/* Both ranges inside their objects, and apart when they share one. `sname`/`dname` name them. */
+static ct_status copy_check(ct_device *d, const char *sname, size_t ssize, size_t soff,
+                            const char *dname, size_t dsize, size_t doff, size_t bytes, int same) {
+    if (soff > ssize || bytes > ssize - soff)
+        return CT_ERR(&d->err, CT_ERR_ARG,
+                      "copy from %s: range [%zu, %zu) is outside its %zu bytes", sname, soff,
+                      soff + bytes, ssize);
+    if (doff > dsize || bytes > dsize - doff)
+        return CT_ERR(&d->err, CT_ERR_ARG, "copy to %s: range [%zu, %zu) is outside its %zu bytes",
+                      dname, doff, doff + bytes, dsize);
+    if (same && bytes && soff < doff + bytes && doff < soff + bytes)
+        return CT_ERR(&d->err, CT_ERR_ARG,
+                      "copy within %s: ranges [%zu, %zu) and [%zu, %zu) overlap", sname, soff,
+                      soff + bytes, doff, doff + bytes);
+    return CT_OK;
+}
+
+ct_status ct_buffer_copy(ct_buffer *src, size_t soff, ct_buffer *dst, size_t doff, size_t bytes) {
+    ct_device *d = src->dev;
+    char sn[80], dn[80];
+    snprintf(sn, sizeof sn, "buffer '%s'", src->name);
+    snprintf(dn, sizeof dn, "buffer '%s'", dst->name);
+    if (dst->dev != d)
+        return CT_ERR(&d->err, CT_ERR_ARG,
+                      "copy from %s (device %d) to %s (device %d): buffers of two devices; copy "
+                      "through the host",
+                      sn, d->info.index, dn, dst->dev->info.index);
+    ct_status st = copy_check(d, sn, src->bytes, soff, dn, dst->bytes, doff, bytes, src == dst);
+    if (st != CT_OK || bytes == 0) return st;
+    cl_int rc = clEnqueueCopyBuffer(d->queue, src->mem, dst->mem, soff, doff, bytes, 0, NULL, NULL);
+    if (rc != CL_SUCCESS)
+        return CT_CL_FAIL(&d->err, rc, "copying %zu bytes from %s at %zu to %s at %zu", bytes, sn,
+                          soff, dn, doff);
+    return CT_OK;
+}
+
+ct_status ct_mem_copy(ct_device *d, cl_mem src, size_t soff, cl_mem dst, size_t doff,
+                      size_t bytes) {
+    if (!src || !dst)
+        return CT_ERR(&d->err, CT_ERR_ARG, "memory copy on device %d: %s memory object is NULL",
+                      d->info.index, src ? "destination" : "source");
+    size_t ssize = 0, dsize = 0;
+    cl_int rc = clGetMemObjectInfo(src, CL_MEM_SIZE, sizeof ssize, &ssize, NULL);
+    if (rc == CL_SUCCESS) rc = clGetMemObjectInfo(dst, CL_MEM_SIZE, sizeof dsize, &dsize, NULL);
+    if (rc != CL_SUCCESS)
+        return CT_CL_FAIL(&d->err, rc, "memory copy on device %d: not a memory object",
+                          d->info.index);
+    ct_status st = copy_check(d, "the source memory object", ssize, soff,
+                              "the destination memory object", dsize, doff, bytes, src == dst);
+    if (st != CT_OK || bytes == 0) return st;
+    rc = clEnqueueCopyBuffer(d->queue, src, dst, soff, doff, bytes, 0, NULL, NULL);
+    if (rc != CL_SUCCESS)
+        return CT_CL_FAIL(&d->err, rc, "copying %zu bytes on device %d (source at %zu, destination "
+                                       "at %zu)",
+                          bytes, d->info.index, soff, doff);
     return CT_OK;
 }

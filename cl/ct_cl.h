@@ -19,6 +19,13 @@
  *     if (ct_buffer_alloc(dev, CT_MEM_PARAMS, "wte", 1 << 20, &a)) puts(ct_device_errmsg(dev));
  *     ...
  *     ct_buffer_free(a); ct_device_free(dev); ct_device_list_free(list);
+ *
+ * Asynchronous work returns a ct_event (or nothing, when the out-pointer is NULL):
+ *
+ *     ct_event *ev = NULL;
+ *     if (ct_buffer_read_async(a, 0, bytes, host, &ev) || ct_device_flush(dev)) ...;
+ *     ... other host work ...
+ *     if (ct_event_wait_release(ev)) puts(ct_device_errmsg(dev));   -- host now holds the data
  */
 #ifndef CT_CL_H
 #define CT_CL_H
@@ -105,7 +112,11 @@ cl_device_id ct_device_id(const ct_device *dev);
 /* The last error recorded on this device (message with file:line and foreign code). */
 const char *ct_device_errmsg(const ct_device *dev);
 ct_err *ct_device_err(ct_device *dev);
+/* Block until everything enqueued on the device has completed. */
 ct_status ct_device_finish(ct_device *dev);
+/* Submit what is enqueued without waiting (clFlush): commands may otherwise sit in the driver
+ * until a wait. Call after a batch of asynchronous work the host will not wait for at once. */
+ct_status ct_device_flush(ct_device *dev);
 /* Where the tuning applied at open came from: "stored <path>", "shipped <entry>", "none" or
  * "disabled (CLBlast's built-in parameters)". */
 const char *ct_device_tuning_source(const ct_device *dev);
@@ -156,13 +167,62 @@ ct_status ct_buffer_zero(ct_buffer *b, size_t off, size_t bytes);
 /* Map [off, off+bytes) for host access (blocking); unmap when done. flags: CL_MAP_READ/WRITE. */
 ct_status ct_buffer_map(ct_buffer *b, size_t off, size_t bytes, cl_map_flags flags, void **ptr);
 ct_status ct_buffer_unmap(ct_buffer *b, void *ptr);
-/* Non-blocking forms, for pipelines that overlap staging with other work: the mapped pointer may
- * be used once *ev has completed; the unmap's *ev (may be NULL) completes when it is done. Wait
- * with ct_event_wait, which also releases the event. */
+
+/* ---------------------------------------------------------------- asynchronous work and events */
+
+/* The completion of one enqueued command (a copy, a map, a kernel, a GEMM, a marker). Every
+ * `ct_event **ev` argument may be NULL: then no event is made, and the caller promises not to
+ * depend on the command's completion (nor touch the host memory it reads or writes) before a
+ * later ct_device_finish, or a wait on a later command of the same in-order queue. With `ev`
+ * non-NULL, *ev is set on success and NULL on failure; the caller releases it, once.
+ * Commands are enqueued, not flushed: after a batch, ct_device_flush (waiting also flushes). */
+typedef struct ct_event ct_event;
+
+/* Block until the command has completed. A command that failed on the device is an error naming
+ * what it was ("read of buffer 'grads' [0, 4096)") and the CL error, recorded on the event's
+ * device (ct_device_errmsg). Several events may be waited in any order, one event more than once.
+ * Does not release. NULL: CT_OK. */
+ct_status ct_event_wait(ct_event *ev);
+/* The same, with the message recorded in `err` instead: for a thread that is not the one
+ * driving the device (a communication thread), so the two never write one record at once. */
+ct_status ct_event_wait_err(ct_event *ev, ct_err *err);
+/* Release (NULL is a no-op). Does not wait: the command still runs. */
+void ct_event_release(ct_event *ev);
+/* ct_event_wait, then ct_event_release whatever the wait returned. */
+ct_status ct_event_wait_release(ct_event *ev);
+/* Without blocking: *done = 1 once the command has completed or failed (then a wait reports it). */
+ct_status ct_event_query(ct_event *ev, int *done);
+/* Device timestamps of a completed command in ns (clGetEventProfilingInfo START/END), on a device
+ * opened with opts.profiling; otherwise CT_ERR_STATE. */
+ct_status ct_event_times(ct_event *ev, uint64_t *start_ns, uint64_t *end_ns);
+/* An event that completes when everything enqueued before it has (clEnqueueMarkerWithWaitList):
+ * waiting on it waits for the device up to this point, without a clFinish. */
+ct_status ct_device_marker(ct_device *dev, ct_event **ev);
+
+/* Non-blocking host <-> device copies of [off, off+bytes). The host memory must stay untouched
+ * (read_async: not read; write_async: not written or freed) until *ev has completed. */
+ct_status ct_buffer_read_async(const ct_buffer *b, size_t off, size_t bytes, void *dst,
+                               ct_event **ev);
+ct_status ct_buffer_write_async(ct_buffer *b, size_t off, size_t bytes, const void *src,
+                                ct_event **ev);
+/* Device-side copy of `bytes` from [soff, ...) of src to [doff, ...) of dst, enqueued (completes
+ * in queue order; a marker after it gives an event). Both buffers belong to one device; ranges of
+ * one buffer must not overlap. */
+ct_status ct_buffer_copy(ct_buffer *src, size_t soff, ct_buffer *dst, size_t doff, size_t bytes);
+/* The same on raw memory objects of `dev` (the engine's views: cl_mem + offset), offsets in
+ * bytes; ranges are checked against the objects' sizes. */
+ct_status ct_mem_copy(ct_device *dev, cl_mem src, size_t soff, cl_mem dst, size_t doff,
+                      size_t bytes);
+/* Map for host access without blocking: *ptr may be used once *ev has completed. The unmap's
+ * event completes when the device may use the memory again. Both flush. */
 ct_status ct_buffer_map_async(ct_buffer *b, size_t off, size_t bytes, cl_map_flags flags,
-                              void **ptr, cl_event *ev);
-ct_status ct_buffer_unmap_async(ct_buffer *b, void *ptr, cl_event *ev);
-ct_status ct_event_wait(ct_device *dev, cl_event ev);
+                              void **ptr, ct_event **ev);
+ct_status ct_buffer_unmap_async(ct_buffer *b, void *ptr, ct_event **ev);
+
+/* ---------------------------------------------------------------- time */
+
+/* Monotonic wall clock in seconds (CLOCK_MONOTONIC): the one clock programs time work with. */
+double ct_time_now(void);
 
 /* ---------------------------------------------------------------- programs and kernels */
 
@@ -194,7 +254,10 @@ ct_status ct_program_cache_path(ct_device *dev, const ct_cl_source *src, const c
 /* Set kernel arguments and enqueue: helpers that turn cl errors into messages. */
 ct_status ct_kernel_set_arg(ct_device *dev, cl_kernel k, cl_uint i, size_t size, const void *v);
 ct_status ct_kernel_launch(ct_device *dev, cl_kernel k, cl_uint dims, const size_t *global,
-                           const size_t *local, cl_event *ev);
+                           const size_t *local, ct_event **ev);
+/* The largest work-group this kernel can be launched with on this device
+ * (CL_KERNEL_WORK_GROUP_SIZE); *out >= 1 on success. */
+ct_status ct_kernel_max_work_group(ct_device *dev, cl_kernel k, size_t *out);
 
 /* ---------------------------------------------------------------- GEMM (CLBlast) */
 
@@ -203,14 +266,14 @@ ct_status ct_kernel_launch(ct_device *dev, cl_kernel k, cl_uint dims, const size
  * Enqueued on the device's queue; `ev` (may be NULL) receives the completion event. */
 ct_status ct_gemm(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
                   cl_mem a, size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb,
-                  float beta, cl_mem c, size_t c_off, size_t ldc, cl_event *ev);
+                  float beta, cl_mem c, size_t c_off, size_t ldc, ct_event **ev);
 
 /* `batch` independent GEMMs; matrix i of A starts at a_off + i * a_stride (floats), etc. */
 ct_status ct_gemm_strided_batched(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k,
                                   float alpha, cl_mem a, size_t a_off, size_t lda, size_t a_stride,
                                   cl_mem b, size_t b_off, size_t ldb, size_t b_stride, float beta,
                                   cl_mem c, size_t c_off, size_t ldc, size_t c_stride, size_t batch,
-                                  cl_event *ev);
+                                  ct_event **ev);
 
 /* ---------------------------------------------------------------- CLBlast tuning */
 

@@ -53,6 +53,23 @@ struct ct_buffer {
     char name[64];
 };
 
+/* An enqueued command's completion. `what` names the command for messages ("read of buffer
+ * 'grads' [0, 4096)"); it is written when the event is made, so a wait needs no other state. */
+struct ct_event {
+    cl_event ev; /* NULL until the enqueue succeeded */
+    ct_device *dev;
+    char what[160];
+};
+
+/* Make the record for a command about to be enqueued, when the caller asked for one (out != NULL):
+ * *e is NULL when out is NULL. Pass `*e ? &(*e)->ev : NULL` to OpenCL; on an enqueue failure
+ * ct_event_release(*e); on success *out = *e. */
+ct_status ct__event_new(ct_device *d, ct_event **out, ct_event **e, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
 /* Record an OpenCL failure on the device: "what: CL_... (code)". Returns CT_ERR_OPENCL, or
  * CT_ERR_DEVICE_MEM for allocation failures. */
 ct_status ct__cl_fail(ct_err *e, const char *file, int line, int code, const char *what, ...)

@@ -48,8 +48,9 @@ static ct_status clblast_fail(ct_device *d, CLBlastStatusCode rc, const char *wh
 
 ct_status ct_gemm(ct_device *d, int ta, int tb, size_t m, size_t n, size_t k, float alpha, cl_mem a,
                   size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb, float beta, cl_mem c,
-                  size_t c_off, size_t ldc, cl_event *ev) {
-    if (m == 0 || n == 0) return CT_OK;
+                  size_t c_off, size_t ldc, ct_event **ev) {
+    if (ev) *ev = NULL;
+    if (m == 0 || n == 0) return ct_device_marker(d, ev); /* nothing to do; an event if asked */
     if (k == 0) {
         /* C = beta * C alone: CLBlast refuses k = 0 and no engine shape needs it. */
         return CT_ERR(&d->err, CT_ERR_ARG, "gemm: k = 0 is not supported (m=%zu n=%zu)", m, n);
@@ -57,12 +58,19 @@ ct_status ct_gemm(ct_device *d, int ta, int tb, size_t m, size_t n, size_t k, fl
     ct_status st = gemm_common(d, ta, tb, m, n, k, a, a_off, lda, 0, b, b_off, ldb, 0, c, c_off, ldc,
                                0, 1);
     if (st != CT_OK) return st;
+    ct_event *e = NULL;
+    if ((st = ct__event_new(d, ev, &e, "gemm m=%zu n=%zu k=%zu ta=%d tb=%d", m, n, k, ta, tb)))
+        return st;
     cl_command_queue q = d->queue;
     CLBlastStatusCode rc =
         CLBlastSgemm(CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
                      tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha, a, a_off, lda, b,
-                     b_off, ldb, beta, c, c_off, ldc, &q, ev);
-    if (rc != CLBlastSuccess) return clblast_fail(d, rc, "CLBlastSgemm", m, n, k, ta, tb);
+                     b_off, ldb, beta, c, c_off, ldc, &q, e ? &e->ev : NULL);
+    if (rc != CLBlastSuccess) {
+        ct_event_release(e);
+        return clblast_fail(d, rc, "CLBlastSgemm", m, n, k, ta, tb);
+    }
+    if (ev) *ev = e;
     return CT_OK;
 }
 
@@ -70,8 +78,9 @@ ct_status ct_gemm_strided_batched(ct_device *d, int ta, int tb, size_t m, size_t
                                   float alpha, cl_mem a, size_t a_off, size_t lda, size_t a_stride,
                                   cl_mem b, size_t b_off, size_t ldb, size_t b_stride, float beta,
                                   cl_mem c, size_t c_off, size_t ldc, size_t c_stride, size_t batch,
-                                  cl_event *ev) {
-    if (m == 0 || n == 0 || batch == 0) return CT_OK;
+                                  ct_event **ev) {
+    if (ev) *ev = NULL;
+    if (m == 0 || n == 0 || batch == 0) return ct_device_marker(d, ev);
     if (k == 0) return CT_ERR(&d->err, CT_ERR_ARG, "batched gemm: k = 0 is not supported");
     ct_status st = gemm_common(d, ta, tb, m, n, k, a, a_off, lda, a_stride, b, b_off, ldb, b_stride,
                                c, c_off, ldc, c_stride, batch);
@@ -89,12 +98,19 @@ ct_status ct_gemm_strided_batched(ct_device *d, int ta, int tb, size_t m, size_t
         }
         return CT_OK;
     }
+    ct_event *e = NULL;
+    if ((st = ct__event_new(d, ev, &e, "batched gemm m=%zu n=%zu k=%zu ta=%d tb=%d batch=%zu", m, n,
+                            k, ta, tb, batch)))
+        return st;
     cl_command_queue q = d->queue;
     CLBlastStatusCode rc = CLBlastSgemmStridedBatched(
         CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
         tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha, a, a_off, lda, a_stride, b,
-        b_off, ldb, b_stride, beta, c, c_off, ldc, c_stride, batch, &q, ev);
-    if (rc != CLBlastSuccess)
+        b_off, ldb, b_stride, beta, c, c_off, ldc, c_stride, batch, &q, e ? &e->ev : NULL);
+    if (rc != CLBlastSuccess) {
+        ct_event_release(e);
         return clblast_fail(d, rc, "CLBlastSgemmStridedBatched", m, n, k, ta, tb);
+    }
+    if (ev) *ev = e;
     return CT_OK;
 }

@@ -297,15 +297,26 @@ ct_status ct_kernel_set_arg(ct_device *d, cl_kernel k, cl_uint i, size_t size, c
 }
 
 ct_status ct_kernel_launch(ct_device *d, cl_kernel k, cl_uint dims, const size_t *global,
-                           const size_t *local, cl_event *ev) {
-    for (cl_uint i = 0; i < dims; i++)
-        if (global[i] == 0) return CT_OK; /* empty range: nothing to do (OpenCL 1.2 refuses it) */
-    cl_int rc = clEnqueueNDRangeKernel(d->queue, k, dims, NULL, global, local, 0, NULL, ev);
+                           const size_t *local, ct_event **ev) {
+    if (ev) *ev = NULL;
+    char name[64] = "?";
+    int empty = 0;
+    for (cl_uint i = 0; i < dims; i++) empty |= global[i] == 0;
+    ct_event *e = NULL;
+    if (ev) clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+    ct_status st = ct__event_new(d, ev, &e, "kernel '%s' (global %zu x %zu)", name, global[0],
+                                 dims > 1 ? global[1] : 1);
+    if (st != CT_OK) return st;
+    /* An empty range has nothing to do (OpenCL 1.2 refuses it); its event is a marker. */
+    cl_int rc = !empty ? clEnqueueNDRangeKernel(d->queue, k, dims, NULL, global, local, 0, NULL,
+                                                e ? &e->ev : NULL)
+                       : (e ? clEnqueueMarkerWithWaitList(d->queue, 0, NULL, &e->ev) : CL_SUCCESS);
     if (rc != CL_SUCCESS) {
-        char name[64] = "?";
+        ct_event_release(e);
         clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
         return CT_CL_FAIL(&d->err, rc, "enqueueing kernel '%s' (global %zu x %zu, local %zu)", name,
                           global[0], dims > 1 ? global[1] : 1, local ? local[0] : 0);
     }
+    if (ev) *ev = e;
     return CT_OK;
 }

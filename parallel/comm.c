@@ -560,7 +560,7 @@ ct_status ct_comm_allreduce_buf(ct_comm *c, ct_buffer *send, ct_buffer *recv, si
      * on a GPU) while the host communicates this one. Every worker cuts at the same element
      * boundaries, so the algorithm sees consistent counts. ps/pr/ev hold two slots. */
     void *mps[2] = {NULL, NULL}, *mpr[2] = {NULL, NULL};
-    cl_event evs[2] = {NULL, NULL}, evr[2] = {NULL, NULL};
+    ct_event *evs[2] = {NULL, NULL}, *evr[2] = {NULL, NULL};
     ct_status mst = CT_OK;
 #define MAP_CHUNK(i)                                                                            \
     do {                                                                                        \
@@ -581,9 +581,9 @@ ct_status ct_comm_allreduce_buf(ct_comm *c, ct_buffer *send, ct_buffer *recv, si
     for (size_t i = 0; i < nchunks && !mst; i++) {
         int k = (int)(i & 1);
         size_t len = bytes - i * chunk < chunk ? bytes - i * chunk : chunk;
-        if (send != recv && (s2 = ct_event_wait(ct_buffer_device(send), evs[k])) && !mst)
+        if (send != recv && (s2 = ct_event_wait_release(evs[k])) && !mst)
             mst = dev_err(c, send, s2, "map");
-        if ((s2 = ct_event_wait(dev, evr[k])) && !mst) mst = dev_err(c, recv, s2, "map");
+        if ((s2 = ct_event_wait_release(evr[k])) && !mst) mst = dev_err(c, recv, s2, "map");
         evs[k] = evr[k] = NULL;
         if (mst) break;
         if (i + 1 < nchunks) MAP_CHUNK(i + 1);
@@ -598,8 +598,8 @@ ct_status ct_comm_allreduce_buf(ct_comm *c, ct_buffer *send, ct_buffer *recv, si
 #undef MAP_CHUNK
     /* Drain: release what a failure left mapped, and wait for every unmap. */
     for (int k = 0; k < 2; k++) {
-        if (evs[k]) ct_event_wait(ct_buffer_device(send), evs[k]);
-        if (evr[k]) ct_event_wait(dev, evr[k]);
+        ct_event_wait_release(evs[k]);
+        ct_event_wait_release(evr[k]);
         if (send != recv && mps[k]) ct_buffer_unmap(send, mps[k]);
         if (mpr[k]) ct_buffer_unmap(recv, mpr[k]);
     }

@@ -3,6 +3,7 @@
 set(CT_TWO_DEVICES "POCL_DEVICES=pthread pthread")
 ct_add_test(NAME test_cl_device SOURCES test_cl_device.c LIBS ct_cl LABELS opencl ENV ${CT_TWO_DEVICES})
 ct_add_test(NAME test_cl_memory SOURCES test_cl_memory.c LIBS ct_cl LABELS opencl)
+ct_add_test(NAME test_cl_async SOURCES test_cl_async.c LIBS ct_cl LABELS opencl)
 ct_add_test(NAME test_cl_program SOURCES test_cl_program.c LIBS ct_cl LABELS opencl)
 ct_add_test(NAME test_cl_gemm SOURCES test_cl_gemm.c LIBS ct_cl LABELS opencl TIMEOUT 1200)
 ct_add_test(NAME test_cl_threads SOURCES test_cl_threads.c LIBS ct_cl OpenMP::OpenMP_C LABELS opencl ENV ${CT_TWO_DEVICES})
