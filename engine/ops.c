@@ -47,11 +47,9 @@ static ct_status prepare(ct_device *dev, const char *file, const char *name, con
         st = ct_kernel_set_arg(dev, *k, (cl_uint)i, args[i].size, args[i].p);
         if (st != CT_OK) return st;
     }
-    size_t wg = 0;
-    if (clGetKernelWorkGroupInfo(*k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
-                                 NULL) != CL_SUCCESS ||
-        wg == 0)
-        wg = 1;
+    size_t wg = 1;
+    st = ct_kernel_max_work_group(dev, *k, &wg);
+    if (st != CT_OK) return st;
     size_t l = 1;
     while (l * 2 <= pref && l * 2 <= wg) l *= 2;
     while (l > 1 && l > n) l /= 2; /* tiny ranges: do not pad far past n */
@@ -358,13 +356,9 @@ ct_status ct_crossentropy_backward(ct_device *dev, ct_view dlogits, ct_view logi
          "B, T, V must be positive and V <= Vp");
     size_t n = (size_t)B * T * Vp;
     if (dlogits.mem != logits.mem || dlogits.off != logits.off) {
-        cl_int rc = clEnqueueCopyBuffer(ct_device_queue(dev), logits.mem, dlogits.mem,
-                                        logits.off * sizeof(float), dlogits.off * sizeof(float),
-                                        n * sizeof(float), 0, NULL, NULL);
-        if (rc != CL_SUCCESS)
-            return CT_ERR(ct_device_err(dev), CT_ERR_OPENCL,
-                          "ct_crossentropy_backward: copying logits failed (%s)",
-                          ct_cl_error_name(rc));
+        ct_status st = ct_mem_copy(dev, logits.mem, logits.off * sizeof(float), dlogits.mem,
+                                   dlogits.off * sizeof(float), n * sizeof(float));
+        if (st != CT_OK) return st;
     }
     karg a[] = {KMEM(dlogits), KMEM(lse), KMEM(targets), KINT(B * T), KINT(V), KINT(Vp), KF(dloss)};
     return launch2(dev, "loss", "crossentropy_backward_inplace", (size_t)Vp, (size_t)B * T, 256, a,
@@ -397,10 +391,8 @@ ct_status ct_global_norm_forward(ct_device *dev, ct_view out, ct_view partials, 
             (st = ct_kernel_set_arg(dev, k, 4, sizeof nn, &nn)) != CT_OK ||
             (st = ct_kernel_set_arg(dev, k, 5, sizeof chunk, &chunk)) != CT_OK)
             return st;
-        size_t wg = 0;
-        if (clGetKernelWorkGroupInfo(k, ct_device_id(dev), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg,
-                                     &wg, NULL) != CL_SUCCESS || wg == 0)
-            wg = 1;
+        size_t wg = 1;
+        if ((st = ct_kernel_max_work_group(dev, k, &wg)) != CT_OK) return st;
         size_t local = 1;
         while (local * 2 <= 64 && local * 2 <= wg) local *= 2; /* a power of two divides 1024 */
         size_t global = CT_NORM_PARTIALS;
