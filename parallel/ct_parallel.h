@@ -105,6 +105,8 @@ int ct_topo_local_nranks(const ct_topo *t);     /* ranks on this node */
 int ct_topo_device_index(const ct_topo *t, int thread);
 /* "MPICH Version: 4.0.2 ..." first line of MPI_Get_library_version. */
 const char *ct_topo_mpi_version(const ct_topo *t);
+/* This process's host name (MPI_Get_processor_name, read once at create). */
+const char *ct_topo_host(const ct_topo *t);
 
 /* Default check mode for comms created after the call (1 = on, the default). */
 void ct_topo_set_check(ct_topo *t, int on);
@@ -192,6 +194,57 @@ const char *ct_coll_algo_name(ct_coll coll, int i);
 const char *ct_comm_algo_restriction(const ct_comm *c, ct_coll coll, const char *algo);
 /* The algorithm the selector (after overrides) picks for `bytes` on this group. */
 const char *ct_comm_algo_select(const ct_comm *c, ct_coll coll, size_t bytes);
+
+/* ---------------------------------------------------------------- the grid */
+
+/* The layout laid over the workers, and one group per axis, split once. Axis order, fastest first:
+ * tp, dp, pp (Megatron's): worker w = (pp_rank * dp + dp_rank) * tp + tp_rank, so a TP group is
+ * consecutive workers (one process or node where possible) and pipeline neighbours may sit on
+ * other nodes. EP groups are ep consecutive dp ranks; the expert-data-parallel group holds the
+ * dp/ep workers with the same experts (same dp_rank % ep). Every group's rank is this worker's
+ * coordinate along that axis.
+ *
+ *     ct_layout lay = {.dp = 2, .tp = 2, .pp = 2, .zero = 1, .ep = 1};
+ *     ct_grid *g = NULL; ct_err err = {0};
+ *     if (ct_grid_create(&g, world, &lay, &err)) { ... err.msg names the numbers ... }
+ *     ct_comm *next = ct_grid_pp(g);   // send to rank pp_rank + 1 of this group
+ *     ...
+ *     ct_grid_free(g);                 // before ct_comm_free(world)
+ */
+typedef struct ct_grid ct_grid;
+
+/* Pure: CT_ERR_ARG with the numbers named when `lay` cannot run over W workers (a degree < 1,
+ * ep < 0 or not dividing dp, zero outside 0..3, dp x tp x pp != W). */
+ct_status ct_layout_check(const ct_layout *lay, int W, ct_err *err);
+/* Pure: the worker at coordinates c, and the coordinates of worker w (ep_rank = dp_rank % ep). */
+int ct_layout_worker(const ct_layout *lay, const ct_coords *c);
+ct_coords ct_layout_coords(const ct_layout *lay, int w);
+
+/* Collective over `world` (this worker's handle, usually from ct_comm_world; the grid is laid over
+ * its ranks). Every worker passes its layout; workers that disagree all get CT_ERR_MISMATCH, a
+ * layout that cannot run gives CT_ERR_ARG on every worker (nothing hangs). Then every group is split
+ * once (6 splits of world, in a fixed order). The grid keeps `world` (not owned). */
+ct_status ct_grid_create(ct_grid **out, ct_comm *world, const ct_layout *lay, ct_err *err);
+/* Frees the groups (not world). NULL is a no-op. */
+void ct_grid_free(ct_grid *g);
+
+const ct_layout *ct_grid_layout(const ct_grid *g); /* as passed, ep read as >= 1 */
+const ct_coords *ct_grid_coords(const ct_grid *g);
+ct_comm *ct_grid_world(ct_grid *g);
+ct_comm *ct_grid_tp(ct_grid *g);  /* same (dp, pp); rank = tp_rank */
+ct_comm *ct_grid_dp(ct_grid *g);  /* same (tp, pp); rank = dp_rank */
+ct_comm *ct_grid_pp(ct_grid *g);  /* same (dp, tp); rank = pp_rank: neighbours are rank -+ 1 */
+ct_comm *ct_grid_ep(ct_grid *g);  /* same (tp, pp, dp_rank / ep); rank = ep_rank */
+ct_comm *ct_grid_edp(ct_grid *g); /* same (tp, pp, dp_rank % ep); size dp / ep, rank dp_rank / ep */
+/* The tied-embedding group: pp == 1: this worker alone; pp > 1: the first and the last stage with
+ * this (dp, tp), first stage rank 0; NULL on middle stages. */
+ct_comm *ct_grid_emb(ct_grid *g);
+
+/* Collective over world: one line per worker,
+ *   "worker W: dp D tp T pp P ep E | rank R thread H | host NAME | DEVICE\n"
+ * in worker order, gathered to every worker (lines cut at 255 characters). `device` is this
+ * worker's device name (NULL: "-"). *out is malloc'd; the caller frees it (worker 0 prints). */
+ct_status ct_grid_describe(ct_grid *g, const char *device, char **out);
 
 #ifdef __cplusplus
 }

@@ -108,6 +108,7 @@ struct ct_topo {
     MPI_Comm world; /* dup of MPI_COMM_WORLD, errors returned */
     MPI_Comm node_comm;
     char mpi_version[256];
+    char host[MPI_MAX_PROCESSOR_NAME]; /* MPI_Get_processor_name, for the grid's description */
     pthread_mutex_t mu; /* guards groups list */
     ct__group *groups;
     ct__group *world_group;

@@ -142,6 +142,7 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
         char *nl = strchr(v, '\n');
         if (nl) *nl = 0;
         snprintf(t->mpi_version, sizeof t->mpi_version, "%.255s", v);
+        if (MPI_Get_processor_name(t->host, &len) != MPI_SUCCESS) snprintf(t->host, sizeof t->host, "?");
     }
     t->check_default = 1;
     {   /* spin before sleeping only when this node's workers fit its cores */
@@ -189,4 +190,5 @@ int ct_topo_local_rank(const ct_topo *t) { return t->local_rank; }
 int ct_topo_local_nranks(const ct_topo *t) { return t->local_nranks; }
 int ct_topo_device_index(const ct_topo *t, int thread) { return t->local_rank * t->D + thread; }
 const char *ct_topo_mpi_version(const ct_topo *t) { return t->mpi_version; }
+const char *ct_topo_host(const ct_topo *t) { return t->host; }
 void ct_topo_set_check(ct_topo *t, int on) { t->check_default = on; }

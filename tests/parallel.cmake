@@ -55,3 +55,19 @@ if(TARGET ct_parallel)
   set_tests_properties(parallel_errors_nothread PROPERTIES LABELS "mpi" TIMEOUT 60)
   set_tests_properties(parallel_select PROPERTIES LABELS "unit" TIMEOUT 60)
 endif()
+if(TARGET ct_parallel)
+  # the grid: every layout of W = 1..8 workers as threads, ranks and mixed (pure comm: no devices)
+  add_executable(test_parallel_grid test_parallel_grid.c)
+  target_link_libraries(test_parallel_grid PRIVATE ct_parallel)
+  foreach(shape "1x1;1;1" "2x1;2;1" "1x2;1;2" "3x1;3;1" "1x3;1;3" "4x1;4;1" "1x4;1;4" "2x2;2;2"
+                "5x1;5;1" "1x5;1;5" "6x1;6;1" "2x3;2;3" "3x2;3;2" "7x1;7;1" "1x7;1;7" "8x1;8;1"
+                "1x8;1;8" "2x4;2;4" "4x2;4;2")
+    list(GET shape 0 nm)
+    list(GET shape 1 nr)
+    list(GET shape 2 nt)
+    add_test(NAME parallel_grid_${nm}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_grid> ${nt})
+    set_tests_properties(parallel_grid_${nm} PROPERTIES LABELS "mpi" TIMEOUT 120
+      ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+endif()
