@@ -20,6 +20,9 @@
  *     }
  *     ct_topo_free(topo);   // finalizes MPI when ct_topo_create initialised it
  *
+ * Programs and the engine take their groups from the grid (ct_grid_create, below), which splits
+ * every axis once; the split above is the primitive it uses.
+ *
  * Every collective takes an algorithm name (NULL = the selector's choice for this size and group;
  * "ring", "rabenseifner", "mpi", ... see ct_coll_algo_name) and is collective over the group.
  * In place: all-reduce send == recv; reduce-scatter send == recv (input n*count in recv, result in
@@ -243,8 +246,125 @@ ct_comm *ct_grid_emb(ct_grid *g);
 /* Collective over world: one line per worker,
  *   "worker W: dp D tp T pp P ep E | rank R thread H | host NAME | DEVICE\n"
  * in worker order, gathered to every worker (lines cut at 255 characters). `device` is this
- * worker's device name (NULL: "-"). *out is malloc'd; the caller frees it (worker 0 prints). */
+ * worker's device name (NULL: "-"). *out is malloc'd; the caller frees it (worker 0 prints).
+ * Errors are on ct_comm_errmsg(ct_grid_world(g)). */
 ct_status ct_grid_describe(ct_grid *g, const char *device, char **out);
+
+/* ---------------------------------------------------------------- pipeline schedules */
+
+/* A schedule is data: for each pipeline stage, the ordered list of actions it runs in one optimizer
+ * step. Pure functions (no MPI, no devices): generators, a validator and a simulator.
+ *
+ *     ct_schedule *s = NULL; ct_sched_sim sim = {0}; ct_err err = {0};
+ *     if (ct_sched_make(CT_SCHED_1F1B, 4, 8, 1, &s, &err)) { ... err.msg ... }
+ *     ct_sched_costs cost = ct_sched_costs_unit();          // F 1, B 2 (B_in 1 + B_w 1), comm 0
+ *     if (!ct_sched_simulate(s, &cost, 0, &sim, &err))
+ *         printf("bubble %.3f, stage 0 keeps %d micro-batches\n", sim.bubble, sim.peak_live[0]);
+ *     for (int i = 0; i < s->n[my_stage]; i++) run(&s->list[my_stage][i]);   // the executor
+ *     ct_sched_sim_free(&sim); ct_sched_free(s);
+ *
+ * Model chunks: the model's layers are cut into v*N consecutive chunks; chunk c lives on stage
+ * c % N as that stage's local chunk c / N (v = 1: chunk = stage). Micro-batches are 0..m-1.
+ * Communication (only with N > 1): RECV_ACT(mb, c) right before FWD(mb, c) for c > 0 (the input of
+ * chunk c, from chunk c-1's stage); SEND_ACT(mb, c) right after FWD(mb, c) for c < vN-1 (its
+ * output, to chunk c+1's stage); RECV_GRAD(mb, c) right before the backward of (mb, c) for
+ * c < vN-1 (the gradient of chunk c's output, from chunk c+1's stage); SEND_GRAD(mb, c) right after
+ * it for c > 0 (the gradient of chunk c's input, to chunk c-1's stage). So SEND_ACT(mb, c) meets
+ * RECV_ACT(mb, c+1) and SEND_GRAD(mb, c) meets RECV_GRAD(mb, c-1). Sends are posted and complete
+ * later (buffered); receives block. Messages from one stage to another arrive in the order sent,
+ * activations and gradients alike (ct_comm_send/recv carry no tag), so one pipeline group serves.
+ * Every list ends with GRAD_SYNC (this stage's gradients are final: reduce them over the
+ * data-parallel group), OPT_STEP. */
+typedef enum ct_act_kind {
+    CT_ACT_FWD,        /* forward of (mb, chunk) */
+    CT_ACT_BWD,        /* backward: input and weight gradients */
+    CT_ACT_BWD_INPUT,  /* zero-bubble halves: input gradient (on the critical path) ... */
+    CT_ACT_BWD_WEIGHT, /* ... and weight gradient (deferrable; frees the activations) */
+    CT_ACT_SEND_ACT,
+    CT_ACT_RECV_ACT,
+    CT_ACT_SEND_GRAD,
+    CT_ACT_RECV_GRAD,
+    CT_ACT_GRAD_SYNC,  /* mb, chunk -1 */
+    CT_ACT_OPT_STEP,   /* mb, chunk -1 */
+    CT_ACT__COUNT
+} ct_act_kind;
+
+typedef struct ct_action {
+    ct_act_kind kind;
+    int mb;    /* micro-batch 0..m-1 */
+    int chunk; /* model chunk 0..v*N-1, on stage chunk % N */
+} ct_action;
+
+typedef enum ct_sched_kind {
+    CT_SCHED_TRIVIAL,     /* N = 1: F, B per micro-batch (gradient accumulation), sync, step */
+    CT_SCHED_GPIPE,       /* all forwards, then all backwards in the same micro-batch order */
+    CT_SCHED_1F1B,        /* PipeDream-Flush: min(N-s-1, m) warm-up forwards, then one forward one
+                             backward; at most min(N-s, m) micro-batches alive on stage s */
+    CT_SCHED_INTERLEAVED, /* Narayanan et al. 2021 (Megatron's order): v chunks per stage,
+                             m a multiple of N */
+    CT_SCHED_ZB1,         /* ZB-H1 (Qi et al. 2023): backward split into BWD_INPUT and
+                             BWD_WEIGHT, W deferred into the cool-down; stage s keeps at most
+                             N-s micro-batches before B (as 1F1B) and N before W (1F1B's peak) */
+    CT_SCHED__COUNT
+} ct_sched_kind;
+
+typedef struct ct_schedule {
+    ct_sched_kind kind;
+    int stages, micro, virt; /* N, m, v (v = 1 but for interleaved) */
+    int *n;                  /* [N] actions of each stage */
+    ct_action **list;        /* [N][n[s]]; each list its own malloc (tests edit them) */
+} ct_schedule;
+
+/* "gpipe", "1f1b", "interleaved", "zb1" (and "trivial"); CT_ERR_ARG naming the choices. */
+ct_status ct_sched_parse(const char *name, ct_sched_kind *out, ct_err *err);
+const char *ct_sched_name(ct_sched_kind k); /* "1f1b"; "?" when out of range */
+const char *ct_act_name(int kind);          /* "RECV_ACT"; "?" when out of range */
+/* "FWD(mb 3, chunk 2)" or "GRAD_SYNC" into buf (64 bytes always suffice); returns buf. */
+char *ct_act_str(const ct_action *a, char *buf, size_t size);
+
+/* The lists of one step for N stages, m micro-batches, v chunks per stage (interleaved only; 0 is
+ * read as 1). Refused with CT_ERR_ARG and the reason: N, m or v < 1, trivial with N > 1, v > 1 on
+ * a schedule without chunks, interleaved with m not a multiple of N. */
+ct_status ct_sched_make(ct_sched_kind kind, int stages, int micro, int virt, ct_schedule **out,
+                        ct_err *err);
+void ct_sched_free(ct_schedule *s); /* NULL is a no-op */
+
+/* CT_OK, or CT_ERR_ARG naming the first problem: the stage, the action index and the action.
+ * Checks, in this order: every action well formed (kind, mb and chunk in range, the chunk on this
+ * stage, a message that exists); per stage, each (mb, chunk) of the stage has one FWD and one
+ * backward (BWD, or BWD_INPUT then BWD_WEIGHT), each needed send and receive once, in local order
+ * (RECV_ACT < FWD < SEND_ACT; RECV_GRAD < backward < SEND_GRAD; FWD < backward), ending with
+ * GRAD_SYNC, OPT_STEP; between two stages, receives in the order of the sends; no deadlock when
+ * sends are buffered and receives block (the message names every waiting stage and what it waits
+ * for). */
+ct_status ct_sched_validate(const ct_schedule *s, ct_err *err);
+
+/* Cost of each action of one chunk, in any time unit; comm: from a send's post to the matching
+ * receive's earliest completion. GRAD_SYNC and OPT_STEP cost 0 (they are outside the bubble). */
+typedef struct ct_sched_costs {
+    double fwd, bwd, bwd_input, bwd_weight, comm;
+} ct_sched_costs;
+ct_sched_costs ct_sched_costs_unit(void); /* fwd 1, bwd 2, bwd_input 1, bwd_weight 1, comm 0 */
+
+/* Each stage runs its list in order: a compute action starts when the previous action ends; a send
+ * costs nothing; a receive ends at max(now, send post + comm). Idle time is the bubble:
+ *   bubble = 1 - (sum over stages of compute time) / (N * makespan)
+ * (the mean over stages of each one's idle fraction, stage_bubble[s]). At unit costs GPipe and
+ * 1F1B give (N-1)/(m+N-1), interleaved (N-1)/(v*m+N-1), zb1 (N-1)/(3m+N-1) for m >= N.
+ * peak_live[s] is the most (mb, chunk) activation sets alive at once on stage s: alive from FWD
+ * until BWD or BWD_WEIGHT ends (what the activation arena must hold; independent of costs): 1F1B
+ * min(N-s, m), GPipe m, zb1 min(N, m) on every stage (its later stages hold W's inputs longer). */
+typedef struct ct_sched_sim {
+    double makespan;
+    double bubble;
+    double *stage_bubble; /* [N] 1 - compute time of stage s / makespan */
+    int *peak_live;       /* [N] */
+    double **start, **end; /* [N][n[s]] when want_timeline, else NULL */
+} ct_sched_sim;
+/* Validates first (the same errors); *out is filled (free with ct_sched_sim_free). */
+ct_status ct_sched_simulate(const ct_schedule *s, const ct_sched_costs *c, int want_timeline,
+                            ct_sched_sim *out, ct_err *err);
+void ct_sched_sim_free(ct_sched_sim *r); /* frees the arrays, not r; zeroed r is fine */
 
 #ifdef __cplusplus
 }

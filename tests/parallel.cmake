@@ -71,3 +71,8 @@ if(TARGET ct_parallel)
       ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
+if(TARGET ct_parallel)
+  # pipeline schedules as data: pure, no MPI launch, no devices
+  ct_add_test(NAME test_parallel_sched SOURCES test_parallel_sched.c LIBS ct_parallel LABELS unit
+    TIMEOUT 120)
+endif()
