@@ -117,7 +117,8 @@ ct_status ct_device_finish(ct_device *dev);
 /* Submit what is enqueued without waiting (clFlush): commands may otherwise sit in the driver
  * until a wait. Call after a batch of asynchronous work the host will not wait for at once. */
 ct_status ct_device_flush(ct_device *dev);
-/* Where the tuning applied at open came from: "stored <path>", "shipped <entry>", "none" or
+/* Where the tuning applied at open came from: "stored <path>", "shipped <entry>", "CLBlast
+ * built-in parameters (<why>), stored <path>" (ct_tune found nothing better), "none" or
  * "disabled (CLBlast's built-in parameters)". */
 const char *ct_device_tuning_source(const ct_device *dev);
 
@@ -294,6 +295,8 @@ typedef struct ct_tune_set {
     char platform[128];       /* platform name substring a shipped set matches ("*" = any) */
     char type[16];            /* "cpu", "gpu", ... or "*" */
     char note[256];           /* free text: how it was found, the score */
+    int builtin;              /* 1: a record that CLBlast's built-in parameters are best here
+                                 (ct_tune found nothing faster); lists no kernel, applies nothing */
     int nkernels;
     ct_tune_kernel kernels[CT_TUNE_MAX_KERNELS];
 } ct_tune_set;
@@ -303,8 +306,28 @@ ct_status ct_tune_set_parse(const char *text, ct_tune_set *out, ct_err *err);
 ct_status ct_tune_set_format(const ct_tune_set *s, char *buf, size_t len);
 /* Set a parameter (adds the kernel or the name when missing). */
 ct_status ct_tune_set_put(ct_tune_set *s, const char *kernel, const char *name, size_t value);
-/* Apply with CLBlastOverrideParameters, every kernel of the set, on this device. */
+/* Apply with CLBlastOverrideParameters, every kernel of the set, on this device (a built-in
+ * record applies nothing). */
 ct_status ct_tune_set_apply(ct_device *dev, const ct_tune_set *s);
+/* How well a set fits a device: -1 = not at all, else higher is better (exact device name 4,
+ * exact driver 2). A pattern (device "*") applies only to the one device type it names, so a set
+ * with device "*" and type "*" matches nothing and a CPU set never reaches a GPU. */
+int ct_tune_set_match(const ct_tune_set *s, const ct_device_info *info);
+
+/* ct_tune's decision after a search. Scores are GFLOP/s (< 0 or NaN: failed or not measured).
+ * A candidate is kept only if it is at least `min_gain` times as fast as CLBlast's built-in
+ * parameters (ct_tune's default CT_TUNE_MIN_GAIN: run-to-run noise is about 1-2%, and every
+ * override makes CLBlast compile its programs again at open); if the built-in parameters failed,
+ * any working candidate is kept. */
+#define CT_TUNE_MIN_GAIN 1.02
+typedef enum ct_tune_choice {
+    CT_TUNE_KEEP_NOTHING = 0, /* nothing worked: store nothing, leave what is stored */
+    CT_TUNE_KEEP_BUILTIN,     /* store the built-in record (it replaces a stored set) */
+    CT_TUNE_KEEP_CANDIDATE    /* store the best candidate */
+} ct_tune_choice;
+ct_tune_choice ct_tune_choose(double builtin_gflops, double best_gflops, double min_gain);
+/* Make the built-in record for a device; `note` says why ("ct_tune found nothing better: ..."). */
+void ct_tune_set_builtin(ct_tune_set *s, const ct_device_info *info, const char *note);
 
 /* The stored file for a device under `tune_dir` (keyed by device name and driver version). */
 ct_status ct_tune_store_path(const char *tune_dir, const ct_device_info *info, char *path,
@@ -313,7 +336,8 @@ ct_status ct_tune_store_path(const char *tune_dir, const ct_device_info *info, c
 ct_status ct_tune_store(const char *tune_dir, const ct_device_info *info, const ct_tune_set *s,
                         ct_err *err);
 /* Find parameters for a device: the stored file first, then the best shipped match.
- * CT_ERR_NOT_FOUND if neither has one. `source` (may be NULL) receives where it came from. */
+ * CT_ERR_NOT_FOUND if neither has one. `source` (may be NULL) receives where it came from; for a
+ * built-in record (out->builtin) it starts "CLBlast built-in parameters (<its note>)". */
 ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tune_set *out,
                          char *source, size_t source_len, ct_err *err);
 /* The shipped sets compiled into the library (the files of tune/). */

@@ -4,8 +4,11 @@
  * parameter (CLBlast requires the full list of a kernel in an override). Stored sets live in
  * <tune_dir>/<device>__<driver>.txt; shipped sets are the files of the repository's tune/ folder, compiled in.
  * Lookup prefers the stored set of this exact device and driver, then the shipped set that
- * matches best (exact device name beats a platform+type pattern). Sets are applied once per device
- * at open: an override costs milliseconds and makes CLBlast compile a new program. */
+ * matches best (exact device name beats a platform+type pattern; a pattern names its device
+ * type, so a CPU set never reaches a GPU). Sets are applied once per device at open: an override
+ * costs milliseconds and makes CLBlast compile a new program. A stored "built-in" record (what
+ * ct_tune writes when nothing beat CLBlast's own parameters) applies nothing and keeps any shipped
+ * pattern from applying. */
 #include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -86,7 +89,13 @@ ct_status ct_tune_set_parse(const char *text, ct_tune_set *out, ct_err *err) {
             else if (!strcmp(k, "platform")) dst = out->platform, cap = sizeof out->platform;
             else if (!strcmp(k, "type")) dst = out->type, cap = sizeof out->type;
             else if (!strcmp(k, "note")) dst = out->note, cap = sizeof out->note;
-            else
+            else if (!strcmp(k, "builtin")) {
+                if (strcmp(v, "0") && strcmp(v, "1"))
+                    return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d: builtin is 0 or 1",
+                                  lineno);
+                out->builtin = v[0] == '1';
+                continue;
+            } else
                 return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d: unknown key '%s'", lineno, k);
             snprintf(dst, cap, "%s", v);
             continue;
@@ -115,7 +124,11 @@ ct_status ct_tune_set_parse(const char *text, ct_tune_set *out, ct_err *err) {
         }
     }
     if (!out->device[0]) return CT_ERR(err, CT_ERR_FORMAT, "tuning file has no 'device =' line");
-    if (out->nkernels == 0) return CT_ERR(err, CT_ERR_FORMAT, "tuning file lists no kernel");
+    if (out->builtin && out->nkernels)
+        return CT_ERR(err, CT_ERR_FORMAT,
+                      "tuning file says 'builtin = 1' (CLBlast's own parameters) but lists kernels");
+    if (!out->builtin && out->nkernels == 0)
+        return CT_ERR(err, CT_ERR_FORMAT, "tuning file lists no kernel");
     return CT_OK;
 }
 
@@ -131,6 +144,7 @@ ct_status ct_tune_set_format(const ct_tune_set *s, char *buf, size_t len) {
     OUT("device = %s\ndriver = %s\nplatform = %s\ntype = %s\n", s->device, s->driver, s->platform,
         s->type);
     if (s->note[0]) OUT("note = %s\n", s->note);
+    if (s->builtin) OUT("builtin = 1\n");
     for (int i = 0; i < s->nkernels; i++) {
         OUT("%s:", s->kernels[i].kernel);
         for (int j = 0; j < s->kernels[i].n; j++)
@@ -148,6 +162,7 @@ ct_status ct_tune_set_format(const ct_tune_set *s, char *buf, size_t len) {
 static pthread_mutex_t override_lock = PTHREAD_MUTEX_INITIALIZER;
 
 ct_status ct_tune_set_apply(ct_device *d, const ct_tune_set *s) {
+    if (s->builtin) return CT_OK; /* CLBlast's own database applies */
     pthread_mutex_lock(&override_lock);
     ct_status st = CT_OK;
     for (int i = 0; i < s->nkernels && st == CT_OK; i++) {
@@ -197,13 +212,34 @@ ct_status ct_tune_store(const char *tune_dir, const ct_device_info *info, const 
     return ct__write_file_atomic(path, text, strlen(text), err);
 }
 
-/* How well a shipped set fits a device; -1 = not at all. */
-static int match_score(const ct_tune_set *s, const ct_device_info *info) {
+ct_tune_choice ct_tune_choose(double builtin_gflops, double best_gflops, double min_gain) {
+    int best_ok = best_gflops > 0, base_ok = builtin_gflops > 0; /* NaN compares false */
+    if (!best_ok) return base_ok ? CT_TUNE_KEEP_BUILTIN : CT_TUNE_KEEP_NOTHING;
+    if (!base_ok) return CT_TUNE_KEEP_CANDIDATE;
+    if (!(min_gain > 0)) min_gain = CT_TUNE_MIN_GAIN;
+    return best_gflops >= builtin_gflops * min_gain ? CT_TUNE_KEEP_CANDIDATE : CT_TUNE_KEEP_BUILTIN;
+}
+
+void ct_tune_set_builtin(ct_tune_set *s, const ct_device_info *info, const char *note) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->device, sizeof s->device, "%s", info->name);
+    snprintf(s->driver, sizeof s->driver, "%s", info->driver_version);
+    snprintf(s->platform, sizeof s->platform, "%s", info->platform);
+    snprintf(s->type, sizeof s->type, "%s", ct_device_type_str(info->type));
+    snprintf(s->note, sizeof s->note, "%s", note ? note : "");
+    s->builtin = 1;
+}
+
+int ct_tune_set_match(const ct_tune_set *s, const ct_device_info *info) {
     int score = 0;
-    if (strcmp(s->platform, "*") && !strstr(info->platform, s->platform)) return -1;
+    int exact = !strcmp(s->device, info->name);
+    if (!exact && strcmp(s->device, "*")) return -1;
+    /* A pattern must say which kind of device it is for: parameters found on a CPU (wide vectors,
+     * no local memory) are slow or invalid on a GPU, and the reverse. */
+    if (!exact && !strcmp(s->type, "*")) return -1;
     if (strcmp(s->type, "*") && strcmp(s->type, ct_device_type_str(info->type))) return -1;
-    if (!strcmp(s->device, info->name)) score += 4;
-    else if (strcmp(s->device, "*")) return -1;
+    if (strcmp(s->platform, "*") && !strstr(info->platform, s->platform)) return -1;
+    if (exact) score += 4;
     if (!strcmp(s->driver, info->driver_version)) score += 2;
     else if (strcmp(s->driver, "*")) return -1;
     return score;
@@ -226,7 +262,11 @@ ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tu
                 return CT_ERR(err, st, "stored tuning file '%s': %s (delete it or re-run ct_tune)",
                               path, msg);
             }
-            if (source) snprintf(source, source_len, "stored %s", path);
+            if (source && out->builtin)
+                snprintf(source, source_len, "CLBlast built-in parameters (%s), stored %s",
+                         out->note[0] ? out->note : "ct_tune found nothing better", path);
+            else if (source)
+                snprintf(source, source_len, "stored %s", path);
             return CT_OK;
         }
     }
@@ -237,11 +277,15 @@ ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tu
         if (ct_tune_set_parse(ct__tune_shipped[i].text, &s, &perr) != CT_OK)
             return CT_ERR(err, CT_ERR_FORMAT, "shipped tuning set tune/%s.txt: %s",
                           ct__tune_shipped[i].name, perr.msg);
-        int sc = match_score(&s, info);
+        int sc = ct_tune_set_match(&s, info);
         if (sc > best) {
             best = sc;
             *out = s;
-            if (source) snprintf(source, source_len, "shipped tune/%s.txt", ct__tune_shipped[i].name);
+            if (source && s.builtin)
+                snprintf(source, source_len, "CLBlast built-in parameters (%s), shipped tune/%s.txt",
+                         s.note[0] ? s.note : "nothing better known", ct__tune_shipped[i].name);
+            else if (source)
+                snprintf(source, source_len, "shipped tune/%s.txt", ct__tune_shipped[i].name);
         }
     }
     if (best < 0)

@@ -1,14 +1,20 @@
 /* ct_tune - a bounded search for CLBlast GEMM parameters on one device, measured on the engine's
- * own GEMM shapes; the winner is stored keyed by device name and driver version, and every cltrain
+ * own GEMM shapes; the result is stored keyed by device name and driver version, and every cltrain
  * program applies it once when it opens that device.
  *
- * Method: CLBlast's built-in parameters are measured first (before any override), then the
- * shipped set for this kind of device, then seeded random candidates from a grid that respects
- * CLBlast's Xgemm constraints, until the time budget is spent. Every candidate's results are
- * checked against a plain-C dot product at sampled entries; a wrong or failing candidate is
- * discarded. Score: geometric mean GFLOP/s over the shapes. Last, the direct/indirect threshold is
- * tried with the best Xgemm set. Each new parameter set makes CLBlast compile its GEMM program
- * again (seconds on PoCL), which is what the budget mostly pays for. */
+ * Method: CLBlast's built-in parameters are measured first (before any override, and outside the
+ * bounds: on a cold kernel cache this alone takes tens of seconds), then the shipped set for this
+ * kind of device, then seeded random candidates from a grid that respects CLBlast's Xgemm
+ * constraints, until the candidate count (--max-candidates) or the time budget (--budget) is
+ * spent. Every candidate's results are checked against a plain-C dot product at sampled entries;
+ * a wrong or failing candidate is discarded. Score: geometric mean GFLOP/s over the shapes. Last,
+ * the direct/indirect threshold is tried with the best Xgemm set. Each new parameter set makes
+ * CLBlast compile its GEMM program again (seconds on PoCL), which is what the budget mostly pays
+ * for.
+ *
+ * The best candidate is stored only if it beats the built-in parameters by --min-gain (default
+ * CT_TUNE_MIN_GAIN); otherwise a "built-in" record is stored, which replaces a stored set and
+ * keeps a shipped pattern from applying, so a device never runs slower for having been tuned. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +23,6 @@
 
 #include "ct_cl.h"
 #include "gemm_shapes.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct bench_buf {
     ct_gemm_shape s;
@@ -85,12 +85,12 @@ static double score(ct_device *dev, bench_buf *bufs, int nb, int reps, char *why
         const ct_gemm_shape *s = &bufs[i].s;
         double best = INFINITY;
         for (int r = 0; r <= reps; r++) { /* r = 0 compiles and warms */
-            double t0 = now_s();
+            double t0 = ct_time_now();
             if (run_one(dev, &bufs[i]) != CT_OK || ct_device_finish(dev) != CT_OK) {
                 snprintf(why, wlen, "%s: %s", s->name, ct_device_errmsg(dev));
                 return -1;
             }
-            double t = now_s() - t0;
+            double t = ct_time_now() - t0;
             if (r > 0 && t < best) best = t;
         }
         double e = check(dev, &bufs[i]);
@@ -177,9 +177,15 @@ static void describe(const ct_tune_set *s, char *buf, size_t len) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ct_tune [--device SPEC] [--budget SECONDS] [--reps N] [--seed N] [--out FILE]\n"
-            "               [--dry-run] [--shapes small|engine]\n"
-            "  --budget S   stop starting new candidates after S seconds (default 300)\n"
+            "usage: ct_tune [--device SPEC] [--budget SECONDS] [--max-candidates N] [--min-gain X]\n"
+            "               [--reps N] [--seed N] [--out FILE] [--dry-run] [--shapes small|engine]\n"
+            "  --budget S   stop starting new candidates S seconds after the built-in parameters\n"
+            "               were measured (default 300; 0 = no time limit)\n"
+            "  --max-candidates N  measure at most N parameter sets besides the built-in ones\n"
+            "               (default: no limit; 0 = only check the built-in parameters)\n"
+            "  --min-gain X store the best candidate only if at least X times as fast as CLBlast's\n"
+            "               built-in parameters (default %.2f); otherwise store a record that the\n"
+            "               built-in parameters are best, replacing any stored set\n"
             "  --reps N     timed repetitions per shape and candidate (default 3)\n"
             "  --out FILE   also write the winning set to FILE (e.g. to ship it in tune/)\n"
             "  --dry-run    search and print, but store nothing\n"
@@ -187,13 +193,14 @@ static void usage(FILE *f) {
             "  --shapes     'engine' (default): qkv/attproj/fc/fcproj forward, dX, dW and attention\n"
             "               at C=256, B*T=1024 plus fc at C=768; 'small': four shapes, for tests\n"
             "The result is stored under $XDG_CACHE_HOME/cltrain/tune (or ~/.cache/cltrain/tune),\n"
-            "keyed by device name and driver version; ct_devices -v shows what a device uses.\n");
+            "keyed by device name and driver version; ct_devices -v shows what a device uses.\n",
+            CT_TUNE_MIN_GAIN);
 }
 
 int main(int argc, char **argv) {
     const char *spec = NULL, *out_file = NULL, *shape_set = "engine", *store_dir = NULL;
-    double budget = 300;
-    int reps = 3, dry = 0;
+    double budget = 300, min_gain = CT_TUNE_MIN_GAIN;
+    int reps = 3, dry = 0, max_cand = -1; /* -1: no limit */
     unsigned seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -201,7 +208,13 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--device") && v) spec = v, i++;
         else if (!strcmp(a, "--budget") && v) {
             budget = strtod(v, &end), i++;
-            if (*end || budget <= 0) { fprintf(stderr, "ct_tune: --budget needs a positive number of seconds\n"); return 2; }
+            if (*end || !(budget >= 0)) { fprintf(stderr, "ct_tune: --budget needs a number of seconds >= 0\n"); return 2; }
+        } else if (!strcmp(a, "--max-candidates") && v) {
+            max_cand = (int)strtol(v, &end, 10), i++;
+            if (*end || max_cand < 0) { fprintf(stderr, "ct_tune: --max-candidates needs an integer >= 0\n"); return 2; }
+        } else if (!strcmp(a, "--min-gain") && v) {
+            min_gain = strtod(v, &end), i++;
+            if (*end || !(min_gain > 0)) { fprintf(stderr, "ct_tune: --min-gain needs a positive number\n"); return 2; }
         } else if (!strcmp(a, "--reps") && v) {
             reps = (int)strtol(v, &end, 10), i++;
             if (*end || reps < 1) { fprintf(stderr, "ct_tune: --reps needs a positive integer\n"); return 2; }
@@ -214,6 +227,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--dry-run")) dry = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "ct_tune: unknown or incomplete argument '%s'\n", a); usage(stderr); return 2; }
+    }
+    if (budget == 0 && max_cand < 0) {
+        fprintf(stderr, "ct_tune: --budget 0 needs --max-candidates N (the search must end)\n");
+        return 2;
     }
     if (!spec) spec = ct_device_spec_env();
     ct_err err = {0};
@@ -231,8 +248,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     const ct_device_info *di = ct_device_get_info(dev);
-    printf("ct_tune: device %d: %s (driver %s), budget %.0f s\n", di->index, di->name,
-           di->driver_version, budget);
+    char bounds[128];
+    if (max_cand >= 0 && budget > 0) snprintf(bounds, sizeof bounds, "at most %d candidate(s) or %.0f s", max_cand, budget);
+    else if (max_cand >= 0) snprintf(bounds, sizeof bounds, "at most %d candidate(s)", max_cand);
+    else snprintf(bounds, sizeof bounds, "budget %.0f s", budget);
+    printf("ct_tune: device %d: %s (driver %s), %s\n", di->index, di->name, di->driver_version, bounds);
 
     /* 1. the shapes */
     ct_gemm_shape shapes[64];
@@ -271,12 +291,17 @@ int main(int argc, char **argv) {
     printf("ct_tune: %d shapes (%s), %d timed repetitions each\n", ns, shape_set, reps);
 
     /* 2. the baseline: CLBlast's built-in parameters */
-    double t_start = now_s();
+    double t_start = ct_time_now();
     char why[2300] = "";
     double base = score(dev, bufs, ns, reps, why, sizeof why);
-    printf("[%6.1f s] built-in parameters: %s%.1f GFLOP/s%s%s\n", now_s() - t_start,
+    printf("[%6.1f s] built-in parameters: %s%.1f GFLOP/s%s%s\n", ct_time_now() - t_start,
            base < 0 ? "FAILED " : "", base < 0 ? 0 : base, base < 0 ? " - " : "", base < 0 ? why : "");
     fflush(stdout);
+    /* The bounds count from here: how long the built-in parameters took to compile and measure
+     * (seconds on a cold kernel cache) must not decide how many candidates are tried. */
+    double t_search = ct_time_now();
+#define MORE(tried, tlimit) \
+    ((max_cand < 0 || (tried) < max_cand) && (budget <= 0 || ct_time_now() - t_search < (tlimit)))
 
     /* 3. candidates: the shipped set for this device kind, then seeded random grid points */
     ct_tune_set best;
@@ -293,11 +318,11 @@ int main(int argc, char **argv) {
     ct_tune_set shipped;
     char shipped_src[512] = "";
     int have_shipped = ct_tune_lookup(NULL, di, &shipped, shipped_src, sizeof shipped_src, &err) == CT_OK;
-    for (int cand = 0; now_s() - t_start < budget; cand++) {
+    for (int cand = 0; MORE(tried, budget); cand++) {
         ct_tune_set s;
         memset(&s, 0, sizeof s);
         if (cand == 0) {
-            if (!have_shipped) continue;
+            if (!have_shipped || shipped.builtin) continue;
             s = shipped;
         } else {
             xgemm_params p;
@@ -322,7 +347,7 @@ int main(int argc, char **argv) {
         else sc = score(dev, bufs, ns, reps, why, sizeof why);
         if (sc < 0) rejected++;
         if (sc > best_score) best_score = sc, best = s;
-        printf("[%6.1f s] #%d %s%s: %s%.1f GFLOP/s (best %.1f)%s%s\n", now_s() - t_start, tried,
+        printf("[%6.1f s] #%d %s%s: %s%.1f GFLOP/s (best %.1f)%s%s\n", ct_time_now() - t_start, tried,
                cand == 0 ? "shipped " : "", desc, sc < 0 ? "REJECTED " : "", sc < 0 ? 0 : sc,
                best_score, sc < 0 ? " - " : "", sc < 0 ? why : "");
         fflush(stdout);
@@ -330,38 +355,70 @@ int main(int argc, char **argv) {
     /* 4. the direct/indirect threshold with the best Xgemm set */
     if (best_score > 0) {
         size_t thresholds[] = {1, 512, 896};
-        for (int t = 0; t < 3 && now_s() - t_start < budget * 1.2; t++) {
+        for (int t = 0; t < 3 && MORE(tried, budget * 1.2); t++) {
             ct_tune_set s = best;
             size_t cur = 0;
             for (int i = 0; i < s.nkernels; i++)
                 if (!strcmp(s.kernels[i].kernel, "GemmRoutine")) cur = s.kernels[i].values[0];
             if (thresholds[t] == cur) continue;
             ct_tune_set_put(&s, "GemmRoutine", "XGEMM_MIN_INDIRECT_SIZE", thresholds[t]);
+            tried++;
             double sc = ct_tune_set_apply(dev, &s) == CT_OK ? score(dev, bufs, ns, reps, why, sizeof why) : -1;
-            printf("[%6.1f s] indirect threshold %zu: %.1f GFLOP/s (best %.1f)\n", now_s() - t_start,
-                   thresholds[t], sc < 0 ? 0 : sc, best_score);
+            printf("[%6.1f s] #%d indirect threshold %zu: %.1f GFLOP/s (best %.1f)\n",
+                   ct_time_now() - t_start, tried, thresholds[t], sc < 0 ? 0 : sc, best_score);
             if (sc > best_score) best_score = sc, best = s;
         }
     }
+#undef MORE
+    /* 5. the decision: a candidate only if it beats CLBlast's own parameters */
     int rc = 0;
-    if (best_score <= 0) {
-        printf("ct_tune: no candidate worked (%d tried); nothing stored\n", tried);
+    ct_tune_choice choice = ct_tune_choose(base, best_score, min_gain);
+    time_t tt = time(NULL);
+    char date[32], ratio[64];
+    strftime(date, sizeof date, "%Y-%m-%d", gmtime(&tt));
+    snprintf(ratio, sizeof ratio, "%s", tried ? "no candidate worked" : "no candidate tried");
+    if (best_score > 0 && base > 0) snprintf(ratio, sizeof ratio, "best %.2fx", best_score / base);
+    ct_tune_set keep;
+    if (choice == CT_TUNE_KEEP_NOTHING) {
+        printf("ct_tune: neither CLBlast's built-in parameters nor any of %d candidates worked; "
+               "nothing stored (a stored set, if any, is left as it was)\n", tried);
         rc = 1;
+    } else if (choice == CT_TUNE_KEEP_BUILTIN) {
+        char note[256];
+        if (best_score > 0)
+            snprintf(note, sizeof note,
+                     "ct_tune found nothing better: %s; %.1f vs %.1f GFLOP/s built-in, geomean over "
+                     "%d %s shapes, %d candidates, %s",
+                     ratio, best_score, base, ns, shape_set, tried, date);
+        else
+            snprintf(note, sizeof note,
+                     "ct_tune found nothing better: %s; built-in %.1f GFLOP/s, geomean over %d %s "
+                     "shapes, %d candidates, %s",
+                     ratio, base, ns, shape_set, tried, date);
+        ct_tune_set_builtin(&keep, di, note);
+        printf("ct_tune: CLBlast's built-in parameters win (%.1f GFLOP/s; candidates: %s, %.2fx "
+               "needed); no parameters will be applied on this device\n",
+               base, ratio, min_gain);
     } else {
-        snprintf(best.device, sizeof best.device, "%s", di->name);
-        snprintf(best.driver, sizeof best.driver, "%s", di->driver_version);
-        snprintf(best.platform, sizeof best.platform, "%s", di->platform);
-        snprintf(best.type, sizeof best.type, "%s", ct_device_type_str(di->type));
-        time_t tt = time(NULL);
-        char date[32];
-        strftime(date, sizeof date, "%Y-%m-%d", gmtime(&tt));
-        snprintf(best.note, sizeof best.note,
-                 "ct_tune %s: %.1f GFLOP/s geomean over %d %s shapes (built-in: %.1f), %d candidates",
-                 date, best_score, ns, shape_set, base < 0 ? 0 : base, tried);
+        keep = best;
+        snprintf(keep.device, sizeof keep.device, "%s", di->name);
+        snprintf(keep.driver, sizeof keep.driver, "%s", di->driver_version);
+        snprintf(keep.platform, sizeof keep.platform, "%s", di->platform);
+        snprintf(keep.type, sizeof keep.type, "%s", ct_device_type_str(di->type));
+        keep.builtin = 0;
+        snprintf(keep.note, sizeof keep.note,
+                 "ct_tune %s: %.1f GFLOP/s geomean over %d %s shapes (built-in: %s%.1f), %d candidates",
+                 date, best_score, ns, shape_set, base < 0 ? "FAILED " : "", base < 0 ? 0 : base, tried);
+        if (base > 0)
+            printf("ct_tune: best %.1f GFLOP/s, %.2fx the built-in parameters\n", best_score,
+                   best_score / base);
+        else
+            printf("ct_tune: best %.1f GFLOP/s; the built-in parameters FAILED\n", best_score);
+    }
+    if (choice != CT_TUNE_KEEP_NOTHING) {
         char text[8192];
-        ct_tune_set_format(&best, text, sizeof text);
-        printf("ct_tune: best %.1f GFLOP/s, %.2fx the built-in parameters\n%s", best_score,
-               base > 0 ? best_score / base : 0, text);
+        ct_tune_set_format(&keep, text, sizeof text);
+        fputs(text, stdout);
         if (out_file) {
             FILE *f = fopen(out_file, "w");
             if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
@@ -369,18 +426,29 @@ int main(int argc, char **argv) {
                 rc = 1;
             }
         }
-        if (!dry) {
-            char cache[1024], tdir[1100], path[1400];
-            ct_cache_dir_default(cache, sizeof cache);
-            if (store_dir) snprintf(tdir, sizeof tdir, "%s", store_dir);
-            else snprintf(tdir, sizeof tdir, "%s/tune", cache);
-            if (ct_tune_store(tdir, di, &best, &err) != CT_OK) {
-                fprintf(stderr, "ct_tune: %s\n", err.msg);
-                rc = 1;
-            } else {
-                ct_tune_store_path(tdir, di, path, sizeof path);
-                printf("ct_tune: stored %s\n", path);
-            }
+        char cache[1024], tdir[1100], path[1400];
+        ct_cache_dir_default(cache, sizeof cache);
+        if (store_dir) snprintf(tdir, sizeof tdir, "%s", store_dir);
+        else snprintf(tdir, sizeof tdir, "%s/tune", cache);
+        ct_tune_store_path(tdir, di, path, sizeof path);
+        /* what is stored now, to say what the new result replaces */
+        ct_tune_set old;
+        char old_src[1600] = "";
+        ct_err oerr = {0};
+        int had_set = ct_tune_lookup(tdir, di, &old, old_src, sizeof old_src, &oerr) == CT_OK &&
+                      !strncmp(old_src, "stored", 6) && !old.builtin;
+        if (dry) {
+            printf("ct_tune: --dry-run: nothing stored%s\n",
+                   had_set && choice == CT_TUNE_KEEP_BUILTIN ? " (the stored set, slower than the "
+                                                               "built-in parameters, stays)" : "");
+        } else if (ct_tune_store(tdir, di, &keep, &err) != CT_OK) {
+            fprintf(stderr, "ct_tune: %s\n", err.msg);
+            rc = 1;
+        } else if (choice == CT_TUNE_KEEP_BUILTIN) {
+            printf("ct_tune: stored %s (CLBlast's built-in parameters)%s\n", path,
+                   had_set ? "; it replaces the parameter set stored there before" : "");
+        } else {
+            printf("ct_tune: stored %s\n", path);
         }
     }
     for (int i = 0; i < ns; i++) {

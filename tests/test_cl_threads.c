@@ -18,7 +18,11 @@ static const char kText[] =
 static const ct_cl_source kSrc = {"test_scale_add", kText, sizeof kText - 1};
 
 /* One worker: 20 rounds of y += a x on the device, then C = A B; returns the number of wrong
- * values. */
+ * values. Called inside a parallel region by every thread: after enqueueing, the threads meet at
+ * a barrier before anything is read back, so the two threads drive their devices at the same time
+ * by construction, not because the scheduler happened to start them together (on a busy machine
+ * one could otherwise finish before the other starts). Every thread reaches the barrier exactly
+ * once, failures included. */
 static int worker(ct_device *d, int id) {
     enum { N = 4096, M = 65, K = 33, R = 20 };
     int wrong = 0;
@@ -35,23 +39,27 @@ static int worker(ct_device *d, int id) {
         ct_kernel_get(d, &kSrc, "", "scale_add", &k)) {
         fprintf(stderr, "worker %d: %s\n", id, ct_device_errmsg(d));
         wrong = -1;
-        goto done;
     }
-    cl_mem my = ct_buffer_mem(by), mx = ct_buffer_mem(bx);
     float a = 0.5f * (id + 1);
-    unsigned n = N;
-    size_t g = N;
-    for (int r = 0; r < R; r++)
-        if (ct_kernel_set_arg(d, k, 0, sizeof my, &my) || ct_kernel_set_arg(d, k, 1, sizeof mx, &mx) ||
-            ct_kernel_set_arg(d, k, 2, sizeof a, &a) || ct_kernel_set_arg(d, k, 3, sizeof n, &n) ||
-            ct_kernel_launch(d, k, 1, &g, NULL, NULL)) {
+    if (wrong == 0) {
+        cl_mem my = ct_buffer_mem(by), mx = ct_buffer_mem(bx);
+        unsigned n = N;
+        size_t g = N;
+        for (int r = 0; r < R && wrong == 0; r++)
+            if (ct_kernel_set_arg(d, k, 0, sizeof my, &my) || ct_kernel_set_arg(d, k, 1, sizeof mx, &mx) ||
+                ct_kernel_set_arg(d, k, 2, sizeof a, &a) || ct_kernel_set_arg(d, k, 3, sizeof n, &n) ||
+                ct_kernel_launch(d, k, 1, &g, NULL, NULL))
+                wrong = -1;
+        /* C = A A^T (65 x 65) */
+        if (wrong == 0 && ct_gemm(d, 0, 1, M, M, K, 1.0f, ct_buffer_mem(bA), 0, K, ct_buffer_mem(bA), 0,
+                                  K, 0.0f, ct_buffer_mem(bC), 0, M, NULL))
             wrong = -1;
-            goto done;
-        }
-    /* C = A A^T (65 x 65) */
-    if (ct_gemm(d, 0, 1, M, M, K, 1.0f, ct_buffer_mem(bA), 0, K, ct_buffer_mem(bA), 0, K, 0.0f,
-                ct_buffer_mem(bC), 0, M, NULL) ||
-        ct_buffer_read(by, 0, y, N * 4) || ct_buffer_read(bC, 0, C, M * M * 4)) {
+        if (wrong == 0 && ct_device_flush(d)) wrong = -1;
+        if (wrong) fprintf(stderr, "worker %d: %s\n", id, ct_device_errmsg(d));
+    }
+#pragma omp barrier
+    if (wrong) goto done;
+    if (ct_buffer_read(by, 0, y, N * 4) || ct_buffer_read(bC, 0, C, M * M * 4)) {
         fprintf(stderr, "worker %d: %s\n", id, ct_device_errmsg(d));
         wrong = -1;
         goto done;
@@ -112,7 +120,7 @@ int main(void) {
     CT_ASSERT_EQ_INT(tid[1], 1);
     CT_ASSERT_EQ_INT(wrong[0], 0);
     CT_ASSERT_EQ_INT(wrong[1], 0);
-    /* both threads were inside at the same time */
+    /* both threads were inside at the same time (the barrier in worker guarantees it) */
     CT_ASSERT(t_in[0] < t_out[1] && t_in[1] < t_out[0]);
     for (int i = 0; i < 2; i++) {
         ct_mem_stats s;

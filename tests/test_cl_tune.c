@@ -1,7 +1,10 @@
 /* test_cl_tune - CLBlast parameter sets: the text form round-trips and rejects bad lines, the
- * shipped set is found for PoCL's CPU device, a stored set wins over it, a set is applied at open
- * and GEMM results stay correct under it, an incomplete set is refused clearly, and the ct_tune
- * program finds, stores and reports a set within its budget. */
+ * shipped set is found for PoCL's CPU device and no shipped CPU pattern can reach a GPU, a stored
+ * set wins over it, a set is applied at open and GEMM results stay correct under it, an incomplete
+ * set is refused clearly; ct_tune's decision keeps CLBlast's built-in parameters unless a candidate
+ * beats them, and a "built-in" record replaces a slower stored set; the ct_tune program, bounded
+ * by candidate count (not seconds, so a cold kernel cache changes nothing), stores a set and then
+ * the built-in record over it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +44,17 @@ static int gemm_ok(ct_device *d, int ta, int tb) {
     return ok && wrong == 0;
 }
 
+/* A whole (small) file, NUL-terminated; NULL if unreadable. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *t = calloc(1, 65536);
+    size_t n = t ? fread(t, 1, 65535, f) : 0;
+    (void)n;
+    fclose(f);
+    return t;
+}
+
 int main(void) {
     ct_err err = {0};
     /* 1. text form */
@@ -59,6 +73,32 @@ int main(void) {
     CT_ASSERT_STR_CONTAINS(err.msg, "unknown key 'colour'");
     CT_ASSERT_EQ_INT(ct_tune_set_parse("Xgemm: MWG=64\n", &s2, &err), CT_ERR_FORMAT);
     CT_ASSERT_STR_CONTAINS(err.msg, "no 'device ='");
+    /* the built-in record: no kernels, round-trips; kernels beside it are refused */
+    CT_ASSERT_OK(ct_tune_set_parse("device = x\nbuiltin = 1\nnote = why\n", &s2, &err), err.msg);
+    CT_ASSERT_EQ_INT(s2.builtin, 1);
+    CT_ASSERT_EQ_INT(s2.nkernels, 0);
+    CT_ASSERT_OK(ct_tune_set_format(&s2, buf, sizeof buf), "format");
+    CT_ASSERT_STR_CONTAINS(buf, "builtin = 1");
+    CT_ASSERT_OK(ct_tune_set_parse(buf, &s, &err), err.msg);
+    CT_ASSERT(memcmp(&s, &s2, sizeof s) == 0);
+    CT_ASSERT_EQ_INT(ct_tune_set_parse("device = x\nbuiltin = 1\nXgemm: MWG=64\n", &s2, &err),
+                     CT_ERR_FORMAT);
+    CT_ASSERT_STR_CONTAINS(err.msg, "lists kernels");
+    CT_ASSERT_EQ_INT(ct_tune_set_parse("device = x\nbuiltin = yes\n", &s2, &err), CT_ERR_FORMAT);
+
+    /* 1b. the decision: the NVIDIA H100 case (built-in 6451.5, best candidate 4881.5 GFLOP/s)
+     * keeps the built-in parameters; so does a gain inside the noise margin */
+    CT_ASSERT_EQ_INT(ct_tune_choose(6451.5, 4881.5, CT_TUNE_MIN_GAIN), CT_TUNE_KEEP_BUILTIN);
+    CT_ASSERT_EQ_INT(ct_tune_choose(100.0, 101.0, CT_TUNE_MIN_GAIN), CT_TUNE_KEEP_BUILTIN);
+    CT_ASSERT_EQ_INT(ct_tune_choose(100.0, 100.0, 1.0), CT_TUNE_KEEP_CANDIDATE);
+    CT_ASSERT_EQ_INT(ct_tune_choose(100.0, 103.0, CT_TUNE_MIN_GAIN), CT_TUNE_KEEP_CANDIDATE);
+    CT_ASSERT_EQ_INT(ct_tune_choose(100.0, 103.0, 0), CT_TUNE_KEEP_CANDIDATE); /* 0: default */
+    CT_ASSERT_EQ_INT(ct_tune_choose(100.0, 300.0, 5.0), CT_TUNE_KEEP_BUILTIN);
+    CT_ASSERT_EQ_INT(ct_tune_choose(100.0, -1, CT_TUNE_MIN_GAIN), CT_TUNE_KEEP_BUILTIN);
+    CT_ASSERT_EQ_INT(ct_tune_choose(100.0, NAN, CT_TUNE_MIN_GAIN), CT_TUNE_KEEP_BUILTIN);
+    CT_ASSERT_EQ_INT(ct_tune_choose(-1, 5.0, CT_TUNE_MIN_GAIN), CT_TUNE_KEEP_CANDIDATE);
+    CT_ASSERT_EQ_INT(ct_tune_choose(-1, -1, CT_TUNE_MIN_GAIN), CT_TUNE_KEEP_NOTHING);
+    CT_ASSERT_EQ_INT(ct_tune_choose(NAN, NAN, CT_TUNE_MIN_GAIN), CT_TUNE_KEEP_NOTHING);
 
     /* 2. lookup: shipped for PoCL CPU devices; a stored one wins */
     ct_device_info *list = NULL;
@@ -75,6 +115,36 @@ int main(void) {
     if (pocl_cpu) {
         CT_ASSERT_OK(st, err.msg);
         CT_ASSERT_STR_CONTAINS(source, "shipped tune/pocl-cpu.txt");
+    }
+    /* 2b. shipped patterns by device type: no shipped CPU set matches a GPU, even one of the same
+     * platform and name; a pattern without a type matches nothing */
+    for (int i = 0; i < ct_tune_shipped_count(); i++) {
+        ct_tune_set sh;
+        CT_ASSERT_OK(ct_tune_set_parse(ct_tune_shipped_text(i, &name), &sh, &err), err.msg);
+        CT_ASSERT_MSG(strcmp(sh.device, "*") || strcmp(sh.type, "*"),
+                      "shipped tune/%s.txt is a pattern without a device type", name);
+        ct_device_info fake = *di;
+        if (strcmp(sh.platform, "*")) snprintf(fake.platform, sizeof fake.platform, "%s", sh.platform);
+        if (strcmp(sh.device, "*")) snprintf(fake.name, sizeof fake.name, "%s", sh.device);
+        if (strcmp(sh.driver, "*")) snprintf(fake.driver_version, sizeof fake.driver_version, "%s", sh.driver);
+        fake.type = CL_DEVICE_TYPE_GPU;
+        if (!strcmp(sh.type, "cpu"))
+            CT_ASSERT_MSG(ct_tune_set_match(&sh, &fake) < 0, "shipped CPU set tune/%s.txt matches a GPU", name);
+        fake.type = CL_DEVICE_TYPE_CPU;
+        if (!strcmp(sh.type, "cpu"))
+            CT_ASSERT_MSG(ct_tune_set_match(&sh, &fake) >= 0, "shipped CPU set tune/%s.txt misses a CPU", name);
+        if (!strcmp(sh.type, "gpu"))
+            CT_ASSERT_MSG(ct_tune_set_match(&sh, &fake) < 0, "shipped GPU set tune/%s.txt matches a CPU", name);
+    }
+    {
+        ct_tune_set any;
+        CT_ASSERT_OK(ct_tune_set_parse("device = *\ntype = *\nXgemm: MWG=64\n", &any, &err), err.msg);
+        CT_ASSERT_EQ_INT(ct_tune_set_match(&any, di), -1);
+        snprintf(any.device, sizeof any.device, "%s", di->name); /* named exactly: fits */
+        CT_ASSERT(ct_tune_set_match(&any, di) >= 4);
+        snprintf(any.device, sizeof any.device, "*");
+        snprintf(any.type, sizeof any.type, "%s", ct_device_type_str(di->type));
+        CT_ASSERT(ct_tune_set_match(&any, di) >= 0);
     }
     /* a different, complete Xgemm set (64x64 tiles), stored for this device */
     ct_tune_set mine;
@@ -100,6 +170,24 @@ int main(void) {
     }
     ct_device_free(d);
 
+    /* 3b. ct_tune found nothing faster: the built-in record replaces the stored set; opening the
+     * device applies nothing (neither the old stored set nor a shipped pattern) */
+    ct_tune_set rec;
+    ct_tune_set_builtin(&rec, di, "ct_tune found nothing better: best 0.76x");
+    CT_ASSERT_OK(ct_tune_store(dir, di, &rec, &err), err.msg);
+    CT_ASSERT_OK(ct_tune_lookup(dir, di, &s, source, sizeof source, &err), err.msg);
+    CT_ASSERT_EQ_INT(s.builtin, 1);
+    CT_ASSERT_EQ_INT(s.nkernels, 0);
+    CT_ASSERT_STR_CONTAINS(source, "CLBlast built-in parameters (ct_tune found nothing better: best 0.76x)");
+    d = NULL;
+    CT_ASSERT_OK(ct_device_open(&d, di, &o, &err), err.msg);
+    if (d) {
+        CT_ASSERT_STR_CONTAINS(ct_device_tuning_source(d), "CLBlast built-in parameters (ct_tune");
+        CT_ASSERT(strstr(ct_device_tuning_source(d), "shipped") == NULL);
+        CT_ASSERT(gemm_ok(d, 0, 1));
+    }
+    ct_device_free(d);
+
     /* 4. an incomplete stored set is refused at open with a clear message */
     char path[1400];
     ct_tune_store_path(dir, di, path, sizeof path);
@@ -122,29 +210,31 @@ int main(void) {
     CT_ASSERT_STR_CONTAINS(err.msg, path);
     unlink(path);
 
-    /* 5. the ct_tune program: a short budget still measures, stores a set that parses and
-     * applies, and says so */
-    char cmd[2048], out[1200];
+    /* 5. the ct_tune program, bounded by candidates (--budget 0: no clock at all), so a cold
+     * kernel cache (tens of seconds of compiling) gives the same run as a warm one.
+     * 5a: one candidate, kept whatever its speed (--min-gain 0.01): stored, parses, applies. */
+    char cmd[4096], out[1200], log[1200];
     snprintf(out, sizeof out, "%s/found.txt", dir);
+    snprintf(log, sizeof log, "%s/log.txt", dir);
     snprintf(cmd, sizeof cmd,
-             "'%s/ct_tune' --device %d --shapes small --budget 1 --reps 1 --store-dir '%s' --out '%s' > '%s/log.txt' 2>&1",
-             CT_BIN_DIR, di->index, dir, out, dir);
+             "'%s/ct_tune' --device %d --shapes small --budget 0 --max-candidates 1 --min-gain 0.01 "
+             "--reps 1 --store-dir '%s' --out '%s' > '%s' 2>&1",
+             CT_BIN_DIR, di->index, dir, out, log);
     int rc = system(cmd);
     CT_ASSERT_EQ_INT(rc, 0);
-    if (rc != 0) { /* show what ct_tune said */
-        snprintf(cmd, sizeof cmd, "cat '%s/log.txt' >&2", dir);
-        if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
-    }
-    char *found = NULL;
-    f = fopen(out, "r");
-    CT_ASSERT(f != NULL);
-    if (f) {
-        found = calloc(1, 8192);
-        if (fread(found, 1, 8191, f) == 0) found[0] = '\0';
-        fclose(f);
+    char *text5 = slurp(log);
+    CT_ASSERT_STR_CONTAINS(text5, "at most 1 candidate(s)");
+    CT_ASSERT_STR_CONTAINS(text5, "#1 ");
+    CT_ASSERT(strstr(text5 ? text5 : "", "#2 ") == NULL); /* the bound held */
+    if (rc != 0 || ct_test_failures) fprintf(stderr, "--- ct_tune said:\n%s---\n", text5 ? text5 : "(no log)");
+    free(text5);
+    char *found = slurp(out);
+    CT_ASSERT(found != NULL);
+    if (found) {
         CT_ASSERT_OK(ct_tune_set_parse(found, &s, &err), err.msg);
         CT_ASSERT(strcmp(s.device, di->name) == 0);
         CT_ASSERT_STR_CONTAINS(s.note, "GFLOP/s");
+        if (pocl_cpu) CT_ASSERT_EQ_INT(s.builtin, 0); /* the shipped set works on PoCL */
         free(found);
     }
     CT_ASSERT(access(path, R_OK) == 0); /* stored under the device's key */
@@ -154,6 +244,40 @@ int main(void) {
         CT_ASSERT(gemm_ok(d, 0, 1));
     }
     ct_device_free(d);
+    d = NULL;
+
+    /* 5b. no candidate can win (--max-candidates 0): the built-in record replaces the stored set
+     * and says so; the device then runs CLBlast's own parameters */
+    snprintf(cmd, sizeof cmd,
+             "'%s/ct_tune' --device %d --shapes small --budget 0 --max-candidates 0 --reps 1 "
+             "--store-dir '%s' > '%s' 2>&1",
+             CT_BIN_DIR, di->index, dir, log);
+    rc = system(cmd);
+    CT_ASSERT_EQ_INT(rc, 0);
+    text5 = slurp(log);
+    CT_ASSERT_STR_CONTAINS(text5, "built-in parameters win");
+    if (pocl_cpu) CT_ASSERT_STR_CONTAINS(text5, "replaces the parameter set stored there");
+    if (rc != 0 || ct_test_failures) fprintf(stderr, "--- ct_tune said:\n%s---\n", text5 ? text5 : "(no log)");
+    free(text5);
+    found = slurp(path);
+    CT_ASSERT(found != NULL);
+    if (found) {
+        CT_ASSERT_OK(ct_tune_set_parse(found, &s, &err), err.msg);
+        CT_ASSERT_EQ_INT(s.builtin, 1);
+        CT_ASSERT_EQ_INT(s.nkernels, 0);
+        CT_ASSERT_STR_CONTAINS(s.note, "ct_tune found nothing better");
+        free(found);
+    }
+    CT_ASSERT_OK(ct_device_open(&d, di, &o, &err), err.msg);
+    if (d) {
+        CT_ASSERT_STR_CONTAINS(ct_device_tuning_source(d), "CLBlast built-in parameters");
+        CT_ASSERT(gemm_ok(d, 1, 0));
+    }
+    ct_device_free(d);
+    /* bounds that cannot end are refused */
+    snprintf(cmd, sizeof cmd, "'%s/ct_tune' --device %d --budget 0 > /dev/null 2>&1", CT_BIN_DIR,
+             di->index);
+    CT_ASSERT_NE_INT(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     ct_device_list_free(list);
