@@ -13,18 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cblas.h>
 
 #include "ct_cl.h"
 #include "gemm_shapes.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -182,7 +175,7 @@ int main(int argc, char **argv) {
             for (int v = 0; v < ndev; v++) {
                 ct_device *dv = devs[v];
                 if (r == 1) ct_buffer_read(bC[v], 0, v == 0 ? C : Cb, nc * 4); /* one beta pass */
-                double t0 = now_s();
+                double t0 = ct_time_now();
                 ct_status st = s->batch == 1
                     ? ct_gemm(dv, s->ta, s->tb, s->m, s->n, s->k, alpha, ct_buffer_mem(bA[v]), 0, lda,
                               ct_buffer_mem(bB[v]), 0, ldb, beta, ct_buffer_mem(bC[v]), 0, ldc, NULL)
@@ -195,7 +188,7 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "bench_gemm: %s: %s\n", s->name, ct_device_errmsg(dv));
                     return 1;
                 }
-                double t = now_s() - t0;
+                double t = ct_time_now() - t0;
                 if (r == 0) first[v] = t;
                 else times[v][r - 1] = t;
             }
@@ -208,13 +201,13 @@ int main(int argc, char **argv) {
             }
             if (blas) {
                 memcpy(Cb, C0, nc * 4);
-                double t0 = now_s();
+                double t0 = ct_time_now();
                 for (size_t bi = 0; bi < s->batch; bi++)
                     cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
                                 s->tb ? CblasTrans : CblasNoTrans, (int)s->m, (int)s->n, (int)s->k,
                                 alpha, A + bi * s->m * s->k, (int)lda, B + bi * s->k * s->n, (int)ldb,
                                 beta, Cb + bi * s->m * s->n, (int)ldc);
-                double tb = now_s() - t0;
+                double tb = ct_time_now() - t0;
                 if (r > 0) times[2][r - 1] = tb;
             }
         }
