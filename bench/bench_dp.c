@@ -15,16 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ct_engine.h"
 #include "ct_parallel.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
 
 typedef struct bopts {
     int D, overlap, zero, steps, L, C, NH, T, B;
@@ -50,77 +43,71 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     if (k >= npicks) k = thread % npicks;
     ct_device *dev = NULL;
     ct_device_opts dopts = ct_device_opts_default();
-    ct_status ost;
-#pragma omp critical(bench_dp_device_open) /* CLBlastOverrideParameters is not thread-safe */
-    ost = ct_device_open(&dev, &list[picks[k]], &dopts, &err);
-    if (ost) DIE("%s", err.msg);
+    if (ct_device_open(&dev, &list[picks[k]], &dopts, &err)) DIE("%s", err.msg);
     ct_gpt_config cfg = {o->T, 256, 256, o->L, o->NH, o->C};
     ct_layout lay = {N, 1, 1, o->zero, 1};
-    ct_coords at = {r, 0, 0, 0};
+    ct_grid *grid = NULL;
+    if (ct_grid_create(&grid, world, &lay, &err)) DIE("%s", err.msg);
     int b = o->B / N;
     ct_model *m = NULL;
-    if (ct_model_create(&m, &cfg, &lay, &at, dev, b, o->T, &err)) DIE("%s", err.msg);
+    if (ct_model_create(&m, &cfg, &lay, ct_grid_coords(grid), dev, b, o->T, &err))
+        DIE("%s", err.msg);
     ct_model_init_random(m, 1);
-    ct_dp *dp = NULL;
-    ct_dp_opts dpo = ct_dp_opts_default();
-    dpo.overlap = o->overlap;
-    dpo.bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
-    if (ct_dp_create(&dp, m, world, &dpo, &err)) DIE("%s", err.msg);
+    ct_exec *x = NULL;
+    ct_exec_opts xo = ct_exec_opts_default();
+    xo.grads.overlap = o->overlap;
+    xo.grads.bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
+    if (ct_exec_create(&x, m, grid, &xo, &err)) DIE("%s", err.msg);
+    ct_schedule *sched = NULL;
+    if (ct_sched_make(CT_SCHED_TRIVIAL, 1, 1, 1, &sched, &err)) DIE("%s", err.msg);
     size_t bt = (size_t)b * o->T;
     int *in = malloc(bt * sizeof(int)), *tg = malloc(bt * sizeof(int));
     unsigned s = 12345u + (unsigned)r;
-    double t_step = 0, t_compute = 0;
+    double t_step = 0;
     int counted = 0;
+    ct_adamw_hp hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     for (int step = 0; step < o->steps + 2; step++) {
-        if (step == 2) ct_dp_times_reset(dp);
+        if (step == 2) ct_exec_times_reset(x);
         for (size_t i = 0; i < bt; i++) {
             s = s * 1103515245u + 12345u;
             in[i] = (int)((s >> 16) % 256);
             tg[i] = (int)((s >> 8) % 256);
         }
         ct_comm_barrier(world, NULL);
-        double t0 = now_ms();
-        float loss = 0, norm = 0;
-        ct_status st = ct_model_zero_grad(m);
-        ct_dp_arm(dp);
-        if (!st) st = ct_model_forward(m, in, tg, b, o->T, &loss);
-        if (!st) st = ct_model_backward(m, 1.0f);
-        if (st) DIE("%s", ct_model_errmsg(m));
-        /* compute = until this worker's backward is done on the device (its own queue) */
-        ct_device_finish(dev);
-        double t1 = now_ms();
-        if (ct_dp_finish_grads(dp) ||
-            ct_dp_step(dp, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step + 1, &norm))
-            DIE("%s", ct_dp_errmsg(dp));
-        double t2 = now_ms();
+        double t0 = ct_time_now();
+        ct_step_result res;
+        /* the engine's own step: compute until this worker's backward is done on its device,
+         * then the gradient sync, the optimizer and ZeRO's gathers (the executor's times) */
+        if (ct_exec_step(x, sched, in, tg, b, o->T, &hp, step + 1, &res))
+            DIE("%s", ct_exec_errmsg(x));
         if (step >= 2) {
-            t_step += t2 - t0;
-            t_compute += t1 - t0;
+            t_step += 1e3 * (ct_time_now() - t0);
             counted++;
         }
     }
-    ct_dp_times tm;
-    ct_dp_times_get(dp, &tm);
+    ct_exec_times tm;
+    ct_exec_times_get(x, &tm);
     if (r == 0) {
         /* ZeRO-3 gathers run inside forward / backward: counted as exposed, not compute */
-        double step = t_step / counted, comp = (t_compute - tm.gather_ms) / counted;
+        double step = t_step / counted, comp = tm.compute_ms / counted;
         double exposed = tm.exposed_ms / counted, opt = tm.optimizer_ms / counted;
         double tok = (double)o->B * o->T / (step / 1e3);
         printf("N=%d (%dx%d) overlap=%d zero=%d buckets=%d | step %.2f ms | compute %.2f | "
                "exposed comm %.2f (%.1f%%, gathers %.2f) | optimizer %.2f | comm busy %.2f | "
                "%.0f tok/s",
                N, ct_topo_nranks(topo), ct_topo_devices_per_rank(topo), o->overlap, o->zero,
-               ct_dp_num_buckets(dp), step, comp, exposed, 100 * exposed / step,
-               tm.gather_ms / counted, opt,
-               tm.busy_ms / counted, tok);
+               ct_exec_grads(x) ? ct_grads_num_buckets(ct_exec_grads(x)) : 0, step, comp, exposed,
+               100 * exposed / step, tm.gather_ms / counted, opt, tm.busy_ms / counted, tok);
         if (o->base_ms > 0) printf(" | scaling efficiency %.2f", o->base_ms / (step * N));
         printf("\n");
         fflush(stdout);
     }
     free(in);
     free(tg);
-    ct_dp_free(dp);
+    ct_sched_free(sched);
+    ct_exec_free(x);
     ct_model_free(m);
+    ct_grid_free(grid);
     ct_device_free(dev);
     ct_comm_free(world);
 }

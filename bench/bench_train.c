@@ -6,8 +6,8 @@
  *
  * Configurations (GPT-2 vocabulary: V=50257, Vp=50304, maxT=1024):
  *   tiny: L=4, C=256, NH=4, T=256, B=4;     124m: L=12, C=768, NH=12, T=64, B=4.
- * A step = zero_grad + forward (with loss read back) + backward + AdamW (clip 1.0, decay 0.1),
- * timed to a device finish; the mean and the best step are reported (on a shared machine the best
+ * A step is the engine's own (the executor's trivial list on one device: zero_grad + forward
+ * with the loss read back + backward + AdamW with clip 1.0 and decay 0.1), timed to its end; the mean and the best step are reported (on a shared machine the best
  * step is the least disturbed estimate).
  * FLOPs per token are ct_train_flops_per_token (6 N + 12 L C T). The peak for MFU is
  * --peak-tflops, else the device's SGEMM rate measured here (1024^3, best of NN/NT/TN): the line
@@ -20,15 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ct_engine.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return ct_time_now(); }
 
 typedef struct bench_cfg {
     const char *name;
@@ -88,10 +83,20 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
     ct_model *m = NULL;
+    ct_exec *x = NULL;
+    ct_schedule *sched = NULL;
+    ct_adamw_hp hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    ct_step_result res = {0, 0};
     int B = bc->B, T = bc->T, rc = 1;
     int *tok = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     double t0 = now_s();
     if (ct_model_create(&m, &bc->cfg, &lay, &at, dev, B, T, &err)) {
+        fprintf(stderr, "%s: %s\n", bc->name, err.msg);
+        goto done;
+    }
+    /* the engine's own step: the executor on the 1x1x1 layout with the trivial list */
+    if (ct_exec_create(&x, m, NULL, NULL, &err) ||
+        ct_sched_make(CT_SCHED_TRIVIAL, 1, 1, 1, &sched, &err)) {
         fprintf(stderr, "%s: %s\n", bc->name, err.msg);
         goto done;
     }
@@ -109,12 +114,9 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     for (int i = 0; i < warmup + steps; i++) {
         double ts = now_s();
         if (i == warmup) tsteady = ts;
-        if (ct_model_zero_grad(m) || ct_model_forward(m, tok, tg, B, T, &loss) ||
-            ct_model_backward(m, 1.0f) ||
-            ct_model_adamw_step(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1, NULL) ||
-            ct_device_finish(dev))
-            goto fail;
+        if (ct_exec_step(x, sched, tok, tg, B, T, &hp, i + 1, &res)) goto fail_x;
         if (i >= warmup && now_s() - ts < best) best = now_s() - ts;
+        loss = (float)res.loss;
         if (i == 0) first = loss;
     }
     double el = now_s() - tsteady;
@@ -144,11 +146,8 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
         ct_model_profile_reset(m);
         double p0 = now_s();
         for (int i = 0; i < psteps; i++)
-            if (ct_model_zero_grad(m) || ct_model_forward(m, tok, tg, B, T, &loss) ||
-                ct_model_backward(m, 1.0f) ||
-                ct_model_adamw_step(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
-                                    warmup + steps + i + 1, NULL))
-                goto fail;
+            if (ct_exec_step(x, sched, tok, tg, B, T, &hp, warmup + steps + i + 1, &res))
+                goto fail_x;
         double ptot = 1e3 * (now_s() - p0) / psteps;
         ct_model_op_time ot[64];
         int n = ct_model_profile_get(m, ot, 64);
@@ -169,9 +168,14 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     }
     rc = 0;
     goto done;
+fail_x:
+    fprintf(stderr, "%s: %s\n", bc->name, ct_exec_errmsg(x));
+    goto done;
 fail:
     fprintf(stderr, "%s: %s\n", bc->name, ct_model_errmsg(m));
 done:
+    ct_sched_free(sched);
+    ct_exec_free(x);
     ct_model_free(m);
     free(tok);
     free(tg);

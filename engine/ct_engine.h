@@ -1,5 +1,6 @@
-/* ct_engine.h - the engine's public header: GPT-2 config and parameter table, the device ops,
- * the model, and (once they exist) the I/O and training parts.
+/* ct_engine.h - the engine's public header: the GPT-2 config and parameter table, the device ops,
+ * the parameter layout and the model's stage entry points, the step executor and what it drives
+ * (gradients, ZeRO, the optimizer, state, traces), training I/O and the trainer.
  *
  *     #include "ct_engine.h"
  *     ct_model *m = NULL;
@@ -12,18 +13,10 @@
 
 #include "ct_gpt_config.h"
 #include "ct_engine_ops.h"
+#include "ct_engine_params.h"
 #include "ct_engine_model.h"
-
-#if defined(__has_include)
-#if __has_include("ct_engine_io.h")
+#include "ct_engine_step.h"
 #include "ct_engine_io.h"
-#endif
-#if __has_include("ct_engine_train.h")
 #include "ct_engine_train.h"
-#endif
-#if __has_include("ct_engine_dp.h")
-#include "ct_engine_dp.h"
-#endif
-#endif
 
 #endif /* CT_ENGINE_H */

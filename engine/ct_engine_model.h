@@ -1,16 +1,13 @@
-/* ct_engine_model.h - the GPT-2 model on one worker's device: parameters, gradients and AdamW
- * state as one contiguous device buffer each (views from the table in ct_gpt_config.h), and one
- * activation arena sized at creation for (max_B, max_T).
+/* ct_engine_model.h - the GPT-2 layer math on one worker's device, cut into the entry points a
+ * step executor calls: the token embedding, block l, and the head (final LayerNorm, logits,
+ * cross-entropy), each forward and backward, on an activation SLOT (one micro-batch's saved
+ * tensors). The parameters are a ct_params (ct_engine_params.h: which layers and slices this
+ * worker holds, the flat buffers); the model only reads them and adds into their gradients.
+ * Nothing is allocated and nothing crosses to the host inside a step except the tokens in and
+ * the loss out.
  *
- * Two orders: host arrays (ct_model_set_params/get_*, files, checkpoints) are in the table's
- * llm.c order (all layers' qkvw together, ...). The device buffers are layer-major ("flat"):
- * wte, wpe, then per layer [ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw
- * fcprojb], then lnfw, lnfb, so a layer's parameters and gradients are one contiguous range and
- * backward finishes the gradients from the end of the buffer towards its start (data-parallel
- * buckets in reverse layer order). Data parallelism (layout dp = N): every worker holds the whole
- * model; with ZeRO-1 Adam m and v hold only this worker's shard [lo, hi) of the flat buffers
- * (params and grads padded to N * shard floats). A step only enqueues kernels and GEMMs:
- * tokens go in, the loss (one float) comes out, nothing is allocated.
+ * A single device runs the whole model on slot 0; ct_model_forward / ct_model_backward are that
+ * sequence, for tests, sampling and evaluation:
  *
  *     ct_model *m = NULL;
  *     ct_layout lay = {1, 1, 1, 0, 1}; ct_coords at = {0, 0, 0, 0};
@@ -24,6 +21,11 @@
  *         ct_model_adamw_step(m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step, &norm);
  *     }
  *     ct_model_free(m);
+ *
+ * A pipeline stage, or a schedule with several micro-batches alive, calls the entry points
+ * itself (engine/step.c): ct_model_embed_forward(m, slot, tokens, B, T) on the first stage (or
+ * ct_model_stage_input for the activation received from the previous one), block_forward for
+ * each held layer, head_forward on the last stage; backward in reverse.
  */
 #ifndef CT_ENGINE_MODEL_H
 #define CT_ENGINE_MODEL_H
@@ -32,6 +34,8 @@
 #include <stdint.h>
 
 #include "ct_cl.h"
+#include "ct_engine_ops.h"
+#include "ct_engine_params.h"
 #include "ct_gpt_config.h"
 
 #ifdef __cplusplus
@@ -40,123 +44,111 @@ extern "C" {
 
 typedef struct ct_model ct_model;
 
-/* Builds the model of `cfg` for this worker of `layout` on `dev` and allocates everything a step
- * at batch <= max_B, sequence <= max_T needs. Layouts: dp >= 1 with tp = pp = 1, ZeRO stage 0,
- * or 1, 2, 3 with dp >= 2 (others: CT_ERR_UNSUPPORTED). A config that cannot be (heads not dividing channels, V > Vp, max_T >
- * max_seq, ...) or memory the device cannot give is an error with a message in *err. Parameters
- * start as zeros; call ct_model_init_random or ct_model_set_params. */
+/* What the activation arena is planned for. */
+typedef struct ct_model_plan {
+    int max_B, max_T; /* the largest micro-batch (rows, tokens per row) */
+    int slots;        /* micro-batches alive at once (activation slots), >= 1 */
+    ct_params_plan chunks; /* the blocks this worker holds (nchunks 0: all) */
+} ct_model_plan;
+
+/* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T
+ * on one slot, holding every layer (pp = 1). Layouts: dp >= 1 with ZeRO 0..3 (ZeRO >= 1 needs
+ * dp >= 2); tp > 1 is CT_ERR_UNSUPPORTED until tensor parallelism is built. A config that cannot
+ * be (heads not dividing channels, V > Vp, max_T > max_seq, ...) or memory the device cannot give
+ * is an error with a message in *err. Parameters start as zeros (ct_model_init_random /
+ * ct_model_set_params). */
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
                           const ct_coords *coords, ct_device *dev, int max_B, int max_T,
                           ct_err *err);
+/* The same for a plan: several slots, a pipeline stage's chunks of layers. */
+ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
+                               const ct_coords *coords, ct_device *dev, const ct_model_plan *plan,
+                               ct_err *err);
 void ct_model_free(ct_model *m);
 
 const ct_gpt_config *ct_model_config(const ct_model *m);
 ct_device *ct_model_device(const ct_model *m);
-/* The last error on this model (also in ct_device_errmsg for device failures). */
+ct_params *ct_model_params(ct_model *m);
+const ct_model_plan *ct_model_plan_of(const ct_model *m);
+/* The last error on this model (device failures also in ct_device_errmsg). */
 const char *ct_model_errmsg(const ct_model *m);
-/* Number of parameters (floats) of the model = length of the host arrays of set/get. */
+/* Number of parameters of the whole model (length of the host arrays of set/get). */
 size_t ct_model_num_params(const ct_model *m);
 /* Offset (floats) and size of table tensor i (CT_GPT_wte, ...) in the HOST arrays of
- * ct_model_get_params & co (table order); not in the device buffers (see the next one). */
+ * ct_model_get_params & co (table order). */
 void ct_model_tensor(const ct_model *m, int i, size_t *offset, size_t *count);
-/* Offset and size of tensor i's slice of layer l in the device (flat, layer-major) buffers; for
- * wte, wpe, lnfw and lnfb (one slice) l is ignored but must be a valid layer. */
-void ct_model_tensor_flat(const ct_model *m, int i, int l, size_t *offset, size_t *count);
-/* Floats of the params and grads device buffers (num_params, padded to dp * shard for ZeRO). */
-size_t ct_model_flat_len(const ct_model *m);
-/* This worker's optimizer shard [lo, hi) of the flat buffers: [0, num_params) without ZeRO;
- * the Adam m and v buffers hold exactly this range. */
-void ct_model_shard(const ct_model *m, size_t *lo, size_t *hi);
-/* Flat offset where layer l's block starts (l = layers: where lnfw starts). */
-size_t ct_model_layer_begin(const ct_model *m, int l);
-/* Permute a whole parameter-sized array between table order and flat order (flat: flat_len
- * floats, padding zeroed). */
-void ct_model_table_to_flat(const ct_model *m, const float *table, float *flat);
-void ct_model_flat_to_table(const ct_model *m, const float *flat, float *table);
-
-/* Backward hook: called by ct_model_backward on the calling thread each time the commands that
- * finish the gradients of flat range [ready_from, flat end) have been ENQUEUED (after the final
- * LayerNorm, after each block l = L-1 .. 0, and after the embeddings with ready_from = 0). The
- * device reaches that point later; a hook that needs the data enqueues a marker or a read on the
- * device's queue. A hook's error ends the backward with that status. NULL removes it. */
-typedef ct_status (*ct_model_bwd_hook)(void *user, ct_model *m, size_t ready_from);
-void ct_model_set_backward_hook(ct_model *m, ct_model_bwd_hook fn, void *user);
-/* Whether AdamW decays tensor i (the 2-D weight matrices: wte, wpe, qkvw, attprojw, fcw, fcprojw). */
+/* Whether AdamW decays tensor i (the table's decay column: the 2-D weight matrices). */
 int ct_model_tensor_decays(int i);
+/* Activation bytes one slot takes, and the shared scratch (the arena = slots x slot + scratch). */
+size_t ct_model_slot_bytes(const ct_model *m);
+size_t ct_model_scratch_bytes(const ct_model *m);
 
-/* The flat device buffers (params, grads, Adam m, Adam v) for communication layers. */
-ct_buffer *ct_model_params_buffer(ct_model *m);
-ct_buffer *ct_model_grads_buffer(ct_model *m);
-ct_buffer *ct_model_adam_m_buffer(ct_model *m);
-ct_buffer *ct_model_adam_v_buffer(ct_model *m);
-
-/* GPT-2 initialisation: normal(0, 0.02) for wte (real rows; padded rows 0), wpe, qkvw, fcw;
- * normal(0, 0.02/sqrt(2L)) for attprojw and fcprojw; biases 0; LayerNorm weights 1. Every value
- * depends only on (seed, its index in the full table), through a counter-based generator and
- * Box-Muller, so it is the same on every platform. Adam state is zeroed. */
+/* ---- host copies and initialisation (table order, n = ct_model_num_params; see
+ * ct_engine_params.h for what ZeRO keeps) */
 ct_status ct_model_init_random(ct_model *m, uint64_t seed);
-
-/* Host copies, n = ct_model_num_params(m) floats in table order (blocking). */
 ct_status ct_model_set_params(ct_model *m, const float *host, size_t n);
 ct_status ct_model_get_params(ct_model *m, float *host, size_t n);
 ct_status ct_model_set_grads(ct_model *m, const float *host, size_t n);
 ct_status ct_model_get_grads(ct_model *m, float *host, size_t n);
-/* AdamW first and second moments (either pointer may be NULL to skip it). Under ZeRO-1 only the
- * shard is stored: set takes the whole table-order arrays and keeps the shard's part; get fills
- * only the shard's part of the arrays (gather over the DP group for the rest: ct_dp_*). */
 ct_status ct_model_set_optimizer(ct_model *m, const float *adam_m, const float *adam_v, size_t n);
 ct_status ct_model_get_optimizer(ct_model *m, float *adam_m, float *adam_v, size_t n);
+ct_status ct_model_zero_grad(ct_model *m);
 
-/* Forward over tokens (B,T) (host int32, each in [0,V)). With targets (B,T) (host, in [0,V)):
- * the mean cross-entropy goes to *loss (the one value read back) and a backward may follow.
+/* ---- the stage entry points. `slot` in [0, plan.slots). Forward of a slot overwrites what
+ * the slot held; backward of a slot needs that slot's forward (with targets for the head). */
+
+/* Tokens (B,T) (host int32, each in [0,V)) to the slot and the embedding (first stage). */
+ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B, int T);
+/* A stage without the embedding: the slot's input activation (B,T,C), where the activation
+ * received from the previous stage is written before the first block_forward of `chunk`. */
+ct_status ct_model_stage_input(ct_model *m, int slot, int chunk, int B, int T, ct_view *in);
+/* Block l (held) of the slot: its input is the slot's chunk input (first layer of a chunk) or
+ * block l-1's output. */
+ct_status ct_model_block_forward(ct_model *m, int slot, int l);
+/* The output (B,T,C) of block l in the slot (what a stage sends on). */
+ct_status ct_model_block_output(ct_model *m, int slot, int l, ct_view *out);
+/* Final LayerNorm, logits (B,T,Vp) and, with targets (host, in [0,V)), the mean cross-entropy:
+ * *loss (may be NULL: not read back) receives it. targets NULL: logits only. */
+ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float *loss);
+/* Logits of the slot's last head_forward, to host (n = B*T*Vp). Overwritten by head_backward. */
+ct_status ct_model_slot_logits(ct_model *m, int slot, float *host, size_t n);
+
+/* grads += d(loss_scale * loss)/d(lnf, wte); the residual gradient (B,T,C) = the gradient of
+ * the last block's output (ct_model_dres). */
+ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale);
+/* Block l's backward: reads the gradient of its output from ct_model_dres, adds its parameter
+ * gradients, leaves the gradient of its input in ct_model_dres. */
+ct_status ct_model_block_backward(ct_model *m, int slot, int l);
+/* The embedding's backward (first stage): wte, wpe grads += from ct_model_dres. */
+ct_status ct_model_embed_backward(ct_model *m, int slot);
+/* The residual-gradient tensor (max_B, max_T, C) the backward entry points pass along: where a
+ * stage writes the gradient received from the next stage before its first block_backward, and
+ * reads the one to send after its last. */
+ct_view ct_model_dres(ct_model *m);
+
+/* Copy between the host and a view the entry points returned (stage input, block output, dres):
+ * bytes from the view's start. Blocking. */
+ct_status ct_model_view_read(ct_model *m, ct_view v, void *host, size_t bytes);
+ct_status ct_model_view_write(ct_model *m, ct_view v, const void *host, size_t bytes);
+
+/* ---- the single-device sequence on slot 0 (every layer held) */
+
+/* Forward over tokens (B,T). With targets: the mean cross-entropy goes to *loss (read back).
  * targets NULL: logits only (*loss, if given, is set to NaN). */
 ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, int B, int T,
                            float *loss);
-/* Logits (B,T,Vp) of the last forward, to host. Valid until the next ct_model_backward, which
- * overwrites them with their gradient. */
+/* Logits (B,T,Vp) of the last forward, to host; valid until the next backward. */
 ct_status ct_model_logits(ct_model *m, float *host, size_t n);
-
-ct_status ct_model_zero_grad(ct_model *m);
-/* Backward of the last forward (which must have had targets): grads += d(loss_scale * loss)/dp.
- * For gradient accumulation over k micro-batches pass loss_scale = 1/k. */
+/* Backward of the last forward (with targets): grads += d(loss_scale * loss)/dp. */
 ct_status ct_model_backward(ct_model *m, float loss_scale);
-/* The global L2 norm of the gradients (computed on the device, read back). */
+/* The global L2 norm of this worker's gradients (device, read back). */
 ct_status ct_model_grad_norm(ct_model *m, float *norm);
-/* One AdamW step (t is 1-based): clip the gradients to global norm grad_clip (0: off; PyTorch's
- * clip_grad_norm_ multiplier), decay only the 2-D weight matrices. The norm is over the whole
- * gradient buffer; only the shard [lo, hi) of the parameters is updated (all of them without
- * ZeRO). norm_out (may be NULL)
- * receives the pre-clip gradient norm (a read-back; NULL avoids the round trip). */
+/* One AdamW step of a single worker (t 1-based): clip to global norm grad_clip (0: off;
+ * PyTorch's clip_grad_norm_ multiplier), decay the table's decay tensors. norm_out (may be NULL)
+ * receives the pre-clip norm. Several workers use the executor's optimizer (engine/optim.c),
+ * which sums the norm over the right groups. */
 ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, float eps,
                               float weight_decay, float grad_clip, int t, float *norm_out);
-
-/* The same with the global gradient norm given (ZeRO-2, where each worker holds one shard of the
- * gradient: norm = sqrt(sum over workers of its shard's sum of squares)). */
-ct_status ct_model_adamw_step_norm(ct_model *m, float lr, float beta1, float beta2, float eps,
-                                   float weight_decay, float grad_clip, int t, float norm);
-
-/* ZeRO-2 (layout zero = 2): ct_model_grads_buffer is a WORKING buffer of glen floats
- * [wte wpe | layer slot 0 | layer slot 1 | lnfw lnfb] (category workspace), layer l's gradients in
- * slot l % 2, which a data-parallel hook must read and zero after that layer's backward (before
- * layer l - 2's backward reuses it: on the in-order queue, enqueue both from the hook). The
- * averaged shard [lo, hi) lives in ct_model_grad_shard_buffer (category grads; NULL otherwise).
- * Full-gradient calls (get/set_grads, grad_norm, adamw_step with a norm) are CT_ERR_STATE. */
-ct_buffer *ct_model_grad_shard_buffer(ct_model *m);
-/* Offset of (tensor i, layer l) in ct_model_grads_buffer (the flat offset unless ZeRO-2). */
-size_t ct_model_grad_offset(const ct_model *m, int i, int l);
-int ct_model_zero_stage(const ct_model *m);
-
-/* ZeRO-3 (layout zero = 3): the parameters are stored as this worker's shard [lo, hi)
- * (ct_model_param_shard_buffer, category params; set/get_params write / fill only that part, as
- * for Adam's state); ct_model_params_buffer is a WORKING buffer laid out like ZeRO-2's gradient
- * one (category workspace), and forward and backward call the parameter hook before each use:
- * l = -1 at the start of forward (wte, wpe, lnfw, lnfb), then l before block l's forward
- * (backward = 0) and again before its backward (backward = 1). The hook must leave those parameters at ct_model_param_offset in the
- * working buffer (enqueued before it returns). AdamW updates the shard in place. */
-typedef ct_status (*ct_model_param_hook)(void *user, ct_model *m, int layer, int backward);
-void ct_model_set_param_hook(ct_model *m, ct_model_param_hook fn, void *user);
-ct_buffer *ct_model_param_shard_buffer(ct_model *m);
-size_t ct_model_param_offset(const ct_model *m, int i, int l);
 
 /* ---- where the time goes: in profiling mode every op is followed by a device finish and its
  * wall time is added to its bucket (this slows a step down a little; off by default). */
@@ -169,6 +161,10 @@ void ct_model_profile_enable(ct_model *m, int on);
 void ct_model_profile_reset(ct_model *m);
 /* Fills up to `max` entries (buckets with calls > 0, in pipeline order); returns the count. */
 int ct_model_profile_get(const ct_model *m, ct_model_op_time *out, int max);
+/* Add time to a bucket from outside (the optimizer: "grad_norm", "adamw"); unknown names are
+ * ignored. */
+void ct_model_profile_add(ct_model *m, const char *name, double ms);
+int ct_model_profiling(const ct_model *m);
 
 #ifdef __cplusplus
 }

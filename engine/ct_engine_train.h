@@ -109,7 +109,11 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, zero, "zero", "0", "ZeRO: 0 none, 1 Adam m,v sharded over the DP group, 2 + gradients, 3 + parameters") \
     X(FLOAT, bucket_mb, "bucket-mb", "25", "data-parallel gradient bucket size in MiB")        \
     X(INT, overlap, "overlap", "1",                                                             \
-      "1 = all-reduce gradient buckets while backward goes on; 0 = after backward")
+      "1 = all-reduce gradient buckets while backward goes on; 0 = after backward")             \
+    X(INT, workers_per_device, "workers-per-device", "1",                                       \
+      "workers sharing one device (each its own context and queue; to try layouts on one GPU)") \
+    X(STR, trace, "trace", "", "write a Chrome/Perfetto trace (JSON) of the traced steps here")  \
+    X(STR, trace_steps, "trace-steps", "", "steps A:B to trace (0-based, inclusive); default the last three")
 
 #define CT__TP_INT int
 #define CT__TP_FLOAT double
@@ -188,16 +192,79 @@ int ct_sample_token(const float *logits, int V, double temperature, int top_k, c
 typedef struct ct_model ct_model;         /* ct_engine_model.h */
 typedef struct ct_tokenizer ct_tokenizer; /* ct_engine_io.h */
 
-/* tokens[0..n_prompt) is the prompt; fills tokens[n_prompt..len) one draw at a time, each from a
- * forward over the last max_T tokens (max_T <= the model's max_T). */
-ct_status ct_generate(ct_model *m, int *tokens, int n_prompt, int len, int max_T,
-                      double temperature, int top_k, ct_rng *rng, ct_err *err);
+/* The logits (Vp floats) of the last of the n context tokens ctx[0..n): a forward pass. */
+typedef ct_status (*ct_next_logits_fn)(void *user, const int *ctx, int n, float *logits,
+                                       ct_err *err);
+/* The forward of a plain model (every layer on one worker): user is the ct_model. */
+ct_status ct_model_next_logits(void *model, const int *ctx, int n, float *logits, ct_err *err);
+/* tokens[0..n_prompt) is the prompt; fills tokens[n_prompt..len) one draw at a time, each from
+ * next() over the last max_T tokens (max_T <= the model's max_T). */
+ct_status ct_generate(ct_next_logits_fn next, void *user, const ct_gpt_config *cfg, int *tokens,
+                      int n_prompt, int len, int max_T, double temperature, int top_k,
+                      ct_rng *rng, ct_err *err);
 /* Print tokens as text through `tok` (may be NULL), as bytes when vocab <= 256, else as ids. */
 void ct_print_tokens(FILE *out, const int *tokens, int n, int vocab, const ct_tokenizer *tok);
 /* A prompt as tokens: bytes for vocab <= 256, else a comma-separated id list; empty gives one
  * start token (a newline for bytes, else the end-of-text token `eot` or 50256 for GPT-2). */
 ct_status ct_prompt_parse(const char *prompt, int vocab, int eot, int *tokens, int cap, int *n,
                           ct_err *err);
+
+/* ---------------------------------------------------------------- the trainer (train.c) */
+
+/* Every value check that needs no file or device (the flags' ranges and combinations, output
+ * directories that must exist); the LR schedule is parsed into *sched. CT_ERR_ARG naming it. */
+ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched, ct_err *err);
+
+typedef struct ct_exec ct_exec; /* ct_engine_step.h */
+
+/* What the workers of one process share, read-only once they start: the model's shape (from a
+ * checkpoint, an llm.c file or the flags), the data (corpus: the text used without --data or
+ * --text), the tokenizer, the devices the spec selects. Every failure is bad input (a message
+ * naming the flag, file or device; a program exits 2), warnings go to `log`. argv: the command
+ * line, to tell which shape flags were given. topo NULL: one worker without MPI. */
+typedef struct ct_train_run ct_train_run;
+ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *p, int argc, char **argv,
+                            ct_topo *topo, const ct_cl_source *corpus, int ncorpus, FILE *log,
+                            ct_err *err);
+void ct_train_run_free(ct_train_run *r);
+const ct_gpt_config *ct_train_run_config(const ct_train_run *r);
+int ct_train_run_accum(const ct_train_run *r);
+
+/* One worker (thread `thread` of this process): its place in the grid, its device, model and
+ * executor, loaders, metrics (the leader's) and trace. Collective over the workers. */
+typedef struct ct_trainer ct_trainer;
+ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_err *err);
+void ct_trainer_free(ct_trainer *t);
+const char *ct_trainer_errmsg(const ct_trainer *t);
+int ct_trainer_leader(const ct_trainer *t);     /* world worker 0: prints, writes files */
+int64_t ct_trainer_start(const ct_trainer *t);  /* first step of this run (after a resume) */
+int64_t ct_trainer_step_index(const ct_trainer *t); /* the next step to run */
+ct_model *ct_trainer_model(ct_trainer *t);
+ct_exec *ct_trainer_exec(ct_trainer *t);
+ct_metrics *ct_trainer_metrics(ct_trainer *t);  /* the leader's (NULL elsewhere) */
+const ct_tokenizer *ct_trainer_tokenizer(const ct_trainer *t);
+/* Collective: the start-up report (configuration, one line per worker, memory per worker) to f on
+ * the leader, and its "config" and "memory" metrics records. */
+ct_status ct_trainer_report(ct_trainer *t, FILE *f);
+/* Collective: one optimizer step; *sm is what the log line and the "train" record show (the
+ * leader writes the record). */
+ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm);
+/* Collective: the mean validation loss over --eval-batches windows (NaN without validation). */
+ct_status ct_trainer_eval(ct_trainer *t, double *val);
+/* A sample of --sample-len tokens after the prompt (*tokens malloc'd, *n of them). Called by the
+ * leader only, unless ct_trainer_sample_collective (ZeRO-3: every forward gathers parameters, so
+ * every worker runs it). */
+ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n);
+int ct_trainer_sample_collective(const ct_trainer *t);
+/* Collective: a checkpoint of the state after the steps run so far (gathered; the leader writes
+ * DIR/ckpt_<step>.bin and DIR/latest, path receives the file's name there). */
+ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len);
+/* Collective: the model as an llm.c file (--save-model; the leader writes). */
+ct_status ct_trainer_save_model(ct_trainer *t);
+/* Collective: the end of the run (writes the trace when --trace is given). */
+ct_status ct_trainer_finish(ct_trainer *t);
+/* The device's GEMM rate (TFLOP/s) at the model's matmul shapes for BT rows: the MFU peak. */
+double ct_measure_gemm_tflops(ct_device *dev, const ct_gpt_config *c, int BT);
 
 #ifdef __cplusplus
 }

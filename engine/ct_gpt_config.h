@@ -22,47 +22,95 @@ typedef struct ct_gpt_config {
 /* The layout a model is built for (ct_layout, ct_coords) lives in parallel/ct_parallel.h. */
 #include "ct_parallel.h"
 
-/* X(name, dims...) with dims expressed through the config fields: the llm.c parameter order.
- * Shapes are (out, in) for linear weights; y = x W^T + b. */
-#define CT_GPT_TENSORS(X, c)                                                        \
-    X(wte, (size_t)(c)->padded_vocab * (c)->channels)                               \
-    X(wpe, (size_t)(c)->max_seq * (c)->channels)                                    \
-    X(ln1w, (size_t)(c)->layers * (c)->channels)                                    \
-    X(ln1b, (size_t)(c)->layers * (c)->channels)                                    \
-    X(qkvw, (size_t)(c)->layers * 3 * (c)->channels * (c)->channels)                \
-    X(qkvb, (size_t)(c)->layers * 3 * (c)->channels)                                \
-    X(attprojw, (size_t)(c)->layers * (c)->channels * (c)->channels)                \
-    X(attprojb, (size_t)(c)->layers * (c)->channels)                                \
-    X(ln2w, (size_t)(c)->layers * (c)->channels)                                    \
-    X(ln2b, (size_t)(c)->layers * (c)->channels)                                    \
-    X(fcw, (size_t)(c)->layers * 4 * (c)->channels * (c)->channels)                 \
-    X(fcb, (size_t)(c)->layers * 4 * (c)->channels)                                 \
-    X(fcprojw, (size_t)(c)->layers * (c)->channels * 4 * (c)->channels)             \
-    X(fcprojb, (size_t)(c)->layers * (c)->channels)                                 \
-    X(lnfw, (size_t)(c)->channels)                                                  \
-    X(lnfb, (size_t)(c)->channels)
+/* How a tensor is cut over the TP group (Megatron's split): */
+typedef enum ct_split {
+    CT_SPLIT_NONE = 0, /* replicated on every TP rank (LayerNorms, wpe, row-parallel biases) */
+    CT_SPLIT_QKV,      /* rows of the fused (3C, C) QKV weight / (3C) bias by heads: rank r holds
+                          its heads' rows of each of the Q, K and V sections */
+    CT_SPLIT_COL,      /* column-parallel: rows of (out, in) (output features), and the bias */
+    CT_SPLIT_ROW,      /* row-parallel: columns of (out, in) (input features) */
+    CT_SPLIT_VOCAB     /* vocabulary-parallel: rows of wte (Vp / tp each) */
+} ct_split;
+
+/* How a tensor is initialised (GPT-2's scheme): */
+typedef enum ct_init {
+    CT_INIT_ZERO = 0,   /* biases */
+    CT_INIT_ONE,        /* LayerNorm weights */
+    CT_INIT_NORMAL,     /* normal(0, 0.02) */
+    CT_INIT_RESID,      /* normal(0, 0.02 / sqrt(2 L)): projections into the residual stream */
+    CT_INIT_NORMAL_VOCAB /* normal(0, 0.02) on the V real rows of wte, zero on the padding */
+} ct_init;
+
+/* The one table of parameter tensors, in llm.c's order (host arrays, model files, checkpoints):
+ * X(name, per_layer, rows, cols, split, decay, init). A per-layer tensor has one (rows, cols)
+ * slice per block (stored for all L blocks together in table order); shapes are (out, in) for
+ * linear weights, y = x W^T + b; decay: AdamW weight decay applies (the 2-D weights). */
+#define CT_GPT_TABLE(X, c)                                                                         \
+    X(wte, 0, (c)->padded_vocab, (c)->channels, CT_SPLIT_VOCAB, 1, CT_INIT_NORMAL_VOCAB)           \
+    X(wpe, 0, (c)->max_seq, (c)->channels, CT_SPLIT_NONE, 1, CT_INIT_NORMAL)                       \
+    X(ln1w, 1, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ONE)                                    \
+    X(ln1b, 1, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                                   \
+    X(qkvw, 1, 3 * (c)->channels, (c)->channels, CT_SPLIT_QKV, 1, CT_INIT_NORMAL)                  \
+    X(qkvb, 1, 3 * (c)->channels, 1, CT_SPLIT_QKV, 0, CT_INIT_ZERO)                                \
+    X(attprojw, 1, (c)->channels, (c)->channels, CT_SPLIT_ROW, 1, CT_INIT_RESID)                   \
+    X(attprojb, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                               \
+    X(ln2w, 1, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ONE)                                    \
+    X(ln2b, 1, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                                   \
+    X(fcw, 1, 4 * (c)->channels, (c)->channels, CT_SPLIT_COL, 1, CT_INIT_NORMAL)                   \
+    X(fcb, 1, 4 * (c)->channels, 1, CT_SPLIT_COL, 0, CT_INIT_ZERO)                                 \
+    X(fcprojw, 1, (c)->channels, 4 * (c)->channels, CT_SPLIT_ROW, 1, CT_INIT_RESID)                \
+    X(fcprojb, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                                \
+    X(lnfw, 0, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ONE)                                    \
+    X(lnfb, 0, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ZERO)
+
 
 enum {
-#define CT__GPT_ENUM(name, n) CT_GPT_##name,
-    CT_GPT_TENSORS(CT__GPT_ENUM, (const ct_gpt_config *)0)
+#define CT__GPT_ENUM(name, pl, rows, cols, split, decay, init) CT_GPT_##name,
+    CT_GPT_TABLE(CT__GPT_ENUM, (const ct_gpt_config *)0)
 #undef CT__GPT_ENUM
     CT_GPT_NUM_TENSORS
 };
 
-/* Element counts per tensor (floats) in table order; returns the total. */
+/* One row of the table, as data. */
+typedef struct ct_gpt_tensor_info {
+    const char *name;
+    int per_layer;    /* one slice per block */
+    size_t rows, cols; /* shape of one slice (of the whole tensor when !per_layer) */
+    ct_split split;
+    int decay;
+    ct_init init;
+} ct_gpt_tensor_info;
+
+/* Row i of the table for config c. */
+static inline ct_gpt_tensor_info ct_gpt_tensor(const ct_gpt_config *c, int i) {
+    ct_gpt_tensor_info t = {"?", 0, 0, 0, CT_SPLIT_NONE, 0, CT_INIT_ZERO};
+    int k = 0;
+#define CT__GPT_INFO(name_, pl, rows_, cols_, split_, decay_, init_)                               \
+    if (k++ == i) {                                                                                \
+        t.name = #name_, t.per_layer = (pl), t.rows = (size_t)(rows_), t.cols = (size_t)(cols_);    \
+        t.split = (split_), t.decay = (decay_), t.init = (init_);                                  \
+    }
+    CT_GPT_TABLE(CT__GPT_INFO, c)
+#undef CT__GPT_INFO
+    return t;
+}
+
+/* Element counts per tensor (floats, all layers) in table order; returns the total. */
 static inline size_t ct_gpt_param_sizes(const ct_gpt_config *c, size_t sizes[CT_GPT_NUM_TENSORS]) {
-    size_t total = 0, i = 0;
-#define CT__GPT_SIZE(name, n) sizes[i++] = (n), total += (n);
-    CT_GPT_TENSORS(CT__GPT_SIZE, c)
-#undef CT__GPT_SIZE
+    size_t total = 0;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        ct_gpt_tensor_info t = ct_gpt_tensor(c, i);
+        sizes[i] = (t.per_layer ? (size_t)c->layers : 1) * t.rows * t.cols;
+        total += sizes[i];
+    }
     return total;
 }
 
 /* Tensor names in table order ("wte", "wpe", ...). */
 static inline const char *ct_gpt_tensor_name(int i) {
     static const char *const names[] = {
-#define CT__GPT_NAME(name, n) #name,
-        CT_GPT_TENSORS(CT__GPT_NAME, (const ct_gpt_config *)0)
+#define CT__GPT_NAME(name, pl, rows, cols, split, decay, init) #name,
+        CT_GPT_TABLE(CT__GPT_NAME, (const ct_gpt_config *)0)
 #undef CT__GPT_NAME
     };
     return (i >= 0 && i < CT_GPT_NUM_TENSORS) ? names[i] : "?";

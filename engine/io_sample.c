@@ -1,7 +1,7 @@
 /* io_sample.c - text generation from a model: repeated forward passes over the last max_T tokens,
  * a draw from the last position's logits (temperature, top-k, seeded RNG), and printing the
- * result as bytes, token ids, or text through an llm.c tokenizer. The only device work is the
- * model's own forward; everything else is host code. */
+ * result as bytes, token ids, or text through an llm.c tokenizer. The forward is a function the
+ * caller gives (a plain model's, or the trainer's over its layout); everything else is host code. */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,9 +10,22 @@
 #include "ct_engine_model.h"
 #include "ct_engine_train.h"
 
-ct_status ct_generate(ct_model *m, int *tokens, int n_prompt, int len, int max_T,
-                      double temperature, int top_k, ct_rng *rng, ct_err *err) {
-    const ct_gpt_config *c = ct_model_config(m);
+ct_status ct_model_next_logits(void *model, const int *ctx, int n, float *logits, ct_err *err) {
+    ct_model *m = (ct_model *)model;
+    size_t Vp = (size_t)ct_model_config(m)->padded_vocab;
+    float *all = (float *)malloc((size_t)n * Vp * sizeof(float));
+    if (!all) return CT_ERR(err, CT_ERR_NOMEM, "no memory for sampling logits");
+    ct_status st = ct_model_forward(m, ctx, NULL, 1, n, NULL);
+    if (st == CT_OK) st = ct_model_logits(m, all, (size_t)n * Vp);
+    if (st == CT_OK) memcpy(logits, all + (size_t)(n - 1) * Vp, Vp * sizeof(float));
+    else CT_ERR(err, st, "sampling forward failed: %s", ct_model_errmsg(m));
+    free(all);
+    return st;
+}
+
+ct_status ct_generate(ct_next_logits_fn next, void *user, const ct_gpt_config *c, int *tokens,
+                      int n_prompt, int len, int max_T, double temperature, int top_k,
+                      ct_rng *rng, ct_err *err) {
     if (n_prompt < 1 || len < n_prompt || max_T < 1)
         return CT_ERR(err, CT_ERR_ARG, "generation needs a prompt of at least one token (got %d "
                                        "of %d, context %d)", n_prompt, len, max_T);
@@ -20,21 +33,14 @@ ct_status ct_generate(ct_model *m, int *tokens, int n_prompt, int len, int max_T
         if (tokens[i] < 0 || tokens[i] >= c->vocab)
             return CT_ERR(err, CT_ERR_ARG, "prompt token %d is outside the vocabulary of %d",
                           tokens[i], c->vocab);
-    float *logits = (float *)malloc((size_t)max_T * (size_t)c->padded_vocab * sizeof(float));
+    float *logits = (float *)malloc((size_t)c->padded_vocab * sizeof(float));
     if (!logits) return CT_ERR(err, CT_ERR_NOMEM, "no memory for sampling logits");
     ct_status st = CT_OK;
-    for (int t = n_prompt; t < len; t++) {
+    for (int t = n_prompt; t < len && st == CT_OK; t++) {
         int ctx = t < max_T ? t : max_T;
-        const int *in = tokens + (t - ctx);
-        st = ct_model_forward(m, in, NULL, 1, ctx, NULL);
+        st = next(user, tokens + (t - ctx), ctx, logits, err);
         if (st == CT_OK)
-            st = ct_model_logits(m, logits, (size_t)ctx * (size_t)c->padded_vocab);
-        if (st != CT_OK) {
-            CT_ERR(err, st, "sampling forward failed: %s", ct_model_errmsg(m));
-            break;
-        }
-        tokens[t] = ct_sample_token(logits + (size_t)(ctx - 1) * c->padded_vocab, c->vocab,
-                                    temperature, top_k, rng);
+            tokens[t] = ct_sample_token(logits, c->vocab, temperature, top_k, rng);
     }
     free(logits);
     return st;

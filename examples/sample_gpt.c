@@ -113,7 +113,8 @@ int main(int argc, char **argv) {
     free(params);
     ct_rng rng;
     ct_rng_seed(&rng, (uint64_t)p.seed);
-    if (ct_generate(m, tokens, np, np + p.len, T, p.temperature, p.top_k, &rng, &err))
+    if (ct_generate(ct_model_next_logits, m, &cfg, tokens, np, np + p.len, T, p.temperature,
+                    p.top_k, &rng, &err))
         die(1, "%s", err.msg);
     ct_print_tokens(stdout, tokens, np + p.len, cfg.vocab, tok);
     free(tokens);

@@ -1,0 +1,149 @@
+/* ct_engine_params.h - one worker's share of the model's parameters: which tensors, layers and
+ * slices it holds for its place in the layout, and the four contiguous device buffers (params,
+ * grads, Adam m, Adam v) with a view per (tensor, layer), all derived from the table in
+ * ct_gpt_config.h, so nothing is kept in sync by hand.
+ *
+ * Orders. Host arrays (set/get, files, checkpoints) are the WHOLE model in the table's llm.c
+ * order (all layers' qkvw together, ...), whatever this worker holds. The device buffers are
+ * "flat": this worker's pieces, layer-major:
+ *     [wte (first or last stage) | wpe (first stage) | block l0 | block l0+1 | ... | lnfw lnfb (last)]
+ * with each block's tensors [ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw
+ * fcprojb] together, so a layer is one contiguous range and backward finishes the gradients
+ * from the end of the buffer towards its start (reverse-layer-order buckets). For a single device
+ * this is the whole model. Tensors cut over the TP group (ct_split) hold this rank's slice.
+ *
+ * ZeRO over the DP group (N workers): stage >= 1 pads the flat length to N * shard and keeps Adam
+ * m, v only for this worker's shard [lo, hi). Stage 2: the gradient buffer becomes a WORKING
+ * buffer [wte wpe | layer slot 0 | layer slot 1 | lnf] (layer l in slot l % 2) and the averaged
+ * gradients live in a shard buffer. Stage 3: the same for the parameters (the shard is the
+ * storage; the working buffer is filled by gathers before each use). ct_params_pview/gview hide
+ * the difference from the layer math.
+ *
+ *     ct_params *P = NULL;
+ *     ct_params_plan pl = {0};           // all layers, one chunk
+ *     if (ct_params_create(&P, &cfg, &layout, &coords, &pl, dev, &err)) puts(err.msg);
+ *     ct_params_init_random(P, 1337);
+ *     size_t off = ct_params_pview(P, CT_GPT_qkvw, 3);   // block 3's QKV weight in params
+ */
+#ifndef CT_ENGINE_PARAMS_H
+#define CT_ENGINE_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ct_cl.h"
+#include "ct_gpt_config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_params ct_params;
+
+#define CT_MAX_CHUNKS 16
+
+/* Which blocks this worker holds: chunks of consecutive layers [lo[k], hi[k]), increasing
+ * (interleaved pipelines give a worker several). nchunks = 0 means every layer in one chunk. */
+typedef struct ct_params_plan {
+    int nchunks;
+    int lo[CT_MAX_CHUNKS], hi[CT_MAX_CHUNKS];
+} ct_params_plan;
+
+/* The worker's layout (tp = 1 today: the slicing is computed, the TP math is not built yet)
+ * and its pipeline chunks. A config or layout that cannot be is CT_ERR_ARG / CT_ERR_UNSUPPORTED
+ * with a message; device memory that cannot be had is CT_ERR_DEVICE_MEM naming the buffer. */
+ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_layout *layout,
+                           const ct_coords *coords, const ct_params_plan *plan, ct_device *dev,
+                           ct_err *err);
+void ct_params_free(ct_params *P);
+const char *ct_params_errmsg(const ct_params *P);
+
+const ct_gpt_config *ct_params_config(const ct_params *P);
+const ct_layout *ct_params_layout(const ct_params *P);
+const ct_coords *ct_params_coords(const ct_params *P);
+ct_device *ct_params_device(const ct_params *P);
+
+/* What this worker holds. */
+int ct_params_holds_layer(const ct_params *P, int l);
+int ct_params_has_embed(const ct_params *P); /* wte + wpe for the token embedding (first stage) */
+int ct_params_has_head(const ct_params *P);  /* lnf + wte for the logits (last stage) */
+int ct_params_holds(const ct_params *P, int i); /* tensor i is held (any layer) */
+int ct_params_nchunks(const ct_params *P);
+void ct_params_chunk(const ct_params *P, int k, int *lo, int *hi);
+
+/* Sizes (floats). num_params: the whole model (host arrays); local: this worker's real floats;
+ * flat: length of the flat layout (local, padded to dp * shard under ZeRO). */
+size_t ct_params_num_params(const ct_params *P);
+size_t ct_params_local_len(const ct_params *P);
+size_t ct_params_flat_len(const ct_params *P);
+/* This worker's optimizer shard [lo, hi) of the flat layout ([0, local) without ZeRO). */
+void ct_params_shard(const ct_params *P, size_t *lo, size_t *hi);
+int ct_params_zero_stage(const ct_params *P);
+
+/* Flat offset and length of (tensor i, layer l) (l ignored for the non-block tensors; the
+ * tensor must be held). */
+size_t ct_params_flat_off(const ct_params *P, int i, int l);
+size_t ct_params_slice_len(const ct_params *P, int i);
+/* Flat offset where block l begins (held); l = layers (or past the last held block): where the
+ * final LayerNorm begins, or the end of the layout. The first held block's begin is also the
+ * end of the embeddings. */
+size_t ct_params_layer_begin(const ct_params *P, int l);
+size_t ct_params_layer_end(const ct_params *P, int l);
+/* Flat range of the head's LayerNorm (lnfw, lnfb) and of wte ([0,0) when not held). */
+void ct_params_lnf_range(const ct_params *P, size_t *lo, size_t *hi);
+void ct_params_wte_range(const ct_params *P, size_t *lo, size_t *hi);
+
+/* Offsets of (tensor i, layer l) in the buffer the layer math reads parameters from
+ * (ct_params_buffer: flat, or the ZeRO-3 working buffer) and writes gradients into
+ * (ct_params_grads: flat, or the ZeRO-2 working buffer). */
+size_t ct_params_pview(const ct_params *P, int i, int l);
+size_t ct_params_gview(const ct_params *P, int i, int l);
+/* Where flat range [lo, hi) of block l / of the non-block tensors lies in a working buffer:
+ * the offset of flat position `flat_off` of the piece that starts at flat `piece_lo`. */
+size_t ct_params_work_off(const ct_params *P, size_t flat_off);
+size_t ct_params_work_len(const ct_params *P);
+
+/* The device buffers. params: flat (ZeRO < 3) or the working buffer (3); param_shard: the
+ * parameters' storage under ZeRO-3 (else NULL); grads: flat (ZeRO < 2) or the working buffer;
+ * grad_shard: averaged gradient shard under ZeRO >= 2 (else NULL); adam m, v: the shard. */
+ct_buffer *ct_params_buffer(ct_params *P);
+ct_buffer *ct_params_param_shard(ct_params *P);
+ct_buffer *ct_params_grads(ct_params *P);
+ct_buffer *ct_params_grad_shard(ct_params *P);
+ct_buffer *ct_params_adam_m(ct_params *P);
+ct_buffer *ct_params_adam_v(ct_params *P);
+
+/* Whole-model table order <-> this worker's flat layout. to_flat fills flat[0..flat_len)
+ * (padding zeroed); from_flat writes this worker's pieces into the table array and leaves the
+ * rest as it was. */
+void ct_params_table_to_flat(const ct_params *P, const float *table, float *flat);
+void ct_params_flat_to_table(const ct_params *P, const float *flat, float *table);
+/* Visit this worker's pieces: fn(user, table offset, flat offset, floats) per contiguous run
+ * (a TP row-parallel slice is one run per row). Returns the first non-zero fn result. */
+typedef int (*ct_params_piece_fn)(void *user, size_t table_off, size_t flat_off, size_t n);
+int ct_params_pieces(const ct_params *P, int i, int l, ct_params_piece_fn fn, void *user);
+
+/* Host copies, n = ct_params_num_params floats in table order (blocking). Parameters under
+ * ZeRO-3 and Adam's m, v under ZeRO >= 1 are stored only as this worker's shard: set takes the
+ * whole array and keeps the shard's part, get fills only that part. Gradients under ZeRO-2
+ * exist only as a shard: set/get_grads are CT_ERR_STATE. */
+ct_status ct_params_set(ct_params *P, const float *host, size_t n);
+ct_status ct_params_get(ct_params *P, float *host, size_t n);
+ct_status ct_params_set_grads(ct_params *P, const float *host, size_t n);
+ct_status ct_params_get_grads(ct_params *P, float *host, size_t n);
+ct_status ct_params_set_optimizer(ct_params *P, const float *m, const float *v, size_t n);
+ct_status ct_params_get_optimizer(ct_params *P, float *m, float *v, size_t n);
+
+/* GPT-2 initialisation from the table's init column; every value depends only on (seed, its
+ * index in the whole table), so every layout draws the same model. Adam state zeroed. */
+ct_status ct_params_init_random(ct_params *P, uint64_t seed);
+ct_status ct_params_zero_grads(ct_params *P);
+
+/* A counter-based 64-bit mixer (splitmix64's finaliser): the engine's one source of seeded
+ * randomness that does not depend on call order. */
+uint64_t ct_mix64(uint64_t x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_ENGINE_PARAMS_H */

@@ -1,0 +1,221 @@
+/* ct_engine_step.h - one training step over the grid: the executor that runs a worker's action
+ * list (parallel/'s schedules) on the model's stage entry points, and the pieces it drives, each
+ * along one concern:
+ *   ct_optim  AdamW on this worker's shard, clipping by a global norm (optim.c)
+ *   ct_grads  gradient ranges reduced over their groups, in buckets, overlapped with backward
+ *             (grads.c; ZeRO-2 keeps only the averaged shard)
+ *   ct_zero   ZeRO parameter traffic: the all-gather after the optimizer (stages 1, 2) and the
+ *             per-block gathers with prefetch (stage 3) (zero.c)
+ *   state     gathered model state for checkpoints and the memory report (state.c)
+ *   ct_trace  Chrome trace events per worker, written as one JSON file (trace.c)
+ * Nothing here is called by the model: the executor knows when a block's gradients are final
+ * and starts their reduction; it gathers a ZeRO-3 block before the model uses it.
+ *
+ *     ct_exec *x = NULL;
+ *     ct_exec_opts o = ct_exec_opts_default();
+ *     if (ct_exec_create(&x, model, grid, &o, &err)) ...           // collective over the grid
+ *     ct_schedule *s = NULL; ct_sched_make(CT_SCHED_TRIVIAL, 1, accum, 1, &s, &err);
+ *     ct_step_result r;
+ *     ct_exec_step(x, s, tokens, targets, rows, T, &hp, step + 1, &r);  // r.loss, r.grad_norm
+ *     ct_exec_free(x);
+ */
+#ifndef CT_ENGINE_STEP_H
+#define CT_ENGINE_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ct_engine_model.h"
+#include "ct_parallel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- optimizer (optim.c) */
+
+typedef struct ct_adamw_hp {
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_clip; /* global-norm clip; 0 = off */
+} ct_adamw_hp;
+
+typedef struct ct_optim ct_optim;
+/* Allocates the norm scratch (category workspace). */
+ct_status ct_optim_create(ct_optim **out, ct_model *m, ct_err *err);
+void ct_optim_free(ct_optim *o);
+const char *ct_optim_errmsg(const ct_optim *o);
+/* The L2 norm of this worker's whole gradient buffer, computed on the device and read back. */
+ct_status ct_optim_local_norm(ct_optim *o, float *norm);
+/* This worker's sum of squares over its optimizer shard of the gradients (the averaged shard
+ * under ZeRO-2), in double on the host: the part of a global norm a group sums. */
+ct_status ct_optim_shard_sumsq(ct_optim *o, double *out);
+/* One AdamW step (t 1-based) on this worker's shard: g = grad * min(1, clip / (norm + 1e-6)),
+ * decay on the table's decay tensors. norm NULL: the norm of the local gradient buffer,
+ * computed and used on the device (one worker, or replicas holding identical averaged
+ * gradients); else the global norm computed by the caller over the right groups. norm_out (may
+ * be NULL) receives the norm used. */
+ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *norm,
+                        float *norm_out);
+
+/* ---------------------------------------------------------------- gradients (grads.c) */
+
+/* A range of the flat gradient layout and how it is reduced: over groups[0] with op[0], then
+ * (if non-NULL) groups[1] with op[1] (the tied embedding: average over DP, sum over the
+ * embedding group). Ranges are data: the default is one range over the DP group. */
+typedef struct ct_grad_range {
+    size_t lo, hi;
+    ct_comm *groups[2];
+    ct_op ops[2];
+} ct_grad_range;
+
+typedef struct ct_grads_opts {
+    size_t bucket_bytes; /* gradient bucket size (default 25 MiB) */
+    int overlap;         /* 1: a communication thread reduces buckets while backward runs */
+} ct_grads_opts;
+ct_grads_opts ct_grads_opts_default(void);
+
+typedef struct ct_grads ct_grads;
+/* ranges cover the worker's flat layout [0, local_len) in increasing order (n >= 1). Not
+ * collective. */
+ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *ranges, int n,
+                          const ct_grads_opts *o, ct_err *err);
+void ct_grads_free(ct_grads *g);
+const char *ct_grads_errmsg(const ct_grads *g);
+int ct_grads_num_buckets(const ct_grads *g);
+size_t ct_grads_host_bytes(const ct_grads *g); /* host staging (the "comm" category) */
+/* Before a micro-step's backward: `last` = the step's last micro-step. Under ZeRO < 2 only the
+ * last one's gradients are reduced (accumulation sums locally first). */
+ct_status ct_grads_begin(ct_grads *g, int last);
+/* The commands finishing flat gradients [ready_from, local_len) have been ENQUEUED (after the
+ * head, each block, the embedding): buckets inside it leave (overlap: staged behind those
+ * commands and reduced by the communication thread). */
+ct_status ct_grads_ready(ct_grads *g, size_t ready_from);
+/* After the last backward: every bucket reduced and written back (ZeRO-2: the averaged shard to
+ * the device). sumsq (may be NULL) receives, under ZeRO-2, the global sum of squares of the
+ * gradient (over the DP group); else 0. Collective over the ranges' groups. */
+ct_status ct_grads_finish(ct_grads *g, double *sumsq);
+typedef struct ct_grads_times {
+    double exposed_ms; /* the worker waited for gradient communication */
+    double busy_ms;    /* time inside reductions and staging (the communication thread's too) */
+} ct_grads_times;
+void ct_grads_times_get(const ct_grads *g, ct_grads_times *out);
+void ct_grads_times_reset(ct_grads *g);
+
+/* ---------------------------------------------------------------- ZeRO parameters (zero.c) */
+
+typedef struct ct_zero ct_zero;
+/* dp: the group the shards are over. Collective under ZeRO-3 (a second handle on the group is
+ * split for the prefetch thread). Stage 0: a no-op object. */
+ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_err *err);
+void ct_zero_free(ct_zero *z);
+const char *ct_zero_errmsg(const ct_zero *z);
+/* After the optimizer (stages 1, 2): the updated shards all-gathered into the parameters. */
+ct_status ct_zero_after_step(ct_zero *z);
+/* ZeRO-3, collective: a new pass over the model: the embeddings and the final LayerNorm are
+ * gathered (the shard may have changed since the last pass). */
+ct_status ct_zero_begin_pass(ct_zero *z);
+/* ZeRO-3, collective: block l's parameters in its working slot before the model uses it (from
+ * the prefetch when it was block l's); then block `next` (-1: none) is prefetched. */
+ct_status ct_zero_need_block(ct_zero *z, int l, int next);
+size_t ct_zero_host_bytes(const ct_zero *z);
+double ct_zero_gather_ms(const ct_zero *z); /* time the worker waited for gathers */
+void ct_zero_times_reset(ct_zero *z);
+
+/* ---------------------------------------------------------------- state (state.c) */
+
+/* Collective over `world` (every worker of the layout): the whole model state in table order
+ * into the leader's arrays (any pointer may be NULL to skip it; pass NULL on the others):
+ * parameters and Adam m, v, each element taken from the worker that owns it (its DP shard under
+ * ZeRO, else DP rank 0). */
+ct_status ct_state_gather(ct_model *m, ct_comm *world, float *params, float *adam_m,
+                          float *adam_v, ct_err *err);
+/* Collective over `world`: device bytes per category of every worker, out[w * CT_MEM__COUNT + c]
+ * (host staging bytes host_comm added to this worker's "comm"). */
+ct_status ct_state_mem_gather(ct_device *dev, ct_comm *world, size_t host_comm, uint64_t *out,
+                              ct_err *err);
+
+/* ---------------------------------------------------------------- trace (trace.c) */
+
+typedef struct ct_trace ct_trace;
+/* One recorder per worker (pid = MPI rank, tid = worker). Events are kept in host memory. */
+ct_status ct_trace_create(ct_trace **out, int worker, int rank, int thread, ct_err *err);
+void ct_trace_free(ct_trace *t);
+/* Recording on or off (the executor and the model record only while on). */
+void ct_trace_enable(ct_trace *t, int on);
+int ct_trace_on(const ct_trace *t);
+/* Collective over world: a common time origin (a barrier, then now), so ranks line up. */
+ct_status ct_trace_sync(ct_trace *t, ct_comm *world);
+/* Lanes: the worker's own thread, its gradient-communication thread, its ZeRO prefetch thread
+ * (each a track in the viewer). */
+enum { CT_TRACE_MAIN = 0, CT_TRACE_COMM = 1, CT_TRACE_PREFETCH = 2 };
+/* A complete event [t0, now] (seconds from ct_time_now) on a lane, category cat ("compute",
+ * "comm", "optimizer", "step"), micro-batch mb (-1: none). name and cat must be string literals
+ * (kept by pointer). Thread-safe. */
+void ct_trace_event(ct_trace *t, int lane, const char *name, const char *cat, double t0, int mb);
+/* The micro-batch the worker is on: events recorded with mb = CT_TRACE_MB take it (the model's
+ * op groups do; the executor sets it). */
+#define CT_TRACE_MB (-2)
+void ct_trace_set_mb(ct_trace *t, int mb);
+/* Collective over world: every worker's events to the leader, which writes Chrome trace JSON
+ * (atomically). */
+ct_status ct_trace_write(ct_trace *t, ct_comm *world, const char *path, ct_err *err);
+/* Model op groups (attention, MLP, loss) recorded while tracing; the device is waited on at the
+ * end of each group so its time is attributed. NULL detaches. */
+void ct_model_set_trace(ct_model *m, ct_trace *t);
+
+/* ---------------------------------------------------------------- the executor (step.c) */
+
+typedef struct ct_exec_opts {
+    ct_grads_opts grads;
+} ct_exec_opts;
+ct_exec_opts ct_exec_opts_default(void);
+
+typedef struct ct_exec ct_exec;
+/* The executor of this worker: its model (built for the grid's layout and coordinates), the
+ * grid's groups, the gradient ranges, ZeRO and the optimizer. Collective over the grid. */
+ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exec_opts *o,
+                         ct_err *err);
+void ct_exec_free(ct_exec *x);
+const char *ct_exec_errmsg(const ct_exec *x);
+ct_grads *ct_exec_grads(ct_exec *x);
+ct_zero *ct_exec_zero(ct_exec *x);
+void ct_exec_set_trace(ct_exec *x, ct_trace *t);
+
+typedef struct ct_step_result {
+    double loss;     /* mean cross-entropy over the step's micro-batches (averaged over DP as
+                        a float when there are several replicas) */
+    float grad_norm; /* pre-clip global gradient norm */
+} ct_step_result;
+
+/* One optimizer step: runs this worker's list of `s` (stage = its pipeline rank).
+ * tokens/targets: this worker's rows of every micro-batch, s->micro blocks of rows x T (host
+ * int32). Collective over the grid. */
+ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, const int *targets,
+                       int rows, int T, const ct_adamw_hp *hp, int t, ct_step_result *out);
+/* A forward pass (evaluation, sampling): with targets, this worker's mean loss over its rows to
+ * *loss (average over DP with ct_exec_dp_average); logits_last (may be NULL): the Vp logits of
+ * the last position of row 0. Collective under ZeRO-3 (parameters are gathered). */
+ct_status ct_exec_forward(ct_exec *x, const int *tokens, const int *targets, int rows, int T,
+                          float *loss, float *logits_last);
+/* Collective: the gathered state (ct_state_gather over the grid's world). */
+ct_status ct_exec_gather_state(ct_exec *x, float *params, float *adam_m, float *adam_v);
+/* Collective: the per-worker memory report (ct_state_mem_gather with this worker's host
+ * staging bytes). */
+ct_status ct_exec_mem_gather(ct_exec *x, uint64_t *out);
+/* Collective: a float averaged over the DP group (a loss). */
+ct_status ct_exec_dp_average(ct_exec *x, float *v);
+
+typedef struct ct_exec_times {
+    double compute_ms;   /* forward and backward enqueue-to-finish time on this worker */
+    double exposed_ms;   /* waiting for communication: gradients, ZeRO gathers */
+    double busy_ms;      /* inside collectives in total (any thread) */
+    double optimizer_ms; /* optimizer and the ZeRO all-gather after it */
+    double gather_ms;    /* ZeRO-3: part of exposed_ms spent waiting for parameter gathers */
+} ct_exec_times;
+void ct_exec_times_get(const ct_exec *x, ct_exec_times *out);
+void ct_exec_times_reset(ct_exec *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_ENGINE_STEP_H */

@@ -1,0 +1,370 @@
+/* grads.c - gradient ranges reduced over their groups, in buckets cut from the END of the flat
+ * gradient layout (reverse layer order): bucket 0 is the last piece (lnf and the last layers),
+ * the last bucket starts at 0 (the embeddings). Backward finishes gradients from the end towards
+ * the start, so bucket k can leave once the executor reports ready_from <= its start.
+ *
+ * Overlap: ct_grads_ready enqueues a non-blocking read of each finished bucket into host staging
+ * on the in-order queue, right behind the kernels that finish it, and posts it to this worker's
+ * communication thread, which waits for the read and reduces the bucket over its range's groups
+ * on host memory while the device runs the next layers' backward. ct_grads_finish waits for the
+ * last bucket and writes the results back with one write. Without overlap the same buckets go
+ * one by one in ct_grads_finish: read, reduce, write.
+ *
+ * ZeRO-2: one bucket per backward stage (the head's LayerNorm, each block, the embeddings), read
+ * from the gradient WORKING buffer (params.c) and the slot zeroed behind the read (so block
+ * l - 2 can reuse it); every micro-step's buckets leave (the full gradient is never kept), and
+ * the thread adds this worker's part of each reduced bucket to a host shard accumulator;
+ * ct_grads_finish writes the shard to the device and sums the shards' squares over the group. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_engine_step.h"
+
+typedef struct bucket {
+    size_t lo, hi; /* flat range */
+    size_t work;   /* where it lies in the gradient buffer (ZeRO-2: the working buffer) */
+    int range;     /* index of its ct_grad_range */
+} bucket;
+
+struct ct_grads {
+    ct_model *m;
+    ct_params *P;
+    ct_device *dev;
+    int zero, overlap;
+    size_t local, lo, hi; /* local length, this worker's shard [lo, hi) */
+    ct_grad_range *ranges;
+    int nranges;
+    bucket *b;
+    int nb;
+    ct_event **ev;
+    float *stage; /* overlap: local floats (bucket k at stage + b[k].lo); else one bucket */
+    size_t stage_floats;
+    float *acc;   /* ZeRO-2: this worker's averaged shard, summed over micro-steps */
+    int armed, next_issue;
+    /* communication thread */
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int nposted, ndone, quit;
+    ct_status th_st;
+    ct_err th_err; /* the thread's own record (never written by the worker thread) */
+    double th_busy_ms;
+    ct_grads_times times;
+    ct_err err;
+};
+
+ct_grads_opts ct_grads_opts_default(void) {
+    ct_grads_opts o = {(size_t)25 << 20, 1};
+    return o;
+}
+
+const char *ct_grads_errmsg(const ct_grads *g) { return g->err.msg; }
+int ct_grads_num_buckets(const ct_grads *g) { return g->nb; }
+size_t ct_grads_host_bytes(const ct_grads *g) {
+    return (g->stage_floats + (g->acc ? g->hi - g->lo : 0)) * sizeof(float);
+}
+
+/* Reduce staged bucket k over its range's groups (in place on host memory). */
+static ct_status reduce_bucket(ct_grads *g, int k, ct_err *err) {
+    const bucket *bk = &g->b[k];
+    const ct_grad_range *r = &g->ranges[bk->range];
+    float *p = g->stage + (g->overlap ? bk->lo : 0);
+    for (int i = 0; i < 2; i++) {
+        if (!r->groups[i]) continue;
+        ct_status st = ct_comm_allreduce(r->groups[i], p, p, bk->hi - bk->lo, CT_F32, r->ops[i],
+                                         NULL);
+        if (st != CT_OK)
+            return CT_ERR(err, st, "gradient reduction of [%zu, %zu): %s", bk->lo, bk->hi,
+                          ct_comm_errmsg(r->groups[i]));
+    }
+    if (g->acc) { /* ZeRO-2: keep this worker's part */
+        size_t a = bk->lo > g->lo ? bk->lo : g->lo, e = bk->hi < g->hi ? bk->hi : g->hi;
+        for (size_t i = a; i < e; i++) g->acc[i - g->lo] += p[i - bk->lo];
+    }
+    return CT_OK;
+}
+
+/* The communication thread: reduce posted buckets in order. */
+static void *comm_main(void *arg) {
+    ct_grads *g = (ct_grads *)arg;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        while (!g->quit && g->ndone == g->nposted) pthread_cond_wait(&g->cv, &g->mu);
+        if (g->quit) break;
+        int k = g->ndone;
+        pthread_mutex_unlock(&g->mu);
+        ct_status st = ct_event_wait_err(g->ev[k], &g->th_err);
+        ct_event_release(g->ev[k]);
+        g->ev[k] = NULL;
+        double t0 = ct_time_now(); /* busy: the reduction, not the wait for backward */
+        if (st == CT_OK) st = reduce_bucket(g, k, &g->th_err);
+        double t1 = ct_time_now();
+        pthread_mutex_lock(&g->mu);
+        if (st != CT_OK && g->th_st == CT_OK) g->th_st = st;
+        g->th_busy_ms += 1e3 * (t1 - t0);
+        g->ndone++;
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+static ct_status add_bucket(ct_grads *g, int *cap, size_t lo, size_t hi, size_t work, int range) {
+    if (g->nb == *cap) {
+        int nc = *cap ? 2 * *cap : 64;
+        bucket *nb = realloc(g->b, sizeof *nb * (size_t)nc);
+        if (!nb) return CT_ERR(&g->err, CT_ERR_NOMEM, "gradient buckets: out of host memory");
+        g->b = nb, *cap = nc;
+    }
+    bucket *bk = &g->b[g->nb++];
+    bk->lo = lo, bk->hi = hi, bk->work = work, bk->range = range;
+    return CT_OK;
+}
+
+static int range_of(const ct_grads *g, size_t lo, size_t hi) {
+    for (int r = 0; r < g->nranges; r++)
+        if (lo >= g->ranges[r].lo && hi <= g->ranges[r].hi) return r;
+    return -1;
+}
+
+/* The buckets, last first. */
+static ct_status cut_buckets(ct_grads *g, size_t bucket_floats) {
+    int cap = 0;
+    ct_status st = CT_OK;
+    if (g->zero >= 2) {
+        /* one bucket per backward stage: the head's LayerNorm, each held block, the embeddings */
+        const ct_gpt_config *c = ct_params_config(g->P);
+        size_t a, e;
+        ct_params_lnf_range(g->P, &a, &e);
+        struct {
+            size_t lo, hi;
+        } piece[1024 + 2];
+        int n = 0;
+        if (e > a) piece[n].lo = a, piece[n].hi = e, n++;
+        for (int l = c->layers - 1; l >= 0; l--)
+            if (ct_params_holds_layer(g->P, l) && n < 1024 + 1)
+                piece[n].lo = ct_params_layer_begin(g->P, l),
+                piece[n].hi = ct_params_layer_end(g->P, l), n++;
+        size_t emb = ct_params_layer_begin(g->P, 0);
+        if (emb > 0) piece[n].lo = 0, piece[n].hi = emb, n++;
+        for (int k = 0; k < n && st == CT_OK; k++) {
+            int r = range_of(g, piece[k].lo, piece[k].hi);
+            if (r < 0)
+                return CT_ERR(&g->err, CT_ERR_ARG,
+                              "ZeRO-2 bucket [%zu, %zu) straddles two gradient ranges",
+                              piece[k].lo, piece[k].hi);
+            st = add_bucket(g, &cap, piece[k].lo, piece[k].hi,
+                            ct_params_work_off(g->P, piece[k].lo), r);
+        }
+        return st;
+    }
+    for (int r = g->nranges - 1; r >= 0 && st == CT_OK; r--) {
+        size_t hi = g->ranges[r].hi, lo = g->ranges[r].lo;
+        while (hi > lo && st == CT_OK) {
+            size_t a = hi - lo > bucket_floats ? hi - bucket_floats : lo;
+            st = add_bucket(g, &cap, a, hi, a, r);
+            hi = a;
+        }
+    }
+    return st;
+}
+
+ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *ranges, int n,
+                          const ct_grads_opts *o, ct_err *err) {
+    *out = NULL;
+    ct_grads_opts def = ct_grads_opts_default();
+    if (!o) o = &def;
+    ct_grads *g = calloc(1, sizeof *g);
+    if (!g) return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory");
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->m = m;
+    g->P = ct_model_params(m);
+    g->dev = ct_model_device(m);
+    g->zero = ct_params_zero_stage(g->P);
+    g->overlap = o->overlap != 0 || g->zero >= 2; /* ZeRO-2 empties slots during backward */
+    g->local = ct_params_local_len(g->P);
+    ct_params_shard(g->P, &g->lo, &g->hi);
+    ct_status st = CT_OK;
+    size_t at = 0;
+    for (int r = 0; r < n && st == CT_OK; r++) {
+        if (ranges[r].lo != at || ranges[r].hi <= ranges[r].lo || ranges[r].hi > g->local)
+            st = CT_ERR(err, CT_ERR_ARG,
+                        "ct_grads_create: range %d [%zu, %zu) does not continue the cover of [0, "
+                        "%zu) at %zu",
+                        r, ranges[r].lo, ranges[r].hi, g->local, at);
+        else
+            at = ranges[r].hi;
+    }
+    if (st == CT_OK && at != g->local)
+        st = CT_ERR(err, CT_ERR_ARG, "ct_grads_create: the ranges cover [0, %zu) of [0, %zu)", at,
+                    g->local);
+    if (st != CT_OK) {
+        ct_grads_free(g);
+        return st;
+    }
+    g->nranges = n;
+    g->ranges = malloc(sizeof *g->ranges * (size_t)n);
+    if (!g->ranges) {
+        ct_grads_free(g);
+        return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory");
+    }
+    memcpy(g->ranges, ranges, sizeof *g->ranges * (size_t)n);
+    size_t bf = o->bucket_bytes / sizeof(float);
+    if (bf < 1024) bf = 1024;
+    if ((st = cut_buckets(g, bf)) != CT_OK) {
+        CT_ERR(err, st, "ct_grads_create: %s", g->err.msg);
+        ct_grads_free(g);
+        return st;
+    }
+    size_t biggest = 0;
+    for (int k = 0; k < g->nb; k++)
+        if (g->b[k].hi - g->b[k].lo > biggest) biggest = g->b[k].hi - g->b[k].lo;
+    g->stage_floats = g->overlap ? g->local : biggest;
+    g->ev = calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->ev);
+    g->stage = malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));
+    if (g->zero >= 2) g->acc = calloc(g->hi - g->lo ? g->hi - g->lo : 1, sizeof(float));
+    if (!g->ev || !g->stage || (g->zero >= 2 && !g->acc)) {
+        ct_grads_free(g);
+        return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory for staging");
+    }
+    if (g->overlap) {
+        if (pthread_create(&g->th, NULL, comm_main, g) != 0) {
+            ct_grads_free(g);
+            return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: cannot start the communication "
+                                             "thread");
+        }
+        g->th_started = 1;
+    }
+    *out = g;
+    return CT_OK;
+}
+
+void ct_grads_free(ct_grads *g) {
+    if (!g) return;
+    if (g->th_started) {
+        pthread_mutex_lock(&g->mu);
+        g->quit = 1;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(g->th, NULL);
+    }
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    if (g->ev)
+        for (int k = 0; k < g->nb; k++) ct_event_release(g->ev[k]);
+    free(g->ranges);
+    free(g->b);
+    free(g->ev);
+    free(g->stage);
+    free(g->acc);
+    free(g);
+}
+
+ct_status ct_grads_begin(ct_grads *g, int last) {
+    if (g->zero >= 2 && g->next_issue == g->nb && g->nb > 0) {
+        /* a new micro-step: the previous one's buckets must have left the staging */
+        double t0 = ct_time_now();
+        pthread_mutex_lock(&g->mu);
+        while (g->ndone < g->nposted) pthread_cond_wait(&g->cv, &g->mu);
+        g->nposted = g->ndone = 0;
+        pthread_mutex_unlock(&g->mu);
+        g->next_issue = 0;
+        g->times.exposed_ms += 1e3 * (ct_time_now() - t0);
+    }
+    g->armed = last || g->zero >= 2;
+    return CT_OK;
+}
+
+ct_status ct_grads_ready(ct_grads *g, size_t ready_from) {
+    if (!g->armed || !g->overlap) return CT_OK;
+    int posted = 0;
+    ct_buffer *gb = ct_params_grads(g->P);
+    while (g->next_issue < g->nb && g->b[g->next_issue].lo >= ready_from) {
+        int k = g->next_issue;
+        size_t n = g->b[k].hi - g->b[k].lo;
+        ct_status st = ct_buffer_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
+                                            g->stage + g->b[k].lo, &g->ev[k]);
+        /* ZeRO-2: empty the slot behind the read (in order), before a later block reuses it */
+        if (st == CT_OK && g->zero >= 2)
+            st = ct_buffer_zero(gb, g->b[k].work * sizeof(float), n * sizeof(float));
+        if (st != CT_OK)
+            return CT_ERR(&g->err, st, "staging gradient bucket %d: %s", k,
+                          ct_device_errmsg(g->dev));
+        g->next_issue++;
+        posted++;
+    }
+    if (posted) {
+        ct_device_flush(g->dev);
+        pthread_mutex_lock(&g->mu);
+        g->nposted += posted;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+    }
+    return CT_OK;
+}
+
+ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
+    ct_status st = CT_OK;
+    double t0 = ct_time_now();
+    ct_buffer *gb = ct_params_grads(g->P);
+    if (sumsq) *sumsq = 0;
+    if (g->overlap && g->armed) {
+        if (g->next_issue != g->nb)
+            return CT_ERR(&g->err, CT_ERR_STATE,
+                          "ct_grads_finish: %d of %d buckets were handed over (was the backward "
+                          "of the last micro-step reported up to 0?)",
+                          g->next_issue, g->nb);
+        pthread_mutex_lock(&g->mu);
+        while (g->ndone < g->nb) pthread_cond_wait(&g->cv, &g->mu);
+        st = g->th_st;
+        if (st != CT_OK) CT_ERR(&g->err, st, "%s", g->th_err.msg);
+        g->th_st = CT_OK;
+        g->nposted = g->ndone = 0;
+        g->times.busy_ms += g->th_busy_ms;
+        g->th_busy_ms = 0;
+        pthread_mutex_unlock(&g->mu);
+        if (st == CT_OK && g->acc) {
+            /* the shard to the device; the global sum of squares from every worker's shard */
+            size_t sh = g->hi - g->lo;
+            double ss = 0;
+            for (size_t i = 0; i < sh; i++) ss += (double)g->acc[i] * g->acc[i];
+            float fs = (float)ss;
+            st = ct_buffer_write(ct_params_grad_shard(g->P), 0, g->acc, sh * sizeof(float));
+            if (st != CT_OK)
+                CT_ERR(&g->err, st, "writing the gradient shard: %s", ct_device_errmsg(g->dev));
+            memset(g->acc, 0, sh * sizeof(float));
+            ct_comm *dp = g->ranges[0].groups[0];
+            if (st == CT_OK && dp) {
+                st = ct_comm_allreduce(dp, &fs, &fs, 1, CT_F32, CT_OP_SUM, NULL);
+                if (st != CT_OK)
+                    CT_ERR(&g->err, st, "gradient norm over the group: %s", ct_comm_errmsg(dp));
+            }
+            if (sumsq) *sumsq = fs;
+        } else if (st == CT_OK) {
+            st = ct_buffer_write(gb, 0, g->stage, g->local * sizeof(float));
+            if (st != CT_OK)
+                CT_ERR(&g->err, st, "writing reduced gradients: %s", ct_device_errmsg(g->dev));
+        }
+    } else {
+        for (int k = 0; k < g->nb && st == CT_OK; k++) {
+            size_t n = g->b[k].hi - g->b[k].lo, off = g->b[k].work * sizeof(float);
+            st = ct_buffer_read(gb, off, g->stage, n * sizeof(float));
+            if (st == CT_OK) st = reduce_bucket(g, k, &g->err);
+            else CT_ERR(&g->err, st, "staging a gradient bucket: %s", ct_device_errmsg(g->dev));
+            if (st == CT_OK && (st = ct_buffer_write(gb, off, g->stage, n * sizeof(float))) != CT_OK)
+                CT_ERR(&g->err, st, "writing reduced gradients: %s", ct_device_errmsg(g->dev));
+        }
+        g->times.busy_ms += 1e3 * (ct_time_now() - t0);
+    }
+    g->armed = 0;
+    g->next_issue = 0;
+    g->times.exposed_ms += 1e3 * (ct_time_now() - t0);
+    return st;
+}
+
+void ct_grads_times_get(const ct_grads *g, ct_grads_times *out) { *out = g->times; }
+void ct_grads_times_reset(ct_grads *g) { memset(&g->times, 0, sizeof g->times); }

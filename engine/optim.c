@@ -1,0 +1,147 @@
+/* optim.c - AdamW on this worker's optimizer shard: one update per held (tensor, layer) slice,
+ * clipped to the shard, decay from the table's decay column, gradient clipping by a global norm
+ * that is either computed on the device from this worker's gradients (one worker, or replicas
+ * with identical averaged gradients) or given by the caller, who summed it over the right
+ * groups. Element-wise, so slicing changes no result. */
+#include <stdlib.h>
+
+#include "ct_engine_step.h"
+
+struct ct_optim {
+    ct_model *m;
+    ct_params *P;
+    ct_device *dev;
+    ct_buffer *scratch; /* [norm (1, padded to 16) | partials (CT_NORM_PARTIALS)] */
+    ct_err err;
+};
+
+#define NORM_OFF 0
+#define PARTIALS_OFF 16
+
+ct_status ct_optim_create(ct_optim **out, ct_model *m, ct_err *err) {
+    *out = NULL;
+    ct_optim *o = calloc(1, sizeof *o);
+    if (!o) return CT_ERR(err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");
+    o->m = m;
+    o->P = ct_model_params(m);
+    o->dev = ct_model_device(m);
+    ct_status st = ct_buffer_alloc(o->dev, CT_MEM_WORKSPACE, "optimizer norm scratch",
+                                   (PARTIALS_OFF + CT_NORM_PARTIALS) * sizeof(float), &o->scratch);
+    if (st != CT_OK) {
+        CT_ERR(err, st, "ct_optim_create: %s", ct_device_errmsg(o->dev));
+        free(o);
+        return st;
+    }
+    *out = o;
+    return CT_OK;
+}
+
+void ct_optim_free(ct_optim *o) {
+    if (!o) return;
+    ct_buffer_free(o->scratch);
+    free(o);
+}
+
+const char *ct_optim_errmsg(const ct_optim *o) { return o->err.msg; }
+
+static ct_status dev_fail(ct_optim *o, ct_status st, const char *what) {
+    if (st != CT_OK) CT_ERR(&o->err, st, "%s: %s", what, ct_device_errmsg(o->dev));
+    return st;
+}
+
+/* Time an enqueued op into the model's profile when profiling is on. */
+static ct_status timed(ct_optim *o, const char *bucket, double t0, ct_status st) {
+    if (st == CT_OK && ct_model_profiling(o->m)) {
+        st = ct_device_finish(o->dev);
+        ct_model_profile_add(o->m, bucket, 1e3 * (ct_time_now() - t0));
+    }
+    return st;
+}
+
+/* The device norm of the local gradient buffer into the scratch's norm cell. */
+static ct_status norm_on_device(ct_optim *o) {
+    cl_mem sm = ct_buffer_mem(o->scratch);
+    double t0 = ct_time_now();
+    ct_status st = ct_global_norm_forward(
+        o->dev, ct_view_of(sm, NORM_OFF), ct_view_of(sm, PARTIALS_OFF),
+        ct_view_of(ct_buffer_mem(ct_params_grads(o->P)), 0), ct_params_local_len(o->P));
+    return dev_fail(o, timed(o, "grad_norm", t0, st), "gradient norm");
+}
+
+ct_status ct_optim_local_norm(ct_optim *o, float *norm) {
+    if (ct_params_grad_shard(o->P))
+        return CT_ERR(&o->err, CT_ERR_STATE,
+                      "gradient norm: under ZeRO-2 no worker holds the whole gradient (only its "
+                      "shard): the norm spans every worker's shard");
+    ct_status st = norm_on_device(o);
+    if (st == CT_OK)
+        st = dev_fail(o, ct_buffer_read(o->scratch, NORM_OFF, norm, sizeof *norm), "gradient norm");
+    return st;
+}
+
+ct_status ct_optim_shard_sumsq(ct_optim *o, double *out) {
+    size_t lo, hi;
+    ct_params_shard(o->P, &lo, &hi);
+    ct_buffer *g = ct_params_grad_shard(o->P);
+    size_t off = g ? 0 : lo, n = hi - lo;
+    if (!g) g = ct_params_grads(o->P);
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    if (!h) return CT_ERR(&o->err, CT_ERR_NOMEM, "gradient norm: out of host memory");
+    ct_status st = dev_fail(o, ct_buffer_read(g, off * sizeof(float), h, n * sizeof(float)),
+                            "gradient norm");
+    double s = 0;
+    for (size_t i = 0; st == CT_OK && i < n; i++) s += (double)h[i] * h[i];
+    free(h);
+    *out = s;
+    return st;
+}
+
+ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *norm,
+                        float *norm_out) {
+    ct_status st = CT_OK;
+    ct_params *P = o->P;
+    size_t lo, hi;
+    ct_params_shard(P, &lo, &hi);
+    ct_buffer *pb = ct_params_param_shard(P), *gb = ct_params_grad_shard(P);
+    size_t p0 = pb ? lo : 0, g0 = gb ? lo : 0; /* flat offset of each buffer's start */
+    if (!pb) pb = ct_params_buffer(P);
+    if (!gb) gb = ct_params_grads(P);
+    cl_mem pm = ct_buffer_mem(pb), gm = ct_buffer_mem(gb), sm = ct_buffer_mem(o->scratch);
+    cl_mem mm = ct_buffer_mem(ct_params_adam_m(P)), vm = ct_buffer_mem(ct_params_adam_v(P));
+    int need_norm = hp->grad_clip > 0.0f || norm_out;
+    if (need_norm && norm)
+        st = dev_fail(o, ct_buffer_write(o->scratch, NORM_OFF, norm, sizeof *norm), "optimizer");
+    else if (need_norm && gb != ct_params_grads(P))
+        return CT_ERR(&o->err, CT_ERR_STATE,
+                      "optimizer: under ZeRO-2 the norm spans every worker's shard and must be "
+                      "given");
+    else if (need_norm)
+        st = norm_on_device(o);
+    if (st != CT_OK) return st;
+    double t0 = ct_time_now();
+    for (int i = 0; i < CT_GPT_NUM_TENSORS && st == CT_OK; i++) {
+        if (!ct_params_holds(P, i)) continue;
+        int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
+        size_t cnt = ct_params_slice_len(P, i);
+        for (int l = 0; l < (block ? ct_params_config(P)->layers : 1) && st == CT_OK; l++) {
+            if (block && !ct_params_holds_layer(P, l)) continue;
+            size_t a = ct_params_flat_off(P, i, l), b = a + cnt;
+            if (a < lo) a = lo;
+            if (b > hi) b = hi;
+            if (a >= b) continue;
+            size_t mo = a - lo;
+            st = ct_adamw_update(o->dev, ct_view_of(pm, a - p0), ct_view_of(gm, a - g0),
+                                 ct_view_of(mm, mo), ct_view_of(vm, mo),
+                                 need_norm ? ct_view_of(sm, NORM_OFF) : ct_view_none(),
+                                 hp->grad_clip, b - a, hp->lr, hp->beta1, hp->beta2, hp->eps,
+                                 ct_model_tensor_decays(i) ? hp->weight_decay : 0.0f, t);
+            st = timed(o, "adamw", t0, st);
+            t0 = ct_time_now();
+        }
+    }
+    if (st == CT_OK && norm_out) {
+        if (norm) *norm_out = *norm;
+        else st = ct_buffer_read(o->scratch, NORM_OFF, norm_out, sizeof *norm_out);
+    }
+    return dev_fail(o, st, "optimizer");
+}

@@ -1,0 +1,132 @@
+/* state.c - the model state gathered from every worker (checkpoints, --save-model) and the
+ * per-worker memory report.
+ *
+ * Gathering works for any layout the same way: for each table tensor every worker writes the
+ * elements it OWNS into a zero-filled copy of that tensor and the copies are summed over the
+ * world (x + 0 is x exactly, so the sum is a gather). Ownership: under ZeRO the DP shard that
+ * holds an element ([lo, hi) of the flat layout: Adam's m and v for stages >= 1, the parameters
+ * for stage 3); otherwise DP rank 0. A tensor replicated over the TP group belongs to TP rank 0,
+ * and the tied wte of a pipeline to its first stage, so nothing is counted twice. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_engine_step.h"
+
+typedef struct own_ctx {
+    const float *flat; /* this worker's flat values (valid over [olo, ohi)) */
+    float *tensor;     /* the tensor's zero-filled table-order copy */
+    size_t t0;         /* the tensor's table offset */
+    size_t olo, ohi;   /* owned flat range */
+} own_ctx;
+
+static int put_owned(void *user, size_t toff, size_t foff, size_t n) {
+    own_ctx *c = (own_ctx *)user;
+    size_t a = foff > c->olo ? foff : c->olo, e = foff + n < c->ohi ? foff + n : c->ohi;
+    if (a < e) memcpy(c->tensor + (toff - c->t0) + (a - foff), c->flat + a, (e - a) * sizeof(float));
+    return 0;
+}
+
+/* Whether this worker owns its copy of tensor i apart from the DP question. */
+static int owns_tensor(const ct_params *P, int i) {
+    const ct_layout *lay = ct_params_layout(P);
+    const ct_coords *at = ct_params_coords(P);
+    if (!ct_params_holds(P, i)) return 0;
+    ct_gpt_tensor_info t = ct_gpt_tensor(ct_params_config(P), i);
+    if (t.split == CT_SPLIT_NONE && at->tp_rank != 0) return 0;
+    if (i == CT_GPT_wte && lay->pp > 1 && at->pp_rank != 0) return 0;
+    return 1;
+}
+
+/* One array (which: 0 params, 1 m, 2 v) gathered into out (may be NULL). */
+static ct_status gather_one(ct_model *m, ct_comm *world, int which, float *out, float *flat,
+                            float *tensor, ct_err *err) {
+    ct_params *P = ct_model_params(m);
+    const ct_gpt_config *c = ct_params_config(P);
+    size_t lo, hi, flen = ct_params_flat_len(P), local = ct_params_local_len(P);
+    ct_params_shard(P, &lo, &hi);
+    int zero = ct_params_zero_stage(P), dp0 = ct_params_coords(P)->dp_rank == 0;
+    ct_buffer *b;
+    size_t boff = 0; /* flat offset of the buffer's first float */
+    int sharded;
+    if (which == 0) {
+        sharded = zero >= 3;
+        b = sharded ? ct_params_param_shard(P) : ct_params_buffer(P);
+    } else {
+        sharded = zero >= 1;
+        b = which == 1 ? ct_params_adam_m(P) : ct_params_adam_v(P);
+    }
+    if (sharded) boff = lo;
+    size_t blen = sharded ? hi - lo : flen;
+    ct_status st = ct_buffer_read(b, 0, flat + boff, blen * sizeof(float));
+    if (st != CT_OK)
+        return CT_ERR(err, st, "gathering the model state: %s",
+                      ct_device_errmsg(ct_model_device(m)));
+    own_ctx oc = {flat, tensor, 0, sharded ? lo : 0, sharded ? (hi < local ? hi : local) : local};
+    if (!sharded && !dp0) oc.ohi = 0;
+    size_t sizes[CT_GPT_NUM_TENSORS], toff = 0;
+    ct_gpt_param_sizes(c, sizes);
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        memset(tensor, 0, sizes[i] * sizeof(float));
+        oc.t0 = toff;
+        if (owns_tensor(P, i)) {
+            int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
+            for (int l = 0; l < (block ? c->layers : 1); l++)
+                if (!block || ct_params_holds_layer(P, l)) ct_params_pieces(P, i, l, put_owned, &oc);
+        }
+        if (world && ct_comm_size(world) > 1) {
+            st = ct_comm_allreduce(world, tensor, tensor, sizes[i], CT_F32, CT_OP_SUM, NULL);
+            if (st != CT_OK)
+                return CT_ERR(err, st, "gathering the model state: %s", ct_comm_errmsg(world));
+        }
+        if (out) memcpy(out + toff, tensor, sizes[i] * sizeof(float));
+        toff += sizes[i];
+    }
+    return CT_OK;
+}
+
+ct_status ct_state_gather(ct_model *m, ct_comm *world, float *params, float *adam_m,
+                          float *adam_v, ct_err *err) {
+    ct_params *P = ct_model_params(m);
+    size_t sizes[CT_GPT_NUM_TENSORS], big = 0;
+    ct_gpt_param_sizes(ct_params_config(P), sizes);
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++)
+        if (sizes[i] > big) big = sizes[i];
+    float *flat = malloc(ct_params_flat_len(P) * sizeof(float) + 1);
+    float *tensor = malloc(big * sizeof(float));
+    ct_status st = CT_OK;
+    if (!flat || !tensor) st = CT_ERR(err, CT_ERR_NOMEM, "gathering the model state: no memory");
+    /* every worker runs all three gathers, whatever it asked for (collective) */
+    if (st == CT_OK) st = gather_one(m, world, 0, params, flat, tensor, err);
+    if (st == CT_OK) st = gather_one(m, world, 1, adam_m, flat, tensor, err);
+    if (st == CT_OK) st = gather_one(m, world, 2, adam_v, flat, tensor, err);
+    free(flat);
+    free(tensor);
+    return st;
+}
+
+ct_status ct_state_mem_gather(ct_device *dev, ct_comm *world, size_t host_comm, uint64_t *out,
+                              ct_err *err) {
+    ct_mem_stats s;
+    ct_device_mem_stats(dev, &s);
+    int32_t mine[2 * CT_MEM__COUNT];
+    for (int c = 0; c < CT_MEM__COUNT; c++) {
+        uint64_t v = s.current[c] + (c == CT_MEM_COMM ? host_comm : 0);
+        mine[2 * c] = (int32_t)(uint32_t)(v & 0xffffffffu);
+        mine[2 * c + 1] = (int32_t)(uint32_t)(v >> 32);
+    }
+    int N = world ? ct_comm_size(world) : 1;
+    int32_t *all = malloc(sizeof(int32_t) * 2 * CT_MEM__COUNT * (size_t)N);
+    if (!all) return CT_ERR(err, CT_ERR_NOMEM, "memory report: out of host memory");
+    ct_status st = CT_OK;
+    if (world) st = ct_comm_allgather(world, mine, all, 2 * CT_MEM__COUNT, CT_I32, NULL);
+    else memcpy(all, mine, sizeof mine);
+    if (st != CT_OK) CT_ERR(err, st, "memory report: %s", ct_comm_errmsg(world));
+    if (st == CT_OK)
+        for (int w = 0; w < N; w++)
+            for (int c = 0; c < CT_MEM__COUNT; c++)
+                out[w * CT_MEM__COUNT + c] =
+                    (uint64_t)(uint32_t)all[w * 2 * CT_MEM__COUNT + 2 * c] |
+                    ((uint64_t)(uint32_t)all[w * 2 * CT_MEM__COUNT + 2 * c + 1] << 32);
+    free(all);
+    return st;
+}

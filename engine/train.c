@@ -1,0 +1,824 @@
+/* train.c - the training loop's library half, used by train_gpt, the benchmarks and the tests:
+ *   ct_train_run   what the workers of one process share: the model's shape (from a checkpoint,
+ *                  an llm.c file or the flags), the data, the tokenizer, the devices selected;
+ *   ct_trainer     one worker: its place in the grid, device, model, executor, loaders, metrics;
+ *                  a step, evaluation, sampling, checkpoints, the start-up report, the trace.
+ * The program keeps the flags, the printing of step lines and the exit codes. Every collective
+ * call here is made by every worker in the same order; only the leader (world worker 0) writes
+ * files and prints. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ct_engine.h"
+
+/* ------------------------------------------------------------------ parameter checks */
+
+/* An output file's directory must exist before training starts, not fail at the end. */
+static ct_status check_out_dir(const char *path, const char *flag, ct_err *err) {
+    if (!path || !path[0]) return CT_OK;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return CT_OK;
+    if (slash == dir) slash[1] = 0;
+    else *slash = 0;
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return CT_ERR(err, CT_ERR_ARG, "%s %s: the directory %s does not exist", flag, path, dir);
+    return CT_OK;
+}
+
+ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched, ct_err *err) {
+    ct_status st;
+    if ((st = ct_lr_schedule_parse(p->lr_schedule, sched, err)) != CT_OK) return st;
+#define NEED(cond, ...)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) return CT_ERR(err, CT_ERR_ARG, __VA_ARGS__);                                  \
+    } while (0)
+    NEED(p->layers > 0, "--layers must be positive (got %d)", p->layers);
+    NEED(p->heads > 0, "--heads must be positive (got %d)", p->heads);
+    NEED(p->dim > 0, "--dim must be positive (got %d)", p->dim);
+    NEED(p->seq > 0, "--seq must be positive (got %d)", p->seq);
+    NEED(p->max_seq >= 0, "--max-seq must be >= 0 (got %d)", p->max_seq);
+    NEED(p->vocab >= 0, "--vocab must be >= 0 (got %d)", p->vocab);
+    NEED(p->batch > 0, "--batch must be positive (got %d)", p->batch);
+    NEED(p->total_batch >= 0, "--total-batch must be >= 0 (got %d)", p->total_batch);
+    NEED(p->steps >= 0, "--steps must be >= 0 (got %d)", p->steps);
+    NEED(p->lr > 0, "--lr must be positive (got %g)", p->lr);
+    NEED(p->warmup >= 0, "--warmup must be >= 0 (got %d)", p->warmup);
+    NEED(p->min_lr_frac >= 0 && p->min_lr_frac <= 1, "--min-lr-frac must be in [0, 1] (got %g)",
+         p->min_lr_frac);
+    NEED(p->beta1 >= 0 && p->beta1 < 1, "--beta1 must be in [0, 1) (got %g)", p->beta1);
+    NEED(p->beta2 >= 0 && p->beta2 < 1, "--beta2 must be in [0, 1) (got %g)", p->beta2);
+    NEED(p->eps > 0, "--eps must be positive (got %g)", p->eps);
+    NEED(p->weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", p->weight_decay);
+    NEED(p->grad_clip >= 0, "--grad-clip must be >= 0 (0 = off; got %g)", p->grad_clip);
+    NEED(p->shuffle == 0 || p->shuffle == 1, "--shuffle must be 0 or 1 (got %d)", p->shuffle);
+    NEED(p->eval_every >= 0, "--eval-every must be >= 0 (got %d)", p->eval_every);
+    NEED(p->eval_batches > 0, "--eval-batches must be positive (got %d)", p->eval_batches);
+    NEED(p->sample_every >= 0, "--sample-every must be >= 0 (got %d)", p->sample_every);
+    NEED(p->sample_len >= 0, "--sample-len must be >= 0 (got %d)", p->sample_len);
+    NEED(p->temperature >= 0, "--temperature must be >= 0 (got %g)", p->temperature);
+    NEED(p->top_k >= 0, "--top-k must be >= 0 (got %d)", p->top_k);
+    NEED(p->save_every >= 0, "--save-every must be >= 0 (got %d)", p->save_every);
+    NEED(!(p->save_every > 0 && !p->save[0]), "--save-every needs --save DIR");
+    NEED(p->val_frac >= 0 && p->val_frac < 1, "--val-frac must be in [0, 1) (got %g)", p->val_frac);
+    NEED(p->peak_tflops >= 0, "--peak-tflops must be >= 0 (got %g)", p->peak_tflops);
+    NEED(p->mem_cap_gb >= 0, "--mem-cap-gb must be >= 0 (got %g)", p->mem_cap_gb);
+    NEED(p->log_every > 0, "--log-every must be positive (got %d)", p->log_every);
+    NEED(p->dp >= 1, "--dp must be >= 1 (got %d)", p->dp);
+    NEED(p->devices_per_rank >= 1, "--devices-per-rank must be >= 1 (got %d)", p->devices_per_rank);
+    NEED(p->workers_per_device >= 1, "--workers-per-device must be >= 1 (got %d)",
+         p->workers_per_device);
+    NEED(p->zero >= 0 && p->zero <= 3, "--zero must be 0, 1, 2 or 3 (got %d)", p->zero);
+    NEED(!(p->zero > 0 && p->dp < 2),
+         "--zero %d needs data parallelism (--dp >= 2): ZeRO shards over the DP group", p->zero);
+    NEED(p->batch % p->dp == 0,
+         "--dp %d does not divide --batch %d: each data-parallel worker takes an equal, contiguous "
+         "share of every micro-batch's rows",
+         p->dp, p->batch);
+    NEED(p->bucket_mb > 0, "--bucket-mb must be positive (got %g)", p->bucket_mb);
+    NEED(p->overlap == 0 || p->overlap == 1, "--overlap must be 0 or 1 (got %d)", p->overlap);
+    NEED(!(p->data[0] && p->text[0]), "--data and --text are exclusive: give one");
+    NEED(!(p->init[0] && p->resume[0]),
+         "--init and --resume are exclusive (a checkpoint already holds the model)");
+    long long bt = (long long)p->batch * p->seq;
+    NEED(bt <= 1 << 30, "--batch x --seq = %lld tokens is too large", bt);
+    NEED(p->total_batch == 0 || p->total_batch % bt == 0,
+         "--total-batch %d is not a multiple of --batch x --seq = %lld", p->total_batch, bt);
+    int a = 0, b = 0;
+    NEED(!p->trace_steps[0] || (sscanf(p->trace_steps, "%d:%d", &a, &b) == 2 && a >= 0 && b >= a),
+         "--trace-steps must be A:B with 0 <= A <= B (got '%s')", p->trace_steps);
+#undef NEED
+    if ((st = check_out_dir(p->save_model, "--save-model", err)) != CT_OK) return st;
+    if ((st = check_out_dir(p->metrics, "--metrics", err)) != CT_OK) return st;
+    return check_out_dir(p->trace, "--trace", err);
+}
+
+/* ------------------------------------------------------------------ the run */
+
+struct ct_train_run {
+    ct_train_params p;
+    ct_lr_schedule sched;
+    ct_gpt_config cfg;
+    int accum;
+    char origin[1300];
+    char ckpath[1300];
+    ct_checkpoint ck; /* when resuming */
+    float *init_params;
+    size_t init_n;
+    ct_data *train, *val;
+    ct_tokenizer *tok;
+    ct_device_info *list;
+    int ndev, *picks, npicks;
+    ct_topo *topo; /* NULL: one worker, no MPI */
+    int W;
+};
+
+/* Whether --name was given on the command line (as "--name V" or "--name=V"). */
+static int flag_given(int argc, char **argv, const char *name) {
+    size_t n = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, n) &&
+            (argv[i][2 + n] == 0 || argv[i][2 + n] == '='))
+            return 1;
+    return 0;
+}
+
+/* Warn when a resumed run changes a flag that shapes the optimisation (the checkpoint's META
+ * section holds the writing run's flags as "flag=value" lines). */
+static void warn_changed_flags(FILE *log, const char *meta, const ct_train_params *p) {
+    static const char *const keys[] = {"steps", "lr", "lr-schedule", "warmup", "min-lr-frac",
+                                       "beta1", "beta2", "eps", "weight-decay", "grad-clip"};
+    size_t need = ct_opts_format(NULL, 0, ct_train_opts, ct_train_opts_count, p);
+    char *now = (char *)malloc(need + 1);
+    if (!now || !meta) {
+        free(now);
+        return;
+    }
+    ct_opts_format(now, need + 1, ct_train_opts, ct_train_opts_count, p);
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s=", keys[k]);
+        const char *a = strstr(meta, key), *b = strstr(now, key);
+        while (a && a != meta && a[-1] != '\n') a = strstr(a + 1, key); /* whole lines only */
+        while (b && b != now && b[-1] != '\n') b = strstr(b + 1, key);
+        if (!a || !b) continue;
+        size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+        if (la != lb || strncmp(a, b, la) != 0)
+            fprintf(log, "train_gpt: warning: the checkpoint was written with --%.*s, this run "
+                         "uses --%.*s\n",
+                    (int)la, a, (int)lb, b);
+    }
+    free(now);
+}
+
+ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int argc, char **argv,
+                            ct_topo *topo, const ct_cl_source *corpus, int ncorpus, FILE *log,
+                            ct_err *err) {
+    ct_status st = CT_OK;
+    *out = NULL;
+    ct_train_run *r = calloc(1, sizeof *r);
+    if (!r) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
+    r->p = *pp;
+    const ct_train_params *p = &r->p;
+    r->topo = topo;
+    r->W = topo ? ct_topo_world_size(topo) : 1;
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        if ((st = (expr)) != CT_OK) goto fail;                                                     \
+    } while (0)
+    TRY(ct_train_params_check(p, &r->sched, err));
+    /* 1. The model's shape: from a checkpoint, an llm.c file, or the flags. */
+    ct_gpt_config *cfg = &r->cfg;
+    if (p->resume[0]) {
+        TRY(ct_checkpoint_find(p->resume, r->ckpath, sizeof r->ckpath, err));
+        TRY(ct_checkpoint_read(r->ckpath, &r->ck, err));
+        *cfg = r->ck.cfg;
+        snprintf(r->origin, sizeof r->origin, "%s", r->ckpath);
+    } else if (p->init[0]) {
+        TRY(ct_model_file_read(p->init, cfg, &r->init_params, &r->init_n, err));
+        snprintf(r->origin, sizeof r->origin, "%s", p->init);
+    } else {
+        int V = p->vocab ? p->vocab : (p->data[0] ? 50257 : 256);
+        cfg->vocab = V;
+        cfg->padded_vocab = (V + 127) / 128 * 128;
+        cfg->layers = p->layers;
+        cfg->heads = p->heads;
+        cfg->channels = p->dim;
+        cfg->max_seq = p->max_seq ? p->max_seq : p->seq;
+        if (p->dim % p->heads != 0) {
+            st = CT_ERR(err, CT_ERR_ARG,
+                        "--heads %d does not divide --dim %d (the head size must be whole)",
+                        p->heads, p->dim);
+            goto fail;
+        }
+        TRY(ct_gpt_config_check(cfg, "the model of the flags", err));
+        snprintf(r->origin, sizeof r->origin, "random init");
+    }
+    if (p->resume[0] || p->init[0]) {
+        struct {
+            const char *flag;
+            int given, file;
+        } f[] = {{"layers", p->layers, cfg->layers}, {"heads", p->heads, cfg->heads},
+                 {"dim", p->dim, cfg->channels},     {"vocab", p->vocab, cfg->vocab},
+                 {"max-seq", p->max_seq, cfg->max_seq}};
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+            if (flag_given(argc, argv, f[i].flag) && f[i].given != f[i].file) {
+                st = CT_ERR(err, CT_ERR_ARG, "--%s %d contradicts the model of %s (%d); leave it out",
+                            f[i].flag, f[i].given, r->origin, f[i].file);
+                goto fail;
+            }
+    }
+    if (p->seq > cfg->max_seq) {
+        st = CT_ERR(err, CT_ERR_ARG,
+                    "--seq %d is above the model's maximum sequence length maxT = %d (%s)", p->seq,
+                    cfg->max_seq, r->origin);
+        goto fail;
+    }
+    r->accum = p->total_batch ? p->total_batch / (p->batch * p->seq) : 1;
+    if (p->resume[0]) {
+        warn_changed_flags(log, r->ck.meta, p);
+        if (r->ck.loader_B != p->batch || r->ck.loader_T != p->seq ||
+            r->ck.loader_accum != r->accum || r->ck.loader_shuffle != p->shuffle ||
+            r->ck.loader_seed != (uint64_t)p->seed)
+            fprintf(log,
+                    "train_gpt: warning: the checkpoint was written with batch %d, seq %d, "
+                    "accumulation %d, shuffle %d, seed %llu; this run uses %d, %d, %d, %d, %d, so "
+                    "the data order differs from an uninterrupted run\n",
+                    r->ck.loader_B, r->ck.loader_T, r->ck.loader_accum, r->ck.loader_shuffle,
+                    (unsigned long long)r->ck.loader_seed, p->batch, p->seq, r->accum, p->shuffle,
+                    p->seed);
+    }
+    /* 2. Data. */
+    if (p->data[0]) {
+        TRY(ct_data_open_shards(&r->train, p->data, err));
+    } else if (p->text[0]) {
+        TRY(ct_data_open_text(&r->train, p->text, err));
+    } else {
+        size_t total = 0, at = 0;
+        for (int i = 0; i < ncorpus; i++) total += corpus[i].len;
+        unsigned char *b = malloc(total ? total : 1);
+        if (!b) {
+            st = CT_ERR(err, CT_ERR_NOMEM, "no memory for the embedded corpus");
+            goto fail;
+        }
+        for (int i = 0; i < ncorpus; i++, at += corpus[i - 1].len)
+            memcpy(b + at, corpus[i].text, corpus[i].len);
+        st = ct_data_open_bytes(&r->train, b, total, "the embedded corpus", err);
+        free(b);
+        if (st != CT_OK) goto fail;
+    }
+    if (p->val_data[0]) TRY(ct_data_open_shards(&r->val, p->val_data, err));
+    else if (p->val_frac > 0 && p->eval_every > 0)
+        TRY(ct_data_split_tail(r->train, p->val_frac, &r->val, err));
+    TRY(ct_data_check_vocab(r->train, cfg->vocab, err));
+    if (r->val && (st = ct_data_check_vocab(r->val, cfg->vocab, err)) != CT_OK) {
+        char m[CT_ERR_MSG_MAX];
+        snprintf(m, sizeof m, "%s", err->msg);
+        CT_ERR(err, st, "validation data: %s", m);
+        goto fail;
+    }
+    { /* the loaders are per worker; make one here to refuse a stream too short up front */
+        ct_loader *ld = NULL, *vl = NULL;
+        TRY(ct_loader_create(&ld, r->train, p->batch, p->seq, r->accum, p->shuffle,
+                             (uint64_t)p->seed, err));
+        ct_loader_free(ld);
+        if (r->val && ct_loader_create(&vl, r->val, p->batch, p->seq, 1, 0, 0, err) != CT_OK) {
+            fprintf(log, "train_gpt: validation disabled: %s\n", err->msg);
+            ct_data_free(r->val);
+            r->val = NULL;
+            ct_err_clear(err);
+        }
+        ct_loader_free(vl);
+    }
+    if (p->resume[0] && r->ck.data_tokens != ct_data_count(r->train))
+        fprintf(log,
+                "train_gpt: warning: the checkpoint was trained on %llu tokens, this data has "
+                "%zu; the data order differs from an uninterrupted run\n",
+                (unsigned long long)r->ck.data_tokens, ct_data_count(r->train));
+    if (p->tokenizer[0]) {
+        TRY(ct_tokenizer_open(&r->tok, p->tokenizer, err));
+        if (ct_tokenizer_vocab(r->tok) < cfg->vocab) {
+            st = CT_ERR(err, CT_ERR_ARG, "tokenizer %s has %d tokens, the model %d", p->tokenizer,
+                        ct_tokenizer_vocab(r->tok), cfg->vocab);
+            goto fail;
+        }
+    }
+    /* 3. Devices: the ones the spec selects, and the layout's check against them. */
+    const char *spec = p->device[0] ? p->device : ct_device_spec_env();
+    TRY(ct_device_list(&r->list, &r->ndev, err));
+    r->picks = malloc(sizeof(int) * (size_t)(r->ndev + 1));
+    if (!r->picks) {
+        st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
+        goto fail;
+    }
+    TRY(ct_device_select(r->list, r->ndev, spec, 0, r->picks, &r->npicks, err));
+    int D = p->devices_per_rank, cpu = r->list[r->picks[0]].type == CL_DEVICE_TYPE_CPU;
+    int workers = D * (topo && !cpu ? ct_topo_local_nranks(topo) : 1);
+    int need = (workers + p->workers_per_device - 1) / p->workers_per_device;
+    if (need > r->npicks) {
+        st = CT_ERR(err, CT_ERR_ARG,
+                    "more workers than devices: %d worker%s on this node need%s %d device%s, but "
+                    "--device '%s' selects %d (CPU devices count once per process; "
+                    "--workers-per-device N lets N workers share one)",
+                    workers, workers > 1 ? "s" : "", workers > 1 ? "" : "s", need,
+                    need > 1 ? "s" : "", spec ? spec : "auto", r->npicks);
+        goto fail;
+    }
+#undef TRY
+    *out = r;
+    return CT_OK;
+fail:
+    ct_train_run_free(r);
+    return st;
+}
+
+void ct_train_run_free(ct_train_run *r) {
+    if (!r) return;
+    ct_checkpoint_release(&r->ck);
+    free(r->init_params);
+    ct_tokenizer_free(r->tok);
+    ct_device_list_free(r->list);
+    free(r->picks);
+    ct_data_free(r->train);
+    ct_data_free(r->val);
+    free(r);
+}
+
+const ct_gpt_config *ct_train_run_config(const ct_train_run *r) { return &r->cfg; }
+int ct_train_run_accum(const ct_train_run *r) { return r->accum; }
+
+/* ------------------------------------------------------------------ the trainer */
+
+struct ct_trainer {
+    ct_train_run *r;
+    ct_train_params p;
+    int thread, wrank, W, leader, b; /* b: this worker's rows of each micro-batch */
+    ct_comm *world;
+    ct_grid *grid;
+    const ct_device_info *info;
+    ct_device *dev;
+    ct_model *model;
+    ct_exec *x;
+    ct_schedule *sched;
+    ct_loader *loader, *vloader;
+    ct_metrics *mx;
+    ct_trace *tr;
+    int trace_a, trace_b; /* steps [a, b] are traced */
+    ct_rng rng;
+    int64_t start, step; /* first step of this run; the next step to run */
+    double flops_tok, peak;
+    const char *peak_src;
+    int *in, *tg;       /* this worker's rows of every micro-batch of a step */
+    uint64_t *mem;      /* the memory report, W x CT_MEM__COUNT */
+    ct_err err;
+};
+
+static ct_status terr(ct_trainer *t, ct_err *err, ct_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char m[CT_ERR_MSG_MAX];
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    CT_ERR(err ? err : &t->err, st, "%s", m);
+    return st;
+}
+
+/* The device's GEMM rate at one shape: the best of repeated runs over at least 0.3 s. */
+static double gemm_tflops(ct_device *dev, int M, int N, int K) {
+    ct_buffer *a = NULL, *b = NULL, *c = NULL;
+    double best = 0;
+    if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm probe A", (size_t)M * K * 4, &a) ||
+        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm probe B", (size_t)N * K * 4, &b) ||
+        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm probe C", (size_t)M * N * 4, &c))
+        goto done;
+    double start = ct_time_now();
+    for (int rep = 0; rep < 200 && (rep < 4 || ct_time_now() - start < 0.3); rep++) {
+        double t0 = ct_time_now();
+        if (ct_gemm(dev, 0, 1, (size_t)M, (size_t)N, (size_t)K, 1.0f, ct_buffer_mem(a), 0,
+                    (size_t)K, ct_buffer_mem(b), 0, (size_t)K, 0.0f, ct_buffer_mem(c), 0,
+                    (size_t)N, NULL) ||
+            ct_device_finish(dev))
+            goto done;
+        double dt = ct_time_now() - t0;
+        if (rep > 0 && 2.0 * M * N * K / dt / 1e12 > best) best = 2.0 * M * N * K / dt / 1e12;
+    }
+done:
+    ct_buffer_free(a);
+    ct_buffer_free(b);
+    ct_buffer_free(c);
+    return best;
+}
+
+double ct_measure_gemm_tflops(ct_device *dev, const ct_gpt_config *c, int BT) {
+    int C = c->channels;
+    int shapes[3][3] = {{BT, 3 * C, C}, {BT, 4 * C, C}, {BT, c->padded_vocab, C}};
+    double best = 0;
+    for (int i = 0; i < 3; i++) {
+        double t = gemm_tflops(dev, shapes[i][0], shapes[i][1], shapes[i][2]);
+        if (t > best) best = t;
+    }
+    return best;
+}
+
+ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_err *err) {
+    ct_status st = CT_OK;
+    *out = NULL;
+    ct_trainer *t = calloc(1, sizeof *t);
+    if (!t) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
+    t->r = r;
+    t->p = r->p;
+    const ct_train_params *p = &t->p;
+    const ct_gpt_config *cfg = &r->cfg;
+    t->thread = thread;
+    t->W = r->W;
+    /* 1. The world and the grid (a single worker is the 1x1x1 grid without MPI). */
+    ct_layout lay = {p->dp, 1, 1, p->zero, 1};
+    if (r->topo) {
+        if ((st = ct_comm_world(r->topo, thread, &t->world)) != CT_OK) {
+            terr(t, err, st, "worker %d: no communicator", thread);
+            goto fail;
+        }
+        t->wrank = ct_comm_rank(t->world);
+        if ((st = ct_grid_create(&t->grid, t->world, &lay, err)) != CT_OK) goto fail;
+    } else if ((st = ct_layout_check(&lay, 1, err)) != CT_OK) {
+        goto fail;
+    }
+    t->leader = t->wrank == 0;
+    ct_coords at = t->grid ? *ct_grid_coords(t->grid) : ct_layout_coords(&lay, 0);
+    /* 2. Device: worker w opens the device its topology place names among those the spec
+     * selects (shared by --workers-per-device workers); CPU devices (PoCL) exist once per
+     * process, so there the thread index counts. */
+    int k = r->topo ? ct_topo_device_index(r->topo, thread) : 0;
+    if (r->list[r->picks[0]].type == CL_DEVICE_TYPE_CPU && k >= r->npicks) k = thread;
+    k /= p->workers_per_device;
+    if (k >= r->npicks) {
+        st = terr(t, err, CT_ERR_ARG, "worker %d needs device %d of those --device selects, only %d exist",
+                  t->wrank, k, r->npicks);
+        goto fail;
+    }
+    t->info = &r->list[r->picks[k]];
+    ct_device_opts dopts = ct_device_opts_default();
+    dopts.mem_cap = (uint64_t)(p->mem_cap_gb * 1073741824.0);
+    if ((st = ct_device_open(&t->dev, t->info, &dopts, err)) != CT_OK) goto fail;
+    /* 3. Model and executor. */
+    t->b = p->batch / p->dp;
+    if ((st = ct_model_create(&t->model, cfg, &lay, &at, t->dev, t->b, p->seq, err)) != CT_OK) {
+        char m[CT_ERR_MSG_MAX];
+        snprintf(m, sizeof m, "%s", err->msg);
+        terr(t, err, st, "cannot build the model on %s: %s", t->info->name, m);
+        goto fail;
+    }
+    ct_exec_opts xo = ct_exec_opts_default();
+    xo.grads.bucket_bytes = (size_t)(p->bucket_mb * 1048576.0);
+    xo.grads.overlap = p->overlap;
+    if ((st = ct_exec_create(&t->x, t->model, t->grid, &xo, err)) != CT_OK) goto fail;
+    if ((st = ct_sched_make(CT_SCHED_TRIVIAL, 1, r->accum, 1, &t->sched, err)) != CT_OK) goto fail;
+    /* 4. Parameters: a checkpoint, an llm.c file or the seed. */
+    size_t np = ct_model_num_params(t->model);
+    ct_rng_seed(&t->rng, (uint64_t)p->seed ^ 0x5A5A5A5A5A5A5A5Aull);
+    if (p->resume[0]) {
+        if (r->ck.nparams != np) {
+            st = terr(t, err, CT_ERR_ARG, "checkpoint %s holds %zu parameters, the model %zu",
+                      r->ckpath, r->ck.nparams, np);
+            goto fail;
+        }
+        if ((st = ct_model_set_params(t->model, r->ck.params, np)) != CT_OK ||
+            (st = ct_model_set_optimizer(t->model, r->ck.m, r->ck.v, np)) != CT_OK) {
+            terr(t, err, st, "loading the checkpoint into the model failed: %s",
+                 ct_model_errmsg(t->model));
+            goto fail;
+        }
+        t->start = r->ck.step;
+        memcpy(t->rng.s, r->ck.rng, sizeof t->rng.s);
+    } else if (r->init_params) {
+        if (r->init_n != np) {
+            st = terr(t, err, CT_ERR_ARG, "%s holds %zu parameters, the model %zu", p->init,
+                      r->init_n, np);
+            goto fail;
+        }
+        if ((st = ct_model_set_params(t->model, r->init_params, np)) != CT_OK) {
+            terr(t, err, st, "loading %s failed: %s", p->init, ct_model_errmsg(t->model));
+            goto fail;
+        }
+    } else if ((st = ct_model_init_random(t->model, (uint64_t)p->seed)) != CT_OK) {
+        terr(t, err, st, "initialisation failed: %s", ct_model_errmsg(t->model));
+        goto fail;
+    }
+    t->step = t->start;
+    /* 5. Loaders, buffers, accounting. */
+    if ((st = ct_loader_create(&t->loader, r->train, p->batch, p->seq, r->accum, p->shuffle,
+                               (uint64_t)p->seed, err)) != CT_OK)
+        goto fail;
+    if (r->val && (st = ct_loader_create(&t->vloader, r->val, p->batch, p->seq, 1, 0, 0, err)) !=
+                      CT_OK)
+        goto fail;
+    size_t bt = (size_t)t->b * p->seq * (size_t)r->accum;
+    t->in = malloc(bt * sizeof(int));
+    t->tg = malloc(bt * sizeof(int));
+    t->mem = calloc((size_t)t->W * CT_MEM__COUNT, sizeof(uint64_t));
+    if (!t->in || !t->tg || !t->mem) {
+        st = terr(t, err, CT_ERR_NOMEM, "no memory for a batch");
+        goto fail;
+    }
+    t->flops_tok = ct_train_flops_per_token(cfg, p->seq);
+    t->peak = p->peak_tflops;
+    t->peak_src = "--peak-tflops";
+    if (t->peak <= 0 && t->leader) {
+        t->peak = ct_measure_gemm_tflops(t->dev, cfg, t->b * p->seq);
+        t->peak_src = "measured GEMM rate";
+    }
+    if (t->leader && (st = ct_metrics_open(&t->mx, p->metrics, t->start > 0, err)) != CT_OK)
+        goto fail;
+    if ((st = ct_exec_mem_gather(t->x, t->mem)) != CT_OK) {
+        terr(t, err, st, "%s", ct_exec_errmsg(t->x));
+        goto fail;
+    }
+    /* 6. The trace: steps [a, b] (default: the last three). */
+    if (p->trace[0]) {
+        t->trace_b = p->steps - 1;
+        t->trace_a = p->steps - 3 > (int)t->start ? p->steps - 3 : (int)t->start;
+        if (p->trace_steps[0]) sscanf(p->trace_steps, "%d:%d", &t->trace_a, &t->trace_b);
+        if ((st = ct_trace_create(&t->tr, t->wrank, r->topo ? ct_topo_rank(r->topo) : 0, thread,
+                                  err)) != CT_OK)
+            goto fail;
+        ct_exec_set_trace(t->x, t->tr);
+        if ((st = ct_trace_sync(t->tr, t->world)) != CT_OK) {
+            terr(t, err, st, "trace: %s", ct_comm_errmsg(t->world));
+            goto fail;
+        }
+    }
+    *out = t;
+    return CT_OK;
+fail:
+    ct_trainer_free(t);
+    return st;
+}
+
+void ct_trainer_free(ct_trainer *t) {
+    if (!t) return;
+    ct_sched_free(t->sched);
+    ct_exec_free(t->x);
+    ct_model_free(t->model);
+    ct_device_free(t->dev);
+    ct_loader_free(t->loader);
+    ct_loader_free(t->vloader);
+    ct_metrics_close(t->mx);
+    ct_trace_free(t->tr);
+    ct_grid_free(t->grid);
+    ct_comm_free(t->world);
+    free(t->in);
+    free(t->tg);
+    free(t->mem);
+    free(t);
+}
+
+const char *ct_trainer_errmsg(const ct_trainer *t) { return t->err.msg; }
+int ct_trainer_leader(const ct_trainer *t) { return t->leader; }
+int64_t ct_trainer_step_index(const ct_trainer *t) { return t->step; }
+int64_t ct_trainer_start(const ct_trainer *t) { return t->start; }
+ct_model *ct_trainer_model(ct_trainer *t) { return t->model; }
+ct_exec *ct_trainer_exec(ct_trainer *t) { return t->x; }
+ct_metrics *ct_trainer_metrics(ct_trainer *t) { return t->mx; }
+
+/* Model-state bytes per worker the ZeRO formulas give for psi parameters. */
+static double expected_model_state(double psi, int N, int zero) {
+    switch (zero) {
+    case 1: return 8 * psi + 8 * psi / N;
+    case 2: return 4 * psi + 12 * psi / N;
+    case 3: return 16 * psi / N;
+    default: return 16 * psi;
+    }
+}
+
+ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
+    ct_status st = CT_OK;
+    char *lines = NULL;
+    /* collective: every worker's grid line */
+    if (t->grid && (st = ct_grid_describe(t->grid, t->info->name, &lines)) != CT_OK)
+        return terr(t, NULL, st, "%s", ct_comm_errmsg(t->world));
+    if (!t->leader) {
+        free(lines);
+        return CT_OK;
+    }
+    const ct_train_params *p = &t->p;
+    const ct_train_run *r = t->r;
+    const ct_gpt_config *cfg = &r->cfg;
+    size_t np = ct_model_num_params(t->model);
+    int N = t->W, accum = r->accum;
+    fprintf(f, "train_gpt: configuration\n");
+    ct_opts_log(f, ct_train_opts, ct_train_opts_count, p);
+    fprintf(f, "  device         = %s (%s, %s)\n", t->info->name, t->info->platform,
+            ct_device_type_str(t->info->type));
+    if (r->topo)
+        fprintf(f,
+                "  workers        = %d (%d ranks x %d devices per rank), data parallel over all, "
+                "ZeRO-%d, %d gradient buckets of <= %g MiB, overlap %s\n",
+                N, ct_topo_nranks(r->topo), ct_topo_devices_per_rank(r->topo), p->zero,
+                ct_exec_grads(t->x) ? ct_grads_num_buckets(ct_exec_grads(t->x)) : 0, p->bucket_mb,
+                p->overlap ? "on" : "off");
+    if (lines) fprintf(f, "%s", lines);
+    free(lines);
+    fprintf(f, "  model          = %s: L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %zu parameters\n",
+            r->origin, cfg->layers, cfg->heads, cfg->channels, cfg->vocab, cfg->padded_vocab,
+            cfg->max_seq, np);
+    fprintf(f, "  data           = %s: %zu tokens in %d file(s), %lld steps per epoch\n",
+            ct_data_name(r->train), ct_data_count(r->train), ct_data_files(r->train),
+            (long long)ct_loader_windows(t->loader));
+    if (r->val)
+        fprintf(f, "  validation     = %s: %zu tokens\n", ct_data_name(r->val),
+                ct_data_count(r->val));
+    else
+        fprintf(f, "  validation     = none\n");
+    fprintf(f, "  batch          = %d rows x %d tokens x %d micro-batches = %d tokens per step",
+            p->batch, p->seq, accum, p->batch * p->seq * accum);
+    if (N > 1) fprintf(f, " (%d rows per worker)", t->b);
+    fprintf(f, "\n  flops/token    = %.4g (6*N + 12*L*C*T)\n", t->flops_tok);
+    fprintf(f, "  peak           = %.4g TFLOP/s (%s)\n", t->peak, t->peak_src);
+    fprintf(f, "  start step     = %lld\n", (long long)t->start);
+    if (t->tr)
+        fprintf(f, "  trace          = %s, steps %d to %d\n", p->trace, t->trace_a, t->trace_b);
+    char cfgline[320];
+    snprintf(cfgline, sizeof cfgline,
+             "\"params\":%zu,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"seq\":%d,"
+             "\"tokens_per_step\":%d,\"peak_tflops\":%.6g,\"workers\":%d,\"zero\":%d",
+             np, cfg->layers, cfg->heads, cfg->channels, cfg->vocab, p->seq,
+             p->batch * p->seq * accum, t->peak, N, p->zero);
+    ct_metrics_record(t->mx, "config", cfgline);
+    if (N > 1) { /* the memory report: one line and one record per worker */
+        double psi = (double)np, want = expected_model_state(psi, N, p->zero);
+        fprintf(f,
+                "  memory per worker (device bytes; comm = host staging), model state expected "
+                "%.0f (ZeRO-%d formula for %zu parameters, N = %d):\n",
+                want, p->zero, np, N);
+        for (int w = 0; w < N; w++) {
+            const uint64_t *u = t->mem + (size_t)w * CT_MEM__COUNT;
+            uint64_t state = u[CT_MEM_PARAMS] + u[CT_MEM_GRADS] + u[CT_MEM_OPTIMIZER];
+            fprintf(f,
+                    "    worker %d: params %llu grads %llu optimizer %llu activations %llu "
+                    "workspace %llu comm %llu | model state %llu (%.3f x formula)\n",
+                    w, (unsigned long long)u[CT_MEM_PARAMS], (unsigned long long)u[CT_MEM_GRADS],
+                    (unsigned long long)u[CT_MEM_OPTIMIZER],
+                    (unsigned long long)u[CT_MEM_ACTIVATIONS],
+                    (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
+                    (unsigned long long)state, (double)state / want);
+            char rec[512];
+            snprintf(rec, sizeof rec,
+                     "\"worker\":%d,\"workers\":%d,\"zero\":%d,\"params\":%llu,\"grads\":%llu,"
+                     "\"optimizer\":%llu,\"activations\":%llu,\"workspace\":%llu,\"comm\":%llu,"
+                     "\"model_state\":%llu,\"model_state_formula\":%.0f,\"num_params\":%zu",
+                     w, N, p->zero, (unsigned long long)u[CT_MEM_PARAMS],
+                     (unsigned long long)u[CT_MEM_GRADS], (unsigned long long)u[CT_MEM_OPTIMIZER],
+                     (unsigned long long)u[CT_MEM_ACTIVATIONS],
+                     (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
+                     (unsigned long long)state, want, np);
+            ct_metrics_record(t->mx, "memory", rec);
+        }
+    }
+    fflush(f);
+    return CT_OK;
+}
+
+ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm) {
+    ct_status st;
+    const ct_train_params *p = &t->p;
+    int accum = t->r->accum;
+    int64_t step = t->step;
+    int tracing = t->tr && step >= t->trace_a && step <= t->trace_b;
+    ct_trace_enable(t->tr, tracing);
+    double t0 = ct_time_now();
+    double lr = ct_lr_at(t->r->sched, p->lr, p->warmup, p->steps, p->min_lr_frac, step);
+    /* micro-batch mb of step s is rows [mb*B, (mb+1)*B) of the step; worker w takes rows
+     * [mb*B + d*b, mb*B + (d+1)*b) of it, d its DP rank */
+    int d = t->grid ? ct_grid_coords(t->grid)->dp_rank : 0;
+    size_t bt = (size_t)t->b * p->seq;
+    for (int mb = 0; mb < accum; mb++)
+        if ((st = ct_loader_rows(t->loader, step, mb * p->batch + d * t->b, t->b, t->in + mb * bt,
+                                 t->tg + mb * bt, &t->err)) != CT_OK)
+            return st;
+    ct_adamw_hp hp = {(float)lr,  (float)p->beta1,        (float)p->beta2,
+                      (float)p->eps, (float)p->weight_decay, (float)p->grad_clip};
+    ct_step_result res;
+    if ((st = ct_exec_step(t->x, t->sched, t->in, t->tg, t->b, p->seq, &hp, (int)(step + 1),
+                           &res)) != CT_OK)
+        return terr(t, NULL, st, "%s", ct_exec_errmsg(t->x));
+    double dt = ct_time_now() - t0;
+    double tokens_step = (double)p->batch * p->seq * accum;
+    ct_mem_stats ms;
+    ct_device_mem_stats(t->dev, &ms);
+    sm->step = step;
+    sm->loss = res.loss;
+    sm->lr = lr;
+    sm->grad_norm = res.grad_norm;
+    sm->ms = dt * 1e3;
+    sm->tokens_per_s = tokens_step / dt;
+    sm->tflops = t->flops_tok * tokens_step / dt / 1e12;
+    sm->mfu = t->peak > 0 ? sm->tflops / t->peak : NAN;
+    sm->mem_bytes = ms.total_current;
+    if (t->leader) ct_metrics_train(t->mx, sm);
+    t->step++;
+    ct_trace_enable(t->tr, 0);
+    return CT_OK;
+}
+
+ct_status ct_trainer_eval(ct_trainer *t, double *out) {
+    *out = NAN;
+    if (!t->vloader) return CT_OK;
+    const ct_train_params *p = &t->p;
+    int d = t->grid ? ct_grid_coords(t->grid)->dp_rank : 0;
+    int64_t W = ct_loader_windows(t->vloader);
+    int n = p->eval_batches < W ? p->eval_batches : (int)W;
+    double sum = 0;
+    ct_status st;
+    for (int i = 0; i < n; i++) {
+        float loss = 0;
+        if ((st = ct_loader_rows(t->vloader, i, d * t->b, t->b, t->in, t->tg, &t->err)) != CT_OK)
+            return st;
+        if ((st = ct_exec_forward(t->x, t->in, t->tg, t->b, p->seq, &loss, NULL)) != CT_OK)
+            return terr(t, NULL, st, "evaluation failed: %s", ct_exec_errmsg(t->x));
+        sum += loss;
+    }
+    /* this worker's mean, averaged over DP as a float */
+    *out = sum / n;
+    if (t->W > 1) {
+        float vf = (float)*out;
+        if ((st = ct_exec_dp_average(t->x, &vf)) != CT_OK)
+            return terr(t, NULL, st, "%s", ct_exec_errmsg(t->x));
+        *out = vf;
+    }
+    return CT_OK;
+}
+
+/* The trainer's forward for generation: one row on every worker (the forward is collective
+ * when parameters are sharded), logits on the leader. */
+static ct_status trainer_logits(void *user, const int *ctx, int n, float *logits, ct_err *err) {
+    ct_trainer *t = (ct_trainer *)user;
+    ct_status st = ct_exec_forward(t->x, ctx, NULL, 1, n, NULL, logits);
+    if (st != CT_OK) CT_ERR(err, st, "sampling forward failed: %s", ct_exec_errmsg(t->x));
+    return st;
+}
+
+int ct_trainer_sample_collective(const ct_trainer *t) { return t->p.zero >= 3; }
+
+ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n) {
+    const ct_train_params *p = &t->p;
+    const ct_gpt_config *c = &t->r->cfg;
+    int cap = p->sample_len + 1024, np = 0;
+    *tokens = NULL;
+    *n = 0;
+    int *tok = malloc((size_t)cap * sizeof(int));
+    if (!tok) return terr(t, NULL, CT_ERR_NOMEM, "no memory for a sample");
+    ct_status st = ct_prompt_parse(p->prompt, c->vocab, t->r->tok ? ct_tokenizer_eot(t->r->tok) : -1,
+                                   tok, 1024, &np, &t->err);
+    /* every worker that samples draws the same tokens (same RNG, same logits) */
+    if (st == CT_OK)
+        st = ct_generate(trainer_logits, t, c, tok, np, np + p->sample_len, p->seq, p->temperature,
+                         p->top_k, &t->rng, &t->err);
+    if (st != CT_OK) {
+        free(tok);
+        return st;
+    }
+    *tokens = tok;
+    *n = np + p->sample_len;
+    return CT_OK;
+}
+
+const ct_tokenizer *ct_trainer_tokenizer(const ct_trainer *t) { return t->r->tok; }
+
+ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
+    const ct_train_params *p = &t->p;
+    ct_train_run *r = t->r;
+    ct_checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    ck.cfg = r->cfg;
+    ck.nparams = ct_model_num_params(t->model);
+    ck.step = t->step;
+    memcpy(ck.rng, t->rng.s, sizeof ck.rng);
+    ck.loader_B = p->batch;
+    ck.loader_T = p->seq;
+    ck.loader_accum = r->accum;
+    ck.loader_shuffle = p->shuffle;
+    ck.loader_seed = (uint64_t)p->seed;
+    ck.data_tokens = ct_data_count(r->train);
+    ct_status st = CT_OK;
+    if (t->leader) {
+        ck.params = malloc(ck.nparams * 4);
+        ck.m = malloc(ck.nparams * 4);
+        ck.v = malloc(ck.nparams * 4);
+        size_t need = ct_opts_format(NULL, 0, ct_train_opts, ct_train_opts_count, p);
+        ck.meta = malloc(need + 1);
+        if (ck.meta) ct_opts_format(ck.meta, need + 1, ct_train_opts, ct_train_opts_count, p);
+    }
+    /* collective: every worker takes part even if the leader is out of memory, then fails */
+    st = ct_exec_gather_state(t->x, ck.params, ck.m, ck.v);
+    if (st != CT_OK) st = terr(t, NULL, st, "gathering the model for a checkpoint failed: %s",
+                               ct_exec_errmsg(t->x));
+    if (st == CT_OK && t->leader && (!ck.params || !ck.m || !ck.v || !ck.meta))
+        st = terr(t, NULL, CT_ERR_NOMEM, "no memory for a checkpoint");
+    if (st == CT_OK && t->leader)
+        st = ct_checkpoint_save_dir(p->save, &ck, path, len, &t->err);
+    ct_checkpoint_release(&ck);
+    return st;
+}
+
+ct_status ct_trainer_save_model(ct_trainer *t) {
+    size_t np = ct_model_num_params(t->model);
+    float *host = t->leader ? malloc(np * sizeof(float)) : NULL;
+    ct_status st = ct_exec_gather_state(t->x, host, NULL, NULL);
+    if (st != CT_OK) st = terr(t, NULL, st, "%s", ct_exec_errmsg(t->x));
+    if (st == CT_OK && t->leader && !host) st = terr(t, NULL, CT_ERR_NOMEM, "no memory to save the model");
+    if (st == CT_OK && t->leader) st = ct_model_file_write(t->p.save_model, &t->r->cfg, host, &t->err);
+    free(host);
+    return st;
+}
+
+ct_status ct_trainer_finish(ct_trainer *t) {
+    if (!t->tr) return CT_OK;
+    ct_status st = ct_trace_write(t->tr, t->world, t->p.trace, &t->err);
+    return st;
+}

@@ -1,0 +1,276 @@
+/* zero.c - ZeRO's parameter traffic over the DP group.
+ *
+ * Stages 1 and 2: after the optimizer updated this worker's shard of the parameters, the shards
+ * are all-gathered into every worker's flat parameter buffer (a copy: bitwise the same
+ * everywhere).
+ *
+ * Stage 3: the parameters are stored as the shard only; before the model uses a block the
+ * executor asks for it here, and it is gathered into that block's slot of the parameter working
+ * buffer (params.c): every worker puts its shard's part into a zero-filled range and the range is
+ * all-reduced (sum) over a second handle on the group, so the gradient thread (grads.c) can use
+ * the first at the same time. Exact: every other contribution is 0. The shard is read into a host
+ * mirror once per pass (it changes only in the optimizer). The next block of the pass is gathered
+ * on a prefetch thread while the device computes, into a double buffer, and written to its slot
+ * with a non-blocking write that the in-order queue puts after the kernels that used the slot
+ * before. Blocks still in their slot (the last two of forward, the first of backward) are not
+ * gathered again. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_engine_step.h"
+
+struct ct_zero {
+    ct_model *m;
+    ct_params *P;
+    ct_device *dev;
+    ct_comm *c;  /* the DP group (the worker's handle; the gradient thread uses it too) */
+    ct_comm *pc; /* ZeRO-3: a second handle for every parameter gather */
+    int stage, N, rank;
+    size_t flat, local, lo, hi;
+    float *hostflat; /* stages 1, 2: flat floats for the all-gather */
+    float *mirror;   /* stage 3: host copy of the shard */
+    float *ptmp;     /* stage 3: one gathered range (synchronous gathers) */
+    float *pf_buf;   /* stage 3: two halves of `local` floats, block parity's half */
+    ct_event *ev_ptmp, *ev_pf[2]; /* slot writes still reading ptmp / pf_buf halves */
+    int hold_l[2];   /* stage 3: block in each working slot (-1 none) */
+    pthread_t pth;
+    int pth_started, quit, pf_block, pf_state; /* 0 idle, 1 requested, 2 done */
+    size_t pf_a, pf_b;
+    ct_status pf_st;
+    ct_err pf_err;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    double gather_ms;
+    ct_err err;
+};
+
+const char *ct_zero_errmsg(const ct_zero *z) { return z->err.msg; }
+size_t ct_zero_host_bytes(const ct_zero *z) {
+    return ((z->hostflat ? z->flat : 0) + (z->mirror ? z->hi - z->lo : 0) +
+            (z->ptmp ? 3 * z->local : 0)) *
+           sizeof(float);
+}
+double ct_zero_gather_ms(const ct_zero *z) { return z->gather_ms; }
+void ct_zero_times_reset(ct_zero *z) { z->gather_ms = 0; }
+
+static ct_status comm_fail(ct_zero *z, ct_comm *c, ct_status st, const char *what, ct_err *err) {
+    if (st != CT_OK) CT_ERR(err, st, "%s: %s", what, ct_comm_errmsg(c));
+    return st;
+}
+static ct_status dev_fail(ct_zero *z, ct_status st, const char *what) {
+    if (st != CT_OK) CT_ERR(&z->err, st, "%s: %s", what, ct_device_errmsg(z->dev));
+    return st;
+}
+
+/* Flat parameters [a, b) into buf: this worker's part from the mirror, the rest summed in. */
+static ct_status gather_host(ct_zero *z, ct_comm *c, size_t a, size_t b, float *buf,
+                             ct_err *err) {
+    size_t n = b - a, x0 = a > z->lo ? a : z->lo, x1 = b < z->hi ? b : z->hi;
+    memset(buf, 0, n * sizeof(float));
+    if (x0 < x1) memcpy(buf + (x0 - a), z->mirror + (x0 - z->lo), (x1 - x0) * sizeof(float));
+    return comm_fail(z, c, ct_comm_allreduce(c, buf, buf, n, CT_F32, CT_OP_SUM, NULL),
+                     "parameter gather", err);
+}
+
+static ct_status write_slot(ct_zero *z, size_t work, const float *src, size_t n, ct_event **ev) {
+    return dev_fail(z, ct_buffer_write_async(ct_params_buffer(z->P), work * sizeof(float),
+                                             n * sizeof(float), src, ev),
+                    "writing gathered parameters");
+}
+
+/* Synchronous gather of [a, b) into the working buffer at `work`, on the gather handle (the
+ * gradient thread may be using the group's first handle): after any prefetch in flight. */
+static ct_status gather_range(ct_zero *z, size_t a, size_t b, size_t work) {
+    pthread_mutex_lock(&z->mu);
+    while (z->pf_state == 1) pthread_cond_wait(&z->cv, &z->mu);
+    pthread_mutex_unlock(&z->mu);
+    ct_status st = ct_event_wait_release(z->ev_ptmp);
+    z->ev_ptmp = NULL;
+    if (st != CT_OK) return dev_fail(z, st, "writing gathered parameters");
+    if ((st = gather_host(z, z->pc, a, b, z->ptmp, &z->err)) != CT_OK) return st;
+    return write_slot(z, work, z->ptmp, b - a, &z->ev_ptmp);
+}
+
+static void *prefetch_main(void *arg) {
+    ct_zero *z = (ct_zero *)arg;
+    pthread_mutex_lock(&z->mu);
+    for (;;) {
+        while (!z->quit && z->pf_state != 1) pthread_cond_wait(&z->cv, &z->mu);
+        if (z->quit) break;
+        size_t a = z->pf_a, b = z->pf_b;
+        float *buf = z->pf_buf + (size_t)(z->pf_block % 2) * z->local;
+        pthread_mutex_unlock(&z->mu);
+        ct_status st = gather_host(z, z->pc, a, b, buf, &z->pf_err);
+        pthread_mutex_lock(&z->mu);
+        z->pf_st = st;
+        z->pf_state = 2;
+        pthread_cond_broadcast(&z->cv);
+    }
+    pthread_mutex_unlock(&z->mu);
+    return NULL;
+}
+
+ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_err *err) {
+    *out = NULL;
+    ct_zero *z = calloc(1, sizeof *z);
+    if (!z) return CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory");
+    pthread_mutex_init(&z->mu, NULL);
+    pthread_cond_init(&z->cv, NULL);
+    z->m = m;
+    z->P = ct_model_params(m);
+    z->dev = ct_model_device(m);
+    z->c = dp;
+    z->stage = ct_params_zero_stage(z->P);
+    z->N = dp ? ct_comm_size(dp) : 1;
+    z->rank = dp ? ct_comm_rank(dp) : 0;
+    z->flat = ct_params_flat_len(z->P);
+    z->local = ct_params_local_len(z->P);
+    ct_params_shard(z->P, &z->lo, &z->hi);
+    z->hold_l[0] = z->hold_l[1] = -1;
+    if (z->stage == 0) {
+        *out = z;
+        return CT_OK;
+    }
+    const ct_layout *lay = ct_params_layout(z->P);
+    if (!dp || z->N != lay->dp || z->lo != (z->hi - z->lo) * (size_t)z->rank) {
+        ct_zero_free(z);
+        return CT_ERR(err, CT_ERR_ARG,
+                      "ct_zero_create: the DP group (rank %d of %d) does not match the model's "
+                      "layout (dp = %d, shard at %zu)",
+                      dp ? ct_comm_rank(dp) : -1, dp ? ct_comm_size(dp) : 0, lay->dp, z->lo);
+    }
+    ct_status st = CT_OK;
+    if (z->stage < 3) {
+        if (!(z->hostflat = malloc(z->flat * sizeof(float))))
+            st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory for gathers");
+    } else {
+        /* collective over the group (every worker creates its ct_zero together) */
+        if ((st = ct_comm_split(dp, 0, z->rank, &z->pc)) != CT_OK)
+            CT_ERR(err, st, "ct_zero_create: a second handle on the DP group: %s",
+                   ct_comm_errmsg(dp));
+        else if (!(z->ptmp = malloc(z->local * sizeof(float))) ||
+                 !(z->pf_buf = malloc(2 * z->local * sizeof(float))) ||
+                 !(z->mirror = malloc((z->hi - z->lo) * sizeof(float))))
+            st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory for gathers");
+        else if (pthread_create(&z->pth, NULL, prefetch_main, z) != 0)
+            st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: cannot start the prefetch thread");
+        else
+            z->pth_started = 1;
+    }
+    if (st != CT_OK) {
+        ct_zero_free(z);
+        return st;
+    }
+    *out = z;
+    return CT_OK;
+}
+
+void ct_zero_free(ct_zero *z) {
+    if (!z) return;
+    if (z->pth_started) {
+        pthread_mutex_lock(&z->mu);
+        z->quit = 1;
+        pthread_cond_broadcast(&z->cv);
+        pthread_mutex_unlock(&z->mu);
+        pthread_join(z->pth, NULL);
+    }
+    ct_event_wait_release(z->ev_ptmp);
+    ct_event_wait_release(z->ev_pf[0]);
+    ct_event_wait_release(z->ev_pf[1]);
+    pthread_mutex_destroy(&z->mu);
+    pthread_cond_destroy(&z->cv);
+    ct_comm_free(z->pc);
+    free(z->hostflat);
+    free(z->mirror);
+    free(z->ptmp);
+    free(z->pf_buf);
+    free(z);
+}
+
+ct_status ct_zero_after_step(ct_zero *z) {
+    if (z->stage == 0 || z->stage >= 3) return CT_OK; /* stage 3 keeps the shard; gathers on use */
+    ct_buffer *p = ct_params_buffer(z->P);
+    size_t sh = z->hi - z->lo;
+    ct_status st = dev_fail(z, ct_buffer_read(p, z->lo * sizeof(float), z->hostflat + z->lo,
+                                              sh * sizeof(float)),
+                            "reading the parameter shard");
+    if (st == CT_OK)
+        st = comm_fail(z, z->c, ct_comm_allgather(z->c, z->hostflat + z->lo, z->hostflat, sh,
+                                                  CT_F32, NULL),
+                       "all-gather of parameter shards", &z->err);
+    if (st == CT_OK)
+        st = dev_fail(z, ct_buffer_write(p, 0, z->hostflat, z->flat * sizeof(float)),
+                      "writing gathered parameters");
+    return st;
+}
+
+ct_status ct_zero_begin_pass(ct_zero *z) {
+    if (z->stage < 3) return CT_OK;
+    double t0 = ct_time_now();
+    z->hold_l[0] = z->hold_l[1] = -1; /* the shard may have changed (optimizer): slots stale */
+    pthread_mutex_lock(&z->mu); /* ... and so may an unused prefetch */
+    while (z->pf_state == 1) pthread_cond_wait(&z->cv, &z->mu);
+    z->pf_state = 0;
+    pthread_mutex_unlock(&z->mu);
+    ct_status st = dev_fail(z, ct_buffer_read(ct_params_param_shard(z->P), 0, z->mirror,
+                                              (z->hi - z->lo) * sizeof(float)),
+                            "reading the parameter shard");
+    size_t emb = ct_params_layer_begin(z->P, 0), a, b;
+    ct_params_lnf_range(z->P, &a, &b);
+    if (st == CT_OK && emb > 0) st = gather_range(z, 0, emb, 0);
+    if (st == CT_OK && b > a) st = gather_range(z, a, b, ct_params_work_off(z->P, a));
+    z->gather_ms += 1e3 * (ct_time_now() - t0);
+    return st;
+}
+
+/* The working slot (0 or 1) of block l. */
+static int slot_of(const ct_zero *z, int l) {
+    size_t w = ct_params_work_off(z->P, ct_params_layer_begin(z->P, l));
+    size_t base = ct_params_layer_begin(z->P, -1); /* first held block: slot 0's start */
+    return w == ct_params_work_off(z->P, base) ? 0 : 1;
+}
+
+static void prefetch(ct_zero *z, int l) {
+    if (l < 0 || !ct_params_holds_layer(z->P, l) || !z->pth_started) return;
+    int s = slot_of(z, l);
+    if (z->hold_l[s] == l) return;
+    ct_event_wait_release(z->ev_pf[l % 2]); /* the thread is about to overwrite that half */
+    z->ev_pf[l % 2] = NULL;
+    pthread_mutex_lock(&z->mu);
+    while (z->pf_state == 1) pthread_cond_wait(&z->cv, &z->mu); /* an unused earlier request */
+    z->pf_block = l;
+    z->pf_a = ct_params_layer_begin(z->P, l);
+    z->pf_b = ct_params_layer_end(z->P, l);
+    z->pf_state = 1;
+    pthread_cond_broadcast(&z->cv);
+    pthread_mutex_unlock(&z->mu);
+}
+
+ct_status ct_zero_need_block(ct_zero *z, int l, int next) {
+    if (z->stage < 3) return CT_OK;
+    double t0 = ct_time_now();
+    size_t a = ct_params_layer_begin(z->P, l), b = ct_params_layer_end(z->P, l);
+    size_t work = ct_params_work_off(z->P, a);
+    int s = slot_of(z, l);
+    ct_status st = CT_OK;
+    if (z->hold_l[s] != l) {
+        if (z->pf_state != 0 && z->pf_block == l) {
+            pthread_mutex_lock(&z->mu);
+            while (z->pf_state != 2) pthread_cond_wait(&z->cv, &z->mu);
+            st = z->pf_st;
+            if (st != CT_OK) CT_ERR(&z->err, st, "%s", z->pf_err.msg);
+            z->pf_state = 0;
+            pthread_mutex_unlock(&z->mu);
+            if (st == CT_OK)
+                st = write_slot(z, work, z->pf_buf + (size_t)(l % 2) * z->local, b - a,
+                                &z->ev_pf[l % 2]);
+        } else {
+            st = gather_range(z, a, b, work);
+        }
+        if (st == CT_OK) z->hold_l[s] = l;
+    }
+    if (st == CT_OK) prefetch(z, next);
+    z->gather_ms += 1e3 * (ct_time_now() - t0);
+    return st;
+}
