@@ -1,6 +1,7 @@
 /* ct_devices - list every OpenCL device, one line each: "<flat index>: platform, type, vendor,
  * name"; with -v the details below each line (driver and OpenCL version, compute units, clock,
- * memory, fp16/fp64, and whether tuned CLBlast parameters are stored or shipped for it). */
+ * memory, fp16/fp64, and which CLBlast parameters apply: stored, shipped, or the built-in ones,
+ * with ct_tune's reason when it found nothing better). */
 #include <stdio.h>
 #include <string.h>
 
