@@ -139,10 +139,6 @@ ct_status ct_params_get_optimizer(ct_params *P, float *m, float *v, size_t n);
 ct_status ct_params_init_random(ct_params *P, uint64_t seed);
 ct_status ct_params_zero_grads(ct_params *P);
 
-/* A counter-based 64-bit mixer (splitmix64's finaliser): the engine's one source of seeded
- * randomness that does not depend on call order. */
-uint64_t ct_mix64(uint64_t x);
-
 #ifdef __cplusplus
 }
 #endif

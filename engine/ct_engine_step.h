@@ -32,6 +32,8 @@
 extern "C" {
 #endif
 
+typedef struct ct_trace ct_trace; /* trace.c, below */
+
 /* ---------------------------------------------------------------- optimizer (optim.c) */
 
 typedef struct ct_adamw_hp {
@@ -99,6 +101,8 @@ typedef struct ct_grads_times {
     double busy_ms;    /* time inside reductions and staging (the communication thread's too) */
 } ct_grads_times;
 void ct_grads_times_get(const ct_grads *g, ct_grads_times *out);
+/* Record each bucket's reduction on the trace's communication lane (NULL: none). */
+void ct_grads_set_trace(ct_grads *g, ct_trace *t);
 void ct_grads_times_reset(ct_grads *g);
 
 /* ---------------------------------------------------------------- ZeRO parameters (zero.c) */
@@ -120,6 +124,8 @@ ct_status ct_zero_need_block(ct_zero *z, int l, int next);
 size_t ct_zero_host_bytes(const ct_zero *z);
 double ct_zero_gather_ms(const ct_zero *z); /* time the worker waited for gathers */
 void ct_zero_times_reset(ct_zero *z);
+/* Record gathers (waits on the worker's lane, prefetches on the prefetch lane). */
+void ct_zero_set_trace(ct_zero *z, ct_trace *t);
 
 /* ---------------------------------------------------------------- state (state.c) */
 

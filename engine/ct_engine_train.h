@@ -1,14 +1,17 @@
 /* ct_engine_train.h - the training loop's plumbing: the parameters of a run (one table: type,
  * flag, default, one line of help; the --help text, the parser, the logged configuration and
  * the checkpoint's record all come from it), learning-rate schedules, FLOPs / MFU accounting,
- * the JSON Lines metrics writer, a seeded RNG and sampling from host logits.
+ * the JSON Lines metrics writer, a seeded RNG, sampling from host logits, and the trainer
+ * (train.c) programs and tests run a training with.
  *
  *     ct_train_params p = ct_train_params_default();
  *     ct_err err = {0};
  *     if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err)) {
  *         fprintf(stderr, "%s\n", err.msg); exit(2);
  *     }
- *     double lr = ct_lr_at(&p, step);
+ *     ct_lr_schedule sched;
+ *     if (ct_train_params_check(&p, &sched, &err)) { ... }
+ *     double lr = ct_lr_at(sched, p.lr, p.warmup, p.steps, p.min_lr_frac, step);
  */
 #ifndef CT_ENGINE_TRAIN_H
 #define CT_ENGINE_TRAIN_H
@@ -173,6 +176,13 @@ ct_status ct_metrics_record(ct_metrics *m, const char *type, const char *fields)
 void ct_json_escape(char *buf, size_t len, const char *s);
 
 /* ---------------------------------------------------------------- RNG and sampling */
+
+/* splitmix64 (Steele, Lea, Flood 2014): ct_mix64 is its output function of x + the golden
+ * gamma, a counter-based mixer (initialisation draws value i from ct_mix64(seed' ^ i), the same
+ * in every layout); ct_splitmix64_next steps a state and returns the next value. The engine's
+ * one definition of it. */
+uint64_t ct_mix64(uint64_t x);
+uint64_t ct_splitmix64_next(uint64_t *state);
 
 /* xoshiro256** seeded through splitmix64: 256 bits of state, saved in checkpoints. */
 typedef struct ct_rng {

@@ -53,8 +53,11 @@ struct ct_grads {
     ct_err th_err; /* the thread's own record (never written by the worker thread) */
     double th_busy_ms;
     ct_grads_times times;
+    ct_trace *tr;
     ct_err err;
 };
+
+void ct_grads_set_trace(ct_grads *g, ct_trace *t) { g->tr = t; }
 
 ct_grads_opts ct_grads_opts_default(void) {
     ct_grads_opts o = {(size_t)25 << 20, 1};
@@ -102,6 +105,7 @@ static void *comm_main(void *arg) {
         double t0 = ct_time_now(); /* busy: the reduction, not the wait for backward */
         if (st == CT_OK) st = reduce_bucket(g, k, &g->th_err);
         double t1 = ct_time_now();
+        ct_trace_event(g->tr, CT_TRACE_COMM, "bucket reduction", "comm", t0, -1);
         pthread_mutex_lock(&g->mu);
         if (st != CT_OK && g->th_st == CT_OK) g->th_st = st;
         g->th_busy_ms += 1e3 * (t1 - t0);

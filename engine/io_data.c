@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ct_engine_io.h"
+#include "ct_engine_train.h"
 
 typedef struct data_seg {
     char *path;
@@ -394,13 +395,6 @@ struct ct_loader {
     int64_t *perm;    /* W entries when shuffling */
 };
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 ct_status ct_loader_create(ct_loader **out, const ct_data *d, int B, int T, int accum, int shuffle,
                            uint64_t seed, ct_err *err) {
     *out = NULL;
@@ -455,7 +449,7 @@ size_t ct_loader_window_start(ct_loader *ld, int64_t step) {
             uint64_t s = ld->seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(e + 1));
             for (int64_t k = 0; k < W; k++) ld->perm[k] = k;
             for (int64_t k = W - 1; k > 0; k--) {
-                int64_t j = (int64_t)(splitmix64(&s) % (uint64_t)(k + 1));
+                int64_t j = (int64_t)(ct_splitmix64_next(&s) % (uint64_t)(k + 1));
                 int64_t t = ld->perm[k];
                 ld->perm[k] = ld->perm[j];
                 ld->perm[j] = t;

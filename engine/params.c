@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ct_engine_params.h"
+#include "ct_engine_train.h"
 
 struct ct_params {
     ct_gpt_config cfg;
@@ -29,13 +30,6 @@ struct ct_params {
     ct_buffer *params, *pshard, *grads, *gshard, *adam_m, *adam_v;
     ct_err err;
 };
-
-uint64_t ct_mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 static int is_block(int i) { return i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb; }
 

@@ -49,6 +49,8 @@ ct_zero *ct_exec_zero(ct_exec *x) { return x->z; }
 void ct_exec_set_trace(ct_exec *x, ct_trace *t) {
     x->tr = t;
     ct_model_set_trace(x->m, t);
+    if (x->g) ct_grads_set_trace(x->g, t);
+    ct_zero_set_trace(x->z, t);
 }
 
 static int multi(const ct_comm *c) { return c && ct_comm_size(c) > 1; }

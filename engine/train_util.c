@@ -264,16 +264,22 @@ void ct_json_escape(char *buf, size_t len, const char *s) {
 
 /* ---------------------------------------------------------------- RNG and sampling */
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+uint64_t ct_mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+uint64_t ct_splitmix64_next(uint64_t *state) {
+    uint64_t r = ct_mix64(*state);
+    *state += 0x9E3779B97F4A7C15ull;
+    return r;
 }
 
 void ct_rng_seed(ct_rng *r, uint64_t seed) {
     uint64_t s = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&s);
+    for (int i = 0; i < 4; i++) r->s[i] = ct_splitmix64_next(&s);
 }
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

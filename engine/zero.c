@@ -42,8 +42,11 @@ struct ct_zero {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     double gather_ms;
+    ct_trace *tr;
     ct_err err;
 };
+
+void ct_zero_set_trace(ct_zero *z, ct_trace *t) { z->tr = t; }
 
 const char *ct_zero_errmsg(const ct_zero *z) { return z->err.msg; }
 size_t ct_zero_host_bytes(const ct_zero *z) {
@@ -101,7 +104,9 @@ static void *prefetch_main(void *arg) {
         size_t a = z->pf_a, b = z->pf_b;
         float *buf = z->pf_buf + (size_t)(z->pf_block % 2) * z->local;
         pthread_mutex_unlock(&z->mu);
+        double t0 = ct_time_now();
         ct_status st = gather_host(z, z->pc, a, b, buf, &z->pf_err);
+        ct_trace_event(z->tr, CT_TRACE_PREFETCH, "parameter prefetch", "comm", t0, -1);
         pthread_mutex_lock(&z->mu);
         z->pf_st = st;
         z->pf_state = 2;
@@ -221,6 +226,7 @@ ct_status ct_zero_begin_pass(ct_zero *z) {
     if (st == CT_OK && emb > 0) st = gather_range(z, 0, emb, 0);
     if (st == CT_OK && b > a) st = gather_range(z, a, b, ct_params_work_off(z->P, a));
     z->gather_ms += 1e3 * (ct_time_now() - t0);
+    ct_trace_event(z->tr, CT_TRACE_MAIN, "parameter gather", "comm", t0, -1);
     return st;
 }
 
@@ -272,5 +278,6 @@ ct_status ct_zero_need_block(ct_zero *z, int l, int next) {
     }
     if (st == CT_OK) prefetch(z, next);
     z->gather_ms += 1e3 * (ct_time_now() - t0);
+    ct_trace_event(z->tr, CT_TRACE_MAIN, "parameter gather", "comm", t0, CT_TRACE_MB);
     return st;
 }
