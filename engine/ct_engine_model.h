@@ -161,10 +161,8 @@ void ct_model_profile_enable(ct_model *m, int on);
 void ct_model_profile_reset(ct_model *m);
 /* Fills up to `max` entries (buckets with calls > 0, in pipeline order); returns the count. */
 int ct_model_profile_get(const ct_model *m, ct_model_op_time *out, int max);
-/* Add time to a bucket from outside (the optimizer: "grad_norm", "adamw"); unknown names are
- * ignored. */
-void ct_model_profile_add(ct_model *m, const char *name, double ms);
-int ct_model_profiling(const ct_model *m);
+/* The model's buckets, for the code that enqueues ops on its behalf (the optimizer). */
+ct_profile *ct_model_profile(ct_model *m);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,28 @@ static inline ct_view ct_view_none(void) {
     return v;
 }
 
+/* Where the time goes: named buckets of op time, in pipeline order. In profiling mode (on != 0)
+ * the code that enqueues an op finishes the queue after it and adds the wall time to its bucket
+ * (the model's layer math, the optimizer). Plain data: zero-initialise it. */
+#define CT_PROFILE_BUCKETS(X)                                                                   \
+    X(encoder_fwd) X(layernorm_fwd) X(matmul_qkv_fwd) X(attention_fwd) X(matmul_attproj_fwd)    \
+    X(residual_fwd) X(matmul_fc_fwd) X(gelu_fwd) X(matmul_fcproj_fwd) X(matmul_logits_fwd)      \
+    X(crossentropy_fwd) X(crossentropy_bwd) X(matmul_logits_bwd) X(layernorm_bwd)               \
+    X(matmul_fcproj_bwd) X(gelu_bwd) X(matmul_fc_bwd) X(matmul_attproj_bwd) X(attention_bwd)    \
+    X(matmul_qkv_bwd) X(encoder_bwd) X(zero_grad) X(grad_norm) X(adamw) X(upload) X(readback)
+enum {
+#define CT__PROF_ENUM(n) CT_PROF_##n,
+    CT_PROFILE_BUCKETS(CT__PROF_ENUM)
+#undef CT__PROF_ENUM
+    CT_PROF__COUNT
+};
+typedef struct ct_profile {
+    int on;
+    double ms[CT_PROF__COUNT];
+    long calls[CT_PROF__COUNT];
+} ct_profile;
+const char *ct_profile_name(int bucket); /* "matmul_fc_fwd" */
+
 /* Number of partial sums the global-norm reduction uses (size of its `partials` scratch). */
 #define CT_NORM_PARTIALS 1024
 

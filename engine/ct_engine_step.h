@@ -42,8 +42,9 @@ typedef struct ct_adamw_hp {
 } ct_adamw_hp;
 
 typedef struct ct_optim ct_optim;
-/* Allocates the norm scratch (category workspace). */
-ct_status ct_optim_create(ct_optim **out, ct_model *m, ct_err *err);
+/* The optimizer of one worker's parameters. Allocates the norm scratch (category workspace).
+ * prof (may be NULL): where its time goes in profiling mode (the model's buckets). */
+ct_status ct_optim_create(ct_optim **out, ct_params *P, ct_profile *prof, ct_err *err);
 void ct_optim_free(ct_optim *o);
 const char *ct_optim_errmsg(const ct_optim *o);
 /* The L2 norm of this worker's whole gradient buffer, computed on the device and read back. */

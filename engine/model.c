@@ -12,26 +12,6 @@
 #include "ct_engine_model.h"
 #include "ct_engine_step.h"
 
-/* Profiling buckets, in pipeline order. */
-#define CT__OPS(X)                                                                              \
-    X(encoder_fwd) X(layernorm_fwd) X(matmul_qkv_fwd) X(attention_fwd) X(matmul_attproj_fwd)    \
-    X(residual_fwd) X(matmul_fc_fwd) X(gelu_fwd) X(matmul_fcproj_fwd) X(matmul_logits_fwd)      \
-    X(crossentropy_fwd) X(crossentropy_bwd) X(matmul_logits_bwd) X(layernorm_bwd)               \
-    X(matmul_fcproj_bwd) X(gelu_bwd) X(matmul_fc_bwd) X(matmul_attproj_bwd) X(attention_bwd)    \
-    X(matmul_qkv_bwd) X(encoder_bwd) X(zero_grad) X(grad_norm) X(adamw) X(upload) X(readback)
-
-enum {
-#define CT__OPENUM(n) OP_##n,
-    CT__OPS(CT__OPENUM)
-#undef CT__OPENUM
-    OP__COUNT
-};
-static const char *const op_names[] = {
-#define CT__OPNAME(n) #n,
-    CT__OPS(CT__OPNAME)
-#undef CT__OPNAME
-};
-
 /* One slot's regions (offsets in floats from the slot's start), planned for (max_B, max_T) and
  * up to `nb` blocks (the longest chunk). Per-block tensors are nb consecutive copies. */
 typedef struct slot_plan {
@@ -64,21 +44,19 @@ struct ct_model {
     ct_buffer *acts;   /* [scratch | slot 0 | slot 1 | ...] */
     slot_state *st;
     ct_trace *tr; /* op groups recorded while it is on */
-    int profile;
-    double prof_ms[OP__COUNT];
-    long prof_calls[OP__COUNT];
+    ct_profile prof;
     ct_err err;
 };
 
 /* Run an op; in profiling mode wait for it and charge its time to bucket `op`. */
 #define RUN(op, expr)                                                   \
     do {                                                                \
-        double t0_ = m->profile ? ct_time_now() : 0.0;                  \
+        double t0_ = m->prof.on ? ct_time_now() : 0.0;                  \
         st = (expr);                                                    \
-        if (st == CT_OK && m->profile) {                                \
+        if (st == CT_OK && m->prof.on) {                                \
             st = ct_device_finish(m->dev);                              \
-            m->prof_ms[op] += 1e3 * (ct_time_now() - t0_);              \
-            m->prof_calls[op]++;                                        \
+            m->prof.ms[op] += 1e3 * (ct_time_now() - t0_);              \
+            m->prof.calls[op]++;                                        \
         }                                                               \
         if (st != CT_OK) goto cleanup;                                  \
     } while (0)
@@ -233,7 +211,7 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
         CT_ERR(err, st, "ct_model_create: %s", ct_device_errmsg(dev));
         goto cleanup;
     }
-    if ((st = ct_optim_create(&m->opt, m, err)) != CT_OK) goto cleanup;
+    if ((st = ct_optim_create(&m->opt, m->P, &m->prof, err)) != CT_OK) goto cleanup;
     if ((st = ct_ops_warmup(dev)) != CT_OK) {
         CT_ERR(err, st, "ct_model_create: building the engine kernels: %s", ct_device_errmsg(dev));
         goto cleanup;
@@ -309,7 +287,7 @@ ct_status ct_model_get_optimizer(ct_model *m, float *am, float *av, size_t n) {
 }
 ct_status ct_model_zero_grad(ct_model *m) {
     ct_status st = CT_OK;
-    RUN(OP_zero_grad, ct_params_zero_grads(m->P));
+    RUN(CT_PROF_zero_grad, ct_params_zero_grads(m->P));
 cleanup:
     return pfail(m, st);
 }
@@ -413,9 +391,9 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     ss->B = B, ss->T = T, ss->chunk = 0, ss->have_targets = 0, ss->logits_valid = 0;
     size_t sb = slot_base(m, slot);
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
-    RUN(OP_upload, ct_buffer_write(m->acts, (sb + m->s.tokens) * sizeof(float), tokens,
+    RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->s.tokens) * sizeof(float), tokens,
                                    BT * sizeof(int)));
-    RUN(OP_encoder_fwd, ct_encoder_forward(m->dev, SV(in), SV(tokens), PV(wte, 0), PV(wpe, 0), B,
+    RUN(CT_PROF_encoder_fwd, ct_encoder_forward(m->dev, SV(in), SV(tokens), PV(wte, 0), PV(wpe, 0), B,
                                            T, m->cfg.channels, m->cfg.padded_vocab));
 cleanup:
     return dev_fail(m, st, "ct_model_embed_forward");
@@ -465,24 +443,24 @@ ct_status ct_model_block_forward(ct_model *m, int slot, int l) {
     ct_view atty = BV(atty, bc), res2 = BV(res2, bc), ln2 = BV(ln2, bc);
     ct_view fch = BV(fch, 4 * bc), fchg = BV(fchg, 4 * bc), res3 = BV(res3, bc);
     double tg_ = ct_time_now();
-    RUN(OP_layernorm_fwd, ct_layernorm_forward(m->dev, ln1, BV(ln1m, bt), BV(ln1r, bt), res,
+    RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, ln1, BV(ln1m, bt), BV(ln1r, bt), res,
                                                PV(ln1w, l), PV(ln1b, l), B, T, C));
-    RUN(OP_matmul_qkv_fwd,
+    RUN(CT_PROF_matmul_qkv_fwd,
         ct_matmul_forward(m->dev, XV(qkv), ln1, PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * C));
-    RUN(OP_attention_fwd,
+    RUN(CT_PROF_attention_fwd,
         ct_attention_forward(m->dev, atty, qkvr, att, XV(qkv), XV(vaccum), B, T, C, NH));
-    RUN(OP_matmul_attproj_fwd,
+    RUN(CT_PROF_matmul_attproj_fwd,
         ct_matmul_forward(m->dev, XV(proj), atty, PV(attprojw, l), PV(attprojb, l), B, T, C, C));
-    RUN(OP_residual_fwd, ct_residual_forward(m->dev, res2, res, XV(proj), BTC));
+    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res2, res, XV(proj), BTC));
     GROUP("attention");
-    RUN(OP_layernorm_fwd, ct_layernorm_forward(m->dev, ln2, BV(ln2m, bt), BV(ln2r, bt), res2,
+    RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, ln2, BV(ln2m, bt), BV(ln2r, bt), res2,
                                                PV(ln2w, l), PV(ln2b, l), B, T, C));
-    RUN(OP_matmul_fc_fwd,
+    RUN(CT_PROF_matmul_fc_fwd,
         ct_matmul_forward(m->dev, fch, ln2, PV(fcw, l), PV(fcb, l), B, T, C, 4 * C));
-    RUN(OP_gelu_fwd, ct_gelu_forward(m->dev, fchg, fch, 4 * BTC));
-    RUN(OP_matmul_fcproj_fwd,
+    RUN(CT_PROF_gelu_fwd, ct_gelu_forward(m->dev, fchg, fch, 4 * BTC));
+    RUN(CT_PROF_matmul_fcproj_fwd,
         ct_matmul_forward(m->dev, XV(proj), fchg, PV(fcprojw, l), PV(fcprojb, l), B, T, 4 * C, C));
-    RUN(OP_residual_fwd, ct_residual_forward(m->dev, res3, res2, XV(proj), BTC));
+    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res3, res2, XV(proj), BTC));
     GROUP("mlp");
 cleanup:
     return dev_fail(m, st, "ct_model_block_forward");
@@ -507,20 +485,20 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
     ct_view last = BV(res3, pos(m, last_layer(m)) * m->lBTC);
     double tg_ = ct_time_now();
     if (targets)
-        RUN(OP_upload, ct_buffer_write(m->acts, (sb + m->s.targets) * sizeof(float), targets,
+        RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->s.targets) * sizeof(float), targets,
                                        BT * sizeof(int)));
-    RUN(OP_layernorm_fwd, ct_layernorm_forward(m->dev, SV(lnf), SV(lnfm), SV(lnfr), last,
+    RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SV(lnf), SV(lnfm), SV(lnfr), last,
                                                PV(lnfw, 0), PV(lnfb, 0), B, T, C));
-    RUN(OP_matmul_logits_fwd,
+    RUN(CT_PROF_matmul_logits_fwd,
         ct_matmul_forward(m->dev, SV(logits), SV(lnf), PV(wte, 0), ct_view_none(), B, T, C, Vp));
     ss->have_targets = targets != NULL;
     ss->logits_valid = 1;
     if (targets) {
-        RUN(OP_crossentropy_fwd, ct_crossentropy_forward(m->dev, SV(losses), SV(lse), SV(logits),
+        RUN(CT_PROF_crossentropy_fwd, ct_crossentropy_forward(m->dev, SV(losses), SV(lse), SV(logits),
                                                          SV(targets), B, T, m->cfg.vocab, Vp));
-        RUN(OP_crossentropy_fwd, ct_mean_forward(m->dev, SV(loss), SV(losses), BT));
+        RUN(CT_PROF_crossentropy_fwd, ct_mean_forward(m->dev, SV(loss), SV(losses), BT));
         if (loss)
-            RUN(OP_readback, ct_buffer_read(m->acts, (sb + m->s.loss) * sizeof(float), loss,
+            RUN(CT_PROF_readback, ct_buffer_read(m->acts, (sb + m->s.loss) * sizeof(float), loss,
                                             sizeof *loss));
     }
     GROUP("logits and loss");
@@ -562,12 +540,12 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     ct_view last = BV(res3, pos(m, last_layer(m)) * m->lBTC);
     ss->logits_valid = 0; /* the logits become their gradient */
     double tg_ = ct_time_now();
-    RUN(OP_crossentropy_bwd,
+    RUN(CT_PROF_crossentropy_bwd,
         ct_crossentropy_backward(m->dev, SV(logits), SV(logits), SV(lse), SV(targets),
                                  loss_scale / (float)BT, B, T, m->cfg.vocab, Vp));
-    RUN(OP_matmul_logits_bwd, ct_matmul_backward(m->dev, XV(dA), GV(wte, 0), ct_view_none(),
+    RUN(CT_PROF_matmul_logits_bwd, ct_matmul_backward(m->dev, XV(dA), GV(wte, 0), ct_view_none(),
                                                  SV(logits), SV(lnf), PV(wte, 0), B, T, C, Vp));
-    RUN(OP_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), GV(lnfw, 0), GV(lnfb, 0), XV(dA),
+    RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), GV(lnfw, 0), GV(lnfb, 0), XV(dA),
                                                 last, PV(lnfw, 0), SV(lnfm), SV(lnfr), B, T, C, 0));
     GROUP("logits and loss backward");
 cleanup:
@@ -592,23 +570,23 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
     ct_view atty = BV(atty, bc), res2 = BV(res2, bc), ln2 = BV(ln2, bc);
     ct_view fch = BV(fch, 4 * bc), fchg = BV(fchg, 4 * bc);
     double tg_ = ct_time_now();
-    RUN(OP_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XV(dA), GV(fcprojw, l), GV(fcprojb, l),
+    RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XV(dA), GV(fcprojw, l), GV(fcprojb, l),
                                                  XV(dres), fchg, PV(fcprojw, l), B, T, 4 * C, C));
-    RUN(OP_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), 4 * BTC));
-    RUN(OP_matmul_fc_bwd, ct_matmul_backward(m->dev, XV(dA), GV(fcw, l), GV(fcb, l), XV(dB), ln2,
+    RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), 4 * BTC));
+    RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, XV(dA), GV(fcw, l), GV(fcb, l), XV(dB), ln2,
                                              PV(fcw, l), B, T, C, 4 * C));
-    RUN(OP_layernorm_bwd,
+    RUN(CT_PROF_layernorm_bwd,
         ct_layernorm_backward(m->dev, XV(dres), GV(ln2w, l), GV(ln2b, l), XV(dA), res2,
                               PV(ln2w, l), BV(ln2m, bt), BV(ln2r, bt), B, T, C, 1));
     GROUP("mlp backward");
-    RUN(OP_matmul_attproj_bwd,
+    RUN(CT_PROF_matmul_attproj_bwd,
         ct_matmul_backward(m->dev, XV(dA), GV(attprojw, l), GV(attprojb, l), XV(dres), atty,
                            PV(attprojw, l), B, T, C, C));
-    RUN(OP_attention_bwd, ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum),
+    RUN(CT_PROF_attention_bwd, ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum),
                                                 XV(dA), qkvr, att, B, T, C, NH));
-    RUN(OP_matmul_qkv_bwd, ct_matmul_backward(m->dev, XV(dA), GV(qkvw, l), GV(qkvb, l), XV(dB),
+    RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, XV(dA), GV(qkvw, l), GV(qkvb, l), XV(dB),
                                               ln1, PV(qkvw, l), B, T, C, 3 * C));
-    RUN(OP_layernorm_bwd,
+    RUN(CT_PROF_layernorm_bwd,
         ct_layernorm_backward(m->dev, XV(dres), GV(ln1w, l), GV(ln1b, l), XV(dA), res,
                               PV(ln1w, l), BV(ln1m, bt), BV(ln1r, bt), B, T, C, 1));
     GROUP("attention backward");
@@ -625,7 +603,7 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
     slot_state *ss = &m->st[slot];
     size_t sb = slot_base(m, slot);
     cl_mem am = ct_buffer_mem(m->acts), gm = ct_buffer_mem(ct_params_grads(m->P));
-    RUN(OP_encoder_bwd, ct_encoder_backward(m->dev, GV(wte, 0), GV(wpe, 0), XV(dres), SV(tokens),
+    RUN(CT_PROF_encoder_bwd, ct_encoder_backward(m->dev, GV(wte, 0), GV(wpe, 0), XV(dres), SV(tokens),
                                             ss->B, ss->T, m->cfg.channels, m->cfg.padded_vocab));
 cleanup:
     return dev_fail(m, st, "ct_model_embed_backward");
@@ -688,30 +666,21 @@ ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, f
 
 /* ------------------------------------------------------------------ profiling */
 
-void ct_model_profile_enable(ct_model *m, int on) { m->profile = on != 0; }
-int ct_model_profiling(const ct_model *m) { return m->profile; }
+ct_profile *ct_model_profile(ct_model *m) { return &m->prof; }
+void ct_model_profile_enable(ct_model *m, int on) { m->prof.on = on != 0; }
 
 void ct_model_profile_reset(ct_model *m) {
-    memset(m->prof_ms, 0, sizeof m->prof_ms);
-    memset(m->prof_calls, 0, sizeof m->prof_calls);
-}
-
-void ct_model_profile_add(ct_model *m, const char *name, double ms) {
-    for (int i = 0; i < OP__COUNT; i++)
-        if (!strcmp(op_names[i], name)) {
-            m->prof_ms[i] += ms;
-            m->prof_calls[i]++;
-            return;
-        }
+    memset(m->prof.ms, 0, sizeof m->prof.ms);
+    memset(m->prof.calls, 0, sizeof m->prof.calls);
 }
 
 int ct_model_profile_get(const ct_model *m, ct_model_op_time *out, int max) {
     int n = 0;
-    for (int i = 0; i < OP__COUNT && n < max; i++)
-        if (m->prof_calls[i] > 0) {
-            out[n].name = op_names[i];
-            out[n].ms = m->prof_ms[i];
-            out[n].calls = m->prof_calls[i];
+    for (int i = 0; i < CT_PROF__COUNT && n < max; i++)
+        if (m->prof.calls[i] > 0) {
+            out[n].name = ct_profile_name(i);
+            out[n].ms = m->prof.ms[i];
+            out[n].calls = m->prof.calls[i];
             n++;
         }
     return n;

@@ -94,6 +94,15 @@ static int dims_ok(long long a, long long b, long long c) {
         if (!(cond)) return bad(dev, (op), (what));    \
     } while (0)
 
+const char *ct_profile_name(int bucket) {
+    static const char *const names[] = {
+#define CT__PROF_NAME(n) #n,
+        CT_PROFILE_BUCKETS(CT__PROF_NAME)
+#undef CT__PROF_NAME
+    };
+    return bucket >= 0 && bucket < CT_PROF__COUNT ? names[bucket] : "?";
+}
+
 /* ------------------------------------------------------------------ warm-up */
 
 ct_status ct_ops_warmup(ct_device *dev) {

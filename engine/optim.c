@@ -5,10 +5,10 @@
  * groups. Element-wise, so slicing changes no result. */
 #include <stdlib.h>
 
-#include "ct_engine_step.h"
+#include "ct_engine_step.h" /* ct_optim; it uses only params and ops */
 
 struct ct_optim {
-    ct_model *m;
+    ct_profile *prof;
     ct_params *P;
     ct_device *dev;
     ct_buffer *scratch; /* [norm (1, padded to 16) | partials (CT_NORM_PARTIALS)] */
@@ -18,13 +18,13 @@ struct ct_optim {
 #define NORM_OFF 0
 #define PARTIALS_OFF 16
 
-ct_status ct_optim_create(ct_optim **out, ct_model *m, ct_err *err) {
+ct_status ct_optim_create(ct_optim **out, ct_params *P, ct_profile *prof, ct_err *err) {
     *out = NULL;
     ct_optim *o = calloc(1, sizeof *o);
     if (!o) return CT_ERR(err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");
-    o->m = m;
-    o->P = ct_model_params(m);
-    o->dev = ct_model_device(m);
+    o->prof = prof;
+    o->P = P;
+    o->dev = ct_params_device(P);
     ct_status st = ct_buffer_alloc(o->dev, CT_MEM_WORKSPACE, "optimizer norm scratch",
                                    (PARTIALS_OFF + CT_NORM_PARTIALS) * sizeof(float), &o->scratch);
     if (st != CT_OK) {
@@ -49,11 +49,12 @@ static ct_status dev_fail(ct_optim *o, ct_status st, const char *what) {
     return st;
 }
 
-/* Time an enqueued op into the model's profile when profiling is on. */
-static ct_status timed(ct_optim *o, const char *bucket, double t0, ct_status st) {
-    if (st == CT_OK && ct_model_profiling(o->m)) {
+/* Time an enqueued op into the profile when profiling is on. */
+static ct_status timed(ct_optim *o, int bucket, double t0, ct_status st) {
+    if (st == CT_OK && o->prof && o->prof->on) {
         st = ct_device_finish(o->dev);
-        ct_model_profile_add(o->m, bucket, 1e3 * (ct_time_now() - t0));
+        o->prof->ms[bucket] += 1e3 * (ct_time_now() - t0);
+        o->prof->calls[bucket]++;
     }
     return st;
 }
@@ -65,7 +66,7 @@ static ct_status norm_on_device(ct_optim *o) {
     ct_status st = ct_global_norm_forward(
         o->dev, ct_view_of(sm, NORM_OFF), ct_view_of(sm, PARTIALS_OFF),
         ct_view_of(ct_buffer_mem(ct_params_grads(o->P)), 0), ct_params_local_len(o->P));
-    return dev_fail(o, timed(o, "grad_norm", t0, st), "gradient norm");
+    return dev_fail(o, timed(o, CT_PROF_grad_norm, t0, st), "gradient norm");
 }
 
 ct_status ct_optim_local_norm(ct_optim *o, float *norm) {
@@ -135,7 +136,7 @@ ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *
                                  need_norm ? ct_view_of(sm, NORM_OFF) : ct_view_none(),
                                  hp->grad_clip, b - a, hp->lr, hp->beta1, hp->beta2, hp->eps,
                                  ct_model_tensor_decays(i) ? hp->weight_decay : 0.0f, t);
-            st = timed(o, "adamw", t0, st);
+            st = timed(o, CT_PROF_adamw, t0, st);
             t0 = ct_time_now();
         }
     }

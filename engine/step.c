@@ -104,7 +104,7 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
         st = ct_grads_create(&x->g, m, &r, 1, &o->grads, err);
     }
     if (st == CT_OK) st = ct_zero_create(&x->z, m, x->dp, err);
-    if (st == CT_OK) st = ct_optim_create(&x->o, m, err);
+    if (st == CT_OK) st = ct_optim_create(&x->o, x->P, ct_model_profile(m), err);
     if (st != CT_OK) {
         ct_exec_free(x);
         return st;
