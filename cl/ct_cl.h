@@ -97,6 +97,10 @@ typedef struct ct_device_opts {
     const char *cache_dir; /* program binary cache; NULL = $XDG_CACHE_HOME/cltrain or
                               ~/.cache/cltrain; "" disables the disk cache */
     const char *tune_dir;  /* stored tuning results; NULL = <cache_dir>/tune */
+    int row_groups;        /* reductions along a row (LayerNorm, cross-entropy, norms): 1 = a
+                              work-group per row (GPUs: many rows' worth of threads), 0 = a
+                              work-item per row (CPUs: a core walks a row with SIMD), -1 = by
+                              device type (the default) */
 } ct_device_opts;
 
 ct_device_opts ct_device_opts_default(void);
@@ -106,6 +110,9 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
 void ct_device_free(ct_device *dev);
 
 const ct_device_info *ct_device_get_info(const ct_device *dev);
+/* Whether row reductions use a work-group per row on this device (ct_device_opts.row_groups,
+ * resolved at open). */
+int ct_device_row_groups(const ct_device *dev);
 cl_context ct_device_context(const ct_device *dev);
 cl_command_queue ct_device_queue(const ct_device *dev);
 cl_device_id ct_device_id(const ct_device *dev);

@@ -23,6 +23,7 @@ typedef struct ct__program_entry {
 
 struct ct_device {
     ct_device_info info;
+    int row_groups; /* resolved ct_device_opts.row_groups */
     cl_context ctx;
     cl_command_queue queue;
     ct_err err;

@@ -280,6 +280,7 @@ ct_device_opts ct_device_opts_default(void) {
     ct_device_opts o;
     memset(&o, 0, sizeof o);
     o.apply_tuning = 1;
+    o.row_groups = -1;
     return o;
 }
 
@@ -299,6 +300,7 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
     ct_device *d = calloc(1, sizeof *d);
     if (!d) return CT_ERR(err, CT_ERR_NOMEM, "out of host memory opening device");
     d->info = *info;
+    d->row_groups = o.row_groups >= 0 ? o.row_groups != 0 : !(info->type & CL_DEVICE_TYPE_CPU);
     pthread_mutex_init(&d->mem_lock, NULL);
     d->mem_cap = o.mem_cap ? o.mem_cap : info->global_mem_bytes;
     cl_int rc = CL_SUCCESS;
@@ -356,6 +358,7 @@ void ct_device_free(ct_device *d) {
 }
 
 const ct_device_info *ct_device_get_info(const ct_device *d) { return &d->info; }
+int ct_device_row_groups(const ct_device *d) { return d->row_groups; }
 cl_context ct_device_context(const ct_device *d) { return d->ctx; }
 cl_command_queue ct_device_queue(const ct_device *d) { return d->queue; }
 cl_device_id ct_device_id(const ct_device *d) { return d->info.device_id; }

@@ -80,6 +80,19 @@ static ct_status launch2(ct_device *dev, const char *file, const char *name, siz
     return ct_kernel_launch(dev, k, 2, global, local, NULL);
 }
 
+/* A work-group per row (or per chunk): ngroups groups of a power-of-two size <= 256 (the
+ * kernels' local reduction buffers) that the kernel allows. */
+static ct_status launch_groups(ct_device *dev, const char *file, const char *name, size_t ngroups,
+                               const karg *args, int nargs) {
+    if (ngroups == 0) return CT_OK;
+    cl_kernel k = NULL;
+    size_t local = 1;
+    ct_status st = prepare(dev, file, name, args, nargs, 256, 256, &k, &local);
+    if (st != CT_OK) return st;
+    size_t global = ngroups * local;
+    return ct_kernel_launch(dev, k, 1, &global, &local, NULL);
+}
+
 static ct_status bad(ct_device *dev, const char *op, const char *what) {
     return CT_ERR(ct_device_err(dev), CT_ERR_ARG, "%s: %s", op, what);
 }
@@ -144,6 +157,8 @@ ct_status ct_layernorm_forward(ct_device *dev, ct_view out, ct_view mean, ct_vie
     NEED(dims_ok(B, T, C), "ct_layernorm_forward", "B, T, C must be positive");
     karg a[] = {KMEM(out),    KMEM(mean), KMEM(rstd),   KMEM(inp),
                 KMEM(weight), KMEM(bias), KINT(B * T), KINT(C)};
+    if (ct_device_row_groups(dev))
+        return launch_groups(dev, "layernorm", "layernorm_forward_rows", (size_t)B * T, a, NARGS(a));
     return launch(dev, "layernorm", "layernorm_forward", (size_t)B * T, 64, a, NARGS(a));
 }
 
@@ -160,6 +175,9 @@ ct_status ct_layernorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, c
     }
     karg a[] = {KMEM(dinp), KMEM(dout),  KMEM(inp), KMEM(weight),         KMEM(mean),
                 KMEM(rstd), KINT(B * T), KINT(C),   KINT(accumulate_dinp != 0)};
+    if (ct_device_row_groups(dev))
+        return launch_groups(dev, "layernorm", "layernorm_backward_dinp_rows", (size_t)B * T, a,
+                             NARGS(a));
     return launch(dev, "layernorm", "layernorm_backward_dinp", (size_t)B * T, 64, a, NARGS(a));
 }
 
@@ -356,6 +374,8 @@ ct_status ct_crossentropy_forward(ct_device *dev, ct_view losses, ct_view lse, c
          "B, T, V must be positive and V <= Vp");
     karg a[] = {KMEM(losses), KMEM(lse), KMEM(logits), KMEM(targets),
                 KINT(B * T),  KINT(V),   KINT(Vp)};
+    if (ct_device_row_groups(dev))
+        return launch_groups(dev, "loss", "crossentropy_forward_rows", (size_t)B * T, a, NARGS(a));
     return launch(dev, "loss", "crossentropy_forward", (size_t)B * T, 64, a, NARGS(a));
 }
 
@@ -385,6 +405,16 @@ ct_status ct_mean_forward(ct_device *dev, ct_view out, ct_view inp, size_t N) {
 ct_status ct_global_norm_forward(ct_device *dev, ct_view out, ct_view partials, ct_view inp,
                                  size_t n) {
     ct_status st;
+    if (ct_device_row_groups(dev)) {
+        /* a work-group per partial, then one group adds the partials */
+        cl_ulong chunk = (n + CT_NORM_PARTIALS - 1) / CT_NORM_PARTIALS;
+        karg a[] = {KMEM(partials), KMEM(inp), KUL(n), KUL(chunk)};
+        if ((st = launch_groups(dev, "optim", "sumsq_partial_groups", CT_NORM_PARTIALS, a,
+                                NARGS(a))) != CT_OK)
+            return st;
+        karg f[] = {KMEM(out), KMEM(partials), KINT(CT_NORM_PARTIALS)};
+        return launch_groups(dev, "optim", "norm_finalize_group", 1, f, NARGS(f));
+    }
     {
         /* The partial count is the global size, so launch exactly CT_NORM_PARTIALS items with a
          * work-group size that divides it. */

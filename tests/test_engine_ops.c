@@ -376,6 +376,29 @@ int main(void) {
     ct_mem_stats ms;
     ct_device_mem_stats(g_dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
+    /* The other kernel family for the row reductions (LayerNorm, cross-entropy, the norm): a
+     * work-group per row on GPUs, a work-item per row on CPUs; both against the reference on
+     * every device, with rows longer than a work-group. */
+    int first = ct_device_row_groups(g_dev);
+    ct_device_free(g_dev);
+    o.row_groups = !first;
+    if (ct_device_open(&g_dev, &list[pick], &o, &err)) {
+        fprintf(stderr, "opening the device failed: %s\n", err.msg);
+        return 1;
+    }
+    printf("row reductions: %s, then %s\n", first ? "work-group per row" : "work-item per row",
+           first ? "work-item per row" : "work-group per row");
+    test_layernorm(3, 7, 20);
+    test_layernorm(2, 5, 33);
+    test_layernorm(2, 3, 1000);
+    test_crossentropy(3, 7, 37, 40);
+    test_crossentropy(2, 5, 11, 11);
+    test_crossentropy(2, 3, 3000, 3072);
+    test_optim(10007);
+    test_optim(3);
+    test_optim(300001);
+    ct_device_mem_stats(g_dev, &ms);
+    CT_ASSERT_EQ_INT(ms.live_buffers, 0);
     ct_device_free(g_dev);
     ct_device_list_free(list);
     return ct_test_end("test_engine_ops");

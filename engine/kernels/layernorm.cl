@@ -76,3 +76,77 @@ __kernel void layernorm_backward_dparams(__global float *dw, ulong dw_off, __glo
     dw[dw_off + c] += sw;
     db[db_off + c] += sb;
 }
+
+/* ---- a work-group per row (devices with many threads: GPUs). The group's size is a power of two
+ * <= 256; each item walks the row with stride = the group size (coalesced), and sums are reduced
+ * by a fixed tree in local memory, so the result is deterministic for a given group size. */
+
+/* The sum of v over the work-group, returned to every item; buf holds get_local_size(0) floats. */
+float ct_group_sum(float v, __local float *buf) {
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = n / 2; s > 0; s >>= 1) {
+        if (lid < s) buf[lid] += buf[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = buf[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+__kernel void layernorm_forward_rows(__global float *out, ulong out_off, __global float *mean,
+                                     ulong mean_off, __global float *rstd, ulong rstd_off,
+                                     __global const float *inp, ulong inp_off,
+                                     __global const float *w, ulong w_off, __global const float *b,
+                                     ulong b_off, int N, int C) {
+    __local float buf[256];
+    size_t r = get_group_id(0);
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    __global const float *x = inp + inp_off + r * C;
+    __global float *y = out + out_off + r * C;
+    float s = 0.0f;
+    for (int i = lid; i < C; i += n) s += x[i];
+    float m = ct_group_sum(s, buf) / (float)C;
+    float v = 0.0f;
+    for (int i = lid; i < C; i += n) {
+        float d = x[i] - m;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrt(ct_group_sum(v, buf) / (float)C + 1e-5f);
+    for (int i = lid; i < C; i += n) y[i] = (x[i] - m) * rs * w[w_off + i] + b[b_off + i];
+    if (lid == 0) {
+        mean[mean_off + r] = m;
+        rstd[rstd_off + r] = rs;
+    }
+}
+
+__kernel void layernorm_backward_dinp_rows(__global float *dinp, ulong dinp_off,
+                                           __global const float *dout, ulong dout_off,
+                                           __global const float *inp, ulong inp_off,
+                                           __global const float *w, ulong w_off,
+                                           __global const float *mean, ulong mean_off,
+                                           __global const float *rstd, ulong rstd_off, int N,
+                                           int C, int accumulate) {
+    __local float buf[256];
+    size_t r = get_group_id(0); /* launched with exactly N groups: no early return before the
+                                   barriers (every item of a group must reach each one) */
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    __global const float *x = inp + inp_off + r * C;
+    __global const float *dy = dout + dout_off + r * C;
+    __global float *dx = dinp + dinp_off + r * C;
+    float m = mean[mean_off + r], s = rstd[rstd_off + r];
+    float a = 0.0f, c = 0.0f;
+    for (int i = lid; i < C; i += n) {
+        float dn = w[w_off + i] * dy[i];
+        a += dn;
+        c += dn * (x[i] - m) * s;
+    }
+    float dmean = ct_group_sum(a, buf) / (float)C;
+    float dnmean = ct_group_sum(c, buf) / (float)C;
+    for (int i = lid; i < C; i += n) {
+        float nn = (x[i] - m) * s;
+        float g = s * (w[w_off + i] * dy[i] - dmean - nn * dnmean);
+        dx[i] = accumulate ? dx[i] + g : g;
+    }
+}

@@ -53,3 +53,41 @@ __kernel void mean_forward(__global float *out, ulong out_off, __global const fl
     for (int i = 0; i < N; i++) s += inp[inp_off + i];
     out[out_off] = s / (float)N;
 }
+
+/* ---- a work-group per row (GPUs): the same cross-entropy, the row's max and sum of
+ * exponentials reduced by a fixed tree in local memory (deterministic for a given group size). */
+__kernel void crossentropy_forward_rows(__global float *losses, ulong losses_off,
+                                        __global float *lse, ulong lse_off,
+                                        __global const float *logits, ulong logits_off,
+                                        __global const int *targets, ulong targets_off, int N,
+                                        int V, int Vp) {
+    __local float buf[256];
+    size_t r = get_group_id(0); /* launched with exactly N groups: no early return before the
+                                   barriers (every item of a group must reach each one) */
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    __global const float *l = logits + logits_off + r * (size_t)Vp;
+    float mx = -INFINITY;
+    for (int v = lid; v < V; v += n) mx = fmax(mx, l[v]);
+    buf[lid] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = n / 2; s > 0; s >>= 1) {
+        if (lid < s) buf[lid] = fmax(buf[lid], buf[lid + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    mx = buf[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float s = 0.0f;
+    for (int v = lid; v < V; v += n) s += exp(l[v] - mx);
+    buf[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int k = n / 2; k > 0; k >>= 1) {
+        if (lid < k) buf[lid] += buf[lid + k];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+        float z = mx + log(buf[0]);
+        int tg = targets[targets_off + r];
+        lse[lse_off + r] = z;
+        losses[losses_off + r] = (tg >= 0 && tg < V) ? z - l[tg] : NAN;
+    }
+}

@@ -64,3 +64,40 @@ __kernel void adamw_update(__global float *p, ulong p_off, __global const float 
     float w = p[p_off + i];
     p[p_off + i] = w - lr * (mh / (sqrt(vh) + eps) + wd * w);
 }
+
+/* ---- work-group versions (GPUs): group i sums chunk i of x with its items striding through it
+ * (coalesced), reduced by a fixed tree in local memory; the finish is one group. */
+__kernel void sumsq_partial_groups(__global float *partials, ulong p_off, __global const float *x,
+                                   ulong x_off, ulong n, ulong chunk) {
+    __local float buf[256];
+    size_t i = get_group_id(0);
+    int lid = (int)get_local_id(0), ls = (int)get_local_size(0);
+    size_t j0 = i * chunk, j1 = j0 + chunk;
+    if (j1 > n) j1 = n;
+    if (j0 > n) j0 = n;
+    __global const float *p = x + x_off;
+    float s = 0.0f;
+    for (size_t j = j0 + (size_t)lid; j < j1; j += (size_t)ls) s += p[j] * p[j];
+    buf[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int k = ls / 2; k > 0; k >>= 1) {
+        if (lid < k) buf[lid] += buf[lid + k];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) partials[p_off + i] = buf[0];
+}
+
+__kernel void norm_finalize_group(__global float *out, ulong out_off,
+                                  __global const float *partials, ulong p_off, int P) {
+    __local float buf[256];
+    int lid = (int)get_local_id(0), ls = (int)get_local_size(0);
+    float s = 0.0f;
+    for (int i = lid; i < P; i += ls) s += partials[p_off + i];
+    buf[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int k = ls / 2; k > 0; k >>= 1) {
+        if (lid < k) buf[lid] += buf[lid + k];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) out[out_off] = sqrt(buf[0]);
+}
