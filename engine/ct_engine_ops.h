@@ -122,6 +122,43 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp /* (B,T,3C) = */,
                                 ct_view qkvr /* (3,B,NH,T,hs) */, ct_view att /* (B,NH,T,T) */,
                                 int B, int T, int C, int NH);
 
+/* ---- the same attention fused (engine/kernels/attention_fused.cl): an online softmax over key
+ * blocks, no (B,NH,T,T) tensor. Saved for backward: the input qkv itself (B,T,3C), the output and
+ * the per-row log-sum-exp lse (B,NH,T) of the scaled scores. Each output element has one writer
+ * and a fixed summation order, so results are bitwise reproducible for a given device, block
+ * shape and input shape (they differ from the GEMM path's in the last bits).
+ *
+ * The kernels are compiled per head size and block shape: bq queries per work-group, bk keys per
+ * block, nt work-items (powers of two). ct_attn_tune (ct_engine_model.h) picks them per device from
+ * a measured search; cfg NULL takes ct_attn_cfg_default. */
+typedef struct ct_attn_blocks {
+    int bq, bk, nt;
+} ct_attn_blocks;
+typedef struct ct_attn_cfg {
+    ct_attn_blocks fwd; /* the forward kernel */
+    ct_attn_blocks bwd; /* the two backward kernels (dK/dV per key block, dQ per query block) */
+} ct_attn_cfg;
+/* 0 if blocks k can run at head size hs on this device (info may be NULL: no local-memory
+ * check); otherwise 1 with the reason in why (may be NULL). */
+int ct_attn_blocks_check(const ct_device_info *info, int hs, const ct_attn_blocks *k, int backward,
+                         char *why, size_t len);
+/* Local memory (bytes) one work-group of k takes (backward: the larger of its two kernels). */
+size_t ct_attn_blocks_local_bytes(int hs, const ct_attn_blocks *k, int backward);
+/* The first of a short fixed list that fits the device: 16 x 16 blocks of 64 work-items where
+ * they fit, smaller ones where not (any head size, any device). */
+ct_attn_cfg ct_attn_cfg_default(const ct_device_info *info, int hs);
+
+ct_status ct_attention_fused_forward(ct_device *dev, const ct_attn_cfg *cfg,
+                                     ct_view out /* (B,T,C) = */, ct_view lse /* (B,NH,T) = */,
+                                     ct_view inp /* (B,T,3C) */, int B, int T, int C, int NH);
+/* dsum: scratch (B,NH,T) for rowsum(dout * out). */
+ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg,
+                                      ct_view dinp /* (B,T,3C) = */,
+                                      ct_view dsum /* (B,NH,T) scratch */,
+                                      ct_view dout /* (B,T,C) */, ct_view inp /* (B,T,3C) */,
+                                      ct_view out /* (B,T,C) */, ct_view lse /* (B,NH,T) */, int B,
+                                      int T, int C, int NH);
+
 /* ---- GELU, tanh approximation */
 ct_status ct_gelu_forward(ct_device *dev, ct_view out /* (N) = */, ct_view inp /* (N) */, size_t N);
 ct_status ct_gelu_backward(ct_device *dev, ct_view dinp /* (N) = */, ct_view inp /* (N) */,

@@ -6,6 +6,7 @@
  * that is never above CL_KERNEL_WORK_GROUP_SIZE, and kernels guard their index. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ct_engine_ops.h"
@@ -121,6 +122,8 @@ const char *ct_profile_name(int bucket) {
 ct_status ct_ops_warmup(ct_device *dev) {
     for (int i = 0; i < ct_engine_kernels_count; i++) {
         cl_program p = NULL;
+        /* the fused attention is built per (head size, block shape) when first used */
+        if (!strcmp(ct_engine_kernels[i].name, "attention_fused")) continue;
         ct_status st = ct_program_get(dev, &ct_engine_kernels[i], "", &p);
         if (st != CT_OK) return st;
     }
@@ -364,6 +367,171 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
     if (st != CT_OK) return st;
     karg a[] = {KMEM(dinp), KMEM(dqkvr), KINT(B), KINT(T), KINT(NH), KINT(hs)};
     return launch2(dev, "attention", "heads_to_qkv", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+}
+
+/* ------------------------------------------------------------------ fused attention */
+
+/* The largest power of two dividing n, at most cap. */
+static int pow2_divisor(int n, int cap) {
+    int p = 1;
+    while (n % (2 * p) == 0 && 2 * p <= cap) p *= 2;
+    return p;
+}
+static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+/* Work-items across the keys of a score tile and across the HS columns (attention_fused.cl). */
+static void fused_split(int hs, const ct_attn_blocks *k, int *sc, int *oc) {
+    *sc = k->bk < k->nt ? k->bk : k->nt;
+    *oc = pow2_divisor(hs, k->nt);
+}
+
+size_t ct_attn_blocks_local_bytes(int hs, const ct_attn_blocks *k, int backward) {
+    size_t q = (size_t)k->bq * (hs + 1), kv = (size_t)hs * (k->bk + 1), kr = (size_t)k->bk * (hs + 1);
+    size_t p = (size_t)k->bq * (k->bk + 1), r = (size_t)k->bq;
+    size_t fwd = q + kv + kr + p + 3 * r;
+    size_t dkv = 2 * kv + 2 * q + 2 * p + 2 * r;
+    size_t dq = 2 * q + 2 * kv + kr + p + 2 * r;
+    size_t n = backward ? (dkv > dq ? dkv : dq) : fwd;
+    return n * sizeof(float);
+}
+
+int ct_attn_blocks_check(const ct_device_info *info, int hs, const ct_attn_blocks *k, int backward,
+                         char *why, size_t len) {
+    char tmp[8];
+    if (!why) why = tmp, len = sizeof tmp;
+    if (hs < 1 || !is_pow2(k->bq) || !is_pow2(k->bk) || !is_pow2(k->nt) || k->nt > 1024) {
+        snprintf(why, len, "block sizes %d x %d and %d work-items must be powers of two (<= 1024)",
+                 k->bq, k->bk, k->nt);
+        return 1;
+    }
+    int sc, oc;
+    fused_split(hs, k, &sc, &oc);
+    int sr = k->nt / sc, orow = k->nt / oc;
+    if (k->bq % sr || k->bq % orow || (backward && k->bk % orow)) {
+        snprintf(why, len,
+                 "%d work-items do not tile %d queries x %d keys at head size %d (need %d and %d "
+                 "to divide the blocks)",
+                 k->nt, k->bq, k->bk, hs, sr, orow);
+        return 1;
+    }
+    /* private accumulators per work-item: keep them within what registers (GPU) hold */
+    int sn = (k->bq / sr) * (k->bk / sc), on = (k->bq / orow) * (hs / oc);
+    int kn = (k->bk / orow) * (hs / oc);
+    int priv = backward ? (2 * sn + (2 * kn > on ? 2 * kn : on)) : sn + on;
+    if (priv > 256) {
+        snprintf(why, len, "%d private floats per work-item (more than 256)", priv);
+        return 1;
+    }
+    size_t lm = ct_attn_blocks_local_bytes(hs, k, backward);
+    if (info && lm > info->local_mem_bytes) {
+        snprintf(why, len, "needs %zu bytes of local memory, the device has %llu", lm,
+                 (unsigned long long)info->local_mem_bytes);
+        return 1;
+    }
+    return 0;
+}
+
+ct_attn_cfg ct_attn_cfg_default(const ct_device_info *info, int hs) {
+    static const ct_attn_blocks cand[] = {{16, 16, 64}, {16, 16, 16}, {8, 8, 8}, {4, 4, 4},
+                                          {2, 2, 2},    {1, 1, 1}};
+    ct_attn_cfg c = {{1, 1, 1}, {1, 1, 1}};
+    int nf = 0, nb = 0;
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
+        if (!nf && !ct_attn_blocks_check(info, hs, &cand[i], 0, NULL, 0)) c.fwd = cand[i], nf = 1;
+        if (!nb && !ct_attn_blocks_check(info, hs, &cand[i], 1, NULL, 0)) c.bwd = cand[i], nb = 1;
+    }
+    return c;
+}
+
+/* The fused kernel `name` built for head size hs and block shape k (one program per shape). */
+static ct_status fused_kernel(ct_device *dev, int hs, const ct_attn_blocks *k, int backward,
+                              const char *name, cl_kernel *out) {
+    char why[200];
+    if (ct_attn_blocks_check(ct_device_get_info(dev), hs, k, backward, why, sizeof why))
+        return CT_ERR(ct_device_err(dev), CT_ERR_ARG, "fused attention (%s): %s", name, why);
+    const ct_cl_source *src = find_source("attention_fused");
+    if (!src)
+        return CT_ERR(ct_device_err(dev), CT_ERR_NOT_FOUND,
+                      "engine kernel source 'attention_fused.cl' is not embedded (build problem)");
+    int sc, oc;
+    fused_split(hs, k, &sc, &oc);
+    char opt[160];
+    snprintf(opt, sizeof opt, "-D HS=%d -D BQ=%d -D BK=%d -D NT=%d -D SC=%d -D OC=%d", hs, k->bq,
+             k->bk, k->nt, sc, oc);
+    ct_status st = ct_kernel_get(dev, src, opt, name, out);
+    if (st != CT_OK) return st;
+    size_t wg = 1;
+    if ((st = ct_kernel_max_work_group(dev, *out, &wg)) != CT_OK) return st;
+    if (wg < (size_t)k->nt)
+        return CT_ERR(ct_device_err(dev), CT_ERR_UNSUPPORTED,
+                      "fused attention kernel %s with %d work-items: the device allows %zu for it",
+                      name, k->nt, wg);
+    return CT_OK;
+}
+
+static ct_status fused_launch(ct_device *dev, int hs, const ct_attn_blocks *k, int backward,
+                              const char *name, size_t groups, size_t BNH, const karg *args,
+                              int nargs) {
+    cl_kernel kern = NULL;
+    ct_status st = fused_kernel(dev, hs, k, backward, name, &kern);
+    for (int i = 0; st == CT_OK && i < nargs; i++)
+        st = ct_kernel_set_arg(dev, kern, (cl_uint)i, args[i].size, args[i].p);
+    if (st != CT_OK) return st;
+    size_t local[2] = {(size_t)k->nt, 1}, global[2] = {groups * (size_t)k->nt, BNH};
+    return ct_kernel_launch(dev, kern, 2, global, local, NULL);
+}
+
+#define FUSED_DIMS_OK                                                                              \
+    (dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, 1))
+
+ct_status ct_attention_fused_forward(ct_device *dev, const ct_attn_cfg *cfg, ct_view out,
+                                     ct_view lse, ct_view inp, int B, int T, int C, int NH) {
+    NEED(FUSED_DIMS_OK, "ct_attention_fused_forward",
+         "B, T, C, NH must be positive with NH dividing C");
+    int hs = C / NH;
+    ct_attn_cfg c = cfg ? *cfg : ct_attn_cfg_default(ct_device_get_info(dev), hs);
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t nqb = ((size_t)T + c.fwd.bq - 1) / c.fwd.bq;
+    karg a[] = {KMEM(out), KMEM(lse), KMEM(inp), KINT(T), KINT(NH), KF(scale)};
+    return fused_launch(dev, hs, &c.fwd, 0, "attn_fused_forward", nqb, (size_t)B * NH, a,
+                        NARGS(a));
+}
+
+ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg, ct_view dinp,
+                                      ct_view dsum, ct_view dout, ct_view inp, ct_view out,
+                                      ct_view lse, int B, int T, int C, int NH) {
+    NEED(FUSED_DIMS_OK, "ct_attention_fused_backward",
+         "B, T, C, NH must be positive with NH dividing C");
+    int hs = C / NH;
+    ct_attn_cfg c = cfg ? *cfg : ct_attn_cfg_default(ct_device_get_info(dev), hs);
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t BNH = (size_t)B * NH;
+    ct_status st;
+    {
+        cl_kernel k = NULL;
+        karg a[] = {KMEM(dsum), KMEM(dout), KMEM(out), KINT(B), KINT(T), KINT(NH)};
+        st = fused_kernel(dev, hs, &c.bwd, 1, "attn_fused_dot", &k);
+        for (int i = 0; st == CT_OK && i < NARGS(a); i++)
+            st = ct_kernel_set_arg(dev, k, (cl_uint)i, a[i].size, a[i].p);
+        size_t wg = 1;
+        if (st == CT_OK) st = ct_kernel_max_work_group(dev, k, &wg);
+        if (st != CT_OK) return st;
+        size_t l0 = 1;
+        while (l0 * 2 <= (size_t)NH && l0 * 2 <= wg && l0 < 64) l0 *= 2;
+        size_t local[2] = {l0, 1}, global[2] = {((size_t)NH + l0 - 1) / l0 * l0, (size_t)B * T};
+        if ((st = ct_kernel_launch(dev, k, 2, global, local, NULL)) != CT_OK) return st;
+    }
+    {
+        size_t nkb = ((size_t)T + c.bwd.bk - 1) / c.bwd.bk;
+        karg a[] = {KMEM(dinp), KMEM(dout), KMEM(inp), KMEM(lse), KMEM(dsum),
+                    KINT(T),    KINT(NH),   KF(scale)};
+        st = fused_launch(dev, hs, &c.bwd, 1, "attn_fused_backward_dkv", nkb, BNH, a, NARGS(a));
+        if (st != CT_OK) return st;
+    }
+    size_t nqb = ((size_t)T + c.bwd.bq - 1) / c.bwd.bq;
+    karg a[] = {KMEM(dinp), KMEM(dout), KMEM(inp), KMEM(lse), KMEM(dsum),
+                KINT(T),    KINT(NH),   KF(scale)};
+    return fused_launch(dev, hs, &c.bwd, 1, "attn_fused_backward_dq", nqb, BNH, a, NARGS(a));
 }
 
 /* ------------------------------------------------------------------ loss */

@@ -4,3 +4,4 @@
 ct_add_test(NAME test_engine_ops SOURCES test_engine_ops.c LIBS ct_engine LABELS opencl TIMEOUT 600)
 ct_add_test(NAME test_engine_model SOURCES test_engine_model.c LIBS ct_engine LABELS opencl TIMEOUT 600)
 ct_add_test(NAME test_engine_model_learn SOURCES test_engine_model_learn.c LIBS ct_engine LABELS opencl TIMEOUT 600)
+ct_add_test(NAME test_engine_attention SOURCES test_engine_attention.c LIBS ct_engine LABELS opencl TIMEOUT 600)
