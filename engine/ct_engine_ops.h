@@ -129,10 +129,11 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp /* (B,T,3C) = */,
  * shape and input shape (they differ from the GEMM path's in the last bits).
  *
  * The kernels are compiled per head size and block shape: bq queries per work-group, bk keys per
- * block, nt work-items (powers of two). ct_attn_tune (ct_engine_model.h) picks them per device from
+ * block, nt work-items, vw-wide vectors per work-item (powers of two). ct_attn_tune (ct_engine_model.h) picks them per device from
  * a measured search; cfg NULL takes ct_attn_cfg_default. */
 typedef struct ct_attn_blocks {
-    int bq, bk, nt;
+    int bq, bk, nt; /* queries per work-group, keys per block, work-items per group */
+    int vw;         /* floats per work-item lane run (1 on GPUs; wide on CPUs, one SIMD vector) */
 } ct_attn_blocks;
 typedef struct ct_attn_cfg {
     ct_attn_blocks fwd; /* the forward kernel */

@@ -379,15 +379,17 @@ static int pow2_divisor(int n, int cap) {
 }
 static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-/* Work-items across the keys of a score tile and across the HS columns (attention_fused.cl). */
+/* Work-items across the key vectors of a score tile and across the HS column vectors. */
 static void fused_split(int hs, const ct_attn_blocks *k, int *sc, int *oc) {
-    *sc = k->bk < k->nt ? k->bk : k->nt;
-    *oc = pow2_divisor(hs, k->nt);
+    *sc = k->bk / k->vw < k->nt ? k->bk / k->vw : k->nt;
+    *oc = pow2_divisor(hs / k->vw, k->nt);
 }
 
 size_t ct_attn_blocks_local_bytes(int hs, const ct_attn_blocks *k, int backward) {
-    size_t q = (size_t)k->bq * (hs + 1), kv = (size_t)hs * (k->bk + 1), kr = (size_t)k->bk * (hs + 1);
-    size_t p = (size_t)k->bq * (k->bk + 1), r = (size_t)k->bq;
+    size_t pad = k->vw == 1; /* rows padded by one float against bank conflicts (scalar lanes) */
+    size_t q = (size_t)k->bq * (hs + pad), kv = (size_t)hs * (k->bk + pad);
+    size_t kr = (size_t)k->bk * (hs + pad);
+    size_t p = (size_t)k->bq * (k->bk + pad), r = (size_t)k->bq;
     size_t fwd = q + kv + kr + p + 3 * r;
     size_t dkv = 2 * kv + 2 * q + 2 * p + 2 * r;
     size_t dq = 2 * q + 2 * kv + kr + p + 2 * r;
@@ -404,10 +406,15 @@ int ct_attn_blocks_check(const ct_device_info *info, int hs, const ct_attn_block
                  k->bq, k->bk, k->nt);
         return 1;
     }
+    if (!is_pow2(k->vw) || k->vw > 16 || k->bk % k->vw || hs % k->vw) {
+        snprintf(why, len, "vector width %d must be 1, 2, 4, 8 or 16 and divide %d keys and head size %d",
+                 k->vw, k->bk, hs);
+        return 1;
+    }
     int sc, oc;
     fused_split(hs, k, &sc, &oc);
     int sr = k->nt / sc, orow = k->nt / oc;
-    if (k->bq % sr || k->bq % orow || (backward && k->bk % orow)) {
+    if (sr > k->bq || k->bq % sr || k->bq % orow || (backward && k->bk % orow)) {
         snprintf(why, len,
                  "%d work-items do not tile %d queries x %d keys at head size %d (need %d and %d "
                  "to divide the blocks)",
@@ -416,10 +423,12 @@ int ct_attn_blocks_check(const ct_device_info *info, int hs, const ct_attn_block
     }
     /* private accumulators per work-item: keep them within what registers (GPU) hold */
     int sn = (k->bq / sr) * (k->bk / sc), on = (k->bq / orow) * (hs / oc);
-    int kn = (k->bk / orow) * (hs / oc);
+    int kn = (k->bk / orow) * (hs / oc); /* floats: the vectors' lanes counted */
     int priv = backward ? (2 * sn + (2 * kn > on ? 2 * kn : on)) : sn + on;
-    if (priv > 256) {
-        snprintf(why, len, "%d private floats per work-item (more than 256)", priv);
+    /* GPU registers; on a CPU device privates live in the cache-resident stack */
+    int pmax = info && (info->type & CL_DEVICE_TYPE_CPU) ? 4096 : 256;
+    if (priv > pmax) {
+        snprintf(why, len, "%d private floats per work-item (more than %d)", priv, pmax);
         return 1;
     }
     size_t lm = ct_attn_blocks_local_bytes(hs, k, backward);
@@ -432,9 +441,9 @@ int ct_attn_blocks_check(const ct_device_info *info, int hs, const ct_attn_block
 }
 
 ct_attn_cfg ct_attn_cfg_default(const ct_device_info *info, int hs) {
-    static const ct_attn_blocks cand[] = {{16, 16, 64}, {16, 16, 16}, {8, 8, 8}, {4, 4, 4},
-                                          {2, 2, 2},    {1, 1, 1}};
-    ct_attn_cfg c = {{1, 1, 1}, {1, 1, 1}};
+    static const ct_attn_blocks cand[] = {{16, 16, 64, 1}, {16, 16, 16, 1}, {8, 8, 8, 1},
+                                          {4, 4, 4, 1},    {2, 2, 2, 1},    {1, 1, 1, 1}};
+    ct_attn_cfg c = {{1, 1, 1, 1}, {1, 1, 1, 1}};
     int nf = 0, nb = 0;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
         if (!nf && !ct_attn_blocks_check(info, hs, &cand[i], 0, NULL, 0)) c.fwd = cand[i], nf = 1;
@@ -456,8 +465,8 @@ static ct_status fused_kernel(ct_device *dev, int hs, const ct_attn_blocks *k, i
     int sc, oc;
     fused_split(hs, k, &sc, &oc);
     char opt[160];
-    snprintf(opt, sizeof opt, "-D HS=%d -D BQ=%d -D BK=%d -D NT=%d -D SC=%d -D OC=%d", hs, k->bq,
-             k->bk, k->nt, sc, oc);
+    snprintf(opt, sizeof opt, "-D HS=%d -D BQ=%d -D BK=%d -D NT=%d -D VW=%d -D SC=%d -D OC=%d", hs,
+             k->bq, k->bk, k->nt, k->vw, sc, oc);
     ct_status st = ct_kernel_get(dev, src, opt, name, out);
     if (st != CT_OK) return st;
     size_t wg = 1;

@@ -220,16 +220,16 @@ static void test_bad_input(void) {
                                                  8, 2),
                      CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "ct_attention_fused_backward");
-    ct_attn_cfg bad = {{16, 12, 64}, {16, 16, 64}}; /* 12 is not a power of two */
+    ct_attn_cfg bad = {{16, 12, 64, 1}, {16, 16, 64, 1}}; /* 12 is not a power of two */
     CT_ASSERT_EQ_INT(ct_attention_fused_forward(g_dev, &bad, x.v, x.v, x.v, 1, 2, 8, 2), CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "powers of two");
-    ct_attn_cfg untileable = {{4, 4, 64}, {4, 4, 64}}; /* 64 work-items cannot tile 4 x 4 */
+    ct_attn_cfg untileable = {{4, 4, 64, 1}, {4, 4, 64, 1}}; /* 64 work-items cannot tile 4 x 4 */
     CT_ASSERT_EQ_INT(ct_attention_fused_forward(g_dev, &untileable, x.v, x.v, x.v, 1, 2, 8, 2),
                      CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "do not tile");
     ct_device_info small = *g_info;
     small.local_mem_bytes = 4096;
-    ct_attn_blocks big = {64, 64, 64};
+    ct_attn_blocks big = {64, 64, 64, 1};
     char why[200] = "";
     CT_ASSERT_EQ_INT(ct_attn_blocks_check(&small, 64, &big, 0, why, sizeof why), 1);
     CT_ASSERT_STR_CONTAINS(why, "local memory");
@@ -265,14 +265,25 @@ int main(void) {
     test_fused(1, 33, 12, 64, NULL, 0);
     test_fused(1, 1000, 1, 64, NULL, 1);
     /* other block shapes: more keys than queries and the reverse, wide and narrow work-groups */
-    ct_attn_cfg c1 = {{32, 16, 64}, {16, 32, 64}};
-    ct_attn_cfg c2 = {{8, 32, 32}, {32, 8, 32}};
-    ct_attn_cfg c3 = {{64, 64, 256}, {32, 32, 128}};
+    ct_attn_cfg c1 = {{32, 16, 64, 1}, {16, 32, 64, 1}};
+    ct_attn_cfg c2 = {{8, 32, 32, 1}, {32, 8, 32, 1}};
+    ct_attn_cfg c3 = {{64, 64, 256, 1}, {32, 32, 128, 1}};
     test_fused(2, 130, 3, 64, &c1, 1);
     test_fused(1, 7, 1, 8, &c1, 0);
     test_fused(2, 33, 3, 20, &c2, 0);
     test_fused(1, 130, 1, 128, &c2, 0);
     test_fused(1, 130, 3, 64, &c3, 1);
+    /* wide vectors per work-item (what CPU devices pick), and 2- and 4-wide */
+    ct_attn_cfg v1 = {{64, 64, 4, 16}, {64, 64, 4, 16}};
+    ct_attn_cfg v2 = {{16, 32, 2, 8}, {32, 16, 4, 4}};
+    ct_attn_cfg v3 = {{8, 8, 2, 4}, {16, 8, 4, 2}};
+    test_fused(2, 130, 3, 64, &v1, 1);
+    ct_attn_cfg v4 = {{64, 64, 4, 16}, {32, 32, 4, 16}};
+    test_fused(1, 1000, 1, 128, &v4, 1);
+    test_fused(3, 7, 12, 8, &v2, 0);
+    test_fused(1, 33, 3, 128, &v2, 1);
+    test_fused(2, 33, 3, 20, &v3, 0);
+    test_fused(1, 1, 1, 20, &v3, 0);
     test_vs_gemm(2, 130, 3, 64);
     test_bad_input();
     ct_mem_stats ms;

@@ -18,19 +18,61 @@
  * the same for a run of work-items. Local arrays have one float of padding per row (BKP, HSP)
  * against bank conflicts on transposed stores. Work-groups are launched as (NT * blocks, B*NH). */
 
-#define SR (NT / SC)  /* work-item rows of the score tile */
-#define SRN (BQ / SR) /* score rows per work-item */
-#define SJN (BK / SC) /* score columns (keys) per work-item */
-#define OR (NT / OC)  /* work-item rows of an HS tile */
-#define ORN (BQ / OR) /* query rows per work-item (forward O, dQ) */
-#define KRN (BK / OR) /* key rows per work-item (dK, dV) */
-#define ODN (HS / OC) /* HS columns per work-item */
-#define BKP (BK + 1)
-#define HSP (HS + 1)
+#ifndef VW
+#define VW 1
+#endif
+#define SR (NT / SC)          /* work-item rows of the score tile */
+#define SRN (BQ / SR)         /* score rows per work-item */
+#define SJN (BK / VW / SC)    /* score column vectors (VW keys each) per work-item */
+#define OR (NT / OC)          /* work-item rows of an HS tile */
+#define ORN (BQ / OR)         /* query rows per work-item (forward O, dQ) */
+#define KRN (BK / OR)         /* key rows per work-item (dK, dV) */
+#define ODN (HS / VW / OC)    /* HS column vectors per work-item */
+#define BKP (BK + (VW == 1))  /* padded rows (scalar lanes only: vectors keep their alignment) */
+#define HSP (HS + (VW == 1))
 
-#if NT % SC || BK % SC || BQ % SR || NT % OC || HS % OC || BQ % OR
+#if BK % VW || HS % VW || NT % SC || (BK / VW) % SC || BQ % SR || NT % OC || (HS / VW) % OC ||   \
+    BQ % OR
 #error "attention_fused.cl: block shape does not divide (see the header)"
 #endif
+
+/* vf: VW floats, one work-item's run of consecutive columns (CPU devices use wide vectors, one
+ * work-item then covers what a SIMD unit does; GPUs use VW = 1). LANE: the lane indices. */
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#if VW == 1
+typedef float vf;
+#define VLOAD(p) (*(p))
+#define VSTORE(p, x) (*(p) = (x))
+#define HMAX(x) (x)
+#define HSUM(x) (x)
+#define LANE 0.0f
+#else
+typedef CAT(float, VW) vf;
+#define VLOAD(p) CAT(vload, VW)(0, (p))
+#define VSTORE(p, x) CAT(vstore, VW)((x), 0, (p))
+#if VW == 2
+#define LANE ((vf)(0, 1))
+#define HMAX(x) fmax((x).s0, (x).s1)
+#define HSUM(x) ((x).s0 + (x).s1)
+#elif VW == 4
+#define LANE ((vf)(0, 1, 2, 3))
+#define HMAX(x) fmax(fmax((x).s0, (x).s1), fmax((x).s2, (x).s3))
+#define HSUM(x) (((x).s0 + (x).s1) + ((x).s2 + (x).s3))
+#elif VW == 8
+#define LANE ((vf)(0, 1, 2, 3, 4, 5, 6, 7))
+#define HMAX(x) HMAX4(fmax((x).lo, (x).hi))
+#define HSUM(x) HSUM4((x).lo + (x).hi)
+#elif VW == 16
+#define LANE ((vf)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#define HMAX(x) HMAX4(fmax(fmax((x).lo.lo, (x).lo.hi), fmax((x).hi.lo, (x).hi.hi)))
+#define HSUM(x) HSUM4(((x).lo.lo + (x).lo.hi) + ((x).hi.lo + (x).hi.hi))
+#else
+#error "attention_fused.cl: VW must be 1, 2, 4, 8 or 16"
+#endif
+#endif
+#define HMAX4(x) fmax(fmax((x).s0, (x).s1), fmax((x).s2, (x).s3))
+#define HSUM4(x) (((x).s0 + (x).s1) + ((x).s2 + (x).s3))
 
 /* Keys [k0, k0+BK) of head h in rows of `base` (row t at base + t*3C): K transposed into kt
  * (HS x BKP), V transposed into vt (may be NULL) and/or as rows into vs (BK x HSP, may be NULL);
@@ -43,9 +85,9 @@
             kv_ = base[(size_t)t_ * C3 + C + d_];                                                  \
             vv_ = base[(size_t)t_ * C3 + 2 * C + d_];                                              \
         }                                                                                          \
-        (kt)[d_ * BKP + j_] = kv_;                                                                   \
-        if (vt) (vt)[d_ * BKP + j_] = vv_;                                                           \
-        if (vs) (vs)[j_ * HSP + d_] = vv_;                                                           \
+        (kt)[d_ * BKP + j_] = kv_;                                                                 \
+        if (vt) (vt)[d_ * BKP + j_] = vv_;                                                         \
+        if (vs) (vs)[j_ * HSP + d_] = vv_;                                                         \
     }
 
 /* Forward: one work-group per (query block, b*NH + h). out (B,T,C) =, lse (B,NH,T) =. The query
@@ -70,59 +112,63 @@ attn_fused_forward(__global float *out, ulong out_off, __global float *lse, ulon
         Ms[r] = -INFINITY;
         Ls[r] = 0.0f;
     }
-    float acc[ORN][ODN];
+    vf acc[ORN][ODN];
     for (int a = 0; a < ORN; a++)
-        for (int c = 0; c < ODN; c++) acc[a][c] = 0.0f;
+        for (int c = 0; c < ODN; c++) acc[a][c] = (vf)0.0f;
 
     const int kend = min(q0 + BQ, T); /* causal: keys < the block's last query + 1 */
     for (int k0 = 0; k0 < kend; k0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous block's readers are done */
         LOAD_KV(Kt, (__local float *)0, Vs);
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* 1. scores of this work-item's (row, key) entries, masked */
-        float s[SRN][SJN];
+        /* 1. scores of this work-item's (row, key) entries, masked with -inf */
+        vf s[SRN][SJN];
         for (int a = 0; a < SRN; a++)
-            for (int bb = 0; bb < SJN; bb++) s[a][bb] = 0.0f;
+            for (int bb = 0; bb < SJN; bb++) s[a][bb] = (vf)0.0f;
         for (int d = 0; d < HS; d++) {
-            float kk[SJN];
-            for (int bb = 0; bb < SJN; bb++) kk[bb] = Kt[d * BKP + sc + bb * SC];
+            vf kk[SJN];
+            for (int bb = 0; bb < SJN; bb++) kk[bb] = VLOAD(Kt + d * BKP + (sc + bb * SC) * VW);
             for (int a = 0; a < SRN; a++) {
-                float qq = Qs[(sr + a * SR) * HSP + d];
+                vf qq = (vf)Qs[(sr + a * SR) * HSP + d];
                 for (int bb = 0; bb < SJN; bb++) s[a][bb] = fma(qq, kk[bb], s[a][bb]);
             }
         }
         for (int a = 0; a < SRN; a++)
             for (int bb = 0; bb < SJN; bb++) {
-                int r = sr + a * SR, j = sc + bb * SC;
-                Ps[r * BKP + j] = (k0 + j > q0 + r || k0 + j >= T) ? -INFINITY : s[a][bb];
+                int r = sr + a * SR, j0 = (sc + bb * SC) * VW;
+                vf u = (vf)(float)(k0 + j0) + LANE;
+                VSTORE(Ps + r * BKP + j0, select(s[a][bb], (vf)(-INFINITY),
+                                                 (u > (vf)(float)(q0 + r)) | (u >= (vf)(float)T)));
             }
         barrier(CLK_LOCAL_MEM_FENCE);
         /* 2. online softmax per row: new max, rescale factor, probabilities, running sum */
         for (int r = lid; r < BQ; r += NT) {
-            float mo = Ms[r], mx = mo;
-            for (int j = 0; j < BK; j++) mx = fmax(mx, Ps[r * BKP + j]);
-            float sum = 0.0f;
-            for (int j = 0; j < BK; j++) {
-                float p = exp(Ps[r * BKP + j] - mx);
-                Ps[r * BKP + j] = p;
-                sum += p;
+            float mo = Ms[r];
+            vf mv = (vf)mo;
+            for (int j = 0; j < BK; j += VW) mv = fmax(mv, VLOAD(Ps + r * BKP + j));
+            float mx = HMAX(mv);
+            vf sv = (vf)0.0f;
+            for (int j = 0; j < BK; j += VW) {
+                vf p = exp(VLOAD(Ps + r * BKP + j) - (vf)mx);
+                VSTORE(Ps + r * BKP + j, p);
+                sv += p;
             }
             float al = exp(mo - mx);
             As[r] = al;
-            Ls[r] = Ls[r] * al + sum;
+            Ls[r] = Ls[r] * al + HSUM(sv);
             Ms[r] = mx;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         /* 3. O = O * alpha + P V */
         for (int a = 0; a < ORN; a++) {
-            float al = As[orow + a * OR];
+            vf al = (vf)As[orow + a * OR];
             for (int c = 0; c < ODN; c++) acc[a][c] *= al;
         }
         for (int j = 0; j < BK; j++) {
-            float vv[ODN];
-            for (int c = 0; c < ODN; c++) vv[c] = Vs[j * HSP + oc + c * OC];
+            vf vv[ODN];
+            for (int c = 0; c < ODN; c++) vv[c] = VLOAD(Vs + j * HSP + (oc + c * OC) * VW);
             for (int a = 0; a < ORN; a++) {
-                float p = Ps[(orow + a * OR) * BKP + j];
+                vf p = (vf)Ps[(orow + a * OR) * BKP + j];
                 for (int c = 0; c < ODN; c++) acc[a][c] = fma(p, vv[c], acc[a][c]);
             }
         }
@@ -130,9 +176,9 @@ attn_fused_forward(__global float *out, ulong out_off, __global float *lse, ulon
     for (int a = 0; a < ORN; a++) {
         int r = orow + a * OR, t = q0 + r;
         if (t >= T) continue;
-        float inv = 1.0f / Ls[r];
+        vf inv = (vf)(1.0f / Ls[r]);
         __global float *o = out + out_off + ((size_t)b * T + t) * C + (size_t)h * HS;
-        for (int c = 0; c < ODN; c++) o[oc + c * OC] = acc[a][c] * inv;
+        for (int c = 0; c < ODN; c++) VSTORE(o + (oc + c * OC) * VW, acc[a][c] * inv);
     }
     for (int r = lid; r < BQ; r += NT)
         if (q0 + r < T) lse[lse_off + (size_t)bh * T + q0 + r] = Ms[r] + log(Ls[r]);
@@ -156,17 +202,17 @@ __kernel void attn_fused_dot(__global float *D, ulong D_off, __global const floa
  * from Qs, dOs (BQ x HSP) and Kt, Vt (HS x BKP), into ps (may be NULL) and dss. */
 #define SCORE_TILE(ps, dss)                                                                        \
     {                                                                                              \
-        float s_[SRN][SJN], dp_[SRN][SJN];                                                         \
+        vf s_[SRN][SJN], dp_[SRN][SJN];                                                            \
         for (int a = 0; a < SRN; a++)                                                              \
-            for (int bb = 0; bb < SJN; bb++) s_[a][bb] = dp_[a][bb] = 0.0f;                        \
+            for (int bb = 0; bb < SJN; bb++) s_[a][bb] = dp_[a][bb] = (vf)0.0f;                    \
         for (int d = 0; d < HS; d++) {                                                             \
-            float kk[SJN], vv[SJN];                                                                \
+            vf kk[SJN], vv[SJN];                                                                   \
             for (int bb = 0; bb < SJN; bb++) {                                                     \
-                kk[bb] = Kt[d * BKP + sc + bb * SC];                                               \
-                vv[bb] = Vt[d * BKP + sc + bb * SC];                                               \
+                kk[bb] = VLOAD(Kt + d * BKP + (sc + bb * SC) * VW);                                \
+                vv[bb] = VLOAD(Vt + d * BKP + (sc + bb * SC) * VW);                                \
             }                                                                                      \
             for (int a = 0; a < SRN; a++) {                                                        \
-                float qq = Qs[(sr + a * SR) * HSP + d], gg = dOs[(sr + a * SR) * HSP + d];         \
+                vf qq = (vf)Qs[(sr + a * SR) * HSP + d], gg = (vf)dOs[(sr + a * SR) * HSP + d];    \
                 for (int bb = 0; bb < SJN; bb++) {                                                 \
                     s_[a][bb] = fma(qq, kk[bb], s_[a][bb]);                                        \
                     dp_[a][bb] = fma(gg, vv[bb], dp_[a][bb]);                                      \
@@ -175,10 +221,13 @@ __kernel void attn_fused_dot(__global float *D, ulong D_off, __global const floa
         }                                                                                          \
         for (int a = 0; a < SRN; a++)                                                              \
             for (int bb = 0; bb < SJN; bb++) {                                                     \
-                int r = sr + a * SR, j = sc + bb * SC, t = q0 + r, u = k0 + j;                     \
-                float p = (u > t || t >= T || u >= T) ? 0.0f : exp(s_[a][bb] * scale - Lq[r]);     \
-                if (ps) (ps)[r * BKP + j] = p;                                                       \
-                (dss)[r * BKP + j] = p * (dp_[a][bb] - Dq[r]);                                       \
+                int r = sr + a * SR, j0 = (sc + bb * SC) * VW, t = q0 + r;                         \
+                vf u = (vf)(float)(k0 + j0) + LANE;                                                \
+                vf p = exp(s_[a][bb] * (vf)scale - (vf)Lq[r]);                                     \
+                p = select(p, (vf)0.0f, (u > (vf)(float)t) | (u >= (vf)(float)T));                 \
+                if (t >= T) p = (vf)0.0f;                                                          \
+                if (ps) VSTORE((ps) + r * BKP + j0, p);                                            \
+                VSTORE((dss) + r * BKP + j0, p * (dp_[a][bb] - (vf)Dq[r]));                        \
             }                                                                                      \
     }
 
@@ -215,9 +264,9 @@ attn_fused_backward_dkv(__global float *dqkv, ulong dqkv_off, __global const flo
     __global const float *gbase = dout + dout_off + (size_t)b * T * C + (size_t)h * HS;
     const int sc = lid % SC, sr = lid / SC, oc = lid % OC, orow = lid / OC;
     LOAD_KV(Kt, Vt, (__local float *)0);
-    float dk[KRN][ODN], dv[KRN][ODN];
+    vf dk[KRN][ODN], dv[KRN][ODN];
     for (int a = 0; a < KRN; a++)
-        for (int c = 0; c < ODN; c++) dk[a][c] = dv[a][c] = 0.0f;
+        for (int c = 0; c < ODN; c++) dk[a][c] = dv[a][c] = (vf)0.0f;
     for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ) {
         barrier(CLK_LOCAL_MEM_FENCE);
         LOAD_Q();
@@ -226,13 +275,13 @@ attn_fused_backward_dkv(__global float *dqkv, ulong dqkv_off, __global const flo
         barrier(CLK_LOCAL_MEM_FENCE);
         /* dV += P^T dO, dK += dS^T Q over this block's queries */
         for (int r = 0; r < BQ; r++) {
-            float g[ODN], q[ODN];
+            vf g[ODN], q[ODN];
             for (int c = 0; c < ODN; c++) {
-                g[c] = dOs[r * HSP + oc + c * OC];
-                q[c] = Qs[r * HSP + oc + c * OC];
+                g[c] = VLOAD(dOs + r * HSP + (oc + c * OC) * VW);
+                q[c] = VLOAD(Qs + r * HSP + (oc + c * OC) * VW);
             }
             for (int a = 0; a < KRN; a++) {
-                float p = Ps[r * BKP + orow + a * OR], ds = dSs[r * BKP + orow + a * OR];
+                vf p = (vf)Ps[r * BKP + orow + a * OR], ds = (vf)dSs[r * BKP + orow + a * OR];
                 for (int c = 0; c < ODN; c++) {
                     dv[a][c] = fma(p, g[c], dv[a][c]);
                     dk[a][c] = fma(ds, q[c], dk[a][c]);
@@ -245,8 +294,8 @@ attn_fused_backward_dkv(__global float *dqkv, ulong dqkv_off, __global const flo
         if (t >= T) continue;
         __global float *o = dqkv + dqkv_off + ((size_t)b * T + t) * C3 + (size_t)h * HS;
         for (int c = 0; c < ODN; c++) {
-            o[C + oc + c * OC] = dk[a][c] * scale;
-            o[2 * C + oc + c * OC] = dv[a][c];
+            VSTORE(o + C + (oc + c * OC) * VW, dk[a][c] * (vf)scale);
+            VSTORE(o + 2 * C + (oc + c * OC) * VW, dv[a][c]);
         }
     }
 }
@@ -268,9 +317,9 @@ attn_fused_backward_dq(__global float *dqkv, ulong dqkv_off, __global const floa
     __global const float *gbase = dout + dout_off + (size_t)b * T * C + (size_t)h * HS;
     const int sc = lid % SC, sr = lid / SC, oc = lid % OC, orow = lid / OC;
     LOAD_Q();
-    float dq[ORN][ODN];
+    vf dq[ORN][ODN];
     for (int a = 0; a < ORN; a++)
-        for (int c = 0; c < ODN; c++) dq[a][c] = 0.0f;
+        for (int c = 0; c < ODN; c++) dq[a][c] = (vf)0.0f;
     const int kend = min(q0 + BQ, T);
     for (int k0 = 0; k0 < kend; k0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -289,10 +338,10 @@ attn_fused_backward_dq(__global float *dqkv, ulong dqkv_off, __global const floa
         SCORE_TILE((__local float *)0, dSs);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int j = 0; j < BK; j++) { /* dQ += dS K */
-            float kk[ODN];
-            for (int c = 0; c < ODN; c++) kk[c] = Ks[j * HSP + oc + c * OC];
+            vf kk[ODN];
+            for (int c = 0; c < ODN; c++) kk[c] = VLOAD(Ks + j * HSP + (oc + c * OC) * VW);
             for (int a = 0; a < ORN; a++) {
-                float ds = dSs[(orow + a * OR) * BKP + j];
+                vf ds = (vf)dSs[(orow + a * OR) * BKP + j];
                 for (int c = 0; c < ODN; c++) dq[a][c] = fma(ds, kk[c], dq[a][c]);
             }
         }
@@ -301,6 +350,6 @@ attn_fused_backward_dq(__global float *dqkv, ulong dqkv_off, __global const floa
         int t = q0 + orow + a * OR;
         if (t >= T) continue;
         __global float *o = dqkv + dqkv_off + ((size_t)b * T + t) * C3 + (size_t)h * HS;
-        for (int c = 0; c < ODN; c++) o[oc + c * OC] = dq[a][c] * scale;
+        for (int c = 0; c < ODN; c++) VSTORE(o + (oc + c * OC) * VW, dq[a][c] * (vf)scale);
     }
 }
