@@ -128,6 +128,9 @@ ct_status ct_device_flush(ct_device *dev);
  * built-in parameters (<why>), stored <path>" (ct_tune found nothing better), "none" or
  * "disabled (CLBlast's built-in parameters)". */
 const char *ct_device_tuning_source(const ct_device *dev);
+/* The folder stored tuning results of this device live in (opts.tune_dir, else <cache_dir>/tune;
+ * "" when none is known): CLBlast sets and the records of ct_tune_record_*. */
+const char *ct_device_tune_dir(const ct_device *dev);
 
 /* ---------------------------------------------------------------- memory */
 
@@ -348,6 +351,17 @@ ct_status ct_tune_store(const char *tune_dir, const ct_device_info *info, const 
  * built-in record (out->builtin) it starts "CLBlast built-in parameters (<its note>)". */
 ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tune_set *out,
                          char *source, size_t source_len, ct_err *err);
+/* Records of other measured parameters (the engine's fused attention block shapes, ...) kept
+ * beside the CLBlast set with the same keying and text form, one file per kind:
+ * <tune_dir>/<device>__<driver>.<kind>.txt ("kind" letters, digits, '_'; the CLBlast set's own
+ * file name never has a second dot, so the two never meet). Their kernel lines are never given to
+ * CLBlast. load: CT_ERR_NOT_FOUND when there is no such file (nothing recorded in *err). */
+ct_status ct_tune_record_path(const char *tune_dir, const ct_device_info *info, const char *kind,
+                              char *path, size_t len);
+ct_status ct_tune_record_load(const char *tune_dir, const ct_device_info *info, const char *kind,
+                              ct_tune_set *out, ct_err *err);
+ct_status ct_tune_record_store(const char *tune_dir, const ct_device_info *info, const char *kind,
+                               const ct_tune_set *s, ct_err *err);
 /* The shipped sets compiled into the library (the files of tune/). */
 int ct_tune_shipped_count(void);
 const char *ct_tune_shipped_text(int i, const char **name);

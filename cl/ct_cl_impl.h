@@ -44,6 +44,7 @@ struct ct_device {
     ct_program_cache_stats cache_stats;
 
     char tuning_source[512];
+    char tune_dir[1100]; /* where stored tuning results live ("" = none known) */
 };
 
 struct ct_buffer {

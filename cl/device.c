@@ -320,12 +320,10 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
     if (o.cache_dir) snprintf(d->cache_dir, sizeof d->cache_dir, "%s", o.cache_dir);
     else ct_cache_dir_default(d->cache_dir, sizeof d->cache_dir);
     snprintf(d->tuning_source, sizeof d->tuning_source, "disabled (CLBlast's built-in parameters)");
+    if (o.tune_dir) snprintf(d->tune_dir, sizeof d->tune_dir, "%s", o.tune_dir);
+    else if (d->cache_dir[0]) snprintf(d->tune_dir, sizeof d->tune_dir, "%s/tune", d->cache_dir);
     if (o.apply_tuning) {
-        char tdir[1100];
-        if (o.tune_dir) snprintf(tdir, sizeof tdir, "%s", o.tune_dir);
-        else if (d->cache_dir[0]) snprintf(tdir, sizeof tdir, "%s/tune", d->cache_dir);
-        else tdir[0] = '\0';
-        st = ct__tune_apply_at_open(d, tdir);
+        st = ct__tune_apply_at_open(d, d->tune_dir);
         if (st != CT_OK) {
             if (err) *err = d->err;
             goto cleanup;
@@ -365,6 +363,7 @@ cl_device_id ct_device_id(const ct_device *d) { return d->info.device_id; }
 const char *ct_device_errmsg(const ct_device *d) { return d ? d->err.msg : "no device"; }
 ct_err *ct_device_err(ct_device *d) { return &d->err; }
 const char *ct_device_tuning_source(const ct_device *d) { return d->tuning_source; }
+const char *ct_device_tune_dir(const ct_device *d) { return d->tune_dir; }
 
 ct_status ct_device_finish(ct_device *d) {
     cl_int rc = clFinish(d->queue);

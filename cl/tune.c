@@ -212,6 +212,51 @@ ct_status ct_tune_store(const char *tune_dir, const ct_device_info *info, const 
     return ct__write_file_atomic(path, text, strlen(text), err);
 }
 
+ct_status ct_tune_record_path(const char *tune_dir, const ct_device_info *info, const char *kind,
+                              char *path, size_t len) {
+    char dn[200], dv[100];
+    if (!tune_dir || !*tune_dir || !kind || !*kind) return CT_ERR_ARG;
+    for (const char *k = kind; *k; k++)
+        if (!isalnum((unsigned char)*k) && *k != '_') return CT_ERR_ARG;
+    sanitize(info->name, dn, sizeof dn);
+    sanitize(info->driver_version, dv, sizeof dv);
+    int w = snprintf(path, len, "%s/%s__%s.%s.txt", tune_dir, dn, dv, kind);
+    return (w < 0 || (size_t)w >= len) ? CT_ERR_ARG : CT_OK;
+}
+
+ct_status ct_tune_record_load(const char *tune_dir, const ct_device_info *info, const char *kind,
+                              ct_tune_set *out, ct_err *err) {
+    char path[1400];
+    char *text = NULL;
+    size_t n = 0;
+    ct_err ignore = {0};
+    if (ct_tune_record_path(tune_dir, info, kind, path, sizeof path) != CT_OK ||
+        ct__read_file(path, &text, &n, &ignore) != CT_OK)
+        return CT_ERR_NOT_FOUND;
+    ct_status st = ct_tune_set_parse(text, out, err);
+    free(text);
+    if (st != CT_OK) {
+        char msg[CT_ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+        return CT_ERR(err, st, "tuning record '%s': %s (delete it to measure again)", path, msg);
+    }
+    return CT_OK;
+}
+
+ct_status ct_tune_record_store(const char *tune_dir, const ct_device_info *info, const char *kind,
+                               const ct_tune_set *s, ct_err *err) {
+    char path[1400], text[8192];
+    if (!tune_dir || !*tune_dir) return CT_ERR(err, CT_ERR_ARG, "no tuning directory known");
+    if (ct__mkdirs(tune_dir) != 0)
+        return CT_ERR(err, CT_ERR_IO, "cannot create tuning directory '%s'", tune_dir);
+    int w = snprintf(text, sizeof text, "# cltrain tuning record '%s' (never given to CLBlast)\n",
+                     kind);
+    if (ct_tune_record_path(tune_dir, info, kind, path, sizeof path) != CT_OK || w < 0 ||
+        ct_tune_set_format(s, text + w, sizeof text - (size_t)w) != CT_OK)
+        return CT_ERR(err, CT_ERR_ARG, "tuning record or path too long (kind '%s')", kind);
+    return ct__write_file_atomic(path, text, strlen(text), err);
+}
+
 ct_tune_choice ct_tune_choose(double builtin_gflops, double best_gflops, double min_gain) {
     int best_ok = best_gflops > 0, base_ok = builtin_gflops > 0; /* NaN compares false */
     if (!best_ok) return base_ok ? CT_TUNE_KEEP_BUILTIN : CT_TUNE_KEEP_NOTHING;

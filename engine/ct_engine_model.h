@@ -49,6 +49,12 @@ typedef struct ct_model_plan {
     int max_B, max_T; /* the largest micro-batch (rows, tokens per row) */
     int slots;        /* micro-batches alive at once (activation slots), >= 1 */
     ct_params_plan chunks; /* the blocks this worker holds (nchunks 0: all) */
+    /* Attention: CT_ATTN_GEMM (0, the default: the reference path, keeps (B,NH,T,T) scores per
+     * block), CT_ATTN_FUSED (keeps (B,NH,T): activation memory linear in T) or CT_ATTN_AUTO (the
+     * faster of the two at (max_T, heads) on this device, measured at creation). The arena is
+     * planned for the path chosen. attn_blocks: the fused block shapes (NULL: ct_attn_tune's). */
+    ct_attn_path attention;
+    const ct_attn_cfg *attn_blocks;
 } ct_model_plan;
 
 /* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T
@@ -82,6 +88,12 @@ int ct_model_tensor_decays(int i);
 /* Activation bytes one slot takes, and the shared scratch (the arena = slots x slot + scratch). */
 size_t ct_model_slot_bytes(const ct_model *m);
 size_t ct_model_scratch_bytes(const ct_model *m);
+/* Activation bytes one block keeps in a slot for its backward (the per-layer part of a slot). */
+size_t ct_model_layer_bytes(const ct_model *m);
+/* The attention path the model runs (gemm or fused; auto is resolved at creation), the fused
+ * block shapes (cfg may be NULL), and one line saying what was chosen and why. */
+ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg);
+const char *ct_model_attention_note(const ct_model *m);
 
 /* ---- host copies and initialisation (table order, n = ct_model_num_params; see
  * ct_engine_params.h for what ZeRO keeps) */

@@ -160,6 +160,36 @@ ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg,
                                       ct_view out /* (B,T,C) */, ct_view lse /* (B,NH,T) */, int B,
                                       int T, int C, int NH);
 
+/* ---- which attention path, and the fused kernels' block shapes per device (attn_tune.c) */
+typedef enum ct_attn_path {
+    CT_ATTN_GEMM = 0, /* ct_attention_forward/backward: batched GEMMs, (B,NH,T,T) scores kept */
+    CT_ATTN_FUSED,    /* ct_attention_fused_*: online softmax, (B,NH,T) log-sum-exp kept */
+    CT_ATTN_AUTO      /* the faster of the two, measured at the model's shape at start */
+} ct_attn_path;
+const char *ct_attn_path_name(ct_attn_path p); /* "gemm", "fused", "auto" */
+/* "gemm", "fused" or "auto"; anything else is CT_ERR_ARG (no message: the caller names the flag). */
+ct_status ct_attn_path_parse(const char *s, ct_attn_path *out);
+
+/* The fused block shapes for head size hs on this device: the stored record
+ * (<ct_device_tune_dir>/<device>__<driver>.attention.txt, entry attention_hs<hs>), else a
+ * measured search over a few candidates for the device type at T = 1024 (seconds: each candidate
+ * is a program to compile), stored for later runs. again != 0 searches even when a record exists.
+ * source (may be NULL) receives where they came from. Safe to call from several workers at once. */
+ct_status ct_attn_tune(ct_device *dev, int hs, int again, ct_attn_cfg *out, char *source,
+                       size_t len);
+/* Time one layer's attention forward and backward on `path` (gemm or fused) at (B,T,C,NH), on
+ * temporary workspace buffers freed before returning: best of `reps` after a warm-up, seconds.
+ * CT_ERR_DEVICE_MEM when that path's buffers do not fit. */
+ct_status ct_attn_time(ct_device *dev, ct_attn_path path, const ct_attn_cfg *cfg, int B, int T,
+                       int C, int NH, int reps, double *fwd_s, double *bwd_s);
+/* The path a model runs for `want`: gemm and fused as asked; auto times both at one row of
+ * (T, C, NH) and takes the faster (fused when the GEMM path's scores do not fit). *cfg receives
+ * the fused block shapes: `blocks` if given (checked), else ct_attn_tune's. note: one line for
+ * the start-up log saying what was chosen and why. */
+ct_status ct_attn_select(ct_device *dev, ct_attn_path want, const ct_attn_cfg *blocks, int T,
+                         int C, int NH, ct_attn_path *path, ct_attn_cfg *cfg, char *note,
+                         size_t len);
+
 /* ---- GELU, tanh approximation */
 ct_status ct_gelu_forward(ct_device *dev, ct_view out /* (N) = */, ct_view inp /* (N) */, size_t N);
 ct_status ct_gelu_backward(ct_device *dev, ct_view dinp /* (N) = */, ct_view inp /* (N) */,

@@ -116,6 +116,9 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, workers_per_device, "workers-per-device", "1",                                       \
       "workers sharing one device (each its own context and queue; to try layouts on one GPU)") \
     X(STR, trace, "trace", "", "write a Chrome/Perfetto trace (JSON) of the traced steps here")  \
+    X(STR, attention, "attention", "gemm",                                                      \
+      "attention path: gemm (batched GEMMs, keeps the (B,NH,T,T) scores), fused (online softmax, " \
+      "activation memory linear in T) or auto (the faster, measured at start)")                  \
     X(STR, trace_steps, "trace-steps", "", "steps A:B to trace (0-based, inclusive); default the last three")
 
 #define CT__TP_INT int

@@ -41,6 +41,9 @@ struct ct_model {
     slot_plan s;
     scratch_plan x;
     size_t lBTC, lBT, attL; /* per-block strides within a slot */
+    ct_attn_path attn;      /* the attention path this model runs (gemm or fused) */
+    ct_attn_cfg acfg;       /* the fused kernels' block shapes */
+    char attn_note[1800];   /* why (for the start-up log) */
     ct_buffer *acts;   /* [scratch | slot 0 | slot 1 | ...] */
     slot_state *st;
     ct_trace *tr; /* op groups recorded while it is on */
@@ -79,19 +82,25 @@ int ct_model_tensor_decays(int i) {
 static void plan_arena(ct_model *m, int B, int T, int head) {
     const ct_gpt_config *c = &m->cfg;
     size_t nb = (size_t)m->nb, C = (size_t)c->channels, NH = (size_t)c->heads;
-    size_t BT = (size_t)B * T, BTC = BT * C, att = (size_t)B * NH * T * T;
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    /* The GEMM path keeps the scores (B,NH,T,T) per block and permutes q, k, v into qkvr; the
+     * fused path keeps the log-sum-exp (B,NH,T) in the same place, and the QKV matmul writes
+     * (B,T,3C) straight into qkvr, so it needs none of the GEMM path's scratch. */
+    int fused = m->attn == CT_ATTN_FUSED;
+    size_t att = fused ? (size_t)B * NH * T : (size_t)B * NH * T * T, g = fused ? 0 : 1;
     size_t o = 0;
 #define REGION(p, f, n) ((p)->f = o, o += ((size_t)(n) + 15) / 16 * 16) /* 64-byte aligned */
     scratch_plan *x = &m->x;
-    REGION(x, qkv, 3 * BTC);
+    REGION(x, qkv, g * 3 * BTC);
     REGION(x, proj, BTC);
-    REGION(x, vaccum, BTC);
+    REGION(x, vaccum, g * BTC);
     REGION(x, dres, BTC);
     REGION(x, dA, 4 * BTC);
     REGION(x, dB, 4 * BTC);
-    REGION(x, dqkvr, 3 * BTC);
-    REGION(x, datt, 2 * att); /* the score gradient and a transposed copy */
-    REGION(x, dvaccum, BTC);
+    REGION(x, dqkvr, g * 3 * BTC);
+    REGION(x, datt, fused ? att : 2 * att); /* the score gradient and a transposed copy; fused:
+                                               rowsum(dout * out) */
+    REGION(x, dvaccum, g * BTC);
     x->total = o;
     o = 0;
     slot_plan *s = &m->s;
@@ -102,7 +111,7 @@ static void plan_arena(ct_model *m, int B, int T, int head) {
     REGION(s, ln1m, nb * BT);
     REGION(s, ln1r, nb * BT);
     REGION(s, qkvr, nb * 3 * BTC);
-    REGION(s, att, nb * att);
+    REGION(s, att, nb * att); /* scores, or the fused path's log-sum-exp */
     REGION(s, atty, nb * BTC);
     REGION(s, res2, nb * BTC);
     REGION(s, ln2, nb * BTC);
@@ -160,7 +169,8 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                       max_B, max_T, plan->slots, cfg->max_seq);
     if ((double)max_B * max_T * cfg->padded_vocab >= 2147483647.0 ||
         (double)max_B * max_T * 4 * cfg->channels >= 2147483647.0 ||
-        (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0)
+        (plan->attention == CT_ATTN_GEMM &&
+         (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0))
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
                       "ct_model_create: batch %d x sequence %d is too large (a tensor would exceed "
                       "2^31 elements)",
@@ -204,6 +214,19 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
         if (hi - lo > m->nb) m->nb = hi - lo;
     }
     for (int s = 0; s < plan->slots; s++) m->st[s].chunk = -1;
+    if ((st = ct_attn_select(dev, plan->attention, plan->attn_blocks, max_T, cfg->channels,
+                             cfg->heads, &m->attn, &m->acfg, m->attn_note,
+                             sizeof m->attn_note)) != CT_OK) {
+        CT_ERR(err, st, "ct_model_create: choosing the attention path: %s", ct_device_errmsg(dev));
+        goto cleanup;
+    }
+    if (m->attn == CT_ATTN_GEMM && (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0) {
+        st = CT_ERR(err, CT_ERR_UNSUPPORTED,
+                    "ct_model_create: batch %d x sequence %d is too large for the GEMM attention "
+                    "path (its scores would exceed 2^31 elements; the fused path keeps none)",
+                    max_B, max_T);
+        goto cleanup;
+    }
     plan_arena(m, max_B, max_T, ct_params_has_head(m->P));
     size_t total = m->x.total + (size_t)plan->slots * m->s.total;
     if ((st = ct_buffer_alloc(dev, CT_MEM_ACTIVATIONS, "activations", total * sizeof(float),
@@ -240,6 +263,15 @@ const ct_model_plan *ct_model_plan_of(const ct_model *m) { return &m->plan; }
 const char *ct_model_errmsg(const ct_model *m) { return m->err.msg; }
 size_t ct_model_num_params(const ct_model *m) { return ct_params_num_params(m->P); }
 size_t ct_model_slot_bytes(const ct_model *m) { return m->s.total * sizeof(float); }
+size_t ct_model_layer_bytes(const ct_model *m) {
+    /* the per-block regions of a slot: everything between the input and the head's tensors */
+    return (m->s.lnf - m->s.ln1) / (m->nb ? (size_t)m->nb : 1) * sizeof(float);
+}
+ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg) {
+    if (cfg) *cfg = m->acfg;
+    return m->attn;
+}
+const char *ct_model_attention_note(const ct_model *m) { return m->attn_note; }
 size_t ct_model_scratch_bytes(const ct_model *m) { return m->x.total * sizeof(float); }
 
 void ct_model_tensor(const ct_model *m, int i, size_t *offset, size_t *count) {
@@ -445,10 +477,17 @@ ct_status ct_model_block_forward(ct_model *m, int slot, int l) {
     double tg_ = ct_time_now();
     RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, ln1, BV(ln1m, bt), BV(ln1r, bt), res,
                                                PV(ln1w, l), PV(ln1b, l), B, T, C));
-    RUN(CT_PROF_matmul_qkv_fwd,
-        ct_matmul_forward(m->dev, XV(qkv), ln1, PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * C));
-    RUN(CT_PROF_attention_fwd,
-        ct_attention_forward(m->dev, atty, qkvr, att, XV(qkv), XV(vaccum), B, T, C, NH));
+    if (m->attn == CT_ATTN_FUSED) { /* qkv (B,T,3C) itself is what the backward reads */
+        RUN(CT_PROF_matmul_qkv_fwd,
+            ct_matmul_forward(m->dev, qkvr, ln1, PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * C));
+        RUN(CT_PROF_attention_fwd,
+            ct_attention_fused_forward(m->dev, &m->acfg, atty, att, qkvr, B, T, C, NH));
+    } else {
+        RUN(CT_PROF_matmul_qkv_fwd,
+            ct_matmul_forward(m->dev, XV(qkv), ln1, PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * C));
+        RUN(CT_PROF_attention_fwd,
+            ct_attention_forward(m->dev, atty, qkvr, att, XV(qkv), XV(vaccum), B, T, C, NH));
+    }
     RUN(CT_PROF_matmul_attproj_fwd,
         ct_matmul_forward(m->dev, XV(proj), atty, PV(attprojw, l), PV(attprojb, l), B, T, C, C));
     RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res2, res, XV(proj), BTC));
@@ -582,8 +621,14 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
     RUN(CT_PROF_matmul_attproj_bwd,
         ct_matmul_backward(m->dev, XV(dA), GV(attprojw, l), GV(attprojb, l), XV(dres), atty,
                            PV(attprojw, l), B, T, C, C));
-    RUN(CT_PROF_attention_bwd, ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum),
-                                                XV(dA), qkvr, att, B, T, C, NH));
+    if (m->attn == CT_ATTN_FUSED)
+        RUN(CT_PROF_attention_bwd,
+            ct_attention_fused_backward(m->dev, &m->acfg, XV(dB), XV(datt), XV(dA), qkvr, atty,
+                                        att, B, T, C, NH));
+    else
+        RUN(CT_PROF_attention_bwd,
+            ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum), XV(dA), qkvr,
+                                  att, B, T, C, NH));
     RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, XV(dA), GV(qkvw, l), GV(qkvb, l), XV(dB),
                                               ln1, PV(qkvw, l), B, T, C, 3 * C));
     RUN(CT_PROF_layernorm_bwd,

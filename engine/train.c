@@ -90,6 +90,9 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(bt <= 1 << 30, "--batch x --seq = %lld tokens is too large", bt);
     NEED(p->total_batch == 0 || p->total_batch % bt == 0,
          "--total-batch %d is not a multiple of --batch x --seq = %lld", p->total_batch, bt);
+    ct_attn_path ap;
+    NEED(ct_attn_path_parse(p->attention, &ap) == CT_OK,
+         "--attention must be gemm, fused or auto (got '%s')", p->attention);
     int a = 0, b = 0;
     NEED(!p->trace_steps[0] || (sscanf(p->trace_steps, "%d:%d", &a, &b) == 2 && a >= 0 && b >= a),
          "--trace-steps must be A:B with 0 <= A <= B (got '%s')", p->trace_steps);
@@ -448,7 +451,11 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     if ((st = ct_device_open(&t->dev, t->info, &dopts, err)) != CT_OK) goto fail;
     /* 3. Model and executor. */
     t->b = p->batch / p->dp;
-    if ((st = ct_model_create(&t->model, cfg, &lay, &at, t->dev, t->b, p->seq, err)) != CT_OK) {
+    ct_model_plan mplan;
+    memset(&mplan, 0, sizeof mplan);
+    mplan.max_B = t->b, mplan.max_T = p->seq, mplan.slots = 1;
+    ct_attn_path_parse(p->attention, &mplan.attention); /* checked by ct_train_params_check */
+    if ((st = ct_model_create_plan(&t->model, cfg, &lay, &at, t->dev, &mplan, err)) != CT_OK) {
         char m[CT_ERR_MSG_MAX];
         snprintf(m, sizeof m, "%s", err->msg);
         terr(t, err, st, "cannot build the model on %s: %s", t->info->name, m);
@@ -618,7 +625,10 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
     fprintf(f, "  batch          = %d rows x %d tokens x %d micro-batches = %d tokens per step",
             p->batch, p->seq, accum, p->batch * p->seq * accum);
     if (N > 1) fprintf(f, " (%d rows per worker)", t->b);
-    fprintf(f, "\n  flops/token    = %.4g (6*N + 12*L*C*T)\n", t->flops_tok);
+    fprintf(f, "\n  attention      = %s\n", ct_model_attention_note(t->model));
+    fprintf(f, "  activations    = %.1f MiB per micro-batch slot, %.1f MiB of it per layer\n",
+            ct_model_slot_bytes(t->model) / 1048576.0, ct_model_layer_bytes(t->model) / 1048576.0);
+    fprintf(f, "  flops/token    = %.4g (6*N + 12*L*C*T)\n", t->flops_tok);
     fprintf(f, "  peak           = %.4g TFLOP/s (%s)\n", t->peak, t->peak_src);
     fprintf(f, "  start step     = %lld\n", (long long)t->start);
     if (t->tr)

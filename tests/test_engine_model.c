@@ -93,13 +93,27 @@ static void test_ref_vs_fd(const double *pd, const int *tok, const int *tg, cons
     free(p);
 }
 
-static void test_model(ct_device *dev) {
-    ct_err err = {0};
+/* The single-device model on attention path `path` (fused: the default block shapes, so the test
+ * needs no tuning search). */
+static ct_status create_on(ct_model **m, const ct_gpt_config *c, ct_device *dev, int b, int t,
+                           ct_attn_path path, ct_err *err) {
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
+    ct_model_plan plan;
+    memset(&plan, 0, sizeof plan);
+    ct_attn_cfg blocks = ct_attn_cfg_default(ct_device_get_info(dev), c->channels / c->heads);
+    plan.max_B = b, plan.max_T = t, plan.slots = 1, plan.attention = path;
+    plan.attn_blocks = path == CT_ATTN_GEMM ? NULL : &blocks;
+    return ct_model_create_plan(m, c, &lay, &at, dev, &plan, err);
+}
+
+static void test_model(ct_device *dev, ct_attn_path path) {
+    ct_err err = {0};
     ct_model *m = NULL;
-    CT_ASSERT_OK(ct_model_create(&m, &CFG, &lay, &at, dev, B, T, &err), err.msg);
+    printf("-- attention path %s\n", ct_attn_path_name(path));
+    CT_ASSERT_OK(create_on(&m, &CFG, dev, B, T, path, &err), err.msg);
     if (!m) return;
+    CT_ASSERT_EQ_INT(ct_model_attention(m, NULL), path);
     size_t n = ct_model_num_params(m), sizes[CT_GPT_NUM_TENSORS];
     CT_ASSERT_EQ_INT(n, ct_gpt_param_sizes(&CFG, sizes));
     float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *g2 = malloc(n * sizeof *g2);
@@ -261,15 +275,13 @@ static void test_model(ct_device *dev) {
 
 /* A long sequence (T = 150 > 128, where batched GEMM paths change) on a narrow model: device loss
  * and every gradient against the reference model. */
-static void test_model_long(ct_device *dev) {
+static void test_model_long(ct_device *dev, ct_attn_path path) {
     const ct_gpt_config c = {.max_seq = 160, .vocab = 11, .padded_vocab = 16, .layers = 1,
                              .heads = 2, .channels = 16};
     enum { LB = 2, LT = 150 };
     ct_err err = {0};
-    ct_layout lay = {1, 1, 1, 0, 1};
-    ct_coords at = {0, 0, 0, 0};
     ct_model *m = NULL;
-    CT_ASSERT_OK(ct_model_create(&m, &c, &lay, &at, dev, LB, LT, &err), err.msg);
+    CT_ASSERT_OK(create_on(&m, &c, dev, LB, LT, path, &err), err.msg);
     if (!m) return;
     size_t n = ct_model_num_params(m), sizes[CT_GPT_NUM_TENSORS];
     ct_gpt_param_sizes(&c, sizes);
@@ -296,12 +308,69 @@ static void test_model_long(ct_device *dev) {
         double e = ct_test_max_err(g + o, gr + o, sizes[t], 1e-4 * mx + 1e-7, 1e-3, &w);
         ct_test_checks++;
         if (!(e <= 1.0))
-            CT__FAIL("T=%d gradient %s[%zu]: device %.9g reference %.9g (err %.3g x tolerance)",
-                     LT, ct_gpt_tensor_name(t), w, (double)g[o + w], gd[o + w], e);
+            CT__FAIL("%s path, T=%d gradient %s[%zu]: device %.9g reference %.9g (err %.3g x "
+                     "tolerance)",
+                     ct_attn_path_name(path), LT, ct_gpt_tensor_name(t), w, (double)g[o + w],
+                     gd[o + w], e);
         o += sizes[t];
     }
     free(p); free(g); free(gr); free(pd); free(gd);
     ct_model_free(m);
+}
+
+/* The fused path's arena: per-layer bytes linear in T (the GEMM path's grow with T^2), the same
+ * losses as the GEMM path (to rounding), and two fused runs bitwise the same. */
+static void test_attention_memory(ct_device *dev) {
+    ct_gpt_config c = {.max_seq = 64, .vocab = 11, .padded_vocab = 16, .layers = 2, .heads = 2,
+                       .channels = 16};
+    size_t lb[2][2];
+    for (int k = 0; k < 2; k++)
+        for (int pth = 0; pth < 2; pth++) {
+            ct_err err = {0};
+            ct_model *m = NULL;
+            CT_ASSERT_OK(create_on(&m, &c, dev, 2, 32 * (k + 1), pth ? CT_ATTN_FUSED : CT_ATTN_GEMM,
+                                   &err),
+                         err.msg);
+            lb[k][pth] = m ? ct_model_layer_bytes(m) : 0;
+            ct_model_free(m);
+        }
+    /* per layer at B=2, T: 16 (B,T,C) tensors and 4 (B,T) ones, + the scores (B,NH,T,T) or the
+     * log-sum-exp (B,NH,T) */
+    size_t rest32 = 16 * 2 * 32 * 16 + 4 * 2 * 32;
+    printf("layer bytes: T=32 gemm %zu fused %zu, T=64 gemm %zu fused %zu\n", lb[0][0], lb[0][1],
+           lb[1][0], lb[1][1]);
+    CT_ASSERT_EQ_INT(lb[0][1], (rest32 + 2 * 2 * 32) * sizeof(float));
+    CT_ASSERT_EQ_INT(lb[1][1], 2 * lb[0][1]); /* linear in T */
+    CT_ASSERT_EQ_INT(lb[0][0], (rest32 + 2 * 2 * 32 * 32) * sizeof(float));
+    CT_ASSERT_EQ_INT(lb[1][0], (2 * rest32 + 2 * 2 * 64 * 64) * sizeof(float)); /* T^2 */
+    /* losses over 3 AdamW steps: fused twice (bitwise), gemm once (close) */
+    int tok[2 * 64], tg[2 * 64];
+    make_tokens(tok, tg, 2 * 64, c.vocab);
+    float losses[3][3];
+    for (int run = 0; run < 3; run++) {
+        ct_err err = {0};
+        ct_model *m = NULL;
+        CT_ASSERT_OK(create_on(&m, &c, dev, 2, 64, run < 2 ? CT_ATTN_FUSED : CT_ATTN_GEMM, &err),
+                     err.msg);
+        if (!m) return;
+        CT_ASSERT_OK(ct_model_init_random(m, 5), ct_model_errmsg(m));
+        for (int k = 0; k < 3; k++) {
+            CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
+            CT_ASSERT_OK(ct_model_forward(m, tok, tg, 2, 64, &losses[run][k]), ct_model_errmsg(m));
+            CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
+            CT_ASSERT_OK(ct_model_adamw_step(m, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, k + 1, NULL),
+                         ct_model_errmsg(m));
+        }
+        ct_model_free(m);
+    }
+    for (int k = 0; k < 3; k++) {
+        CT_ASSERT_MSG(!memcmp(&losses[0][k], &losses[1][k], sizeof(float)),
+                      "fused path: step %d loss %.9g then %.9g (not bitwise the same)", k,
+                      (double)losses[0][k], (double)losses[1][k]);
+        CT_ASSERT_NEAR(losses[0][k], losses[2][k], 1e-5 * fabs(losses[2][k]));
+    }
+    printf("losses fused %.7f %.7f %.7f, gemm %.7f %.7f %.7f\n", losses[0][0], losses[0][1],
+           losses[0][2], losses[2][0], losses[2][1], losses[2][2]);
 }
 
 static void test_init_and_create_errors(ct_device *dev) {
@@ -386,8 +455,11 @@ int main(void) {
         fprintf(stderr, "opening the device failed: %s\n", err.msg);
         return 1;
     }
-    test_model(dev);
-    test_model_long(dev);
+    test_model(dev, CT_ATTN_GEMM);
+    test_model(dev, CT_ATTN_FUSED);
+    test_model_long(dev, CT_ATTN_GEMM);
+    test_model_long(dev, CT_ATTN_FUSED);
+    test_attention_memory(dev);
     test_init_and_create_errors(dev);
     ct_mem_stats ms;
     ct_device_mem_stats(dev, &ms);

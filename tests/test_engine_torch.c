@@ -4,7 +4,9 @@
  * On identical weights (written by our llm.c writer) and tokens, in an awkward tiny shape
  * (C=24, NH=3, V=50 padded to 64, T=9 < maxT=16): logits, loss and every gradient tensor agree
  * to fp32 tolerance with PyTorch's float64 computation, and the losses of 10 AdamW steps agree to
- * 1e-4 relative, with weight decay and clipping each on and off. Also the llm.c file round trips:
+ * 1e-4 relative, with weight decay and clipping each on and off; both attention paths (the GEMM
+ * path and the fused one), and the fused path's 10 steps twice, bitwise the same. Also the llm.c
+ * file round trips:
  * ours -> file -> ours bit-exact, and a file PyTorch wrote is read, rewritten byte-identically,
  * and gives PyTorch's logits. */
 #include <math.h>
@@ -136,9 +138,19 @@ int main(void) {
     const int B = 2, T = 9, K = 10;
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
-    ct_model *m = NULL;
+    ct_model *m = NULL, *models[2] = {NULL, NULL};
     CT_ASSERT_OK(ct_model_create(&m, &cfg, &lay, &at, dev, B, T, &err), err.msg);
     if (!m) return ct_test_end("test_engine_torch");
+    { /* the fused path as --attention fused runs it: the device's block shapes (ct_attn_tune:
+         * the stored record, or a search the first time on this device and head size) */
+        ct_model_plan plan;
+        memset(&plan, 0, sizeof plan);
+        plan.max_B = B, plan.max_T = T, plan.slots = 1, plan.attention = CT_ATTN_FUSED;
+        CT_ASSERT_OK(ct_model_create_plan(&models[1], &cfg, &lay, &at, dev, &plan, &err), err.msg);
+        if (!models[1]) return ct_test_end("test_engine_torch");
+        printf("fused attention: %s\n", ct_model_attention_note(models[1]));
+    }
+    models[0] = m;
     size_t n = ct_model_num_params(m);
     float *p0 = (float *)malloc(n * 4), *buf = (float *)malloc(n * 4);
     float *logits = (float *)malloc((size_t)B * T * cfg.padded_vocab * 4);
@@ -183,25 +195,31 @@ int main(void) {
     char extra[300];
     snprintf(extra, sizeof extra, "--steps %d --lr 1e-3 --weight-decay 0 --grad-clip 0", K);
     if (run_ref(model_path, batch_path, extra, &r)) {
-        float loss = 0;
-        CT_ASSERT_OK(ct_model_set_params(m, p0, n), ct_model_errmsg(m));
-        CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
-        CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
-        CT_ASSERT_OK(ct_model_logits(m, logits, (size_t)B * T * cfg.padded_vocab), ct_model_errmsg(m));
-        CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
-        CT_ASSERT_OK(ct_model_get_grads(m, buf, n), ct_model_errmsg(m));
-        double el = compare("logits", logits, r.logits, (size_t)B * T * cfg.padded_vocab, 1e-5, 1e-4);
-        printf("logits: max error %.3g x tolerance (1e-5*max + 1e-4 rel)\n", el);
-        printf("loss: ours %.9g, PyTorch %.9g (rel %.3g)\n", loss, r.loss,
-               fabs(loss - r.loss) / fabs(r.loss));
-        CT_ASSERT_NEAR(loss, r.loss, 1e-5 * fabs(r.loss));
-        for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
-            size_t off, cnt;
-            ct_model_tensor(m, t, &off, &cnt);
-            char what[64];
-            snprintf(what, sizeof what, "grad %s", ct_gpt_tensor_name(t));
-            double e = compare(what, buf + off, r.grads + off, cnt, 1e-5, 1e-4);
-            printf("%-14s max error %.3g x tolerance (1e-5*max + 1e-4 rel)\n", what, e);
+        for (int pi = 0; pi < 2; pi++) {
+            ct_model *mm = models[pi];
+            const char *pn = pi ? "fused" : "gemm";
+            float loss = 0;
+            CT_ASSERT_OK(ct_model_set_params(mm, p0, n), ct_model_errmsg(mm));
+            CT_ASSERT_OK(ct_model_zero_grad(mm), ct_model_errmsg(mm));
+            CT_ASSERT_OK(ct_model_forward(mm, in, tg, B, T, &loss), ct_model_errmsg(mm));
+            CT_ASSERT_OK(ct_model_logits(mm, logits, (size_t)B * T * cfg.padded_vocab),
+                         ct_model_errmsg(mm));
+            CT_ASSERT_OK(ct_model_backward(mm, 1.0f), ct_model_errmsg(mm));
+            CT_ASSERT_OK(ct_model_get_grads(mm, buf, n), ct_model_errmsg(mm));
+            char what[80];
+            snprintf(what, sizeof what, "%s: logits", pn);
+            double el = compare(what, logits, r.logits, (size_t)B * T * cfg.padded_vocab, 1e-5, 1e-4);
+            printf("%s attention: logits: max error %.3g x tolerance (1e-5*max + 1e-4 rel)\n", pn, el);
+            printf("%s attention: loss: ours %.9g, PyTorch %.9g (rel %.3g)\n", pn, loss, r.loss,
+                   fabs(loss - r.loss) / fabs(r.loss));
+            CT_ASSERT_NEAR(loss, r.loss, 1e-5 * fabs(r.loss));
+            for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
+                size_t off, cnt;
+                ct_model_tensor(mm, t, &off, &cnt);
+                snprintf(what, sizeof what, "%s: grad %s", pn, ct_gpt_tensor_name(t));
+                double e = compare(what, buf + off, r.grads + off, cnt, 1e-5, 1e-4);
+                printf("%-20s max error %.3g x tolerance (1e-5*max + 1e-4 rel)\n", what, e);
+            }
         }
         ref_free(&r);
     }
@@ -212,33 +230,45 @@ int main(void) {
             snprintf(extra, sizeof extra, "--steps %d --lr 1e-3 --weight-decay %g --grad-clip %g",
                      K, wds[wi], clips[ci]);
             if (!run_ref(model_path, batch_path, extra, &r)) continue;
-            CT_ASSERT_OK(ct_model_set_params(m, p0, n), ct_model_errmsg(m));
-            float *zero = (float *)calloc(n, 4);
-            CT_ASSERT_OK(ct_model_set_optimizer(m, zero, zero, n), ct_model_errmsg(m));
-            free(zero);
-            double worst = 0;
-            float norm0 = 0;
-            for (int k = 0; k < K; k++) {
-                float loss = 0, norm = 0;
-                CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
-                CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
-                CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
-                CT_ASSERT_OK(ct_model_adamw_step(m, 1e-3f, 0.9f, 0.95f, 1e-8f, (float)wds[wi],
-                                                 (float)clips[ci], k + 1, &norm),
-                             ct_model_errmsg(m));
-                if (k == 0) norm0 = norm;
-                double rel = fabs(loss - r.losses[k]) / fabs(r.losses[k]);
-                worst = fmax(worst, rel);
-                CT_ASSERT_MSG(rel <= 1e-4, "wd %g clip %g step %d: loss %.9g vs PyTorch %.9g",
-                              wds[wi], clips[ci], k, loss, r.losses[k]);
+            /* gemm, fused, fused again (bitwise the same losses as the first fused run) */
+            float fl[2][16];
+            for (int run = 0; run < 3; run++) {
+                ct_model *mm = models[run ? 1 : 0];
+                const char *pn = run ? "fused" : "gemm";
+                CT_ASSERT_OK(ct_model_set_params(mm, p0, n), ct_model_errmsg(mm));
+                float *zero = (float *)calloc(n, 4);
+                CT_ASSERT_OK(ct_model_set_optimizer(mm, zero, zero, n), ct_model_errmsg(mm));
+                free(zero);
+                double worst = 0;
+                float norm0 = 0;
+                for (int k = 0; k < K; k++) {
+                    float loss = 0, norm = 0;
+                    CT_ASSERT_OK(ct_model_zero_grad(mm), ct_model_errmsg(mm));
+                    CT_ASSERT_OK(ct_model_forward(mm, in, tg, B, T, &loss), ct_model_errmsg(mm));
+                    CT_ASSERT_OK(ct_model_backward(mm, 1.0f), ct_model_errmsg(mm));
+                    CT_ASSERT_OK(ct_model_adamw_step(mm, 1e-3f, 0.9f, 0.95f, 1e-8f, (float)wds[wi],
+                                                     (float)clips[ci], k + 1, &norm),
+                                 ct_model_errmsg(mm));
+                    if (k == 0) norm0 = norm;
+                    if (run) fl[run - 1][k] = loss;
+                    double rel = fabs(loss - r.losses[k]) / fabs(r.losses[k]);
+                    worst = fmax(worst, rel);
+                    CT_ASSERT_MSG(rel <= 1e-4, "%s attention, wd %g clip %g step %d: loss %.9g vs "
+                                  "PyTorch %.9g",
+                                  pn, wds[wi], clips[ci], k, loss, r.losses[k]);
+                }
+                /* Clipping must actually have been active in the clipped runs. */
+                if (clips[ci] > 0)
+                    CT_ASSERT_MSG(norm0 > clips[ci], "gradient norm %g never exceeded the clip %g",
+                                  norm0, clips[ci]);
+                if (run < 2)
+                    printf("%s attention, adamw wd=%g clip=%g: %d step losses, max rel diff %.3g "
+                           "(first %.6f last %.6f, first norm %.4f)\n",
+                           pn, wds[wi], clips[ci], K, worst, r.losses[0], r.losses[K - 1], norm0);
             }
-            /* Clipping must actually have been active in the clipped runs. */
-            if (clips[ci] > 0)
-                CT_ASSERT_MSG(norm0 > clips[ci], "gradient norm %g never exceeded the clip %g",
-                              norm0, clips[ci]);
-            printf("adamw wd=%g clip=%g: %d step losses, max rel diff %.3g (first %.6f last %.6f, "
-                   "first norm %.4f)\n",
-                   wds[wi], clips[ci], K, worst, r.losses[0], r.losses[K - 1], norm0);
+            CT_ASSERT_MSG(!memcmp(fl[0], fl[1], (size_t)K * sizeof(float)),
+                          "fused attention, wd %g clip %g: two runs of %d steps differ", wds[wi],
+                          clips[ci], K);
             ref_free(&r);
         }
 
@@ -284,6 +314,7 @@ int main(void) {
     free(buf);
     free(logits);
     ct_model_free(m);
+    ct_model_free(models[1]);
     ct_device_free(dev);
     ct_device_list_free(list);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
