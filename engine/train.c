@@ -625,7 +625,7 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
     fprintf(f, "  batch          = %d rows x %d tokens x %d micro-batches = %d tokens per step",
             p->batch, p->seq, accum, p->batch * p->seq * accum);
     if (N > 1) fprintf(f, " (%d rows per worker)", t->b);
-    fprintf(f, "\n  attention      = %s\n", ct_model_attention_note(t->model));
+    fprintf(f, "\n  attention path = %s\n", ct_model_attention_note(t->model));
     fprintf(f, "  activations    = %.1f MiB per micro-batch slot, %.1f MiB of it per layer\n",
             ct_model_slot_bytes(t->model) / 1048576.0, ct_model_layer_bytes(t->model) / 1048576.0);
     fprintf(f, "  flops/token    = %.4g (6*N + 12*L*C*T)\n", t->flops_tok);

@@ -274,6 +274,40 @@ int main(void) {
         CT_ASSERT(gemm_ok(d, 1, 0));
     }
     ct_device_free(d);
+    /* 6. records of other tuned parameters beside the CLBlast set (the engine's fused attention
+     * shapes): same keying and text form, own file, never applied to CLBlast */
+    {
+        ct_tune_set r6, back;
+        memset(&r6, 0, sizeof r6);
+        snprintf(r6.device, sizeof r6.device, "%s", di->name);
+        snprintf(r6.driver, sizeof r6.driver, "%s", di->driver_version);
+        ct_tune_set_put(&r6, "attention_hs64", "FBQ", 32);
+        ct_tune_set_put(&r6, "attention_hs64", "FBK", 64);
+        CT_ASSERT_EQ_INT(ct_tune_record_load(dir, di, "attention", &back, &err), CT_ERR_NOT_FOUND);
+        CT_ASSERT_OK(ct_tune_record_store(dir, di, "attention", &r6, &err), err.msg);
+        CT_ASSERT_OK(ct_tune_record_load(dir, di, "attention", &back, &err), err.msg);
+        CT_ASSERT(memcmp(&back, &r6, sizeof back) == 0);
+        char rpath[1400];
+        CT_ASSERT_OK(ct_tune_record_path(dir, di, "attention", rpath, sizeof rpath), "path");
+        CT_ASSERT_STR_CONTAINS(rpath, ".attention.txt");
+        CT_ASSERT(strcmp(rpath, path) != 0); /* not the CLBlast set's file */
+        CT_ASSERT_EQ_INT(ct_tune_record_path(dir, di, "a.b", rpath, sizeof rpath), CT_ERR_ARG);
+        /* the device opens as before: the record is not a CLBlast set */
+        CT_ASSERT_OK(ct_device_open(&d, di, &o, &err), err.msg);
+        if (d) {
+            CT_ASSERT_STR_CONTAINS(ct_device_tuning_source(d), "CLBlast built-in parameters");
+            CT_ASSERT_STR_CONTAINS(ct_device_tune_dir(d), dir);
+        }
+        ct_device_free(d);
+        d = NULL;
+        FILE *bad = fopen(rpath, "w");
+        if (bad) {
+            fputs("not a record\n", bad);
+            fclose(bad);
+        }
+        CT_ASSERT_EQ_INT(ct_tune_record_load(dir, di, "attention", &back, &err), CT_ERR_FORMAT);
+        CT_ASSERT_STR_CONTAINS(err.msg, rpath);
+    }
     /* bounds that cannot end are refused */
     snprintf(cmd, sizeof cmd, "'%s/ct_tune' --device %d --budget 0 > /dev/null 2>&1", CT_BIN_DIR,
              di->index);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ct_cl.h"
 #include "ct_engine_ops.h"
@@ -212,6 +213,52 @@ static void test_vs_gemm(int B, int T, int NH, int hs) {
     dt_free(&d2); dt_free(&ds);
 }
 
+/* ct_attn_tune on a device whose tuning folder is a fresh temporary one: a stored record is used
+ * as it is; an unusable entry is searched again (the search picks a shape that fits, stores it,
+ * and a second call reads it back); what the search picked computes the right thing. */
+static void test_tune(const ct_device_info *info) {
+    char dir[] = "/tmp/ct_test_attn_tune_XXXXXX";
+    CT_ASSERT(mkdtemp(dir) != NULL);
+    ct_device_opts o = ct_device_opts_default();
+    o.tune_dir = dir;
+    ct_device *d = NULL;
+    ct_err err = {0};
+    CT_ASSERT_OK(ct_device_open(&d, info, &o, &err), err.msg);
+    if (!d) return;
+    ct_tune_set s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.device, sizeof s.device, "%s", info->name);
+    snprintf(s.driver, sizeof s.driver, "%s", info->driver_version);
+    static const char *const names[8] = {"FBQ", "FBK", "FNT", "FVW", "BBQ", "BBK", "BNT", "BVW"};
+    const int want[8] = {32, 16, 64, 1, 16, 32, 64, 1};
+    for (int i = 0; i < 8; i++) ct_tune_set_put(&s, "attention_hs64", names[i], (size_t)want[i]);
+    for (int i = 0; i < 8; i++) /* 12 keys: not a power of two, must not be used */
+        ct_tune_set_put(&s, "attention_hs20", names[i], (size_t)(i == 1 ? 12 : want[i]));
+    CT_ASSERT_OK(ct_tune_record_store(dir, info, "attention", &s, &err), err.msg);
+    ct_attn_cfg c, c2;
+    char src[1600];
+    CT_ASSERT_OK(ct_attn_tune(d, 64, 0, &c, src, sizeof src), ct_device_errmsg(d));
+    CT_ASSERT_STR_CONTAINS(src, "stored");
+    CT_ASSERT(c.fwd.bq == 32 && c.fwd.bk == 16 && c.fwd.nt == 64 && c.fwd.vw == 1 &&
+              c.bwd.bq == 16 && c.bwd.bk == 32 && c.bwd.nt == 64 && c.bwd.vw == 1);
+    CT_ASSERT_OK(ct_attn_tune(d, 20, 0, &c, src, sizeof src), ct_device_errmsg(d));
+    printf("search at head size 20: %s\n", src);
+    CT_ASSERT_STR_CONTAINS(src, "searched now");
+    CT_ASSERT_EQ_INT(ct_attn_blocks_check(info, 20, &c.fwd, 0, NULL, 0), 0);
+    CT_ASSERT_EQ_INT(ct_attn_blocks_check(info, 20, &c.bwd, 1, NULL, 0), 0);
+    CT_ASSERT_OK(ct_attn_tune(d, 20, 0, &c2, src, sizeof src), ct_device_errmsg(d));
+    CT_ASSERT_STR_CONTAINS(src, "stored");
+    CT_ASSERT(!memcmp(&c, &c2, sizeof c));
+    /* the head size 64 entry survived the store */
+    CT_ASSERT_OK(ct_attn_tune(d, 64, 0, &c2, src, sizeof src), ct_device_errmsg(d));
+    CT_ASSERT(c2.fwd.bq == 32 && c2.bwd.bk == 32);
+    ct_device_free(d);
+    test_fused(2, 130, 3, 20, &c, 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 static void test_bad_input(void) {
     dt x = dt_make(64, 1, 0);
     CT_ASSERT_EQ_INT(ct_attention_fused_forward(g_dev, NULL, x.v, x.v, x.v, 1, 2, 6, 4), CT_ERR_ARG);
@@ -285,6 +332,7 @@ int main(void) {
     test_fused(2, 33, 3, 20, &v3, 0);
     test_fused(1, 1, 1, 20, &v3, 0);
     test_vs_gemm(2, 130, 3, 64);
+    test_tune(&list[pick]);
     test_bad_input();
     ct_mem_stats ms;
     ct_device_mem_stats(g_dev, &ms);

@@ -102,6 +102,8 @@ expect_bad "no device" "no-such-device-name" $TINY $T --device no-such-device-na
 expect_bad "device too small" "cannot build the model" --layers 8 --dim 512 --heads 8 --seq 64 \
     --batch 8 $T --mem-cap-gb 0.01 --sample-len 0
 expect_bad "output dir missing" "does not exist" $TINY $T --save-model "$D/nodir/x.bin"
+expect_bad "bad attention path" "--attention must be gemm, fused or auto (got 'flash')" $TINY $T \
+    --attention flash
 
 # ---- resume, bit for bit.
 losses() { grep '"type":"train"' "$1" | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/'; }
@@ -209,6 +211,36 @@ if "$TRAIN" $G --batch 4 --metrics "$D/g1.jsonl" >"$D/log_g1" 2>&1 &&
     fi
 else
     fail "accumulation runs failed"; tail -n 3 "$D/log_g1" "$D/log_g2"
+fi
+
+# ---- --attention fused: two runs give bitwise the same losses, within 1e-5 of the GEMM path's;
+# the start-up report names the path and the per-layer activation bytes; auto logs its choice.
+checks=$((checks + 1))
+A="--layers 2 --heads 2 --dim 32 --seq 32 --batch 2 --text $D/text.txt --sample-len 0 \
+   --eval-every 0 --peak-tflops 1 --steps 4 --warmup 1"
+if "$TRAIN" $A --attention fused --metrics "$D/f1.jsonl" >"$D/log_f1" 2>&1 &&
+   "$TRAIN" $A --attention fused --metrics "$D/f2.jsonl" >"$D/log_f2" 2>&1 &&
+   "$TRAIN" $A --attention gemm --metrics "$D/f3.jsonl" >"$D/log_f3" 2>&1 &&
+   "$TRAIN" $A --attention auto --steps 1 >"$D/log_f4" 2>&1; then
+    losses "$D/f1.jsonl" >"$D/lf1"
+    losses "$D/f2.jsonl" >"$D/lf2"
+    losses "$D/f3.jsonl" >"$D/lf3"
+    if [ "$(wc -l <"$D/lf1")" -ne 4 ] || ! cmp -s "$D/lf1" "$D/lf2"; then
+        fail "--attention fused: two runs differ"; paste "$D/lf1" "$D/lf2"
+    elif ! paste "$D/lf1" "$D/lf3" | awk '{ d = $2 - $4; if (d < 0) d = -d;
+           if (NF != 4 || d > 1e-5 * $4) bad = 1; n++ } END { exit (bad || n != 4) }'; then
+        fail "--attention fused vs gemm losses"; paste "$D/lf1" "$D/lf3"
+    elif ! grep -q "attention path = fused (blocks" "$D/log_f1" ||
+         ! grep -q "activations    = .* MiB of it per layer" "$D/log_f1" ||
+         ! grep -q "attention path = gemm" "$D/log_f3" ||
+         ! grep -q "attention path = auto -> \(fused\|gemm\): .* fused .* ms, gemm .* ms" "$D/log_f4"; then
+        fail "--attention start-up report"; grep -E "attention path|activations" "$D"/log_f*
+    else
+        echo "ok: --attention fused twice bitwise, vs gemm: $(paste "$D/lf1" "$D/lf3" | awk '{printf "%s/%s ", $2, $4}')"
+        grep -h "attention path = auto" "$D/log_f4"
+    fi
+else
+    fail "--attention runs failed"; tail -n 3 "$D"/log_f*
 fi
 
 # ---- sample_gpt through an llm.c tokenizer file (GPT-2 vocabulary model from above).
