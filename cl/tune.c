@@ -249,11 +249,16 @@ ct_status ct_tune_record_store(const char *tune_dir, const ct_device_info *info,
     if (!tune_dir || !*tune_dir) return CT_ERR(err, CT_ERR_ARG, "no tuning directory known");
     if (ct__mkdirs(tune_dir) != 0)
         return CT_ERR(err, CT_ERR_IO, "cannot create tuning directory '%s'", tune_dir);
-    int w = snprintf(text, sizeof text, "# cltrain tuning record '%s' (never given to CLBlast)\n",
-                     kind);
-    if (ct_tune_record_path(tune_dir, info, kind, path, sizeof path) != CT_OK || w < 0 ||
-        ct_tune_set_format(s, text + w, sizeof text - (size_t)w) != CT_OK)
+    char body[8192];
+    if (ct_tune_record_path(tune_dir, info, kind, path, sizeof path) != CT_OK ||
+        ct_tune_set_format(s, body, sizeof body) != CT_OK)
         return CT_ERR(err, CT_ERR_ARG, "tuning record or path too long (kind '%s')", kind);
+    const char *rest = strchr(body, '\n'); /* the set's own first line says "CLBlast" */
+    int w = snprintf(text, sizeof text,
+                     "# cltrain tuning record '%s' (never given to CLBlast); see tune/README.md\n%s",
+                     kind, rest ? rest + 1 : body);
+    if (w < 0 || (size_t)w >= sizeof text)
+        return CT_ERR(err, CT_ERR_ARG, "tuning record too long (kind '%s')", kind);
     return ct__write_file_atomic(path, text, strlen(text), err);
 }
 

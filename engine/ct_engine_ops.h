@@ -149,6 +149,9 @@ size_t ct_attn_blocks_local_bytes(int hs, const ct_attn_blocks *k, int backward)
  * they fit, smaller ones where not (any head size, any device). */
 ct_attn_cfg ct_attn_cfg_default(const ct_device_info *info, int hs);
 
+/* Compile the programs cfg needs at head size hs now (so the step only enqueues). */
+ct_status ct_attention_fused_warmup(ct_device *dev, const ct_attn_cfg *cfg, int hs);
+
 ct_status ct_attention_fused_forward(ct_device *dev, const ct_attn_cfg *cfg,
                                      ct_view out /* (B,T,C) = */, ct_view lse /* (B,NH,T) = */,
                                      ct_view inp /* (B,T,3C) */, int B, int T, int C, int NH);

@@ -235,7 +235,9 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
         goto cleanup;
     }
     if ((st = ct_optim_create(&m->opt, m->P, &m->prof, err)) != CT_OK) goto cleanup;
-    if ((st = ct_ops_warmup(dev)) != CT_OK) {
+    if ((st = ct_ops_warmup(dev)) != CT_OK ||
+        (m->attn == CT_ATTN_FUSED &&
+         (st = ct_attention_fused_warmup(dev, &m->acfg, cfg->channels / cfg->heads)) != CT_OK)) {
         CT_ERR(err, st, "ct_model_create: building the engine kernels: %s", ct_device_errmsg(dev));
         goto cleanup;
     }

@@ -490,6 +490,14 @@ static ct_status fused_launch(ct_device *dev, int hs, const ct_attn_blocks *k, i
     return ct_kernel_launch(dev, kern, 2, global, local, NULL);
 }
 
+ct_status ct_attention_fused_warmup(ct_device *dev, const ct_attn_cfg *cfg, int hs) {
+    cl_kernel k = NULL;
+    ct_status st = fused_kernel(dev, hs, &cfg->fwd, 0, "attn_fused_forward", &k);
+    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, "attn_fused_backward_dkv", &k);
+    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, "attn_fused_backward_dq", &k);
+    return st;
+}
+
 #define FUSED_DIMS_OK                                                                              \
     (dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, 1))
 

@@ -119,7 +119,7 @@ static unsigned lcg(unsigned *s) {
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     snprintf(dir, sizeof dir, "/tmp/ct_test_engine_torch_%ld", (long)getpid());
-    char cmd[400];
+    char cmd[1000];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
     if (system(cmd) != 0) return 1;
     ct_err err = {0};

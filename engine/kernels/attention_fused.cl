@@ -75,9 +75,9 @@ typedef CAT(float, VW) vf;
 #define HSUM4(x) (((x).s0 + (x).s1) + ((x).s2 + (x).s3))
 
 /* Keys [k0, k0+BK) of head h in rows of `base` (row t at base + t*3C): K transposed into kt
- * (HS x BKP), V transposed into vt (may be NULL) and/or as rows into vs (BK x HSP, may be NULL);
- * keys >= T are zeros. */
-#define LOAD_KV(kt, vt, vs)                                                                        \
+ * (HS x BKP), V transposed into vt (when VT is 1) and/or as rows into vs (BK x HSP, when VS is 1);
+ * keys >= T are zeros. (Flags, not null tests: a __local array may sit at address 0.) */
+#define LOAD_KV(kt, VT, vt, VS, vs)                                                                \
     for (int i_ = lid; i_ < BK * HS; i_ += NT) {                                                   \
         int j_ = i_ / HS, d_ = i_ - j_ * HS, t_ = k0 + j_;                                         \
         float kv_ = 0.0f, vv_ = 0.0f;                                                              \
@@ -86,8 +86,8 @@ typedef CAT(float, VW) vf;
             vv_ = base[(size_t)t_ * C3 + 2 * C + d_];                                              \
         }                                                                                          \
         (kt)[d_ * BKP + j_] = kv_;                                                                 \
-        if (vt) (vt)[d_ * BKP + j_] = vv_;                                                         \
-        if (vs) (vs)[j_ * HSP + d_] = vv_;                                                         \
+        if (VT) (vt)[d_ * BKP + j_] = vv_;                                                         \
+        if (VS) (vs)[j_ * HSP + d_] = vv_;                                                         \
     }
 
 /* Forward: one work-group per (query block, b*NH + h). out (B,T,C) =, lse (B,NH,T) =. The query
@@ -119,7 +119,7 @@ attn_fused_forward(__global float *out, ulong out_off, __global float *lse, ulon
     const int kend = min(q0 + BQ, T); /* causal: keys < the block's last query + 1 */
     for (int k0 = 0; k0 < kend; k0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous block's readers are done */
-        LOAD_KV(Kt, (__local float *)0, Vs);
+        LOAD_KV(Kt, 0, Kt, 1, Vs);
         barrier(CLK_LOCAL_MEM_FENCE);
         /* 1. scores of this work-item's (row, key) entries, masked with -inf */
         vf s[SRN][SJN];
@@ -199,8 +199,8 @@ __kernel void attn_fused_dot(__global float *D, ulong D_off, __global const floa
 }
 
 /* The (BQ x BK) tile of P and dS = P * (dP - D) for queries [q0, q0+BQ) and keys [k0, k0+BK),
- * from Qs, dOs (BQ x HSP) and Kt, Vt (HS x BKP), into ps (may be NULL) and dss. */
-#define SCORE_TILE(ps, dss)                                                                        \
+ * from Qs, dOs (BQ x HSP) and Kt, Vt (HS x BKP), into ps (when PS is 1) and dss. */
+#define SCORE_TILE(PS, ps, dss)                                                                    \
     {                                                                                              \
         vf s_[SRN][SJN], dp_[SRN][SJN];                                                            \
         for (int a = 0; a < SRN; a++)                                                              \
@@ -226,7 +226,7 @@ __kernel void attn_fused_dot(__global float *D, ulong D_off, __global const floa
                 vf p = exp(s_[a][bb] * (vf)scale - (vf)Lq[r]);                                     \
                 p = select(p, (vf)0.0f, (u > (vf)(float)t) | (u >= (vf)(float)T));                 \
                 if (t >= T) p = (vf)0.0f;                                                          \
-                if (ps) VSTORE((ps) + r * BKP + j0, p);                                            \
+                if (PS) VSTORE((ps) + r * BKP + j0, p);                                            \
                 VSTORE((dss) + r * BKP + j0, p * (dp_[a][bb] - (vf)Dq[r]));                        \
             }                                                                                      \
     }
@@ -263,7 +263,7 @@ attn_fused_backward_dkv(__global float *dqkv, ulong dqkv_off, __global const flo
     __global const float *base = qkv + qkv_off + (size_t)b * T * C3 + (size_t)h * HS;
     __global const float *gbase = dout + dout_off + (size_t)b * T * C + (size_t)h * HS;
     const int sc = lid % SC, sr = lid / SC, oc = lid % OC, orow = lid / OC;
-    LOAD_KV(Kt, Vt, (__local float *)0);
+    LOAD_KV(Kt, 1, Vt, 0, Vt);
     vf dk[KRN][ODN], dv[KRN][ODN];
     for (int a = 0; a < KRN; a++)
         for (int c = 0; c < ODN; c++) dk[a][c] = dv[a][c] = (vf)0.0f;
@@ -271,7 +271,7 @@ attn_fused_backward_dkv(__global float *dqkv, ulong dqkv_off, __global const flo
         barrier(CLK_LOCAL_MEM_FENCE);
         LOAD_Q();
         barrier(CLK_LOCAL_MEM_FENCE);
-        SCORE_TILE(Ps, dSs);
+        SCORE_TILE(1, Ps, dSs);
         barrier(CLK_LOCAL_MEM_FENCE);
         /* dV += P^T dO, dK += dS^T Q over this block's queries */
         for (int r = 0; r < BQ; r++) {
@@ -335,7 +335,7 @@ attn_fused_backward_dq(__global float *dqkv, ulong dqkv_off, __global const floa
             Vt[d * BKP + j] = vv;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        SCORE_TILE((__local float *)0, dSs);
+        SCORE_TILE(0, dSs, dSs);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int j = 0; j < BK; j++) { /* dQ += dS K */
             vf kk[ODN];
