@@ -165,6 +165,15 @@ static ct_status search(ct_device *dev, int hs, ct_attn_cfg *out, char *note, si
     const ct_device_info *info = ct_device_get_info(dev);
     ct_attn_blocks cand[16];
     int nc = candidates(info, hs, cand);
+    /* none fits (an odd head size fits no GPU candidate): the default, which fits any */
+    int nf = 0, nb = 0;
+    for (int i = 0; i < nc; i++) {
+        nf += !ct_attn_blocks_check(info, hs, &cand[i], 0, NULL, 0);
+        nb += !ct_attn_blocks_check(info, hs, &cand[i], 1, NULL, 0);
+    }
+    ct_attn_cfg def = ct_attn_cfg_default(info, hs);
+    if (!nf) cand[nc++] = def.fwd;
+    if (!nb) cand[nc++] = def.bwd;
     int bnh = 2 * (int)info->compute_units;
     bnh = bnh < 4 ? 4 : bnh > 128 ? 128 : bnh;
     int T = 1024, B = 1, NH = bnh, C = NH * hs;
