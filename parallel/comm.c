@@ -29,6 +29,13 @@ static void group_free(ct__group *g) {
         }
         free(g->slots);
     }
+    if (g->chans) {
+        for (int i = 0; i < g->nlocal * g->nlocal; i++) {
+            pthread_mutex_destroy(&g->chans[i].mu);
+            pthread_cond_destroy(&g->chans[i].cv);
+        }
+        free(g->chans);
+    }
     ct__barrier_destroy(&g->bar);
     free(g->m);
     free(g->local_rank);
@@ -91,12 +98,16 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
     g->counts = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(size_t));
     g->rptrs = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(void *));
     g->slots = calloc((size_t)(g->nlocal > 0 ? g->nlocal * g->nlocal : 1), sizeof(ct__slot));
-    if (!g->local_rank || !g->ptrs || !g->counts || !g->rptrs || !g->slots) goto nomem;
+    g->chans = calloc((size_t)(g->nlocal > 0 ? g->nlocal * g->nlocal : 1), sizeof(ct__chan));
+    if (!g->local_rank || !g->ptrs || !g->counts || !g->rptrs || !g->slots || !g->chans)
+        goto nomem;
     for (int i = 0; i < n; i++)
         if (g->m[i].local >= 0) g->local_rank[g->m[i].local] = i;
     for (int i = 0; i < g->nlocal * g->nlocal; i++) {
         pthread_mutex_init(&g->slots[i].mu, NULL);
         pthread_cond_init(&g->slots[i].cv, NULL);
+        pthread_mutex_init(&g->chans[i].mu, NULL);
+        pthread_cond_init(&g->chans[i].cv, NULL);
     }
     ct__barrier_destroy(&g->bar);
     ct__barrier_init(&g->bar, g->nlocal);

@@ -151,6 +151,33 @@ ct_status ct_comm_recv(ct_comm *c, int src, void *buf, size_t bytes);
 ct_status ct_comm_sendrecv(ct_comm *c, int dst, const void *sbuf, size_t sbytes, int src,
                            void *rbuf, size_t rbytes);
 
+/* Non-blocking point-to-point: a channel of its own per (group, sender, receiver), apart from the
+ * blocking calls above and the collectives (it never matches them). Messages on a channel are
+ * received in the order they were sent, any number in flight: the k-th ct_comm_irecv from a
+ * peer takes the k-th ct_comm_isend of that peer to this worker, whatever order the requests are
+ * completed in. The buffer of a send must stay untouched, and that of a receive unread, until the
+ * request completes. Between threads of one process the receiver copies straight from the
+ * sender's buffer when it completes its receive (so a send completes once its receiver has
+ * called ct_comm_test or ct_comm_wait on the matching receive); between processes each segment is
+ * an MPI_Isend / MPI_Irecv. Sizes must match exactly (CT_ERR_MISMATCH on both sides otherwise).
+ * Every request is completed by ct_comm_wait (which frees it) before its comm is freed.
+ *
+ *     ct_request *s = NULL, *r = NULL;
+ *     ct_comm_isend(pp, next, act, bytes, &s);      // returns at once
+ *     ct_comm_irecv(pp, prev, in, bytes, &r);
+ *     ... compute ...
+ *     ct_comm_wait(r);                                // `in` holds the message
+ *     ct_comm_wait(s);                                // `act` may be reused
+ * Errors are on ct_comm_errmsg of the request's comm. */
+typedef struct ct_request ct_request;
+ct_status ct_comm_isend(ct_comm *c, int dst, const void *buf, size_t bytes, ct_request **req);
+ct_status ct_comm_irecv(ct_comm *c, int src, void *buf, size_t bytes, ct_request **req);
+/* Progress without blocking: *done = 1 once the request has completed (it still needs
+ * ct_comm_wait, which then returns at once). A completed receive has copied its message. */
+ct_status ct_comm_test(ct_request *req, int *done);
+/* Block until the request completes, then free it (NULL: a no-op returning CT_OK). */
+ct_status ct_comm_wait(ct_request *req);
+
 /* ---------------------------------------------------------------- collectives (host memory) */
 
 /* recv[i] = op over workers of send[i]; count elements. avg = sum / size (int32: truncated). */

@@ -386,3 +386,232 @@ ct_status ct_comm_sendrecv(ct_comm *c, int dst, const void *sbuf, size_t sbytes,
         return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_sendrecv: NULL buffer");
     return ct__p2p_sendrecv(c, dst, sbuf, sbytes, src, rbuf, rbytes);
 }
+
+/* ------------------------------------------------------------------ non-blocking channel */
+
+struct ct_request {
+    ct_comm *c;
+    int send;   /* 1: a send, 0: a receive */
+    int peer;   /* group rank */
+    const void *sbuf;
+    void *rbuf;
+    size_t bytes;
+    /* between threads: the channel, the sequence number on it, the queue link (sends) */
+    ct__chan *ch;
+    uint64_t seq;
+    struct ct_request *next;
+    int done;       /* complete (under ch->mu) */
+    int taken;      /* a send being copied by its receiver (under ch->mu) */
+    size_t other;   /* the size the other side posted, on a mismatch */
+    int mismatch;
+    /* between processes: one request per segment */
+    MPI_Request *mreq;
+    MPI_Request one[1];
+    int nreq, ndone;
+    ct_status st;
+};
+
+static int nb_tag(const ct_comm *c, int src_thread, int dst_thread) {
+    return mpi_tag(c, src_thread, dst_thread) | c->topo->tag_nb;
+}
+
+static ct_status nb_new(ct_comm *c, int send, int peer, const void *sbuf, void *rbuf, size_t bytes,
+                        ct_request **out) {
+    ct_status st;
+    *out = NULL;
+    if ((st = check_peer(c, peer, send ? "isend" : "irecv"))) return st;
+    if (bytes && (send ? sbuf == NULL : rbuf == NULL))
+        return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_%s: buf is NULL", send ? "isend" : "irecv");
+    if (bytes > (size_t)INT32_MAX * CT__SEG)
+        return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_%s: %zu bytes is too large", send ? "isend" : "irecv",
+                      bytes);
+    ct_request *r = calloc(1, sizeof *r);
+    if (!r) return CT_ERR(&c->err, CT_ERR_NOMEM, "ct_comm_%s: out of host memory", send ? "isend" : "irecv");
+    r->c = c, r->send = send, r->peer = peer, r->sbuf = sbuf, r->rbuf = rbuf, r->bytes = bytes;
+    *out = r;
+    return CT_OK;
+}
+
+static void nb_free(ct_request *r) {
+    if (!r) return;
+    if (r->mreq && r->mreq != r->one) free(r->mreq);
+    free(r);
+}
+
+/* Post the segments of a message to another process. */
+static ct_status nb_post_remote(ct_request *r) {
+    ct_comm *c = r->c;
+    const ct__member *p = &c->g->m[r->peer];
+    size_t ns = nseg(r->bytes);
+    r->mreq = ns == 1 ? r->one : malloc(ns * sizeof(MPI_Request));
+    if (!r->mreq) return CT_ERR(&c->err, CT_ERR_NOMEM, "point-to-point requests");
+    int tag = r->send ? nb_tag(c, c->thread, p->thread) : nb_tag(c, p->thread, c->thread);
+    for (size_t k = 0; k < ns; k++) {
+        size_t off = k * CT__SEG, len = r->bytes - off < CT__SEG ? r->bytes - off : CT__SEG;
+        int rc = r->send ? MPI_Isend((const char *)r->sbuf + off, (int)len, MPI_BYTE, p->rank, tag,
+                                     c->topo->world, &r->mreq[k])
+                         : MPI_Irecv((char *)r->rbuf + off, (int)len, MPI_BYTE, p->rank, tag,
+                                     c->topo->world, &r->mreq[k]);
+        if (rc != MPI_SUCCESS) {
+            for (size_t j = 0; j < k; j++) { /* nothing half-posted is left behind */
+                MPI_Cancel(&r->mreq[j]);
+                MPI_Request_free(&r->mreq[j]);
+            }
+            return ct__mpi_err(c, rc, r->send ? "MPI_Isend" : "MPI_Irecv");
+        }
+        r->nreq++;
+    }
+    return CT_OK;
+}
+
+ct_status ct_comm_isend(ct_comm *c, int dst, const void *buf, size_t bytes, ct_request **req) {
+    if (!c || !req) return CT_ERR_ARG;
+    ct_request *r = NULL;
+    ct_status st = nb_new(c, 1, dst, buf, NULL, bytes, &r);
+    if (st) return st;
+    const ct__member *d = &c->g->m[dst];
+    if (d->local >= 0) {
+        ct__chan *ch = &c->g->chans[c->local * c->g->nlocal + d->local];
+        r->ch = ch;
+        pthread_mutex_lock(&ch->mu);
+        r->seq = ch->nsent++;
+        if (ch->tail) ch->tail->next = r;
+        else ch->head = r;
+        ch->tail = r;
+        pthread_cond_broadcast(&ch->cv);
+        pthread_mutex_unlock(&ch->mu);
+    } else if ((st = nb_post_remote(r)) != CT_OK) {
+        nb_free(r);
+        return st;
+    }
+    *req = r;
+    return CT_OK;
+}
+
+ct_status ct_comm_irecv(ct_comm *c, int src, void *buf, size_t bytes, ct_request **req) {
+    if (!c || !req) return CT_ERR_ARG;
+    ct_request *r = NULL;
+    ct_status st = nb_new(c, 0, src, NULL, buf, bytes, &r);
+    if (st) return st;
+    const ct__member *s = &c->g->m[src];
+    if (s->local >= 0) {
+        ct__chan *ch = &c->g->chans[s->local * c->g->nlocal + c->local];
+        r->ch = ch;
+        pthread_mutex_lock(&ch->mu);
+        r->seq = ch->nrecv++;
+        pthread_mutex_unlock(&ch->mu);
+    } else if ((st = nb_post_remote(r)) != CT_OK) {
+        nb_free(r);
+        return st;
+    }
+    *req = r;
+    return CT_OK;
+}
+
+/* A local receive (ch->mu held): take its send off the queue if it has been posted, copy outside
+ * the lock (the sender may post more meanwhile), then complete both. Returns 1 when done. */
+static int local_try_recv(ct_request *r) {
+    ct__chan *ch = r->ch;
+    if (r->done) return 1;
+    ct_request *s = ch->head, *prev = NULL;
+    while (s && s->seq != r->seq) prev = s, s = s->next;
+    if (!s) return 0;
+    if (prev) prev->next = s->next;
+    else ch->head = s->next;
+    if (ch->tail == s) ch->tail = prev;
+    s->next = NULL;
+    s->taken = 1;
+    if (s->bytes != r->bytes) {
+        s->mismatch = r->mismatch = 1;
+        s->other = r->bytes, r->other = s->bytes;
+    } else if (r->bytes) {
+        pthread_mutex_unlock(&ch->mu);
+        memcpy(r->rbuf, s->sbuf, r->bytes);
+        pthread_mutex_lock(&ch->mu);
+    }
+    s->done = r->done = 1;
+    pthread_cond_broadcast(&ch->cv);
+    return 1;
+}
+
+static ct_status local_result(ct_request *r) {
+    if (!r->mismatch) return CT_OK;
+    if (r->send)
+        return CT_ERR(&r->c->err, CT_ERR_MISMATCH,
+                      "isend of %zu bytes to group rank %d: the receiver expected %zu (workers "
+                      "disagree on counts)", r->bytes, r->peer, r->other);
+    return CT_ERR(&r->c->err, CT_ERR_MISMATCH,
+                  "irecv from group rank %d: expected %zu bytes, the sender sent %zu (workers "
+                  "disagree on counts)", r->peer, r->bytes, r->other);
+}
+
+/* Check a completed remote segment's length (receives). */
+static ct_status remote_seg_done(ct_request *r, int k, MPI_Status *stt) {
+    if (r->send) return CT_OK;
+    int cnt = 0;
+    size_t off = (size_t)k * CT__SEG, len = r->bytes - off < CT__SEG ? r->bytes - off : CT__SEG;
+    MPI_Get_count(stt, MPI_BYTE, &cnt);
+    if ((size_t)cnt != len)
+        return CT_ERR(&r->c->err, CT_ERR_MISMATCH,
+                      "irecv from group rank %d: expected %zu bytes, got a segment of %d (workers "
+                      "disagree on counts)", r->peer, r->bytes, cnt);
+    return CT_OK;
+}
+
+static ct_status remote_err(ct_request *r, int rc) {
+    int cls = 0;
+    MPI_Error_class(rc, &cls);
+    if (!r->send && cls == MPI_ERR_TRUNCATE)
+        return CT_ERR(&r->c->err, CT_ERR_MISMATCH,
+                      "irecv from group rank %d: the sender sent more than the %zu bytes expected "
+                      "(workers disagree on counts)", r->peer, r->bytes);
+    return ct__mpi_err(r->c, rc, r->send ? "MPI_Wait (isend)" : "MPI_Wait (irecv)");
+}
+
+ct_status ct_comm_test(ct_request *r, int *done) {
+    *done = 0;
+    if (!r) return CT_ERR_ARG;
+    if (r->ch) {
+        pthread_mutex_lock(&r->ch->mu);
+        *done = r->send ? r->done : local_try_recv(r);
+        pthread_mutex_unlock(&r->ch->mu);
+        return *done ? local_result(r) : CT_OK;
+    }
+    while (r->ndone < r->nreq && r->st == CT_OK) {
+        int flag = 0;
+        MPI_Status stt;
+        int rc = MPI_Test(&r->mreq[r->ndone], &flag, &stt);
+        if (rc != MPI_SUCCESS) r->st = remote_err(r, rc);
+        else if (!flag) break;
+        else r->st = remote_seg_done(r, r->ndone++, &stt);
+    }
+    *done = r->ndone == r->nreq || r->st != CT_OK;
+    return r->st;
+}
+
+ct_status ct_comm_wait(ct_request *r) {
+    if (!r) return CT_OK;
+    ct_status st = CT_OK;
+    if (r->ch) {
+        ct__chan *ch = r->ch;
+        pthread_mutex_lock(&ch->mu);
+        while (!(r->send ? r->done : local_try_recv(r))) pthread_cond_wait(&ch->cv, &ch->mu);
+        pthread_mutex_unlock(&ch->mu);
+        st = local_result(r);
+    } else {
+        st = r->st;
+        for (; r->ndone < r->nreq; r->ndone++) {
+            MPI_Request *q = &r->mreq[r->ndone];
+            if (st != CT_OK) { /* an earlier segment failed: drop the rest */
+                MPI_Cancel(q);
+                MPI_Request_free(q);
+                continue;
+            }
+            MPI_Status stt;
+            int rc = wait_yield(q, &stt);
+            st = rc != MPI_SUCCESS ? remote_err(r, rc) : remote_seg_done(r, r->ndone, &stt);
+        }
+    }
+    nb_free(r);
+    return st;
+}

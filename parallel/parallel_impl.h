@@ -61,6 +61,16 @@ typedef struct ct__member {
     int local;  /* index among this process's members, or -1 */
 } ct__member;
 
+/* The non-blocking channel src -> dst between two local members (p2p.c): posted sends not yet
+ * taken, in the order posted; each carries its sequence number on the channel so the receiver's
+ * k-th receive takes the k-th send whatever order the receives are completed in. */
+typedef struct ct__chan {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ct_request *head, *tail; /* posted sends not yet received */
+    uint64_t nsent, nrecv;          /* sequence numbers handed out (sender's, receiver's) */
+} ct__chan;
+
 /* State shared by the threads of this process that belong to one group. */
 typedef struct ct__group {
     uint32_t id;
@@ -78,6 +88,7 @@ typedef struct ct__group {
     void **shm_seg;     /* [n] each member's segment, mapped here */
     size_t shm_cap;
     ct__slot *slots;    /* [nlocal * nlocal], slot src*nlocal+dst */
+    ct__chan *chans;    /* [nlocal * nlocal], non-blocking channel src*nlocal+dst */
     ct__barrier bar;    /* the local members */
     void **ptrs;        /* [nlocal] published pointers (hierarchical) */
     size_t *counts;     /* [nlocal] published counts (hierarchical) */
@@ -101,6 +112,7 @@ struct ct_topo {
     int rank, nranks, D, W;
     int node, nnodes, local_rank, local_nranks;
     int tag_bits_thread, tag_bits_id;
+    int tag_nb; /* the tag bit that marks non-blocking point-to-point messages (their own channel) */
     uint32_t id_max;
     int owns_mpi;
     int check_default;

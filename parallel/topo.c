@@ -125,7 +125,8 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
         long long u = flag ? *ub : 32767;
         while (ubits < 31 && (1LL << (ubits + 1)) - 1 <= u) ubits++;
         t->tag_bits_thread = bits_for(D);
-        t->tag_bits_id = ubits - 2 * t->tag_bits_thread;
+        /* one bit above the ids marks the non-blocking point-to-point channel */
+        t->tag_bits_id = ubits - 2 * t->tag_bits_thread - 1;
         if (t->tag_bits_id < 8) {
             st = CT_ERR(err, CT_ERR_UNSUPPORTED,
                         "MPI_TAG_UB %lld leaves %d bits for comm ids with %d threads per rank",
@@ -134,6 +135,7 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
         }
         if (t->tag_bits_id > 20) t->tag_bits_id = 20;
         t->id_max = (1u << t->tag_bits_id) - 1;
+        t->tag_nb = 1 << (2 * t->tag_bits_thread + t->tag_bits_id);
     }
     {
         int len = 0;
