@@ -55,6 +55,9 @@ typedef struct ct_model_plan {
      * planned for the path chosen. attn_blocks: the fused block shapes (NULL: ct_attn_tune's). */
     ct_attn_path attention;
     const ct_attn_cfg *attn_blocks;
+    int split_backward; /* zero-bubble schedules: block backward run as its input half and a
+                           deferred weight half; each slot keeps 4 more (B,T,C) per block for
+                           the weight half */
 } ct_model_plan;
 
 /* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T
@@ -131,6 +134,13 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale);
 /* Block l's backward: reads the gradient of its output from ct_model_dres, adds its parameter
  * gradients, leaves the gradient of its input in ct_model_dres. */
 ct_status ct_model_block_backward(ct_model *m, int slot, int l);
+/* Block l's backward in two halves (zero-bubble schedules; the plan needs split_backward):
+ * the input half reads the gradient of the block's output from ct_model_dres and leaves that of
+ * its input there, adding no parameter gradient; the weight half, any time later but before the
+ * slot's next forward, adds the block's parameter gradients (reading no parameter: under ZeRO-3
+ * the block need not be gathered for it). Together they add bitwise what block_backward adds. */
+ct_status ct_model_block_backward_input(ct_model *m, int slot, int l);
+ct_status ct_model_block_backward_weight(ct_model *m, int slot, int l);
 /* The embedding's backward (first stage): wte, wpe grads += from ct_model_dres. */
 ct_status ct_model_embed_backward(ct_model *m, int slot);
 /* The residual-gradient tensor (max_B, max_T, C) the backward entry points pass along: where a

@@ -89,7 +89,9 @@ ct_status ct_layernorm_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
                                ct_view mean /* (B,T) = */, ct_view rstd /* (B,T) = */,
                                ct_view inp /* (B,T,C) */, ct_view weight /* (C) */,
                                ct_view bias /* (C) */, int B, int T, int C);
-/* dinp is overwritten, or accumulated into when accumulate_dinp != 0 (the residual stream). */
+/* dinp is overwritten, or accumulated into when accumulate_dinp != 0 (the residual stream).
+ * Either half may be left out: dinp absent (ct_view_none) computes only dweight and dbias;
+ * dweight and dbias absent (both) only dinp (zero-bubble schedules run them apart). */
 ct_status ct_layernorm_backward(ct_device *dev, ct_view dinp /* (B,T,C) = or += */,
                                 ct_view dweight /* (C) += */, ct_view dbias /* (C) += */,
                                 ct_view dout /* (B,T,C) */, ct_view inp /* (B,T,C) */,

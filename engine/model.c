@@ -16,7 +16,7 @@
  * up to `nb` blocks (the longest chunk). Per-block tensors are nb consecutive copies. */
 typedef struct slot_plan {
     size_t tokens, targets, in, ln1, ln1m, ln1r, qkvr, att, atty, res2, ln2, ln2m, ln2r, fch, fchg,
-        res3, lnf, lnfm, lnfr, logits, losses, lse, loss, total;
+        res3, wg, lnf, lnfm, lnfr, logits, losses, lse, loss, total;
 } slot_plan;
 /* The scratch shared by all slots (offsets from the arena's start). */
 typedef struct scratch_plan {
@@ -120,6 +120,10 @@ static void plan_arena(ct_model *m, int B, int T, int head) {
     REGION(s, fch, nb * 4 * BTC);
     REGION(s, fchg, nb * 4 * BTC);
     REGION(s, res3, nb * BTC);
+    /* zero-bubble plans: what the deferred weight gradient needs beyond the saved activations,
+     * per block [output gradient | dln2 | residual gradient after ln2 | dln1]; its other two
+     * inputs (the gradients of fch and of qkv) go where fch and qkvr were, dead by then */
+    REGION(s, wg, m->plan.split_backward ? nb * 4 * BTC : 0);
     size_t h = head ? 1 : 0;
     REGION(s, lnf, h * BTC);
     REGION(s, lnfm, h * BT);
@@ -639,6 +643,100 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
     GROUP("attention backward");
 cleanup:
     return dev_fail(m, st, "ct_model_block_backward");
+}
+
+/* The zero-bubble halves. The input half is the block's backward without the weight products
+ * (the same dinp products, so the same values), keeping for the weight half the gradients each
+ * weight product reads: those of the block's output and of the residual after ln2 (copied from
+ * dres, which the next blocks overwrite), dln2 and dln1 (written there directly), and those of
+ * fch and qkv (copied over fch and qkvr, which only the input half reads). The weight half runs
+ * the same weight products on them, so a split backward adds bitwise what the whole one adds. */
+static ct_status split_views(ct_model *m, int slot, int l, const char *what) {
+    ct_status st;
+    if ((st = check_slot(m, slot, what)) != CT_OK || (st = check_layer(m, l, what)) != CT_OK)
+        return st;
+    if (!m->plan.split_backward)
+        return CT_ERR(&m->err, CT_ERR_STATE,
+                      "%s: the model was planned without split backward (ct_model_plan."
+                      "split_backward: the slots keep no room for the deferred weight gradient)",
+                      what);
+    if (m->st[slot].B < 1) return CT_ERR(&m->err, CT_ERR_STATE, "%s: slot %d is empty", what, slot);
+    return CT_OK;
+}
+
+ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
+    ct_status st = CT_OK;
+    if ((st = split_views(m, slot, l, "ct_model_block_backward_input")) != CT_OK) return st;
+    slot_state *ss = &m->st[slot];
+    int B = ss->B, T = ss->T, C = m->cfg.channels, NH = m->cfg.heads;
+    size_t BTC = (size_t)B * T * C, k = pos(m, l), sb = slot_base(m, slot);
+    size_t bc = k * m->lBTC, bt = k * m->lBT;
+    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
+    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lBTC);
+    ct_view ln1 = BV(ln1, bc), qkvr = BV(qkvr, 3 * bc), att = BV(att, k * m->attL);
+    ct_view atty = BV(atty, bc), res2 = BV(res2, bc), ln2 = BV(ln2, bc);
+    ct_view fch = BV(fch, 4 * bc), fchg = BV(fchg, 4 * bc), wg = BV(wg, 4 * bc);
+    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->lBTC), wdres2 = ct_view_at(wg, 2 * m->lBTC);
+    ct_view wdln1 = ct_view_at(wg, 3 * m->lBTC), none = ct_view_none();
+    size_t f4 = sizeof(float);
+    double tg_ = ct_time_now();
+    RUN(OP_matmul_fcproj_bwd,
+        ct_mem_copy(m->dev, am, XV(dres).off * f4, am, wdout.off * f4, BTC * f4));
+    RUN(OP_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres), fchg,
+                                                 PV(fcprojw, l), B, T, 4 * C, C));
+    RUN(OP_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), 4 * BTC));
+    RUN(OP_gelu_bwd, ct_mem_copy(m->dev, am, XV(dB).off * f4, am, fch.off * f4, 4 * BTC * f4));
+    RUN(OP_matmul_fc_bwd, ct_matmul_backward(m->dev, wdln2, none, none, XV(dB), ln2, PV(fcw, l), B,
+                                             T, C, 4 * C));
+    RUN(OP_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln2, res2,
+                                                PV(ln2w, l), BV(ln2m, bt), BV(ln2r, bt), B, T, C, 1));
+    GROUP("mlp backward (input)");
+    RUN(OP_matmul_attproj_bwd,
+        ct_mem_copy(m->dev, am, XV(dres).off * f4, am, wdres2.off * f4, BTC * f4));
+    RUN(OP_matmul_attproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres), atty,
+                                                  PV(attprojw, l), B, T, C, C));
+    RUN(OP_attention_bwd, ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum),
+                                                XV(dA), qkvr, att, B, T, C, NH));
+    RUN(OP_attention_bwd,
+        ct_mem_copy(m->dev, am, XV(dB).off * f4, am, qkvr.off * f4, 3 * BTC * f4));
+    RUN(OP_matmul_qkv_bwd, ct_matmul_backward(m->dev, wdln1, none, none, XV(dB), ln1, PV(qkvw, l), B,
+                                              T, C, 3 * C));
+    RUN(OP_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln1, res,
+                                                PV(ln1w, l), BV(ln1m, bt), BV(ln1r, bt), B, T, C, 1));
+    GROUP("attention backward (input)");
+cleanup:
+    return dev_fail(m, st, "ct_model_block_backward_input");
+}
+
+ct_status ct_model_block_backward_weight(ct_model *m, int slot, int l) {
+    ct_status st = CT_OK;
+    if ((st = split_views(m, slot, l, "ct_model_block_backward_weight")) != CT_OK) return st;
+    slot_state *ss = &m->st[slot];
+    int B = ss->B, T = ss->T, C = m->cfg.channels;
+    size_t k = pos(m, l), sb = slot_base(m, slot);
+    size_t bc = k * m->lBTC, bt = k * m->lBT;
+    cl_mem am = ct_buffer_mem(m->acts), gm = ct_buffer_mem(ct_params_grads(m->P));
+    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lBTC);
+    ct_view ln1 = BV(ln1, bc), dqkv = BV(qkvr, 3 * bc), atty = BV(atty, bc), res2 = BV(res2, bc);
+    ct_view ln2 = BV(ln2, bc), dfch = BV(fch, 4 * bc), fchg = BV(fchg, 4 * bc), wg = BV(wg, 4 * bc);
+    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->lBTC), wdres2 = ct_view_at(wg, 2 * m->lBTC);
+    ct_view wdln1 = ct_view_at(wg, 3 * m->lBTC), none = ct_view_none();
+    double tg_ = ct_time_now();
+    RUN(OP_matmul_fcproj_bwd, ct_matmul_backward(m->dev, none, GV(fcprojw, l), GV(fcprojb, l),
+                                                 wdout, fchg, none, B, T, 4 * C, C));
+    RUN(OP_matmul_fc_bwd, ct_matmul_backward(m->dev, none, GV(fcw, l), GV(fcb, l), dfch, ln2, none,
+                                             B, T, C, 4 * C));
+    RUN(OP_layernorm_bwd, ct_layernorm_backward(m->dev, none, GV(ln2w, l), GV(ln2b, l), wdln2, res2,
+                                                none, BV(ln2m, bt), BV(ln2r, bt), B, T, C, 0));
+    RUN(OP_matmul_attproj_bwd, ct_matmul_backward(m->dev, none, GV(attprojw, l),
+                                                  GV(attprojb, l), wdres2, atty, none, B, T, C, C));
+    RUN(OP_matmul_qkv_bwd, ct_matmul_backward(m->dev, none, GV(qkvw, l), GV(qkvb, l), dqkv, ln1,
+                                              none, B, T, C, 3 * C));
+    RUN(OP_layernorm_bwd, ct_layernorm_backward(m->dev, none, GV(ln1w, l), GV(ln1b, l), wdln1, res,
+                                                none, BV(ln1m, bt), BV(ln1r, bt), B, T, C, 0));
+    GROUP("weight gradients");
+cleanup:
+    return dev_fail(m, st, "ct_model_block_backward_weight");
 }
 
 ct_status ct_model_embed_backward(ct_model *m, int slot) {

@@ -169,13 +169,16 @@ ct_status ct_layernorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, c
                                 ct_view dout, ct_view inp, ct_view weight, ct_view mean,
                                 ct_view rstd, int B, int T, int C, int accumulate_dinp) {
     NEED(dims_ok(B, T, C), "ct_layernorm_backward", "B, T, C must be positive");
+    NEED((dweight.mem != NULL) == (dbias.mem != NULL), "ct_layernorm_backward",
+         "dweight and dbias are given together or not at all");
     ct_status st;
-    {
+    if (dweight.mem) {
         karg a[] = {KMEM(dweight), KMEM(dbias), KMEM(dout), KMEM(inp),
                     KMEM(mean),    KMEM(rstd),  KINT(B * T), KINT(C)};
         st = launch(dev, "layernorm", "layernorm_backward_dparams", (size_t)C, 64, a, NARGS(a));
         if (st != CT_OK) return st;
     }
+    if (!dinp.mem) return CT_OK;
     karg a[] = {KMEM(dinp), KMEM(dout),  KMEM(inp), KMEM(weight),         KMEM(mean),
                 KMEM(rstd), KINT(B * T), KINT(C),   KINT(accumulate_dinp != 0)};
     if (ct_device_row_groups(dev))
