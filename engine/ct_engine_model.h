@@ -152,6 +152,13 @@ ct_view ct_model_dres(ct_model *m);
  * bytes from the view's start. Blocking. */
 ct_status ct_model_view_read(ct_model *m, ct_view v, void *host, size_t bytes);
 ct_status ct_model_view_write(ct_model *m, ct_view v, const void *host, size_t bytes);
+/* The same, enqueued in order behind the work before them: the host memory stays untouched
+ * (read: not read; write: not written or freed) until *ev (required) completes. The pipeline
+ * executor's transfers, so a send or receive does not wait for the device. */
+ct_status ct_model_view_read_async(ct_model *m, ct_view v, void *host, size_t bytes,
+                                   ct_event **ev);
+ct_status ct_model_view_write_async(ct_model *m, ct_view v, const void *host, size_t bytes,
+                                    ct_event **ev);
 
 /* ---- the single-device sequence on slot 0 (every layer held) */
 

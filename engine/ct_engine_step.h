@@ -49,6 +49,9 @@ void ct_optim_free(ct_optim *o);
 const char *ct_optim_errmsg(const ct_optim *o);
 /* The L2 norm of this worker's whole gradient buffer, computed on the device and read back. */
 ct_status ct_optim_local_norm(ct_optim *o, float *norm);
+/* The L2 norm of the flat gradient range [lo, hi) (device, read back): a pipeline stage's part
+ * of the global norm (the last stage leaves out its copy of the tied wte, counted on the first). */
+ct_status ct_optim_range_norm(ct_optim *o, size_t lo, size_t hi, float *norm);
 /* This worker's sum of squares over its optimizer shard of the gradients (the averaged shard
  * under ZeRO-2), in double on the host: the part of a global norm a group sums. */
 ct_status ct_optim_shard_sumsq(ct_optim *o, double *out);
@@ -67,8 +70,10 @@ ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *
  * embedding group). Ranges are data: the default is one range over the DP group. */
 typedef struct ct_grad_range {
     size_t lo, hi;
-    ct_comm *groups[2];
+    ct_comm *groups[2]; /* both NULL: nothing to reduce (no buckets) */
     ct_op ops[2];
+    int norm_skip; /* 1: left out of ZeRO-2's sum of squares (the last pipeline stage's copy of
+                      the tied wte: the first stage counts it) */
 } ct_grad_range;
 
 typedef struct ct_grads_opts {
@@ -194,14 +199,20 @@ typedef struct ct_step_result {
     float grad_norm; /* pre-clip global gradient norm */
 } ct_step_result;
 
-/* One optimizer step: runs this worker's list of `s` (stage = its pipeline rank).
- * tokens/targets: this worker's rows of every micro-batch, s->micro blocks of rows x T (host
- * int32). Collective over the grid. */
+/* One optimizer step: runs this worker's list of `s` (stage = its pipeline rank; s->stages and
+ * s->virt must be the layout's pp and the chunks the model holds; a split-backward schedule, zb1,
+ * needs a model planned with split_backward, and as many slots as the schedule keeps alive:
+ * ct_sched_simulate's peak_live). tokens/targets: this worker's rows of every micro-batch,
+ * s->micro blocks of rows x T (host int32; the targets are read on the last stage only). The
+ * loss comes from the last stage; the gradient norm is summed over the pipeline (the tied wte
+ * once). Collective over the grid. */
 ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, const int *targets,
                        int rows, int T, const ct_adamw_hp *hp, int t, ct_step_result *out);
 /* A forward pass (evaluation, sampling): with targets, this worker's mean loss over its rows to
  * *loss (average over DP with ct_exec_dp_average); logits_last (may be NULL): the Vp logits of
- * the last position of row 0. Collective under ZeRO-3 (parameters are gathered). */
+ * the last position of row 0. Collective under ZeRO-3 (parameters are gathered) and over the
+ * pipeline group with pp > 1 (the activations go through every stage; the loss and logits come
+ * back from the last: every stage passes loss and logits_last alike). */
 ct_status ct_exec_forward(ct_exec *x, const int *tokens, const int *targets, int rows, int T,
                           float *loss, float *logits_last);
 /* Collective: the gathered state (ct_state_gather over the grid's world). */
@@ -211,6 +222,25 @@ ct_status ct_exec_gather_state(ct_exec *x, float *params, float *adam_m, float *
 ct_status ct_exec_mem_gather(ct_exec *x, uint64_t *out);
 /* Collective: a float averaged over the DP group (a loss). */
 ct_status ct_exec_dp_average(ct_exec *x, float *v);
+
+/* The executed timeline of a pipeline, for the measured bubble: while on, every action is
+ * followed by a wait for the device (as while tracing) and every step starts with a barrier over
+ * the pipeline group, so each stage's actions lie end to end on one clock from a common start.
+ * A measurement: the waits cost the overlap of enqueueing with the device. Sums over the steps
+ * recorded since the last reset; this stage's measured bubble is 1 - compute_ms / makespan_ms
+ * (the simulator's definition). */
+typedef struct ct_exec_timeline {
+    int steps;
+    double compute_ms;  /* this stage's FWD, BWD, BWD_INPUT and BWD_WEIGHT time */
+    double span_ms;     /* from the start to the end of this stage's last compute action */
+    double makespan_ms; /* the pipeline's: the longest stage span */
+    double ms[CT_ACT__COUNT]; /* per action kind (SEND: the device read and the post; RECV: the
+                                 device write after the message arrived, not the wait) */
+    long count[CT_ACT__COUNT];
+} ct_exec_timeline;
+void ct_exec_set_timeline(ct_exec *x, int on);
+void ct_exec_timeline_get(const ct_exec *x, ct_exec_timeline *out);
+void ct_exec_timeline_reset(ct_exec *x);
 
 typedef struct ct_exec_times {
     double compute_ms;   /* forward and backward enqueue-to-finish time on this worker */

@@ -109,6 +109,18 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, dp, "dp", "1",                                                                       \
       "data-parallel workers N = MPI ranks x --devices-per-rank; each takes batch/N rows")      \
     X(INT, devices_per_rank, "devices-per-rank", "1", "devices (worker threads) per process")  \
+    X(INT, pp, "pp", "1",                                                                       \
+      "pipeline stages N: the blocks cut into N contiguous stages; --dp x --pp = workers")      \
+    X(STR, pp_split, "pp-split", "",                                                            \
+      "blocks per stage, e.g. 3,3,2,4 (each >= 1, summing to --layers; one per model chunk, "    \
+      "N x v, with --virtual-stages v); default: balanced by training FLOPs per token, a block "  \
+      "72C^2+12CT, the embedding (3C) counted on the first stage and the final LayerNorm + "    \
+      "logits + loss (6C*Vp) on the last")                                                      \
+    X(STR, schedule, "schedule", "1f1b",                                                        \
+      "pipeline schedule: gpipe | 1f1b | interleaved | zb1 (zero bubble H1); the micro-batches "  \
+      "are --total-batch's accumulation steps")                                                 \
+    X(INT, virtual_stages, "virtual-stages", "1",                                               \
+      "model chunks per stage for --schedule interleaved (v; micro-batches a multiple of --pp)") \
     X(INT, zero, "zero", "0", "ZeRO: 0 none, 1 Adam m,v sharded over the DP group, 2 + gradients, 3 + parameters") \
     X(FLOAT, bucket_mb, "bucket-mb", "25", "data-parallel gradient bucket size in MiB")        \
     X(INT, overlap, "overlap", "1",                                                             \
@@ -154,6 +166,21 @@ double ct_lr_at(ct_lr_schedule s, double lr, int warmup, int steps, double min_f
  * over the full T x T square as PaLM's appendix does (a causal kernel may skip half). */
 double ct_train_flops_per_token(const ct_gpt_config *c, int T);
 size_t ct_gpt_param_count(const ct_gpt_config *c);
+
+/* ---------------------------------------------------------------- pipeline split */
+
+/* Training FLOPs per token of the pieces a pipeline split weighs: a block 72C^2 + 12CT (its
+ * share of 6N + 12LCT), the embedding 3C (a lookup and its scatter), the head 6*C*Vp (the logits
+ * product forward and backward; the LayerNorm and loss are O(C + Vp)). */
+void ct_pp_costs(const ct_gpt_config *c, int T, double *block, double *embed, double *head);
+/* Blocks per model chunk for `nchunks` consecutive chunks (pipeline stages x virtual stages),
+ * each >= 1, balanced by ct_pp_costs: the split minimising the largest chunk's work, the
+ * embedding counted on chunk 0 and the head on the last (ties: the later chunks lighter).
+ * CT_ERR_ARG when nchunks is not in 1..layers. */
+ct_status ct_pp_split_balanced(const ct_gpt_config *c, int T, int nchunks, int *layers, ct_err *err);
+/* "3,3,2,4": nchunks entries, each >= 1, summing to c->layers; CT_ERR_ARG naming the problem. */
+ct_status ct_pp_split_parse(const char *text, const ct_gpt_config *c, int nchunks, int *layers,
+                            ct_err *err);
 
 /* ---------------------------------------------------------------- metrics (JSON Lines) */
 
@@ -274,6 +301,11 @@ int ct_trainer_sample_collective(const ct_trainer *t);
 ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len);
 /* Collective: the model as an llm.c file (--save-model; the leader writes). */
 ct_status ct_trainer_save_model(ct_trainer *t);
+/* Collective: a pipelined run's measured bubble per stage (from the executed timeline of the
+ * steps timed: the traced ones, else the run's last three) beside the simulator's with the
+ * measured action costs and at unit costs, to f on the leader, and a "pipeline" metrics record.
+ * Nothing (CT_OK) with pp = 1 or no step timed. */
+ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f);
 /* Collective: the end of the run (writes the trace when --trace is given). */
 ct_status ct_trainer_finish(ct_trainer *t);
 /* The device's GEMM rate (TFLOP/s) at the model's matmul shapes for BT rows: the MFU peak. */

@@ -43,6 +43,7 @@ struct ct_grads {
     size_t stage_floats;
     float *acc;   /* ZeRO-2: this worker's averaged shard, summed over micro-steps */
     int armed, next_issue;
+    int all_bucketed; /* every range has a group (else only the buckets are written back) */
     /* communication thread */
     pthread_t th;
     int th_started;
@@ -155,18 +156,21 @@ static ct_status cut_buckets(ct_grads *g, size_t bucket_floats) {
         size_t emb = ct_params_layer_begin(g->P, 0);
         if (emb > 0) piece[n].lo = 0, piece[n].hi = emb, n++;
         for (int k = 0; k < n && st == CT_OK; k++) {
-            int r = range_of(g, piece[k].lo, piece[k].hi);
-            if (r < 0)
-                return CT_ERR(&g->err, CT_ERR_ARG,
-                              "ZeRO-2 bucket [%zu, %zu) straddles two gradient ranges",
-                              piece[k].lo, piece[k].hi);
-            st = add_bucket(g, &cap, piece[k].lo, piece[k].hi,
-                            ct_params_work_off(g->P, piece[k].lo), r);
+            /* a piece over several ranges (the embeddings: a tied wte and wpe) is one bucket per
+             * range, last first */
+            size_t hi = piece[k].hi;
+            while (hi > piece[k].lo && st == CT_OK) {
+                int r = range_of(g, hi - 1, hi);
+                size_t lo = g->ranges[r].lo > piece[k].lo ? g->ranges[r].lo : piece[k].lo;
+                st = add_bucket(g, &cap, lo, hi, ct_params_work_off(g->P, lo), r);
+                hi = lo;
+            }
         }
         return st;
     }
     for (int r = g->nranges - 1; r >= 0 && st == CT_OK; r--) {
         size_t hi = g->ranges[r].hi, lo = g->ranges[r].lo;
+        if (!g->ranges[r].groups[0] && !g->ranges[r].groups[1]) continue; /* nothing to reduce */
         while (hi > lo && st == CT_OK) {
             size_t a = hi - lo > bucket_floats ? hi - bucket_floats : lo;
             st = add_bucket(g, &cap, a, hi, a, r);
@@ -217,6 +221,9 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
         return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory");
     }
     memcpy(g->ranges, ranges, sizeof *g->ranges * (size_t)n);
+    g->all_bucketed = 1;
+    for (int r = 0; r < n; r++)
+        if (!ranges[r].groups[0] && !ranges[r].groups[1]) g->all_bucketed = 0;
     size_t bf = o->bucket_bytes / sizeof(float);
     if (bf < 1024) bf = 1024;
     if ((st = cut_buckets(g, bf)) != CT_OK) {
@@ -335,7 +342,12 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
             /* the shard to the device; the global sum of squares from every worker's shard */
             size_t sh = g->hi - g->lo;
             double ss = 0;
-            for (size_t i = 0; i < sh; i++) ss += (double)g->acc[i] * g->acc[i];
+            for (int r = 0; r < g->nranges; r++) { /* ranges counted on another worker left out */
+                size_t a = g->ranges[r].lo > g->lo ? g->ranges[r].lo : g->lo;
+                size_t e = g->ranges[r].hi < g->hi ? g->ranges[r].hi : g->hi;
+                for (size_t i = a; !g->ranges[r].norm_skip && i < e; i++)
+                    ss += (double)g->acc[i - g->lo] * g->acc[i - g->lo];
+            }
             float fs = (float)ss;
             st = ct_buffer_write(ct_params_grad_shard(g->P), 0, g->acc, sh * sizeof(float));
             if (st != CT_OK)
@@ -348,10 +360,19 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
                     CT_ERR(&g->err, st, "gradient norm over the group: %s", ct_comm_errmsg(dp));
             }
             if (sumsq) *sumsq = fs;
-        } else if (st == CT_OK) {
+        } else if (st == CT_OK && g->all_bucketed) {
             st = ct_buffer_write(gb, 0, g->stage, g->local * sizeof(float));
             if (st != CT_OK)
                 CT_ERR(&g->err, st, "writing reduced gradients: %s", ct_device_errmsg(g->dev));
+        } else {
+            /* only the ranges some group reduces (a pipeline stage's tied wte, say) */
+            for (int k = 0; k < g->nb && st == CT_OK; k++) {
+                size_t n = g->b[k].hi - g->b[k].lo;
+                st = ct_buffer_write(gb, g->b[k].lo * sizeof(float), g->stage + g->b[k].lo,
+                                     n * sizeof(float));
+                if (st != CT_OK)
+                    CT_ERR(&g->err, st, "writing reduced gradients: %s", ct_device_errmsg(g->dev));
+            }
         }
     } else {
         for (int k = 0; k < g->nb && st == CT_OK; k++) {

@@ -393,6 +393,23 @@ ct_status ct_model_view_write(ct_model *m, ct_view v, const void *host, size_t b
     return st;
 }
 
+ct_status ct_model_view_read_async(ct_model *m, ct_view v, void *host, size_t bytes,
+                                   ct_event **ev) {
+    ct_status st = view_check(m, v, bytes, "ct_model_view_read_async");
+    if (st == CT_OK)
+        st = dev_fail(m, ct_buffer_read_async(m->acts, v.off * sizeof(float), bytes, host, ev),
+                      "ct_model_view_read_async");
+    return st;
+}
+ct_status ct_model_view_write_async(ct_model *m, ct_view v, const void *host, size_t bytes,
+                                    ct_event **ev) {
+    ct_status st = view_check(m, v, bytes, "ct_model_view_write_async");
+    if (st == CT_OK)
+        st = dev_fail(m, ct_buffer_write_async(m->acts, v.off * sizeof(float), bytes, host, ev),
+                      "ct_model_view_write_async");
+    return st;
+}
+
 void ct_model_set_trace(ct_model *m, ct_trace *t) { m->tr = t; }
 
 /* End of an op group: while tracing, wait for the device so the group's time is its own. */

@@ -80,6 +80,27 @@ ct_status ct_optim_local_norm(ct_optim *o, float *norm) {
     return st;
 }
 
+ct_status ct_optim_range_norm(ct_optim *o, size_t lo, size_t hi, float *norm) {
+    if (ct_params_grad_shard(o->P))
+        return CT_ERR(&o->err, CT_ERR_STATE,
+                      "gradient norm: under ZeRO-2 no worker holds the whole gradient (only its "
+                      "shard)");
+    if (lo > hi || hi > ct_params_local_len(o->P))
+        return CT_ERR(&o->err, CT_ERR_ARG, "gradient norm: range [%zu, %zu) outside [0, %zu)", lo,
+                      hi, ct_params_local_len(o->P));
+    *norm = 0;
+    if (lo == hi) return CT_OK;
+    cl_mem sm = ct_buffer_mem(o->scratch);
+    double t0 = ct_time_now();
+    ct_status st = ct_global_norm_forward(
+        o->dev, ct_view_of(sm, NORM_OFF), ct_view_of(sm, PARTIALS_OFF),
+        ct_view_of(ct_buffer_mem(ct_params_grads(o->P)), lo), hi - lo);
+    st = dev_fail(o, timed(o, "grad_norm", t0, st), "gradient norm");
+    if (st == CT_OK)
+        st = dev_fail(o, ct_buffer_read(o->scratch, NORM_OFF, norm, sizeof *norm), "gradient norm");
+    return st;
+}
+
 ct_status ct_optim_shard_sumsq(ct_optim *o, double *out) {
     size_t lo, hi;
     ct_params_shard(o->P, &lo, &hi);

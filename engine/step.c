@@ -1,10 +1,20 @@
 /* step.c - the step executor: one worker runs its stage's action list (parallel/'s schedules)
- * for one optimizer step. FWD/BWD call the model's entry points on an activation slot; the
- * executor gathers ZeRO-3 blocks before the model uses them and, after each backward piece,
- * tells the gradient reducer which range is now final; SEND/RECV move activations and their
- * gradients between pipeline stages; GRAD_SYNC waits for the reductions; OPT_STEP runs the
- * optimizer (with the norm over the right groups) and ZeRO's all-gather. A single device is the
- * 1x1x1 grid (grid NULL or all groups of one) with the trivial list: nothing is reduced. */
+ * for one optimizer step. FWD/BWD (or its halves BWD_INPUT, BWD_WEIGHT) call the model's entry
+ * points on an activation slot; the executor gathers ZeRO-3 blocks before the model uses them
+ * and, after the last action that writes a range of gradients, tells the gradient reducer that
+ * range is final; SEND/RECV move activations and their gradients between pipeline stages;
+ * GRAD_SYNC waits for the reductions; OPT_STEP runs the optimizer (with the global norm summed
+ * over the pipeline) and ZeRO's all-gather. A single device is the 1x1x1 grid (grid NULL or all
+ * groups of one) with the trivial list: nothing is reduced.
+ *
+ * Pipeline transfers go through host staging, one buffer per message in flight. A send enqueues
+ * the device read behind the compute that made the tensor and returns; the message is posted
+ * (ct_comm_isend) as soon as the read has completed: checked after every action without
+ * blocking, and waited for before this worker blocks anywhere (a receive, the gradient sync), so
+ * a peer never waits on a send this worker has reached (the schedules assume buffered sends: a
+ * blocking rendezvous send deadlocks 1F1B). A receive writes its staging to the device without
+ * waiting; the buffer is reused once that write has completed. Sends are completed at the end of
+ * the step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +25,29 @@ typedef struct slot_use {
     int mb, chunk; /* -1: free */
 } slot_use;
 
+/* One pipeline message's host staging. */
+enum { X_FREE, X_READING, X_SENT, X_WRITING };
+typedef struct xfer {
+    float *p;
+    size_t cap;    /* floats */
+    int state;     /* X_*: READING: device read enqueued, not posted; SENT: isend posted;
+                      WRITING: received, the device write not yet complete */
+    ct_event *ev;  /* READING, WRITING */
+    ct_request *req; /* SENT */
+    int peer;
+    size_t bytes;
+    long seq;      /* order of the sends (posted in this order) */
+} xfer;
+
 struct ct_exec {
     ct_model *m;
     ct_params *P;
     ct_device *dev;
     ct_grid *grid;
-    ct_comm *world, *dp, *pp;
-    int stage, nstages, dpsize;
+    ct_comm *world, *dp, *pp, *emb;
+    int stage, nstages, dpsize, nchunks; /* nchunks: model chunks held (v) */
+    size_t norm_lo; /* the stage's norm covers flat [norm_lo, local): the last stage leaves out
+                       its copy of the tied wte (the first stage counts it) */
     ct_grads *g; /* NULL: nothing to reduce (one worker) */
     ct_zero *z;
     ct_optim *o;
@@ -30,8 +56,12 @@ struct ct_exec {
     int nslots;
     double *losses; /* per micro-batch of the running step */
     int nlosses;
-    float *xfer;    /* host staging of one activation (pipeline sends / receives) */
-    size_t xfer_floats;
+    xfer *xf;       /* pipeline staging, one per message in flight */
+    int nxf;
+    long xseq;
+    int timeline;   /* record the executed timeline (device waited for after each action) */
+    int failed;     /* a step failed: posted sends may never complete */
+    ct_exec_timeline tl;
     ct_exec_times times;
     ct_err err;
 };
@@ -69,8 +99,10 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     x->world = grid ? ct_grid_world(grid) : NULL;
     x->dp = grid ? ct_grid_dp(grid) : NULL;
     x->pp = grid ? ct_grid_pp(grid) : NULL;
+    x->emb = grid ? ct_grid_emb(grid) : NULL;
     x->stage = ct_params_coords(x->P)->pp_rank;
     x->nstages = ct_params_layout(x->P)->pp;
+    x->nchunks = ct_params_nchunks(x->P);
     x->dpsize = x->dp ? ct_comm_size(x->dp) : 1;
     ct_status st = CT_OK;
     const ct_layout *lay = ct_params_layout(x->P);
@@ -93,15 +125,30 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     x->slots = malloc(sizeof *x->slots * (size_t)x->nslots);
     if (st == CT_OK && !x->slots) st = CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: no memory");
     for (int s = 0; st == CT_OK && s < x->nslots; s++) x->slots[s].mb = x->slots[s].chunk = -1;
-    /* the gradient ranges: the whole layout over the DP group (averaged) */
-    if (st == CT_OK && multi(x->dp)) {
-        ct_grad_range r;
-        memset(&r, 0, sizeof r);
-        r.lo = 0;
-        r.hi = ct_params_local_len(x->P);
-        r.groups[0] = x->dp;
-        r.ops[0] = CT_OP_AVG;
-        st = ct_grads_create(&x->g, m, &r, 1, &o->grads, err);
+    /* the gradient ranges: the stage's flat layout averaged over its DP group; a pipeline's tied
+     * wte (first and last stage) then summed over the embedding group, so both copies get the
+     * whole gradient */
+    size_t wlo = 0, whi = 0, local = ct_params_local_len(x->P);
+    ct_params_wte_range(x->P, &wlo, &whi);
+    int tied = multi(x->emb) && whi > wlo;
+    if (tied && !ct_params_has_embed(x->P)) x->norm_lo = whi;
+    if (st == CT_OK && (multi(x->dp) || tied)) {
+        ct_grad_range r[2];
+        int nr = 0;
+        memset(r, 0, sizeof r);
+        if (tied) { /* wte is the flat layout's first tensor on both ends of the pipeline */
+            r[nr].lo = wlo, r[nr].hi = whi;
+            r[nr].groups[0] = multi(x->dp) ? x->dp : NULL, r[nr].ops[0] = CT_OP_AVG;
+            r[nr].groups[1] = x->emb, r[nr].ops[1] = CT_OP_SUM;
+            r[nr].norm_skip = !ct_params_has_embed(x->P);
+            nr++;
+        }
+        if (local > (tied ? whi : 0)) {
+            r[nr].lo = tied ? whi : 0, r[nr].hi = local;
+            r[nr].groups[0] = multi(x->dp) ? x->dp : NULL, r[nr].ops[0] = CT_OP_AVG;
+            nr++;
+        }
+        st = ct_grads_create(&x->g, m, r, nr, &o->grads, err);
     }
     if (st == CT_OK) st = ct_zero_create(&x->z, m, x->dp, err);
     if (st == CT_OK) st = ct_optim_create(&x->o, x->P, ct_model_profile(m), err);
@@ -115,13 +162,22 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
 
 void ct_exec_free(ct_exec *x) {
     if (!x) return;
+    /* nothing may still read or write the staging; after a failed step a posted send's receiver
+     * may be gone, so its staging is left to the process rather than waited for */
+    for (int i = 0; i < x->nxf; i++) {
+        xfer *f = &x->xf[i];
+        if (f->state == X_SENT && x->failed) continue;
+        if (f->state == X_SENT) ct_comm_wait(f->req);
+        ct_event_wait_release(f->ev);
+        free(f->p);
+    }
+    free(x->xf);
     ct_grads_free(x->g);
     ct_zero_free(x->z);
     ct_optim_free(x->o);
     if (x->m) ct_model_set_trace(x->m, NULL);
     free(x->slots);
     free(x->losses);
-    free(x->xfer);
     free(x);
 }
 
@@ -164,6 +220,10 @@ static int last_chunk(const ct_exec *x, const ct_schedule *s, int c) {
     return c == s->stages * (s->virt < 1 ? 1 : s->virt) - 1;
 }
 
+/* Whether the device is waited for after every action: while tracing (so device time lands in
+ * the action's span) and while recording the timeline. */
+static int syncing(const ct_exec *x) { return x->timeline || ct_trace_on(x->tr); }
+
 /* End of a traced span: while tracing, wait for the device so its time lands in the span. */
 static void span(ct_exec *x, const char *name, const char *cat, double t0, int mb) {
     if (!ct_trace_on(x->tr)) return;
@@ -171,11 +231,16 @@ static void span(ct_exec *x, const char *name, const char *cat, double t0, int m
     ct_trace_event(x->tr, CT_TRACE_MAIN, name, cat, t0, mb);
 }
 
+static ct_status sub_fail(ct_exec *x, ct_status st, const char *what, const char *msg) {
+    return CT_ERR(&x->err, st, "%s: %s", what, msg);
+}
+
 static ct_status forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int mb, int chunk,
                                const int *tokens, const int *targets, int rows, int T,
                                double *loss) {
     ct_status st = CT_OK;
     int lc = local_chunk(x, chunk), lo, hi;
+    (void)mb;
     ct_params_chunk(x->P, lc, &lo, &hi);
     if ((st = ct_zero_begin_pass(x->z)) != CT_OK)
         return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
@@ -195,97 +260,236 @@ static ct_status forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int m
     return CT_OK;
 }
 
-/* Backward of one chunk; `comm`: this is the step's last backward of the chunk (its gradients
- * become final as it goes), or every one under ZeRO-2. */
-static ct_status backward_chunk(ct_exec *x, const ct_schedule *s, int slot, int chunk, int last,
-                                float scale) {
+static ct_status grads_begin(ct_exec *x, int armed) {
+    ct_status st = x->g ? ct_grads_begin(x->g, armed) : CT_OK;
+    return st == CT_OK ? st : sub_fail(x, st, "gradients", ct_grads_errmsg(x->g));
+}
+static ct_status grads_ready(ct_exec *x, size_t from) {
+    ct_status st = x->g ? ct_grads_ready(x->g, from) : CT_OK;
+    return st == CT_OK ? st : sub_fail(x, st, "gradients", ct_grads_errmsg(x->g));
+}
+
+/* Backward of one chunk: the whole backward (BWD), its input half (BWD_INPUT: the head's and
+ * the embedding's gradients too, which nothing defers) or its weight half (BWD_WEIGHT: the
+ * blocks' parameter gradients). `final`: no later action of this step writes the gradients this
+ * one writes (the chunk's last BWD or BWD_WEIGHT; for BWD_INPUT, the last chunk's last one, which
+ * finishes the head's), so the ranges it finishes go to the reducer as it goes (every range below
+ * the chunk once its lowest local chunk is done: the embeddings, or the last stage's tied wte).
+ * Every micro-step is "final" under ZeRO-2 (its buckets leave every time). */
+static ct_status backward_chunk(ct_exec *x, const ct_schedule *s, int slot, int chunk,
+                                ct_act_kind kind, int final, float scale) {
     ct_status st = CT_OK;
     int lc = local_chunk(x, chunk), lo, hi;
     ct_params_chunk(x->P, lc, &lo, &hi);
-    if (x->g && (st = ct_grads_begin(x->g, last)) != CT_OK)
-        return CT_ERR(&x->err, st, "%s", ct_grads_errmsg(x->g));
-    if (last_chunk(x, s, chunk)) {
+    if ((st = grads_begin(x, final)) != CT_OK) return st;
+    if (kind != CT_ACT_BWD_WEIGHT && last_chunk(x, s, chunk)) {
         if ((st = ct_model_head_backward(x->m, slot, scale)) != CT_OK) return fail_model(x, st);
         size_t a, b;
         ct_params_lnf_range(x->P, &a, &b);
-        if (x->g && (st = ct_grads_ready(x->g, a)) != CT_OK)
-            return CT_ERR(&x->err, st, "%s", ct_grads_errmsg(x->g));
+        if ((st = grads_ready(x, a)) != CT_OK) return st;
     }
     for (int l = hi - 1; l >= lo; l--) {
-        if ((st = ct_zero_need_block(x->z, l, l - 1 >= lo ? l - 1 : -1)) != CT_OK)
-            return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
-        if ((st = ct_model_block_backward(x->m, slot, l)) != CT_OK) return fail_model(x, st);
-        if (x->g && (st = ct_grads_ready(x->g, ct_params_layer_begin(x->P, l))) != CT_OK)
-            return CT_ERR(&x->err, st, "%s", ct_grads_errmsg(x->g));
+        if (kind == CT_ACT_BWD_WEIGHT) { /* reads no parameter: nothing to gather */
+            if ((st = ct_model_block_backward_weight(x->m, slot, l)) != CT_OK)
+                return fail_model(x, st);
+        } else {
+            if ((st = ct_zero_need_block(x->z, l, l - 1 >= lo ? l - 1 : -1)) != CT_OK)
+                return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
+            st = kind == CT_ACT_BWD ? ct_model_block_backward(x->m, slot, l)
+                                    : ct_model_block_backward_input(x->m, slot, l);
+            if (st != CT_OK) return fail_model(x, st);
+        }
+        if (kind != CT_ACT_BWD_INPUT &&
+            (st = grads_ready(x, ct_params_layer_begin(x->P, l))) != CT_OK)
+            return st;
     }
-    if (chunk == 0) {
-        if ((st = ct_model_embed_backward(x->m, slot)) != CT_OK) return fail_model(x, st);
-        if (x->g && (st = ct_grads_ready(x->g, 0)) != CT_OK)
-            return CT_ERR(&x->err, st, "%s", ct_grads_errmsg(x->g));
+    if (kind != CT_ACT_BWD_WEIGHT && chunk == 0 &&
+        (st = ct_model_embed_backward(x->m, slot)) != CT_OK)
+        return fail_model(x, st);
+    if (kind != CT_ACT_BWD_INPUT && lc == 0 && (st = grads_ready(x, 0)) != CT_OK) return st;
+    return CT_OK;
+}
+
+/* ------------------------------------------------------------------ pipeline transfers */
+
+static ct_status xfer_take(ct_exec *x, size_t n, int *out) {
+    int k = -1;
+    for (int i = 0; i < x->nxf; i++)
+        if (x->xf[i].state == X_FREE) {
+            k = i;
+            if (x->xf[i].cap >= n) break;
+        }
+    if (k < 0) {
+        xfer *a = realloc(x->xf, sizeof *a * (size_t)(x->nxf + 1));
+        if (!a) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory for pipeline staging");
+        x->xf = a;
+        k = x->nxf++;
+        memset(&x->xf[k], 0, sizeof x->xf[k]);
+    }
+    xfer *f = &x->xf[k];
+    if (f->cap < n) {
+        float *p = realloc(f->p, n * sizeof(float));
+        if (!p) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory to stage an activation");
+        f->p = p, f->cap = n;
+    }
+    *out = k;
+    return CT_OK;
+}
+
+static ct_status dev_err(ct_exec *x, ct_status st) {
+    return CT_ERR(&x->err, st, "%s", ct_device_errmsg(x->dev));
+}
+static ct_status pp_err(ct_exec *x, ct_status st, const char *what, int peer) {
+    return CT_ERR(&x->err, st, "pipeline %s with stage %d: %s", what, peer, ct_comm_errmsg(x->pp));
+}
+
+/* Progress without blocking (block = 0), or post every send this worker has reached, waiting
+ * for their device reads (block = 1: before it blocks anywhere else). Sends are posted in the
+ * order they were made: the channel to a peer is ordered. Completed sends and writes free their
+ * staging. */
+static ct_status xfer_pump(ct_exec *x, int block) {
+    ct_status st = CT_OK;
+    for (;;) {
+        int k = -1;
+        for (int i = 0; i < x->nxf; i++)
+            if (x->xf[i].state == X_READING && (k < 0 || x->xf[i].seq < x->xf[k].seq)) k = i;
+        if (k < 0) break;
+        xfer *f = &x->xf[k];
+        int done = 1;
+        if (!block && (st = ct_event_query(f->ev, &done)) != CT_OK) return dev_err(x, st);
+        if (!done) break;
+        st = ct_event_wait_release(f->ev);
+        f->ev = NULL;
+        if (st != CT_OK) return dev_err(x, st);
+        if ((st = ct_comm_isend(x->pp, f->peer, f->p, f->bytes, &f->req)) != CT_OK)
+            return pp_err(x, st, "send", f->peer);
+        f->state = X_SENT;
+    }
+    for (int i = 0; i < x->nxf; i++) {
+        xfer *f = &x->xf[i];
+        int done = 0;
+        if (f->state == X_SENT) {
+            if ((st = ct_comm_test(f->req, &done)) != CT_OK) return pp_err(x, st, "send", f->peer);
+            if (done) {
+                st = ct_comm_wait(f->req);
+                f->req = NULL, f->state = X_FREE;
+                if (st != CT_OK) return pp_err(x, st, "send", f->peer);
+            }
+        } else if (f->state == X_WRITING) {
+            if ((st = ct_event_query(f->ev, &done)) != CT_OK) return dev_err(x, st);
+            if (done) {
+                st = ct_event_wait_release(f->ev);
+                f->ev = NULL, f->state = X_FREE;
+                if (st != CT_OK) return dev_err(x, st);
+            }
+        }
     }
     return CT_OK;
 }
 
-/* Host staging for one activation of rows x T x C floats. */
-static ct_status xfer_buf(ct_exec *x, size_t n) {
-    if (n <= x->xfer_floats) return CT_OK;
-    float *p = realloc(x->xfer, n * sizeof(float));
-    if (!p) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory to stage an activation");
-    x->xfer = p, x->xfer_floats = n;
-    return CT_OK;
-}
-
-/* Pipeline transfers: an activation (or its gradient) between neighbouring stages through host
- * staging. Blocking here; the pipeline schedules post them non-blocking. */
-static ct_status transfer(ct_exec *x, const ct_action *a, int slot, int rows, int T) {
-    ct_status st;
-    size_t n = (size_t)rows * T * ct_params_config(x->P)->channels;
-    if ((st = xfer_buf(x, n)) != CT_OK) return st;
-    int N = x->nstages, peer;
-    ct_view v;
-    switch (a->kind) {
-    case CT_ACT_RECV_ACT:
-        peer = (a->chunk - 1) % N;
-        if ((st = ct_model_stage_input(x->m, slot, local_chunk(x, a->chunk), rows, T, &v)) != CT_OK)
-            return fail_model(x, st);
-        break;
-    case CT_ACT_SEND_ACT: {
-        int lo, hi;
-        peer = (a->chunk + 1) % N;
-        ct_params_chunk(x->P, local_chunk(x, a->chunk), &lo, &hi);
-        if ((st = ct_model_block_output(x->m, slot, hi - 1, &v)) != CT_OK) return fail_model(x, st);
-        break;
+/* Every transfer complete (the end of a step, or before freeing the staging). */
+static ct_status xfer_drain(ct_exec *x) {
+    ct_status st = xfer_pump(x, 1);
+    for (int i = 0; i < x->nxf; i++) {
+        xfer *f = &x->xf[i];
+        ct_status s2 = CT_OK;
+        if (f->state == X_SENT) {
+            if ((s2 = ct_comm_wait(f->req)) != CT_OK) pp_err(x, s2, "send", f->peer);
+            f->req = NULL;
+        } else if (f->state == X_WRITING || f->state == X_READING) {
+            if ((s2 = ct_event_wait_release(f->ev)) != CT_OK) dev_err(x, s2);
+            f->ev = NULL;
+        }
+        f->state = X_FREE;
+        if (st == CT_OK) st = s2;
     }
-    case CT_ACT_RECV_GRAD: peer = (a->chunk + 1) % N, v = ct_model_dres(x->m); break;
-    default: peer = (a->chunk - 1) % N, v = ct_model_dres(x->m); break; /* SEND_GRAD */
-    }
-    int send = a->kind == CT_ACT_SEND_ACT || a->kind == CT_ACT_SEND_GRAD;
-    if (send) {
-        if ((st = ct_model_view_read(x->m, v, x->xfer, n * sizeof(float))) != CT_OK)
-            return fail_model(x, st);
-        st = ct_comm_send(x->pp, peer, x->xfer, n * sizeof(float));
-    } else {
-        st = ct_comm_recv(x->pp, peer, x->xfer, n * sizeof(float));
-        if (st == CT_OK && (st = ct_model_view_write(x->m, v, x->xfer, n * sizeof(float))) != CT_OK)
-            return fail_model(x, st);
-    }
-    if (st != CT_OK)
-        CT_ERR(&x->err, st, "pipeline %s with stage %d: %s", ct_act_name(a->kind), peer,
-               ct_comm_errmsg(x->pp));
     return st;
 }
 
+/* A send: the device read enqueued behind the compute that made the tensor; posted later. */
+static ct_status xfer_send(ct_exec *x, ct_view v, size_t n, int peer) {
+    int k;
+    ct_status st = xfer_take(x, n, &k);
+    if (st != CT_OK) return st;
+    xfer *f = &x->xf[k];
+    f->bytes = n * sizeof(float), f->peer = peer, f->seq = x->xseq++;
+    if ((st = ct_model_view_read_async(x->m, v, f->p, f->bytes, &f->ev)) != CT_OK)
+        return fail_model(x, st);
+    f->state = X_READING;
+    if ((st = ct_device_flush(x->dev)) != CT_OK) return dev_err(x, st);
+    return xfer_pump(x, x->timeline); /* timeline: posted now, so the send's time is its own */
+}
+
+/* A receive: every send reached is posted first (this worker is about to block); the message's
+ * write to the device is enqueued and not waited for. *arrived: when the message was in. */
+static ct_status xfer_recv(ct_exec *x, ct_view v, size_t n, int peer, double *arrived) {
+    ct_status st;
+    int k;
+    ct_request *r = NULL;
+    if ((st = xfer_pump(x, 1)) != CT_OK || (st = xfer_take(x, n, &k)) != CT_OK) return st;
+    xfer *f = &x->xf[k];
+    if ((st = ct_comm_irecv(x->pp, peer, f->p, n * sizeof(float), &r)) != CT_OK ||
+        (st = ct_comm_wait(r)) != CT_OK)
+        return pp_err(x, st, "receive", peer);
+    *arrived = ct_time_now();
+    if ((st = ct_model_view_write_async(x->m, v, f->p, n * sizeof(float), &f->ev)) != CT_OK)
+        return fail_model(x, st);
+    f->state = X_WRITING;
+    if ((st = ct_device_flush(x->dev)) != CT_OK) return dev_err(x, st);
+    return CT_OK;
+}
+
+/* A SEND_/RECV_ action: an activation (or its gradient) between neighbouring stages. */
+static ct_status transfer(ct_exec *x, const ct_action *a, int slot, int rows, int T,
+                          double *arrived) {
+    ct_status st;
+    size_t n = (size_t)rows * T * ct_params_config(x->P)->channels;
+    int N = x->nstages, lo, hi;
+    ct_view v;
+    *arrived = 0;
+    switch (a->kind) {
+    case CT_ACT_RECV_ACT:
+        if ((st = ct_model_stage_input(x->m, slot, local_chunk(x, a->chunk), rows, T, &v)) != CT_OK)
+            return fail_model(x, st);
+        return xfer_recv(x, v, n, (a->chunk - 1) % N, arrived);
+    case CT_ACT_SEND_ACT:
+        ct_params_chunk(x->P, local_chunk(x, a->chunk), &lo, &hi);
+        if ((st = ct_model_block_output(x->m, slot, hi - 1, &v)) != CT_OK) return fail_model(x, st);
+        return xfer_send(x, v, n, (a->chunk + 1) % N);
+    case CT_ACT_RECV_GRAD: return xfer_recv(x, ct_model_dres(x->m), n, (a->chunk + 1) % N, arrived);
+    default: return xfer_send(x, ct_model_dres(x->m), n, (a->chunk - 1) % N); /* SEND_GRAD */
+    }
+}
+
 /* ------------------------------------------------------------------ one step */
+
+static int is_compute(ct_act_kind k) {
+    return k == CT_ACT_FWD || k == CT_ACT_BWD || k == CT_ACT_BWD_INPUT || k == CT_ACT_BWD_WEIGHT;
+}
+
+static const char *act_span_name(ct_act_kind k) {
+    switch (k) {
+    case CT_ACT_FWD: return "forward";
+    case CT_ACT_BWD: return "backward";
+    case CT_ACT_BWD_INPUT: return "backward (input)";
+    case CT_ACT_BWD_WEIGHT: return "backward (weight)";
+    case CT_ACT_SEND_ACT: return "send activation";
+    case CT_ACT_RECV_ACT: return "recv activation";
+    case CT_ACT_SEND_GRAD: return "send gradient";
+    default: return "recv gradient";
+    }
+}
 
 ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, const int *targets,
                        int rows, int T, const ct_adamw_hp *hp, int t, ct_step_result *out) {
     ct_status st = CT_OK;
     double t_step = ct_time_now(), t_act;
-    if (!s || x->stage >= s->stages || s->stages != x->nstages)
+    int virt = s && s->virt > 1 ? s->virt : 1;
+    if (!s || x->stage >= s->stages || s->stages != x->nstages || virt != x->nchunks)
         return CT_ERR(&x->err, CT_ERR_ARG,
-                      "executor: a schedule for %d stages on a layout of %d (this worker is "
-                      "stage %d)",
-                      s ? s->stages : 0, x->nstages, x->stage);
+                      "executor: a schedule for %d stages of %d chunks on a layout of %d stages "
+                      "holding %d chunks each (this worker is stage %d)",
+                      s ? s->stages : 0, virt, x->nstages, x->nchunks, x->stage);
     int M = s->micro, n = s->n[x->stage];
     const ct_action *list = s->list[x->stage];
     if (M > x->nlosses) {
@@ -293,20 +497,48 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
         if (!p) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory");
         x->losses = p, x->nlosses = M;
     }
-    /* which backward action is the last of each chunk (its gradients become final there) */
-    int nch = s->stages * (s->virt < 1 ? 1 : s->virt), last_bwd[CT_MAX_CHUNKS * 64];
+    /* the last action writing each chunk's gradients (its gradients become final there): its
+     * last BWD or BWD_WEIGHT; the last chunk's last BWD_INPUT finishes the head's */
+    int nch = s->stages * virt, last_bwd[CT_MAX_CHUNKS * 64], last_bin = -1;
     if (nch > (int)(sizeof last_bwd / sizeof last_bwd[0]))
         return CT_ERR(&x->err, CT_ERR_ARG, "executor: %d model chunks is too many", nch);
     for (int c = 0; c < nch; c++) last_bwd[c] = -1;
-    for (int i = 0; i < n; i++)
-        if (list[i].kind == CT_ACT_BWD) last_bwd[list[i].chunk] = i;
+    for (int i = 0; i < n; i++) {
+        if (list[i].kind == CT_ACT_BWD || list[i].kind == CT_ACT_BWD_WEIGHT)
+            last_bwd[list[i].chunk] = i;
+        if (list[i].kind == CT_ACT_BWD_INPUT) {
+            if (!ct_model_plan_of(x->m)->split_backward)
+                return CT_ERR(&x->err, CT_ERR_ARG,
+                              "executor: the %s schedule splits the backward, but the model was "
+                              "planned without split_backward (ct_model_plan)",
+                              ct_sched_name(s->kind));
+            if (last_chunk(x, s, list[i].chunk)) last_bin = i;
+        }
+    }
+    if (ct_params_zero_stage(x->P) >= 2 && x->nstages > 1 && (virt > 1 || last_bin >= 0))
+        return CT_ERR(&x->err, CT_ERR_UNSUPPORTED,
+                      "executor: ZeRO-%d with the %s schedule: its gradient buckets leave after "
+                      "every backward through a two-block working buffer, which the interleaved "
+                      "and split-backward orders would overwrite before they left",
+                      ct_params_zero_stage(x->P), ct_sched_name(s->kind));
     for (int s2 = 0; s2 < x->nslots; s2++) slot_free(x, s2);
     if ((st = ct_model_zero_grad(x->m)) != CT_OK) return fail_model(x, st);
+    /* the timeline: every stage starts together */
+    double tl_compute = 0, tl_end = 0;
+    double tl_ms[CT_ACT__COUNT] = {0};
+    long tl_n[CT_ACT__COUNT] = {0};
+    if (x->timeline) {
+        if ((st = ct_device_finish(x->dev)) != CT_OK) return dev_err(x, st);
+        if (multi(x->pp) && (st = ct_comm_barrier(x->pp, NULL)) != CT_OK)
+            return CT_ERR(&x->err, st, "timeline: %s", ct_comm_errmsg(x->pp));
+        t_step = ct_time_now();
+    }
     double sumsq = 0, compute_t = 0, t_comp0 = t_step;
     size_t BT = (size_t)rows * T;
     for (int i = 0; i < n && st == CT_OK; i++) {
         const ct_action *a = &list[i];
         int slot = -1;
+        double arrived = 0;
         t_act = ct_time_now();
         ct_trace_set_mb(x->tr, a->mb);
         switch (a->kind) {
@@ -315,34 +547,31 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
             x->losses[a->mb] = 0;
             st = forward_chunk(x, s, slot, a->mb, a->chunk, tokens + (size_t)a->mb * BT,
                                targets + (size_t)a->mb * BT, rows, T, &x->losses[a->mb]);
-            span(x, "forward", "compute", t_act, a->mb);
             break;
         case CT_ACT_BWD:
+        case CT_ACT_BWD_INPUT:
+        case CT_ACT_BWD_WEIGHT: {
             if ((st = slot_get(x, a->mb, a->chunk, 0, &slot)) != CT_OK) break;
-            st = backward_chunk(x, s, slot, a->chunk, i == last_bwd[a->chunk], 1.0f / (float)M);
-            slot_free(x, slot);
-            span(x, "backward", "compute", t_act, a->mb);
+            int final = a->kind == CT_ACT_BWD_INPUT ? i == last_bin : i == last_bwd[a->chunk];
+            st = backward_chunk(x, s, slot, a->chunk, a->kind, final, 1.0f / (float)M);
+            if (a->kind != CT_ACT_BWD_INPUT) slot_free(x, slot); /* its activations are done */
             break;
+        }
         case CT_ACT_RECV_ACT:
             if ((st = slot_get(x, a->mb, a->chunk, 1, &slot)) == CT_OK)
-                st = transfer(x, a, slot, rows, T);
-            span(x, "recv activation", "comm", t_act, a->mb);
+                st = transfer(x, a, slot, rows, T, &arrived);
             break;
         case CT_ACT_SEND_ACT:
             if ((st = slot_get(x, a->mb, a->chunk, 0, &slot)) == CT_OK)
-                st = transfer(x, a, slot, rows, T);
-            span(x, "send activation", "comm", t_act, a->mb);
+                st = transfer(x, a, slot, rows, T, &arrived);
             break;
         case CT_ACT_RECV_GRAD:
-        case CT_ACT_SEND_GRAD:
-            st = transfer(x, a, 0, rows, T);
-            span(x, a->kind == CT_ACT_RECV_GRAD ? "recv gradient" : "send gradient", "comm", t_act,
-                 a->mb);
-            break;
+        case CT_ACT_SEND_GRAD: st = transfer(x, a, 0, rows, T, &arrived); break;
         case CT_ACT_GRAD_SYNC: {
             /* compute: until this worker's backward is done on its device */
+            if ((st = xfer_pump(x, 1)) != CT_OK) break; /* nothing this worker owes waits */
             if ((st = ct_device_finish(x->dev)) != CT_OK) {
-                CT_ERR(&x->err, st, "%s", ct_device_errmsg(x->dev));
+                dev_err(x, st);
                 break;
             }
             double t1 = ct_time_now();
@@ -353,16 +582,37 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
             break;
         }
         case CT_ACT_OPT_STEP: {
+            /* the global norm: each stage's part (the last leaves out its wte copy), summed
+             * over the pipeline; ZeRO-2's from the shards (summed over DP by the reducer) */
             float norm = 0, given = 0;
-            int z2 = ct_params_grad_shard(x->P) != NULL;
-            if (z2) given = sqrtf((float)sumsq);
-            st = ct_optim_step(x->o, hp, t, z2 ? &given : NULL, &norm);
+            int z2 = ct_params_grad_shard(x->P) != NULL, have = z2;
+            double ss = sumsq;
+            if (!z2 && x->nstages > 1) {
+                float part = 0;
+                st = ct_optim_range_norm(x->o, x->norm_lo, ct_params_local_len(x->P), &part);
+                if (st != CT_OK) {
+                    CT_ERR(&x->err, st, "%s", ct_optim_errmsg(x->o));
+                    break;
+                }
+                ss = (double)part * part, have = 1;
+            }
+            if (have && x->nstages > 1) {
+                float fs = (float)ss;
+                if ((st = ct_comm_allreduce(x->pp, &fs, &fs, 1, CT_F32, CT_OP_SUM, NULL)) != CT_OK) {
+                    CT_ERR(&x->err, st, "the gradient norm over the pipeline: %s",
+                           ct_comm_errmsg(x->pp));
+                    break;
+                }
+                ss = fs;
+            }
+            given = sqrtf((float)ss);
+            st = ct_optim_step(x->o, hp, t, have ? &given : NULL, &norm);
             if (st != CT_OK) {
                 CT_ERR(&x->err, st, "%s", ct_optim_errmsg(x->o));
                 break;
             }
             if ((st = ct_device_finish(x->dev)) != CT_OK) {
-                CT_ERR(&x->err, st, "%s", ct_device_errmsg(x->dev));
+                dev_err(x, st);
                 break;
             }
             double t1 = ct_time_now();
@@ -377,14 +627,31 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
             break;
         }
         default:
-            st = CT_ERR(&x->err, CT_ERR_UNSUPPORTED, "executor: action %s is not supported yet",
-                        ct_act_name(a->kind));
+            st = CT_ERR(&x->err, CT_ERR_UNSUPPORTED, "executor: unknown action kind %d",
+                        (int)a->kind);
         }
-        if (st != CT_OK && !x->err.msg[0]) CT_ERR(&x->err, st, "%s", ct_model_errmsg(x->m));
+        if (st != CT_OK) break;
+        if (a->kind < CT_ACT_GRAD_SYNC) {
+            if (syncing(x) && (st = ct_device_finish(x->dev)) != CT_OK) {
+                dev_err(x, st);
+                break;
+            }
+            double t1 = ct_time_now();
+            span(x, act_span_name(a->kind), is_compute(a->kind) ? "compute" : "comm", t_act, a->mb);
+            if (is_compute(a->kind)) tl_compute += t1 - t_act, tl_end = t1;
+            tl_ms[a->kind] += t1 - (a->kind == CT_ACT_RECV_ACT || a->kind == CT_ACT_RECV_GRAD ? arrived
+                                                                                          : t_act);
+            tl_n[a->kind]++;
+            if ((st = xfer_pump(x, 0)) != CT_OK) break;
+        }
     }
-    if (st != CT_OK) return st;
-    if ((st = ct_device_finish(x->dev)) != CT_OK)
-        return CT_ERR(&x->err, st, "%s", ct_device_errmsg(x->dev));
+    if (st == CT_OK) st = xfer_drain(x);
+    if (st != CT_OK) {
+        x->failed = 1;
+        if (!x->err.msg[0]) CT_ERR(&x->err, st, "%s", ct_model_errmsg(x->m));
+        return st;
+    }
+    if ((st = ct_device_finish(x->dev)) != CT_OK) return dev_err(x, st);
     /* the step's loss: the mean over micro-batches (the last stage has it), over DP */
     double sum = 0;
     for (int mb = 0; mb < M; mb++) sum += x->losses[mb];
@@ -402,6 +669,17 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
         loss = lf;
     }
     if (out) out->loss = loss;
+    if (x->timeline) { /* the pipeline's span: the longest stage's */
+        float span_ms = (float)(1e3 * (tl_end - t_step)), mk = span_ms;
+        if (multi(x->pp) &&
+            (st = ct_comm_allreduce(x->pp, &mk, &mk, 1, CT_F32, CT_OP_MAX, NULL)) != CT_OK)
+            return CT_ERR(&x->err, st, "timeline: %s", ct_comm_errmsg(x->pp));
+        x->tl.steps++;
+        x->tl.compute_ms += 1e3 * tl_compute;
+        x->tl.span_ms += span_ms;
+        x->tl.makespan_ms += mk;
+        for (int k = 0; k < CT_ACT__COUNT; k++) x->tl.ms[k] += 1e3 * tl_ms[k], x->tl.count[k] += tl_n[k];
+    }
     if (x->g) {
         ct_grads_times gt;
         ct_grads_times_get(x->g, &gt);
@@ -418,30 +696,65 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
     return CT_OK;
 }
 
+void ct_exec_set_timeline(ct_exec *x, int on) { x->timeline = on != 0; }
+void ct_exec_timeline_get(const ct_exec *x, ct_exec_timeline *out) { *out = x->tl; }
+void ct_exec_timeline_reset(ct_exec *x) { memset(&x->tl, 0, sizeof x->tl); }
+
 /* ------------------------------------------------------------------ forward only */
 
 ct_status ct_exec_forward(ct_exec *x, const int *tokens, const int *targets, int rows, int T,
                           float *loss, float *logits_last) {
     ct_status st = CT_OK;
-    if (x->nstages > 1)
-        return CT_ERR(&x->err, CT_ERR_UNSUPPORTED,
-                      "executor: a forward pass over a pipeline is not built yet");
     double lv = NAN;
+    int N = x->nstages, C = N * x->nchunks, last = x->stage == N - 1;
+    size_t Vp = (size_t)ct_params_config(x->P)->padded_vocab;
     for (int s = 0; s < x->nslots; s++) slot_free(x, s);
-    ct_schedule one = {CT_SCHED_TRIVIAL, 1, 1, 1, NULL, NULL};
-    if ((st = forward_chunk(x, &one, 0, 0, 0, tokens, targets, rows, T, targets ? &lv : NULL)) !=
-        CT_OK)
-        return st;
-    if (logits_last) {
-        size_t Vp = (size_t)ct_params_config(x->P)->padded_vocab, n = (size_t)rows * T * Vp;
-        float *all = malloc(n * sizeof(float));
-        if (!all) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory for logits");
-        st = ct_model_slot_logits(x->m, 0, all, n);
-        if (st == CT_OK) memcpy(logits_last, all + (size_t)(T - 1) * Vp, Vp * sizeof(float));
-        free(all);
-        if (st != CT_OK) return fail_model(x, st);
+    ct_schedule one = {CT_SCHED_TRIVIAL, N, 1, x->nchunks, NULL, NULL};
+    /* the chunks in model order, each on its stage: receive, forward, send (one slot suffices:
+     * nothing is kept for a backward) */
+    for (int c = x->stage; c < C && st == CT_OK; c += N) {
+        double arrived;
+        ct_view v;
+        if (c > 0) {
+            st = ct_model_stage_input(x->m, 0, local_chunk(x, c), rows, T, &v);
+            if (st != CT_OK) return fail_model(x, st);
+            if ((st = xfer_recv(x, v, (size_t)rows * T * ct_params_config(x->P)->channels,
+                                (c - 1) % N, &arrived)) != CT_OK)
+                break;
+        }
+        st = forward_chunk(x, &one, 0, 0, c, tokens, targets, rows, T,
+                           targets && c == C - 1 ? &lv : NULL);
+        if (st == CT_OK && c < C - 1) {
+            int lo, hi;
+            ct_params_chunk(x->P, local_chunk(x, c), &lo, &hi);
+            if ((st = ct_model_block_output(x->m, 0, hi - 1, &v)) != CT_OK) return fail_model(x, st);
+            st = xfer_send(x, v, (size_t)rows * T * ct_params_config(x->P)->channels, (c + 1) % N);
+        }
     }
-    if (loss) *loss = (float)lv;
+    if (st == CT_OK) st = xfer_drain(x);
+    if (st != CT_OK) {
+        x->failed = 1;
+        return st;
+    }
+    if (logits_last) {
+        if (last) {
+            size_t n = (size_t)rows * T * Vp;
+            float *all = malloc(n * sizeof(float));
+            if (!all) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory for logits");
+            st = ct_model_slot_logits(x->m, 0, all, n);
+            if (st == CT_OK) memcpy(logits_last, all + (size_t)(T - 1) * Vp, Vp * sizeof(float));
+            free(all);
+            if (st != CT_OK) return fail_model(x, st);
+        }
+        if (N > 1 && (st = ct_comm_bcast(x->pp, logits_last, Vp, CT_F32, N - 1, NULL)) != CT_OK)
+            return CT_ERR(&x->err, st, "the logits from the last stage: %s", ct_comm_errmsg(x->pp));
+    }
+    if (loss) {
+        float lf = (float)lv;
+        if (N > 1 && (st = ct_comm_bcast(x->pp, &lf, 1, CT_F32, N - 1, NULL)) != CT_OK)
+            return CT_ERR(&x->err, st, "the loss from the last stage: %s", ct_comm_errmsg(x->pp));
+        *loss = lf;
+    }
     return CT_OK;
 }
 

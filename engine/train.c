@@ -81,6 +81,36 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
          "--dp %d does not divide --batch %d: each data-parallel worker takes an equal, contiguous "
          "share of every micro-batch's rows",
          p->dp, p->batch);
+    NEED(p->pp >= 1, "--pp must be >= 1 (got %d)", p->pp);
+    NEED(p->virtual_stages >= 1, "--virtual-stages must be >= 1 (got %d)", p->virtual_stages);
+    ct_sched_kind kind;
+    if ((st = ct_sched_parse(p->schedule, &kind, err)) != CT_OK) {
+        char m[CT_ERR_MSG_MAX];
+        snprintf(m, sizeof m, "%s", err->msg);
+        return CT_ERR(err, st, "--schedule: %s", m);
+    }
+    NEED(kind != CT_SCHED_TRIVIAL, "--schedule trivial is the one-stage list; pick gpipe, 1f1b, "
+                                   "interleaved or zb1 (with --pp 1 the plain step runs anyway)");
+    NEED(p->virtual_stages == 1 || (kind == CT_SCHED_INTERLEAVED && p->pp > 1),
+         "--virtual-stages %d needs --schedule interleaved and --pp >= 2 (the other schedules "
+         "hold one chunk of blocks per stage)",
+         p->virtual_stages);
+    NEED(!p->pp_split[0] || p->pp > 1, "--pp-split needs --pp >= 2");
+    NEED(!(p->pp > 1 && p->zero >= 2 && (kind == CT_SCHED_INTERLEAVED || kind == CT_SCHED_ZB1)),
+         "--zero %d with --schedule %s: ZeRO-2 and 3 send each block's gradient to its DP group "
+         "after every backward, through a gradient working buffer of two blocks; the interleaved "
+         "and zero-bubble orders run the backwards of other chunks or micro-batches (or defer the "
+         "weight gradients) before a block's gradient leaves, and would overwrite it. Use "
+         "--schedule gpipe or 1f1b, or --zero 1",
+         p->zero, p->schedule);
+    {
+        int accum = p->total_batch && p->batch * p->seq > 0 ? p->total_batch / (p->batch * p->seq) : 1;
+        NEED(!(p->pp > 1 && kind == CT_SCHED_INTERLEAVED && accum % p->pp),
+             "--schedule interleaved needs the micro-batches (--total-batch / (--batch x --seq) = "
+             "%d) to be a multiple of --pp %d: micro-batches go through the chunks in groups of "
+             "--pp",
+             accum, p->pp);
+    }
     NEED(p->bucket_mb > 0, "--bucket-mb must be positive (got %g)", p->bucket_mb);
     NEED(p->overlap == 0 || p->overlap == 1, "--overlap must be 0 or 1 (got %d)", p->overlap);
     NEED(!(p->data[0] && p->text[0]), "--data and --text are exclusive: give one");
@@ -109,6 +139,10 @@ struct ct_train_run {
     ct_lr_schedule sched;
     ct_gpt_config cfg;
     int accum;
+    ct_sched_kind kind; /* the pipeline schedule (trivial with pp = 1) */
+    int nchunks;        /* model chunks: pp x virtual stages */
+    int *split;         /* [nchunks] blocks of each chunk */
+    int split_given;    /* from --pp-split */
     char origin[1300];
     char ckpath[1300];
     ct_checkpoint ck; /* when resuming */
@@ -224,6 +258,26 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
         goto fail;
     }
     r->accum = p->total_batch ? p->total_batch / (p->batch * p->seq) : 1;
+    /* the pipeline: the schedule, and the blocks of each model chunk */
+    r->kind = CT_SCHED_TRIVIAL;
+    if (p->pp > 1) TRY(ct_sched_parse(p->schedule, &r->kind, err));
+    r->nchunks = p->pp * (r->kind == CT_SCHED_INTERLEAVED ? p->virtual_stages : 1);
+    if (r->nchunks > cfg->layers || r->nchunks > CT_MAX_CHUNKS * p->pp) {
+        st = CT_ERR(err, CT_ERR_ARG,
+                    "--pp %d x --virtual-stages %d = %d model chunks, but the model has %d blocks "
+                    "(each chunk needs one)%s",
+                    p->pp, r->nchunks / p->pp, r->nchunks, cfg->layers,
+                    r->nchunks / p->pp > CT_MAX_CHUNKS ? " or more chunks per stage than 16" : "");
+        goto fail;
+    }
+    r->split = malloc(sizeof(int) * (size_t)r->nchunks);
+    if (!r->split) {
+        st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
+        goto fail;
+    }
+    r->split_given = p->pp_split[0] != 0;
+    if (r->split_given) TRY(ct_pp_split_parse(p->pp_split, cfg, r->nchunks, r->split, err));
+    else TRY(ct_pp_split_balanced(cfg, p->seq, r->nchunks, r->split, err));
     if (p->resume[0]) {
         warn_changed_flags(log, r->ck.meta, p);
         if (r->ck.loader_B != p->batch || r->ck.loader_T != p->seq ||
@@ -324,6 +378,7 @@ fail:
 void ct_train_run_free(ct_train_run *r) {
     if (!r) return;
     ct_checkpoint_release(&r->ck);
+    free(r->split);
     free(r->init_params);
     ct_tokenizer_free(r->tok);
     ct_device_list_free(r->list);
@@ -353,6 +408,8 @@ struct ct_trainer {
     ct_metrics *mx;
     ct_trace *tr;
     int trace_a, trace_b; /* steps [a, b] are traced */
+    int time_a, time_b;   /* pipeline: steps [a, b] record the executed timeline */
+    int *slots;           /* [pp] activation slots of each stage: the schedule's peak live */
     ct_rng rng;
     int64_t start, step; /* first step of this run; the next step to run */
     double flops_tok, peak;
@@ -421,7 +478,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     t->thread = thread;
     t->W = r->W;
     /* 1. The world and the grid (a single worker is the 1x1x1 grid without MPI). */
-    ct_layout lay = {p->dp, 1, 1, p->zero, 1};
+    ct_layout lay = {p->dp, 1, p->pp, p->zero, 1};
     if (r->topo) {
         if ((st = ct_comm_world(r->topo, thread, &t->world)) != CT_OK) {
             terr(t, err, st, "worker %d: no communicator", thread);
@@ -449,13 +506,36 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     ct_device_opts dopts = ct_device_opts_default();
     dopts.mem_cap = (uint64_t)(p->mem_cap_gb * 1073741824.0);
     if ((st = ct_device_open(&t->dev, t->info, &dopts, err)) != CT_OK) goto fail;
-    /* 3. Model and executor. */
+    /* 3. The schedule, and the model planned for it: this stage's chunks of blocks (stage s
+     * holds model chunks s, s + pp, ...), as many activation slots as the schedule keeps alive
+     * on this stage (the simulator's peak, not the micro-batch count), room for the deferred
+     * weight gradients under zb1. Then the executor. */
     t->b = p->batch / p->dp;
-    ct_model_plan mplan;
-    memset(&mplan, 0, sizeof mplan);
-    mplan.max_B = t->b, mplan.max_T = p->seq, mplan.slots = 1;
-    ct_attn_path_parse(p->attention, &mplan.attention); /* checked by ct_train_params_check */
-    if ((st = ct_model_create_plan(&t->model, cfg, &lay, &at, t->dev, &mplan, err)) != CT_OK) {
+    int N = p->pp, v = r->nchunks / N;
+    if ((st = ct_sched_make(r->kind, N, r->accum, v, &t->sched, err)) != CT_OK) goto fail;
+    {
+        ct_sched_sim sim = {0};
+        ct_sched_costs unit = ct_sched_costs_unit();
+        t->slots = malloc(sizeof(int) * (size_t)N);
+        if (!t->slots) {
+            st = terr(t, err, CT_ERR_NOMEM, "no memory");
+            goto fail;
+        }
+        if ((st = ct_sched_simulate(t->sched, &unit, 0, &sim, err)) != CT_OK) goto fail;
+        for (int q = 0; q < N; q++) t->slots[q] = sim.peak_live[q] > 0 ? sim.peak_live[q] : 1;
+        ct_sched_sim_free(&sim);
+    }
+    ct_model_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.max_B = t->b, plan.max_T = p->seq, plan.slots = t->slots[at.pp_rank];
+    plan.split_backward = r->kind == CT_SCHED_ZB1;
+    ct_attn_path_parse(p->attention, &plan.attention); /* checked by ct_train_params_check */
+    if (N > 1) {
+        plan.chunks.nchunks = v;
+        for (int j = 0, lo = 0, c = 0; c < r->nchunks; lo += r->split[c], c++)
+            if (c % N == at.pp_rank) plan.chunks.lo[j] = lo, plan.chunks.hi[j] = lo + r->split[c], j++;
+    }
+    if ((st = ct_model_create_plan(&t->model, cfg, &lay, &at, t->dev, &plan, err)) != CT_OK) {
         char m[CT_ERR_MSG_MAX];
         snprintf(m, sizeof m, "%s", err->msg);
         terr(t, err, st, "cannot build the model on %s: %s", t->info->name, m);
@@ -465,7 +545,6 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     xo.grads.bucket_bytes = (size_t)(p->bucket_mb * 1048576.0);
     xo.grads.overlap = p->overlap;
     if ((st = ct_exec_create(&t->x, t->model, t->grid, &xo, err)) != CT_OK) goto fail;
-    if ((st = ct_sched_make(CT_SCHED_TRIVIAL, 1, r->accum, 1, &t->sched, err)) != CT_OK) goto fail;
     /* 4. Parameters: a checkpoint, an llm.c file or the seed. */
     size_t np = ct_model_num_params(t->model);
     ct_rng_seed(&t->rng, (uint64_t)p->seed ^ 0x5A5A5A5A5A5A5A5Aull);
@@ -526,11 +605,17 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
         terr(t, err, st, "%s", ct_exec_errmsg(t->x));
         goto fail;
     }
-    /* 6. The trace: steps [a, b] (default: the last three). */
+    /* 6. A pipeline's measured bubble: the executed timeline of the traced steps, else of the
+     * last three (not the run's first step, which compiles kernels, when there are others). */
+    t->time_b = p->steps - 1;
+    t->time_a = p->steps - 3 > (int)t->start ? p->steps - 3 : (int)t->start;
+    if (t->time_a == 0 && t->time_b > 0) t->time_a = 1;
+    /* 7. The trace: steps [a, b] (default: the last three). */
     if (p->trace[0]) {
         t->trace_b = p->steps - 1;
         t->trace_a = p->steps - 3 > (int)t->start ? p->steps - 3 : (int)t->start;
         if (p->trace_steps[0]) sscanf(p->trace_steps, "%d:%d", &t->trace_a, &t->trace_b);
+        t->time_a = t->trace_a, t->time_b = t->trace_b;
         if ((st = ct_trace_create(&t->tr, t->wrank, r->topo ? ct_topo_rank(r->topo) : 0, thread,
                                   err)) != CT_OK)
             goto fail;
@@ -550,6 +635,7 @@ fail:
 void ct_trainer_free(ct_trainer *t) {
     if (!t) return;
     ct_sched_free(t->sched);
+    free(t->slots);
     ct_exec_free(t->x);
     ct_model_free(t->model);
     ct_device_free(t->dev);
@@ -572,6 +658,19 @@ int64_t ct_trainer_start(const ct_trainer *t) { return t->start; }
 ct_model *ct_trainer_model(ct_trainer *t) { return t->model; }
 ct_exec *ct_trainer_exec(ct_trainer *t) { return t->x; }
 ct_metrics *ct_trainer_metrics(ct_trainer *t) { return t->mx; }
+
+/* Parameters pipeline stage q holds: its blocks, the embeddings on the first stage, wte and the
+ * final LayerNorm on the last (the tied wte on both). */
+static size_t stage_params(const ct_train_run *r, int q, int pp) {
+    size_t sizes[CT_GPT_NUM_TENSORS], n = 0;
+    ct_gpt_param_sizes(&r->cfg, sizes);
+    int held = 0;
+    for (int c = q; c < r->nchunks; c += pp) held += r->split[c];
+    for (int i = CT_GPT_ln1w; i <= CT_GPT_fcprojb; i++) n += sizes[i] / (size_t)r->cfg.layers * (size_t)held;
+    if (q == 0) n += sizes[CT_GPT_wte] + sizes[CT_GPT_wpe];
+    if (q == pp - 1) n += sizes[CT_GPT_wte] + sizes[CT_GPT_lnfw] + sizes[CT_GPT_lnfb];
+    return n;
+}
 
 /* Model-state bytes per worker the ZeRO formulas give for psi parameters. */
 static double expected_model_state(double psi, int N, int zero) {
@@ -604,13 +703,45 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
             ct_device_type_str(t->info->type));
     if (r->topo)
         fprintf(f,
-                "  workers        = %d (%d ranks x %d devices per rank), data parallel over all, "
-                "ZeRO-%d, %d gradient buckets of <= %g MiB, overlap %s\n",
-                N, ct_topo_nranks(r->topo), ct_topo_devices_per_rank(r->topo), p->zero,
-                ct_exec_grads(t->x) ? ct_grads_num_buckets(ct_exec_grads(t->x)) : 0, p->bucket_mb,
-                p->overlap ? "on" : "off");
+                "  workers        = %d (%d ranks x %d devices per rank): dp %d x pp %d, ZeRO-%d, "
+                "%d gradient buckets of <= %g MiB, overlap %s\n",
+                N, ct_topo_nranks(r->topo), ct_topo_devices_per_rank(r->topo), p->dp, p->pp,
+                p->zero, ct_exec_grads(t->x) ? ct_grads_num_buckets(ct_exec_grads(t->x)) : 0,
+                p->bucket_mb, p->overlap ? "on" : "off");
     if (lines) fprintf(f, "%s", lines);
     free(lines);
+    if (p->pp > 1) { /* the split, the schedule, what it keeps alive */
+        int v = r->nchunks / p->pp;
+        char split[512] = "", slots[256] = "";
+        size_t a = 0, b = 0;
+        for (int c = 0; c < r->nchunks && a < sizeof split - 16; c++)
+            a += (size_t)snprintf(split + a, sizeof split - a, "%s%d", c ? "," : "", r->split[c]);
+        for (int q = 0; q < p->pp && b < sizeof slots - 16; q++)
+            b += (size_t)snprintf(slots + b, sizeof slots - b, "%s%d", q ? "," : "", t->slots[q]);
+        double blk, emb, head;
+        ct_pp_costs(cfg, p->seq, &blk, &emb, &head);
+        ct_sched_sim sim = {0};
+        ct_sched_costs unit = ct_sched_costs_unit();
+        ct_err e2 = {0};
+        double bub = ct_sched_simulate(t->sched, &unit, 0, &sim, &e2) == CT_OK ? sim.bubble : NAN;
+        ct_sched_sim_free(&sim);
+        fprintf(f,
+                "  pipeline       = %d stages%s, schedule %s, %d micro-batches; blocks per %s "
+                "%s (%s); activation slots per stage %s (the schedule's peak, of %d "
+                "micro-batches); simulated bubble %.3f at unit costs\n",
+                p->pp, v > 1 ? "" : "", ct_sched_name(r->kind), r->accum,
+                v > 1 ? "model chunk" : "stage", split,
+                r->split_given ? "--pp-split"
+                               : "balanced by FLOPs: a block 1, the embedding and the head extra",
+                slots, r->accum, bub);
+        if (v > 1)
+            fprintf(f, "                   %d chunks per stage (stage s holds chunks s, s+%d, ...)\n",
+                    v, p->pp);
+        if (!r->split_given)
+            fprintf(f, "                   work per token: block %.4g, embedding %.4g, head %.4g "
+                       "FLOPs (%.2f blocks)\n",
+                    blk, emb, head, head / blk);
+    }
     fprintf(f, "  model          = %s: L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %zu parameters\n",
             r->origin, cfg->layers, cfg->heads, cfg->channels, cfg->vocab, cfg->padded_vocab,
             cfg->max_seq, np);
@@ -641,20 +772,34 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
              p->batch * p->seq * accum, t->peak, N, p->zero);
     ct_metrics_record(t->mx, "config", cfgline);
     if (N > 1) { /* the memory report: one line and one record per worker */
-        double psi = (double)np, want = expected_model_state(psi, N, p->zero);
-        fprintf(f,
-                "  memory per worker (device bytes; comm = host staging), model state expected "
-                "%.0f (ZeRO-%d formula for %zu parameters, N = %d):\n",
-                want, p->zero, np, N);
+        double psi = (double)np, want = expected_model_state(psi, p->dp, p->zero);
+        if (p->pp > 1)
+            fprintf(f,
+                    "  memory per worker (device bytes; comm = host staging), model state "
+                    "expected from the ZeRO-%d formula for its stage's parameters, N = dp = %d:\n",
+                    p->zero, p->dp);
+        else
+            fprintf(f,
+                    "  memory per worker (device bytes; comm = host staging), model state expected "
+                    "%.0f (ZeRO-%d formula for %zu parameters, N = %d):\n",
+                    want, p->zero, np, N);
         for (int w = 0; w < N; w++) {
             const uint64_t *u = t->mem + (size_t)w * CT_MEM__COUNT;
             uint64_t state = u[CT_MEM_PARAMS] + u[CT_MEM_GRADS] + u[CT_MEM_OPTIMIZER];
+            char stage[64] = "";
+            if (p->pp > 1) {
+                ct_layout lay = {p->dp, 1, p->pp, p->zero, 1};
+                int q = ct_layout_coords(&lay, w).pp_rank;
+                snprintf(stage, sizeof stage, " (stage %d, %d slots)", q, t->slots[q]);
+                psi = (double)stage_params(r, q, p->pp);
+                want = expected_model_state(psi, p->dp, p->zero);
+            }
             fprintf(f,
-                    "    worker %d: params %llu grads %llu optimizer %llu activations %llu "
+                    "    worker %d: params %llu grads %llu optimizer %llu activations %llu%s "
                     "workspace %llu comm %llu | model state %llu (%.3f x formula)\n",
                     w, (unsigned long long)u[CT_MEM_PARAMS], (unsigned long long)u[CT_MEM_GRADS],
                     (unsigned long long)u[CT_MEM_OPTIMIZER],
-                    (unsigned long long)u[CT_MEM_ACTIVATIONS],
+                    (unsigned long long)u[CT_MEM_ACTIVATIONS], stage,
                     (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
                     (unsigned long long)state, (double)state / want);
             char rec[512];
@@ -667,6 +812,13 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                      (unsigned long long)u[CT_MEM_ACTIVATIONS],
                      (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
                      (unsigned long long)state, want, np);
+            if (p->pp > 1) { /* the stage and its activation slots */
+                size_t l = strlen(rec);
+                ct_layout lay = {p->dp, 1, p->pp, p->zero, 1};
+                int q = ct_layout_coords(&lay, w).pp_rank;
+                snprintf(rec + l, sizeof rec - l, ",\"stage\":%d,\"slots\":%d,\"stage_params\":%.0f",
+                         q, t->slots[q], psi);
+            }
             ct_metrics_record(t->mx, "memory", rec);
         }
     }
@@ -681,6 +833,7 @@ ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm) {
     int64_t step = t->step;
     int tracing = t->tr && step >= t->trace_a && step <= t->trace_b;
     ct_trace_enable(t->tr, tracing);
+    ct_exec_set_timeline(t->x, p->pp > 1 && step >= t->time_a && step <= t->time_b);
     double t0 = ct_time_now();
     double lr = ct_lr_at(t->r->sched, p->lr, p->warmup, p->steps, p->min_lr_frac, step);
     /* micro-batch mb of step s is rows [mb*B, (mb+1)*B) of the step; worker w takes rows
@@ -713,6 +866,7 @@ ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm) {
     if (t->leader) ct_metrics_train(t->mx, sm);
     t->step++;
     ct_trace_enable(t->tr, 0);
+    ct_exec_set_timeline(t->x, 0);
     return CT_OK;
 }
 
@@ -753,7 +907,8 @@ static ct_status trainer_logits(void *user, const int *ctx, int n, float *logits
     return st;
 }
 
-int ct_trainer_sample_collective(const ct_trainer *t) { return t->p.zero >= 3; }
+/* ZeRO-3 gathers parameters in every forward; a pipeline's forward passes through every stage. */
+int ct_trainer_sample_collective(const ct_trainer *t) { return t->p.zero >= 3 || t->p.pp > 1; }
 
 ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n) {
     const ct_train_params *p = &t->p;
@@ -825,6 +980,106 @@ ct_status ct_trainer_save_model(ct_trainer *t) {
     if (st == CT_OK && t->leader) st = ct_model_file_write(t->p.save_model, &t->r->cfg, host, &t->err);
     free(host);
     return st;
+}
+
+ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f) {
+    const ct_train_params *p = &t->p;
+    if (p->pp < 2 || !t->grid) return CT_OK;
+    enum { F_PP, F_DP, F_STEPS, F_COMP, F_MAKE, F_FWD, F_BWD, F_BIN, F_BWT, F_SEND, F_RECV, F__N };
+    ct_exec_timeline tl;
+    ct_exec_timeline_get(t->x, &tl);
+    float mine[F__N], *all = malloc(sizeof(float) * F__N * (size_t)t->W);
+    if (!all) return terr(t, NULL, CT_ERR_NOMEM, "no memory for the pipeline report");
+    const ct_coords *at = ct_grid_coords(t->grid);
+    mine[F_PP] = (float)at->pp_rank, mine[F_DP] = (float)(at->dp_rank + at->tp_rank);
+    mine[F_STEPS] = (float)tl.steps, mine[F_COMP] = (float)tl.compute_ms;
+    mine[F_MAKE] = (float)tl.makespan_ms;
+    const ct_act_kind kinds[6] = {CT_ACT_FWD, CT_ACT_BWD, CT_ACT_BWD_INPUT, CT_ACT_BWD_WEIGHT,
+                                  CT_ACT_SEND_ACT, CT_ACT_RECV_ACT};
+    for (int i = 0; i < 6; i++) { /* mean per action; sends and receives of both kinds together */
+        int k = kinds[i];
+        double ms = tl.ms[k], n = (double)tl.count[k];
+        if (k == CT_ACT_SEND_ACT) ms += tl.ms[CT_ACT_SEND_GRAD], n += (double)tl.count[CT_ACT_SEND_GRAD];
+        if (k == CT_ACT_RECV_ACT) ms += tl.ms[CT_ACT_RECV_GRAD], n += (double)tl.count[CT_ACT_RECV_GRAD];
+        mine[F_FWD + i] = n > 0 ? (float)(ms / n) : 0.0f;
+    }
+    ct_status st = ct_comm_allgather(t->world, mine, all, F__N, CT_F32, NULL);
+    if (st != CT_OK) {
+        free(all);
+        return terr(t, NULL, st, "pipeline report: %s", ct_comm_errmsg(t->world));
+    }
+    int N = p->pp;
+    const float *row[64] = {0};
+    for (int w = 0; w < t->W; w++) /* the first data-parallel replica's stages */
+        if (all[w * F__N + F_DP] == 0 && (int)all[w * F__N + F_PP] < 64)
+            row[(int)all[w * F__N + F_PP]] = all + (size_t)w * F__N;
+    int steps = row[0] ? (int)row[0][F_STEPS] : 0;
+    if (!t->leader || steps == 0 || N > 64) {
+        free(all);
+        return CT_OK;
+    }
+    ct_sched_costs *c = calloc((size_t)N, sizeof *c), unit = ct_sched_costs_unit();
+    ct_sched_sim sm = {0}, su = {0};
+    ct_err e2 = {0};
+    if (!c) {
+        free(all);
+        return terr(t, NULL, CT_ERR_NOMEM, "no memory for the pipeline report");
+    }
+    for (int q = 0; q < N; q++) {
+        const float *x = row[q];
+        c[q].fwd = x[F_FWD], c[q].bwd = x[F_BWD], c[q].bwd_input = x[F_BIN];
+        c[q].bwd_weight = x[F_BWT], c[q].send = x[F_SEND], c[q].recv = x[F_RECV], c[q].comm = 0;
+    }
+    int okm = ct_sched_simulate_stages(t->sched, c, 0, &sm, &e2) == CT_OK;
+    int oku = ct_sched_simulate(t->sched, &unit, 0, &su, &e2) == CT_OK;
+    fprintf(f,
+            "pipeline bubble (%s, %d stages, %d micro-batches; executed timeline of %d step%s, "
+            "steps %d to %d, the device waited for after every action), measured beside the "
+            "simulator fed the measured action costs:\n",
+            ct_sched_name(t->r->kind), N, t->r->accum, steps, steps > 1 ? "s" : "", t->time_a + 1,
+            t->time_b + 1);
+    double mmean = 0;
+    char meas[1024] = "", simu[1024] = "", costs[2048] = "";
+    size_t la = 0, lb = 0, lc = 0;
+    for (int q = 0; q < N; q++) {
+        const float *x = row[q];
+        double mb = x[F_MAKE] > 0 ? 1 - x[F_COMP] / x[F_MAKE] : NAN;
+        mmean += mb / N;
+        fprintf(f, "  stage %d: measured %.3f  simulated %.3f | ", q, mb,
+                okm ? sm.stage_bubble[q] : NAN);
+        if (x[F_FWD] > 0) fprintf(f, "F %.2f ms ", x[F_FWD]);
+        if (x[F_BWD] > 0) fprintf(f, "B %.2f ms ", x[F_BWD]);
+        if (x[F_BIN] > 0) fprintf(f, "B_input %.2f ms B_weight %.2f ms ", x[F_BIN], x[F_BWT]);
+        fprintf(f, "send %.2f ms recv %.2f ms\n", x[F_SEND], x[F_RECV]);
+        la += (size_t)snprintf(meas + la, sizeof meas - la, "%s%.5f", q ? "," : "", mb);
+        lb += (size_t)snprintf(simu + lb, sizeof simu - lb, "%s%.5f", q ? "," : "",
+                               okm ? sm.stage_bubble[q] : 0.0);
+        lc += (size_t)snprintf(costs + lc, sizeof costs - lc,
+                               "%s{\"fwd\":%.4f,\"bwd\":%.4f,\"bwd_input\":%.4f,\"bwd_weight\":"
+                               "%.4f,\"send\":%.4f,\"recv\":%.4f}",
+                               q ? "," : "", x[F_FWD], x[F_BWD], x[F_BIN], x[F_BWT], x[F_SEND],
+                               x[F_RECV]);
+        if (la >= sizeof meas || lb >= sizeof simu || lc >= sizeof costs) break;
+    }
+    fprintf(f, "  all    : measured %.3f  simulated %.3f  (unit costs: %.3f)\n", mmean,
+            okm ? sm.bubble : NAN, oku ? su.bubble : NAN);
+    char *rec = malloc(4096 + sizeof costs);
+    if (rec) {
+        snprintf(rec, 4096 + sizeof costs,
+                 "\"schedule\":\"%s\",\"stages\":%d,\"micro_batches\":%d,\"steps_timed\":%d,"
+                 "\"bubble_measured\":%.5f,\"bubble_simulated\":%.5f,\"bubble_unit\":%.5f,"
+                 "\"stage_measured\":[%s],\"stage_simulated\":[%s],\"costs_ms\":[%s]",
+                 ct_sched_name(t->r->kind), N, t->r->accum, steps, mmean, okm ? sm.bubble : 0.0,
+                 oku ? su.bubble : 0.0, meas, simu, costs);
+        ct_metrics_record(t->mx, "pipeline", rec);
+    }
+    free(rec);
+    fflush(f);
+    ct_sched_sim_free(&sm);
+    ct_sched_sim_free(&su);
+    free(c);
+    free(all);
+    return CT_OK;
 }
 
 ct_status ct_trainer_finish(ct_trainer *t) {

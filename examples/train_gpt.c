@@ -1,5 +1,6 @@
 /* train_gpt - train a GPT-2 model on one OpenCL device, or on several workers (MPI ranks x
- * --devices-per-rank devices) laid out as a grid (data parallelism with ZeRO 0-3 today).
+ * --devices-per-rank devices) laid out as a grid: data parallelism (--dp, ZeRO 0-3) x pipeline
+ * stages (--pp, with the --schedule gpipe, 1f1b, interleaved or zb1).
  *
  * Data: llm.c token shards (--data GLOB), a text file as bytes (--text FILE), or, with neither,
  * the corpus embedded at build time (the project's own headers and docs). Model: new (--layers
@@ -48,9 +49,10 @@ static void die(int code, const char *fmt, ...) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: train_gpt [--flag VALUE]...\n"
-            "Trains a GPT-2 model on one OpenCL device, or data-parallel on several (--dp N, run\n"
-            "under mpiexec and/or with --devices-per-rank D). With no flags: a small model on the text\n"
-            "embedded in the binary, ending with a sample. Exit status 2 on bad input.\n\n");
+            "Trains a GPT-2 model on one OpenCL device, or on several laid out as --dp x --pp\n"
+            "(run under mpiexec and/or with --devices-per-rank D; dp x pp = ranks x D). With no\n"
+            "flags: a small model on the text embedded in the binary, ending with a sample. Exit\n"
+            "status 2 on bad input.\n\n");
     ct_opts_help(f, ct_train_opts, ct_train_opts_count);
     fprintf(f, "\nThe device may also be chosen with the environment variable CT_DEVICE.\n");
 }
@@ -126,6 +128,7 @@ static void worker(ct_train_run *run, const ct_train_params *pp, int thread) {
             if (leader) printf("saved checkpoint %s (step %lld)\n", path, (long long)done);
         }
     }
+    if (ct_trainer_pipeline_report(t, stdout) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
     if (p.dp > 1 && leader && p.steps > start) {
         ct_exec_times tm;
         ct_exec_times_get(ct_trainer_exec(t), &tm);
@@ -161,17 +164,26 @@ int main(int argc, char **argv) {
      * worker (or mpiexec started several ranks). */
     const char *pmi = getenv("PMI_SIZE");
     ct_topo *topo = NULL;
-    if (p.dp > 1 || p.devices_per_rank > 1 || (pmi && atoi(pmi) > 1)) {
+    int tp = 1; /* tensor parallelism (--tp) is not built yet: the layout is dp x tp x pp */
+    int workers = p.dp * tp * p.pp;
+    if (workers > 1 || p.devices_per_rank > 1 || (pmi && atoi(pmi) > 1)) {
         if (ct_topo_create(&topo, &argc, &argv, p.devices_per_rank, &err)) die(2, "%s", err.msg);
         g_mpi_ranks = ct_topo_nranks(topo);
         int W = ct_topo_world_size(topo);
-        if (W != p.dp) {
+        if (W != workers) {
             /* every rank sees this: end together (MPI_Abort could cut the message off) */
-            fprintf(stderr,
-                    "train_gpt: error: --dp %d does not match the %d workers (%d MPI ranks x "
-                    "--devices-per-rank %d): data parallelism runs over every worker, so --dp "
-                    "must equal ranks x devices\n",
-                    p.dp, W, ct_topo_nranks(topo), p.devices_per_rank);
+            if (p.pp > 1 || tp > 1)
+                fprintf(stderr,
+                        "train_gpt: error: --dp %d x --pp %d = %d does not match the %d workers "
+                        "(%d MPI ranks x --devices-per-rank %d): the layout must use every "
+                        "worker once\n",
+                        p.dp, p.pp, workers, W, ct_topo_nranks(topo), p.devices_per_rank);
+            else
+                fprintf(stderr,
+                        "train_gpt: error: --dp %d does not match the %d workers (%d MPI ranks x "
+                        "--devices-per-rank %d): data parallelism runs over every worker, so --dp "
+                        "must equal ranks x devices (or --dp x --pp with a pipeline)\n",
+                        p.dp, W, ct_topo_nranks(topo), p.devices_per_rank);
             fflush(stderr);
             ct_topo_free(topo);
             exit(2);

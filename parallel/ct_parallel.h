@@ -367,14 +367,18 @@ void ct_sched_free(ct_schedule *s); /* NULL is a no-op */
 ct_status ct_sched_validate(const ct_schedule *s, ct_err *err);
 
 /* Cost of each action of one chunk, in any time unit; comm: from a send's post to the matching
- * receive's earliest completion. GRAD_SYNC and OPT_STEP cost 0 (they are outside the bubble). */
+ * receive's earliest completion; send, recv: the time a send or (after its message is there) a
+ * receive keeps its stage busy (staging the tensor through the host), which is not compute and
+ * so counts as bubble. GRAD_SYNC and OPT_STEP cost 0 (they are outside the bubble). */
 typedef struct ct_sched_costs {
     double fwd, bwd, bwd_input, bwd_weight, comm;
+    double send, recv;
 } ct_sched_costs;
-ct_sched_costs ct_sched_costs_unit(void); /* fwd 1, bwd 2, bwd_input 1, bwd_weight 1, comm 0 */
+ct_sched_costs ct_sched_costs_unit(void); /* fwd 1, bwd 2, bwd_input 1, bwd_weight 1, others 0 */
 
 /* Each stage runs its list in order: a compute action starts when the previous action ends; a send
- * costs nothing; a receive ends at max(now, send post + comm). Idle time is the bubble:
+ * lasts `send` and is posted at its end; a receive ends `recv` after max(now, send post + comm).
+ * Idle time (waiting, sends and receives) is the bubble:
  *   bubble = 1 - (sum over stages of compute time) / (N * makespan)
  * (the mean over stages of each one's idle fraction, stage_bubble[s]). At unit costs GPipe and
  * 1F1B give (N-1)/(m+N-1), interleaved (N-1)/(v*m+N-1), zb1 (N-1)/(3m+N-1) for m >= N.
@@ -391,6 +395,11 @@ typedef struct ct_sched_sim {
 /* Validates first (the same errors); *out is filled (free with ct_sched_sim_free). */
 ct_status ct_sched_simulate(const ct_schedule *s, const ct_sched_costs *c, int want_timeline,
                             ct_sched_sim *out, ct_err *err);
+/* The same with each stage's own costs, per_stage[s->stages] (stages differ: the first embeds,
+ * the last computes the loss, a hand-made split gives them different layer counts; measured
+ * costs); comm is the sending stage's. */
+ct_status ct_sched_simulate_stages(const ct_schedule *s, const ct_sched_costs *per_stage,
+                                   int want_timeline, ct_sched_sim *out, ct_err *err);
 void ct_sched_sim_free(ct_sched_sim *r); /* frees the arrays, not r; zeroed r is fine */
 
 #ifdef __cplusplus

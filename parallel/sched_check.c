@@ -222,7 +222,8 @@ static ct_status check_channels(chk *k, ct_err *err) {
 }
 
 /* Phase 4 and the simulator: run every stage until all are done or all that are left wait. */
-static ct_status run(const chk *k, const ct_sched_costs *cost, ct_sched_sim *out, ct_err *err) {
+static ct_status run(const chk *k, const ct_sched_costs *costs, int per_stage, ct_sched_sim *out,
+                     ct_err *err) {
     const ct_schedule *s = k->s;
     int N = k->N;
     ct_status st = CT_OK;
@@ -237,7 +238,8 @@ static ct_status run(const chk *k, const ct_sched_costs *cost, ct_sched_sim *out
         for (int p = 0; p < N; p++) {
             for (; at[p] < s->n[p]; at[p]++) {
                 const ct_action *a = &s->list[p][at[p]];
-                double t0 = now[p], d = 0;
+                const ct_sched_costs *cost = costs + (per_stage ? p : 0);
+                double t0 = now[p], d = 0, idle = 0; /* compute time, other time */
                 switch (a->kind) {
                 case CT_ACT_RECV_ACT:
                 case CT_ACT_RECV_GRAD: {
@@ -245,12 +247,16 @@ static ct_status run(const chk *k, const ct_sched_costs *cost, ct_sched_sim *out
                     matching_send(a, &sc, &slot);
                     int j = P(k, a->mb, sc)[slot];
                     if (at[from] <= j) goto blocked; /* not sent yet */
-                    double arrive = post[from][j] + cost->comm;
+                    double arrive = post[from][j] + costs[per_stage ? from : 0].comm;
                     if (arrive > now[p]) now[p] = arrive;
+                    idle = cost->recv;
                     break;
                 }
                 case CT_ACT_SEND_ACT:
-                case CT_ACT_SEND_GRAD: post[p][at[p]] = now[p]; break;
+                case CT_ACT_SEND_GRAD:
+                    idle = cost->send;
+                    post[p][at[p]] = now[p] + idle;
+                    break;
                 case CT_ACT_FWD:
                     d = cost->fwd;
                     if (++live[p] > out->peak_live[p]) out->peak_live[p] = live[p];
@@ -260,7 +266,7 @@ static ct_status run(const chk *k, const ct_sched_costs *cost, ct_sched_sim *out
                 case CT_ACT_BWD_WEIGHT: d = cost->bwd_weight; live[p]--; break;
                 default: break; /* GRAD_SYNC, OPT_STEP: outside the bubble */
                 }
-                now[p] += d;
+                now[p] += d + idle;
                 busy[p] += d;
                 if (out->start) {
                     out->start[p][at[p]] = t0;
@@ -384,7 +390,7 @@ ct_status ct_sched_validate(const ct_schedule *s, ct_err *err) {
     ct_sched_sim r = {0};
     ct_sched_costs zero = {0};
     ct_status st = check(&k, s, err);
-    if (!st) st = sim_alloc(&r, s, 0) ? run(&k, &zero, &r, err)
+    if (!st) st = sim_alloc(&r, s, 0) ? run(&k, &zero, 0, &r, err)
                                       : CT_ERR(err, CT_ERR_NOMEM, "schedule check: out of memory");
     ct_sched_sim_free(&r);
     free(k.pos);
@@ -392,17 +398,27 @@ ct_status ct_sched_validate(const ct_schedule *s, ct_err *err) {
     return st;
 }
 
-ct_status ct_sched_simulate(const ct_schedule *s, const ct_sched_costs *c, int want_timeline,
-                            ct_sched_sim *out, ct_err *err) {
+static ct_status simulate(const ct_schedule *s, const ct_sched_costs *c, int per_stage,
+                          int want_timeline, ct_sched_sim *out, ct_err *err) {
     chk k;
     if (!out || !c) return CT_ERR(err, CT_ERR_ARG, "ct_sched_simulate: costs and out must not be NULL");
     memset(out, 0, sizeof *out);
     ct_status st = check(&k, s, err);
     if (!st && !sim_alloc(out, s, want_timeline))
         st = CT_ERR(err, CT_ERR_NOMEM, "ct_sched_simulate: out of memory");
-    if (!st) st = run(&k, c, out, err);
+    if (!st) st = run(&k, c, per_stage, out, err);
     if (st) ct_sched_sim_free(out);
     free(k.pos);
     free(k.ord);
     return st;
+}
+
+ct_status ct_sched_simulate(const ct_schedule *s, const ct_sched_costs *c, int want_timeline,
+                            ct_sched_sim *out, ct_err *err) {
+    return simulate(s, c, 0, want_timeline, out, err);
+}
+
+ct_status ct_sched_simulate_stages(const ct_schedule *s, const ct_sched_costs *per_stage,
+                                   int want_timeline, ct_sched_sim *out, ct_err *err) {
+    return simulate(s, per_stage, 1, want_timeline, out, err);
 }

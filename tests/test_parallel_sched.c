@@ -254,6 +254,41 @@ static void test_latency(void) {
     }
 }
 
+/* Per-stage costs, send and receive time: GPipe N 2, m 1 worked by hand. Stage 0: F [0,1], send
+ * [1,1.5] (posted 1.5); stage 1: receive ends 1.5 + comm 1 + recv 0.25 = 2.75, F [2.75,5.75], B
+ * [5.75,11.75], send [11.75,12.25]; stage 0: receive 12.25 + comm 2 (stage 1's) + 0.25 = 14.5, B
+ * [14.5,16.5]. Compute 3 + 9 in 2 x 16.5. */
+static void test_stage_costs(void) {
+    ct_schedule *s = NULL;
+    ct_sched_sim r = {0};
+    ct_err err = {0};
+    ct_sched_costs c[2] = {{.fwd = 1, .bwd = 2, .comm = 1, .send = 0.5, .recv = 0.25},
+                           {.fwd = 3, .bwd = 6, .comm = 2, .send = 0.5, .recv = 0.25}};
+    CT_ASSERT_OK(ct_sched_make(CT_SCHED_GPIPE, 2, 1, 1, &s, &err), err.msg);
+    CT_ASSERT_OK(ct_sched_simulate_stages(s, c, 1, &r, &err), err.msg);
+    if (r.start) {
+        CT_ASSERT_NEAR(r.makespan, 16.5, 1e-12);
+        CT_ASSERT_NEAR(r.bubble, 1 - 12.0 / 33.0, 1e-12);
+        CT_ASSERT_NEAR(r.stage_bubble[0], 1 - 3 / 16.5, 1e-12);
+        CT_ASSERT_NEAR(r.stage_bubble[1], 1 - 9 / 16.5, 1e-12);
+        int i = find(s, 1, CT_ACT_FWD, 0, 1);
+        CT_ASSERT(i >= 0 && fabs(r.start[1][i] - 2.75) < 1e-12);
+    }
+    ct_sched_sim_free(&r);
+    /* the same cost on every stage is ct_sched_simulate */
+    ct_sched_sim a = {0}, b = {0};
+    ct_sched_costs u = ct_sched_costs_unit(), uu[4] = {u, u, u, u};
+    ct_sched_free(s);
+    s = NULL;
+    CT_ASSERT_OK(ct_sched_make(CT_SCHED_ZB1, 4, 8, 1, &s, &err), err.msg);
+    CT_ASSERT_OK(ct_sched_simulate(s, &u, 0, &a, &err), err.msg);
+    CT_ASSERT_OK(ct_sched_simulate_stages(s, uu, 0, &b, &err), err.msg);
+    CT_ASSERT(a.makespan == b.makespan && a.bubble == b.bubble);
+    ct_sched_sim_free(&a);
+    ct_sched_sim_free(&b);
+    ct_sched_free(s);
+}
+
 typedef void (*corrupt_fn)(ct_schedule *s);
 static int g_at; /* the action index a corruption expects in the message (-1: none) */
 
@@ -450,6 +485,7 @@ int main(int argc, char **argv) {
     test_trivial();
     test_shapes();
     test_latency();
+    test_stage_costs();
     test_corrupt();
     test_generators();
     return ct_test_end("test_parallel_sched");
