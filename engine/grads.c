@@ -43,6 +43,8 @@ struct ct_grads {
     size_t stage_floats;
     float *acc;   /* ZeRO-2: this worker's averaged shard, summed over micro-steps */
     int armed, next_issue;
+    int last;   /* the micro-step running is the step's last */
+    int *order; /* [nb] the buckets in the order posted this micro-step (ZeRO-2 skips some) */
     int all_bucketed; /* every range has a group (else only the buckets are written back) */
     /* communication thread */
     pthread_t th;
@@ -98,7 +100,7 @@ static void *comm_main(void *arg) {
     for (;;) {
         while (!g->quit && g->ndone == g->nposted) pthread_cond_wait(&g->cv, &g->mu);
         if (g->quit) break;
-        int k = g->ndone;
+        int k = g->order[g->ndone];
         pthread_mutex_unlock(&g->mu);
         ct_status st = ct_event_wait_err(g->ev[k], &g->th_err);
         ct_event_release(g->ev[k]);
@@ -236,9 +238,10 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
         if (g->b[k].hi - g->b[k].lo > biggest) biggest = g->b[k].hi - g->b[k].lo;
     g->stage_floats = g->overlap ? g->local : biggest;
     g->ev = calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->ev);
+    g->order = calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->order);
     g->stage = malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));
     if (g->zero >= 2) g->acc = calloc(g->hi - g->lo ? g->hi - g->lo : 1, sizeof(float));
-    if (!g->ev || !g->stage || (g->zero >= 2 && !g->acc)) {
+    if (!g->ev || !g->order || !g->stage || (g->zero >= 2 && !g->acc)) {
         ct_grads_free(g);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory for staging");
     }
@@ -270,6 +273,7 @@ void ct_grads_free(ct_grads *g) {
     free(g->ranges);
     free(g->b);
     free(g->ev);
+    free(g->order);
     free(g->stage);
     free(g->acc);
     free(g);
@@ -287,6 +291,7 @@ ct_status ct_grads_begin(ct_grads *g, int last) {
         g->times.exposed_ms += 1e3 * (ct_time_now() - t0);
     }
     g->armed = last || g->zero >= 2;
+    g->last = last;
     return CT_OK;
 }
 
@@ -297,6 +302,17 @@ ct_status ct_grads_ready(ct_grads *g, size_t ready_from) {
     while (g->next_issue < g->nb && g->b[g->next_issue].lo >= ready_from) {
         int k = g->next_issue;
         size_t n = g->b[k].hi - g->b[k].lo;
+        if (g->zero >= 2 && !g->last && g->ranges[g->b[k].range].groups[1]) {
+            /* a range reduced over a second group too (the tied wte over the first and last
+             * pipeline stage) keeps accumulating in the working buffer and leaves once, at the
+             * last micro-step: the two ends of a pipeline do not run a micro-step's backward at
+             * the same time, and waiting on the other end at every one would serialise them */
+            g->next_issue++;
+            continue;
+        }
+        pthread_mutex_lock(&g->mu);
+        g->order[g->nposted + posted] = k;
+        pthread_mutex_unlock(&g->mu);
         ct_status st = ct_buffer_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
                                             g->stage + g->b[k].lo, &g->ev[k]);
         /* ZeRO-2: empty the slot behind the read (in order), before a later block reuses it */
@@ -330,7 +346,7 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
                           "of the last micro-step reported up to 0?)",
                           g->next_issue, g->nb);
         pthread_mutex_lock(&g->mu);
-        while (g->ndone < g->nb) pthread_cond_wait(&g->cv, &g->mu);
+        while (g->ndone < g->nposted) pthread_cond_wait(&g->cv, &g->mu);
         st = g->th_st;
         if (st != CT_OK) CT_ERR(&g->err, st, "%s", g->th_err.msg);
         g->th_st = CT_OK;

@@ -235,6 +235,14 @@ static ct_status sub_fail(ct_exec *x, ct_status st, const char *what, const char
     return CT_ERR(&x->err, st, "%s: %s", what, msg);
 }
 
+static ct_status xfer_pump(ct_exec *x, int block);
+
+/* ZeRO-2 and 3 block inside a step (the previous micro-step's buckets, parameter gathers) on
+ * their DP group; every send this worker has reached is posted before, so no peer waits on it. */
+static ct_status before_zero_wait(ct_exec *x, int stage) {
+    return ct_params_zero_stage(x->P) >= stage && x->nxf ? xfer_pump(x, 1) : CT_OK;
+}
+
 static ct_status forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int mb, int chunk,
                                const int *tokens, const int *targets, int rows, int T,
                                double *loss) {
@@ -242,6 +250,7 @@ static ct_status forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int m
     int lc = local_chunk(x, chunk), lo, hi;
     (void)mb;
     ct_params_chunk(x->P, lc, &lo, &hi);
+    if ((st = before_zero_wait(x, 3)) != CT_OK) return st;
     if ((st = ct_zero_begin_pass(x->z)) != CT_OK)
         return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
     if (chunk == 0 && (st = ct_model_embed_forward(x->m, slot, tokens, rows, T)) != CT_OK)
@@ -281,7 +290,7 @@ static ct_status backward_chunk(ct_exec *x, const ct_schedule *s, int slot, int 
     ct_status st = CT_OK;
     int lc = local_chunk(x, chunk), lo, hi;
     ct_params_chunk(x->P, lc, &lo, &hi);
-    if ((st = grads_begin(x, final)) != CT_OK) return st;
+    if ((st = before_zero_wait(x, 2)) != CT_OK || (st = grads_begin(x, final)) != CT_OK) return st;
     if (kind != CT_ACT_BWD_WEIGHT && last_chunk(x, s, chunk)) {
         if ((st = ct_model_head_backward(x->m, slot, scale)) != CT_OK) return fail_model(x, st);
         size_t a, b;

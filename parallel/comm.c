@@ -136,7 +136,16 @@ static ct_status group_mpi(ct_topo *t, ct__group *g, int tag, ct_err *err) {
     return CT_OK;
 }
 
-/* Find or make this process's shared state for group (id, color). */
+static int same_members(const ct__group *g, const int *wids, int n) {
+    if (g->n != n) return 0;
+    for (int i = 0; i < n; i++)
+        if (g->m[i].wid != wids[i]) return 0;
+    return 1;
+}
+
+/* Find or make this process's shared state for group (id, color, members). The members count:
+ * splits of two different parents (the DP groups of two pipeline stages, each split again)
+ * can give disjoint groups the same id and colour. */
 static ct_status group_attach(ct_topo *t, uint32_t id, int color, int tag, const int *wids, int n,
                               ct__group **out, ct_err *err) {
     ct_status st;
@@ -152,7 +161,7 @@ static ct_status group_attach(ct_topo *t, uint32_t id, int color, int tag, const
     }
     pthread_mutex_lock(&t->mu);
     for (ct__group *g = t->groups; g; g = g->next)
-        if (g->id == id && g->color == color) {
+        if (g->id == id && g->color == color && same_members(g, wids, n)) {
             g->refs++;
             *out = g;
             pthread_mutex_unlock(&t->mu);

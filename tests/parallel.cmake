@@ -80,7 +80,7 @@ if(TARGET ct_parallel)
   # non-blocking point-to-point: threads, ranks and mixed
   add_executable(test_parallel_p2p test_parallel_p2p.c)
   target_link_libraries(test_parallel_p2p PRIVATE ct_parallel)
-  foreach(shape "2x1;2;1" "1x2;1;2" "3x1;3;1" "1x3;1;3" "2x2;2;2" "2x3;2;3" "4x1;4;1")
+  foreach(shape "2x1;2;1" "1x2;1;2" "3x1;3;1" "1x3;1;3" "1x4;1;4" "2x2;2;2" "2x3;2;3" "4x1;4;1")
     list(GET shape 0 nm)
     list(GET shape 1 nr)
     list(GET shape 2 nt)

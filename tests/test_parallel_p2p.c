@@ -216,6 +216,22 @@ int main(int argc, char **argv) {
             CHECK(ct_comm_rank(rev) == W - 1 - wid, "reversed rank %d", ct_comm_rank(rev));
             suite(rev, "reversed");
         }
+        /* two parents split again: disjoint groups that may get the same id and colour (each
+         * parent's members have seen the same ids); with threads they must stay apart */
+        ct_comm *par = NULL, *sub = NULL;
+        CHECK(ct_comm_split(world, wid % 2, wid, &par) == CT_OK, "%s", ct_comm_errmsg(world));
+        if (par) CHECK(ct_comm_split(par, 0, ct_comm_rank(par), &sub) == CT_OK, "%s", ct_comm_errmsg(par));
+        if (sub) {
+            int32_t v = wid, sum = 0, want = 0;
+            for (int w = wid % 2; w < W; w += 2) want += w;
+            CHECK(ct_comm_size(sub) == (W - wid % 2 + 1) / 2, "sub size %d", ct_comm_size(sub));
+            CHECK(ct_comm_allreduce(sub, &v, &sum, 1, CT_I32, CT_OP_SUM, NULL) == CT_OK, "%s",
+                  ct_comm_errmsg(sub));
+            CHECK(sum == want, "split of a split: sum %d over my parity, want %d", sum, want);
+            suite(sub, "split of a split");
+        }
+        ct_comm_free(sub);
+        ct_comm_free(par);
         ct_comm_free(rev);
         ct_comm_free(world);
     }
