@@ -5,3 +5,12 @@ if(TARGET ct_engine)
   ct_add_test(NAME test_engine_split SOURCES test_engine_split.c LIBS ct_engine LABELS opencl
               TIMEOUT 300)
 endif()
+if(TARGET train_gpt)
+  foreach(part threads ranks mixed)
+    add_test(NAME test_engine_pp_${part}
+             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_pp.sh $<TARGET_FILE:train_gpt>
+                     ${MPIEXEC_EXECUTABLE} ${part})
+    set_tests_properties(test_engine_pp_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+                         ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+endif()
