@@ -697,28 +697,28 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
     ct_view wdln1 = ct_view_at(wg, 3 * m->lBTC), none = ct_view_none();
     size_t f4 = sizeof(float);
     double tg_ = ct_time_now();
-    RUN(OP_matmul_fcproj_bwd,
+    RUN(CT_PROF_matmul_fcproj_bwd,
         ct_mem_copy(m->dev, am, XV(dres).off * f4, am, wdout.off * f4, BTC * f4));
-    RUN(OP_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres), fchg,
+    RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres), fchg,
                                                  PV(fcprojw, l), B, T, 4 * C, C));
-    RUN(OP_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), 4 * BTC));
-    RUN(OP_gelu_bwd, ct_mem_copy(m->dev, am, XV(dB).off * f4, am, fch.off * f4, 4 * BTC * f4));
-    RUN(OP_matmul_fc_bwd, ct_matmul_backward(m->dev, wdln2, none, none, XV(dB), ln2, PV(fcw, l), B,
+    RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), 4 * BTC));
+    RUN(CT_PROF_gelu_bwd, ct_mem_copy(m->dev, am, XV(dB).off * f4, am, fch.off * f4, 4 * BTC * f4));
+    RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, wdln2, none, none, XV(dB), ln2, PV(fcw, l), B,
                                              T, C, 4 * C));
-    RUN(OP_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln2, res2,
+    RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln2, res2,
                                                 PV(ln2w, l), BV(ln2m, bt), BV(ln2r, bt), B, T, C, 1));
     GROUP("mlp backward (input)");
-    RUN(OP_matmul_attproj_bwd,
+    RUN(CT_PROF_matmul_attproj_bwd,
         ct_mem_copy(m->dev, am, XV(dres).off * f4, am, wdres2.off * f4, BTC * f4));
-    RUN(OP_matmul_attproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres), atty,
+    RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres), atty,
                                                   PV(attprojw, l), B, T, C, C));
-    RUN(OP_attention_bwd, ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum),
+    RUN(CT_PROF_attention_bwd, ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum),
                                                 XV(dA), qkvr, att, B, T, C, NH));
-    RUN(OP_attention_bwd,
+    RUN(CT_PROF_attention_bwd,
         ct_mem_copy(m->dev, am, XV(dB).off * f4, am, qkvr.off * f4, 3 * BTC * f4));
-    RUN(OP_matmul_qkv_bwd, ct_matmul_backward(m->dev, wdln1, none, none, XV(dB), ln1, PV(qkvw, l), B,
+    RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, wdln1, none, none, XV(dB), ln1, PV(qkvw, l), B,
                                               T, C, 3 * C));
-    RUN(OP_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln1, res,
+    RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln1, res,
                                                 PV(ln1w, l), BV(ln1m, bt), BV(ln1r, bt), B, T, C, 1));
     GROUP("attention backward (input)");
 cleanup:
@@ -739,17 +739,17 @@ ct_status ct_model_block_backward_weight(ct_model *m, int slot, int l) {
     ct_view wdout = wg, wdln2 = ct_view_at(wg, m->lBTC), wdres2 = ct_view_at(wg, 2 * m->lBTC);
     ct_view wdln1 = ct_view_at(wg, 3 * m->lBTC), none = ct_view_none();
     double tg_ = ct_time_now();
-    RUN(OP_matmul_fcproj_bwd, ct_matmul_backward(m->dev, none, GV(fcprojw, l), GV(fcprojb, l),
+    RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, none, GV(fcprojw, l), GV(fcprojb, l),
                                                  wdout, fchg, none, B, T, 4 * C, C));
-    RUN(OP_matmul_fc_bwd, ct_matmul_backward(m->dev, none, GV(fcw, l), GV(fcb, l), dfch, ln2, none,
+    RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, none, GV(fcw, l), GV(fcb, l), dfch, ln2, none,
                                              B, T, C, 4 * C));
-    RUN(OP_layernorm_bwd, ct_layernorm_backward(m->dev, none, GV(ln2w, l), GV(ln2b, l), wdln2, res2,
+    RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, none, GV(ln2w, l), GV(ln2b, l), wdln2, res2,
                                                 none, BV(ln2m, bt), BV(ln2r, bt), B, T, C, 0));
-    RUN(OP_matmul_attproj_bwd, ct_matmul_backward(m->dev, none, GV(attprojw, l),
+    RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, none, GV(attprojw, l),
                                                   GV(attprojb, l), wdres2, atty, none, B, T, C, C));
-    RUN(OP_matmul_qkv_bwd, ct_matmul_backward(m->dev, none, GV(qkvw, l), GV(qkvb, l), dqkv, ln1,
+    RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, none, GV(qkvw, l), GV(qkvb, l), dqkv, ln1,
                                               none, B, T, C, 3 * C));
-    RUN(OP_layernorm_bwd, ct_layernorm_backward(m->dev, none, GV(ln1w, l), GV(ln1b, l), wdln1, res,
+    RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, none, GV(ln1w, l), GV(ln1b, l), wdln1, res,
                                                 none, BV(ln1m, bt), BV(ln1r, bt), B, T, C, 0));
     GROUP("weight gradients");
 cleanup:

@@ -95,7 +95,7 @@ ct_status ct_optim_range_norm(ct_optim *o, size_t lo, size_t hi, float *norm) {
     ct_status st = ct_global_norm_forward(
         o->dev, ct_view_of(sm, NORM_OFF), ct_view_of(sm, PARTIALS_OFF),
         ct_view_of(ct_buffer_mem(ct_params_grads(o->P)), lo), hi - lo);
-    st = dev_fail(o, timed(o, "grad_norm", t0, st), "gradient norm");
+    st = dev_fail(o, timed(o, CT_PROF_grad_norm, t0, st), "gradient norm");
     if (st == CT_OK)
         st = dev_fail(o, ct_buffer_read(o->scratch, NORM_OFF, norm, sizeof *norm), "gradient norm");
     return st;
