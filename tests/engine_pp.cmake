@@ -14,3 +14,8 @@ if(TARGET train_gpt)
                          ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
+if(TARGET ct_pipeline)
+  add_test(NAME test_ct_pipeline
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_ct_pipeline.sh $<TARGET_FILE:ct_pipeline>)
+  set_tests_properties(test_ct_pipeline PROPERTIES LABELS "unit" TIMEOUT 60)
+endif()
