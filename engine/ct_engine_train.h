@@ -301,11 +301,24 @@ int ct_trainer_sample_collective(const ct_trainer *t);
 ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len);
 /* Collective: the model as an llm.c file (--save-model; the leader writes). */
 ct_status ct_trainer_save_model(ct_trainer *t);
+/* A pipelined run's bubble: measured from the executed timeline, and simulated with the measured
+ * action costs of each stage (ct_sched_simulate_stages) and at unit costs. */
+#define CT_PIPELINE_MAX_STAGES 64
+typedef struct ct_pipeline_bubble {
+    int steps;                /* steps timed (0: none, the rest is unset) */
+    int stages;
+    double measured, simulated, unit; /* the mean over stages */
+    double makespan_ms;       /* the measured step span, mean over the steps timed */
+    double stage_measured[CT_PIPELINE_MAX_STAGES], stage_simulated[CT_PIPELINE_MAX_STAGES];
+    double fwd_ms[CT_PIPELINE_MAX_STAGES], bwd_ms[CT_PIPELINE_MAX_STAGES]; /* mean per action */
+    double bwd_input_ms[CT_PIPELINE_MAX_STAGES], bwd_weight_ms[CT_PIPELINE_MAX_STAGES];
+    double send_ms[CT_PIPELINE_MAX_STAGES], recv_ms[CT_PIPELINE_MAX_STAGES];
+} ct_pipeline_bubble;
 /* Collective: a pipelined run's measured bubble per stage (from the executed timeline of the
- * steps timed: the traced ones, else the run's last three) beside the simulator's with the
- * measured action costs and at unit costs, to f on the leader, and a "pipeline" metrics record.
- * Nothing (CT_OK) with pp = 1 or no step timed. */
-ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f);
+ * steps timed: the traced ones, else the run's last three) beside the simulator's, to f (may be
+ * NULL) on the leader, with a "pipeline" metrics record; *out (may be NULL) filled on the leader.
+ * Nothing (CT_OK, out->steps = 0) with pp = 1 or no step timed. */
+ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble *out);
 /* Collective: the end of the run (writes the trace when --trace is given). */
 ct_status ct_trainer_finish(ct_trainer *t);
 /* The device's GEMM rate (TFLOP/s) at the model's matmul shapes for BT rows: the MFU peak. */

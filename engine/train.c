@@ -982,8 +982,9 @@ ct_status ct_trainer_save_model(ct_trainer *t) {
     return st;
 }
 
-ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f) {
+ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble *out) {
     const ct_train_params *p = &t->p;
+    if (out) memset(out, 0, sizeof *out);
     if (p->pp < 2 || !t->grid) return CT_OK;
     enum { F_PP, F_DP, F_STEPS, F_COMP, F_MAKE, F_FWD, F_BWD, F_BIN, F_BWT, F_SEND, F_RECV, F__N };
     ct_exec_timeline tl;
@@ -1009,12 +1010,12 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f) {
         return terr(t, NULL, st, "pipeline report: %s", ct_comm_errmsg(t->world));
     }
     int N = p->pp;
-    const float *row[64] = {0};
+    const float *row[CT_PIPELINE_MAX_STAGES] = {0};
     for (int w = 0; w < t->W; w++) /* the first data-parallel replica's stages */
-        if (all[w * F__N + F_DP] == 0 && (int)all[w * F__N + F_PP] < 64)
+        if (all[w * F__N + F_DP] == 0 && (int)all[w * F__N + F_PP] < CT_PIPELINE_MAX_STAGES)
             row[(int)all[w * F__N + F_PP]] = all + (size_t)w * F__N;
     int steps = row[0] ? (int)row[0][F_STEPS] : 0;
-    if (!t->leader || steps == 0 || N > 64) {
+    if (!t->leader || steps == 0 || N > CT_PIPELINE_MAX_STAGES) {
         free(all);
         return CT_OK;
     }
@@ -1032,7 +1033,7 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f) {
     }
     int okm = ct_sched_simulate_stages(t->sched, c, 0, &sm, &e2) == CT_OK;
     int oku = ct_sched_simulate(t->sched, &unit, 0, &su, &e2) == CT_OK;
-    fprintf(f,
+    if (f) fprintf(f,
             "pipeline bubble (%s, %d stages, %d micro-batches; executed timeline of %d step%s, "
             "steps %d to %d, the device waited for after every action), measured beside the "
             "simulator fed the measured action costs:\n",
@@ -1045,12 +1046,12 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f) {
         const float *x = row[q];
         double mb = x[F_MAKE] > 0 ? 1 - x[F_COMP] / x[F_MAKE] : NAN;
         mmean += mb / N;
-        fprintf(f, "  stage %d: measured %.3f  simulated %.3f | ", q, mb,
+        if (f) fprintf(f, "  stage %d: measured %.3f  simulated %.3f | ", q, mb,
                 okm ? sm.stage_bubble[q] : NAN);
-        if (x[F_FWD] > 0) fprintf(f, "F %.2f ms ", x[F_FWD]);
-        if (x[F_BWD] > 0) fprintf(f, "B %.2f ms ", x[F_BWD]);
-        if (x[F_BIN] > 0) fprintf(f, "B_input %.2f ms B_weight %.2f ms ", x[F_BIN], x[F_BWT]);
-        fprintf(f, "send %.2f ms recv %.2f ms\n", x[F_SEND], x[F_RECV]);
+        if (f && x[F_FWD] > 0) fprintf(f, "F %.2f ms ", x[F_FWD]);
+        if (f && x[F_BWD] > 0) fprintf(f, "B %.2f ms ", x[F_BWD]);
+        if (f && x[F_BIN] > 0) fprintf(f, "B_input %.2f ms B_weight %.2f ms ", x[F_BIN], x[F_BWT]);
+        if (f) fprintf(f, "send %.2f ms recv %.2f ms\n", x[F_SEND], x[F_RECV]);
         la += (size_t)snprintf(meas + la, sizeof meas - la, "%s%.5f", q ? "," : "", mb);
         lb += (size_t)snprintf(simu + lb, sizeof simu - lb, "%s%.5f", q ? "," : "",
                                okm ? sm.stage_bubble[q] : 0.0);
@@ -1061,8 +1062,20 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f) {
                                x[F_RECV]);
         if (la >= sizeof meas || lb >= sizeof simu || lc >= sizeof costs) break;
     }
-    fprintf(f, "  all    : measured %.3f  simulated %.3f  (unit costs: %.3f)\n", mmean,
+    if (f) fprintf(f, "  all    : measured %.3f  simulated %.3f  (unit costs: %.3f)\n", mmean,
             okm ? sm.bubble : NAN, oku ? su.bubble : NAN);
+    if (out) {
+        out->steps = steps, out->stages = N, out->measured = mmean;
+        out->simulated = okm ? sm.bubble : NAN, out->unit = oku ? su.bubble : NAN;
+        out->makespan_ms = row[0][F_MAKE] / steps;
+        for (int q = 0; q < N; q++) {
+            const float *x = row[q];
+            out->stage_measured[q] = x[F_MAKE] > 0 ? 1 - x[F_COMP] / x[F_MAKE] : NAN;
+            out->stage_simulated[q] = okm ? sm.stage_bubble[q] : NAN;
+            out->fwd_ms[q] = x[F_FWD], out->bwd_ms[q] = x[F_BWD], out->bwd_input_ms[q] = x[F_BIN];
+            out->bwd_weight_ms[q] = x[F_BWT], out->send_ms[q] = x[F_SEND], out->recv_ms[q] = x[F_RECV];
+        }
+    }
     char *rec = malloc(4096 + sizeof costs);
     if (rec) {
         snprintf(rec, 4096 + sizeof costs,
@@ -1074,7 +1087,7 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f) {
         ct_metrics_record(t->mx, "pipeline", rec);
     }
     free(rec);
-    fflush(f);
+    if (f) fflush(f);
     ct_sched_sim_free(&sm);
     ct_sched_sim_free(&su);
     free(c);

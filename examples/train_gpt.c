@@ -128,7 +128,7 @@ static void worker(ct_train_run *run, const ct_train_params *pp, int thread) {
             if (leader) printf("saved checkpoint %s (step %lld)\n", path, (long long)done);
         }
     }
-    if (ct_trainer_pipeline_report(t, stdout) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
+    if (ct_trainer_pipeline_report(t, stdout, NULL) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
     if (p.dp > 1 && leader && p.steps > start) {
         ct_exec_times tm;
         ct_exec_times_get(ct_trainer_exec(t), &tm);
