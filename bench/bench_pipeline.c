@@ -15,9 +15,13 @@
  *   measured  = 1 - (a stage's F/B/W time) / (the pipeline's span), the mean over stages;
  *   simulated = the simulator (ct_sched_simulate_stages) fed each stage's measured mean F, B
  *               (B_input, B_weight), send and receive times;
- *   unit      = the simulator at unit costs (F 1, B 2 = 1 + 1).
+ *   unit      = the simulator at unit costs (F 1, B 2 = 1 + 1);
+ *   replay    = the last timed step replayed (ct_sched_replay) with each of its actions' own
+ *               durations, beside that step's measured bubble: on shared cores an action's cost
+ *               depends on how many stages compute with it, which per-stage means cannot say.
  * Interleaved runs at v = 2 where m is a multiple of pp (skipped otherwise). One line per run;
- * --csv prints pp,schedule,v,m,measured,simulated,unit,rel_diff,step_ms,fwd_ms,bwd_ms instead.
+ * --csv prints pp,schedule,v,m,measured,simulated,unit,rel_diff,last_measured,replayed,step_ms,
+ * fwd_ms,bwd_ms instead.
  * MPI is started here (one rank; the workers are threads), so the topology can be re-made for
  * each pp. */
 #include <math.h>
@@ -145,12 +149,14 @@ int main(int argc, char **argv) {
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < nbytes; i++) text[i] = (char)(32 + (ct_splitmix64_next(&x) % 95));
     ct_cl_source corpus = {"random", text, nbytes};
-    if (o.csv) printf("pp,schedule,v,m,measured,simulated,unit,rel_diff,step_ms,fwd_ms,bwd_ms\n");
+    if (o.csv)
+        printf("pp,schedule,v,m,measured,simulated,unit,rel_diff,last_measured,replayed,step_ms,"
+               "fwd_ms,bwd_ms\n");
     else
         printf("bench_pipeline: L=%d C=%d NH=%d T=%d, %d rows per micro-batch, %d steps (the last "
                "3 timed); bubble = idle / (stages x span)\n"
-               "  pp schedule    v   m | measured simulated  unit | sim-meas | step ms | stage 0 "
-               "F ms B ms\n",
+               "  pp schedule    v   m | measured simulated  unit | sim-meas | last step: "
+               "measured replayed | step ms | stage 0 F ms B ms\n",
                o.L, o.C, o.NH, o.T, o.B, o.steps);
     fflush(stdout);
     for (int a = 0; a < o.npp; a++) {
@@ -170,13 +176,15 @@ int main(int argc, char **argv) {
                 double bwd = b.bwd_ms[0] > 0 ? b.bwd_ms[0] : b.bwd_input_ms[0] + b.bwd_weight_ms[0];
                 double rel = b.simulated > 0 ? (b.simulated - b.measured) / b.simulated : 0;
                 if (o.csv)
-                    printf("%d,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.2f,%.3f,%.3f\n", pp, sched,
-                           inter ? 2 : 1, m, b.measured, b.simulated, b.unit, rel, b.makespan_ms,
-                           b.fwd_ms[0], bwd);
+                    printf("%d,%s,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.3f,%.3f\n", pp, sched,
+                           inter ? 2 : 1, m, b.measured, b.simulated, b.unit, rel, b.last_measured,
+                           b.last_replayed, b.makespan_ms, b.fwd_ms[0], bwd);
                 else
-                    printf("  %2d %-11s %d %3d | %8.3f %9.3f %5.3f | %+7.1f%% | %7.1f | %6.2f %6.2f\n",
+                    printf("  %2d %-11s %d %3d | %8.3f %9.3f %5.3f | %+7.1f%% |   %8.3f %8.3f | "
+                           "%7.1f | %6.2f %6.2f\n",
                            pp, sched, inter ? 2 : 1, m, b.measured, b.simulated, b.unit,
-                           100 * rel, b.makespan_ms, b.fwd_ms[0], bwd);
+                           100 * rel, b.last_measured, b.last_replayed, b.makespan_ms, b.fwd_ms[0],
+                           bwd);
                 fflush(stdout);
             }
         ct_topo_free(topo);

@@ -241,6 +241,11 @@ typedef struct ct_exec_timeline {
 void ct_exec_set_timeline(ct_exec *x, int on);
 void ct_exec_timeline_get(const ct_exec *x, ct_exec_timeline *out);
 void ct_exec_timeline_reset(ct_exec *x);
+/* The last step recorded: each action's duration in ms, in list order (n = 0: none; GRAD_SYNC
+ * and OPT_STEP 0), this stage's compute time and the pipeline's span in it. Valid until the next
+ * step. For a replay of the executed timeline (ct_sched_replay). */
+void ct_exec_timeline_last(const ct_exec *x, const double **dur_ms, int *n, double *compute_ms,
+                           double *makespan_ms);
 
 typedef struct ct_exec_times {
     double compute_ms;   /* forward and backward enqueue-to-finish time on this worker */

@@ -302,13 +302,17 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len);
 /* Collective: the model as an llm.c file (--save-model; the leader writes). */
 ct_status ct_trainer_save_model(ct_trainer *t);
 /* A pipelined run's bubble: measured from the executed timeline, and simulated with the measured
- * action costs of each stage (ct_sched_simulate_stages) and at unit costs. */
+ * action costs of each stage (ct_sched_simulate_stages) and at unit costs; and the last timed
+ * step replayed with each of its actions' own durations (ct_sched_replay): what the schedule's
+ * dependencies explain once costs that vary from action to action (shared cores) are given. */
 #define CT_PIPELINE_MAX_STAGES 64
 typedef struct ct_pipeline_bubble {
     int steps;                /* steps timed (0: none, the rest is unset) */
     int stages;
     double measured, simulated, unit; /* the mean over stages */
     double makespan_ms;       /* the measured step span, mean over the steps timed */
+    double last_measured;     /* the last timed step's measured bubble, and its replay: the */
+    double last_replayed;     /* simulator fed that step's action durations one by one */
     double stage_measured[CT_PIPELINE_MAX_STAGES], stage_simulated[CT_PIPELINE_MAX_STAGES];
     double fwd_ms[CT_PIPELINE_MAX_STAGES], bwd_ms[CT_PIPELINE_MAX_STAGES]; /* mean per action */
     double bwd_input_ms[CT_PIPELINE_MAX_STAGES], bwd_weight_ms[CT_PIPELINE_MAX_STAGES];

@@ -61,6 +61,9 @@ struct ct_exec {
     long xseq;
     int timeline;   /* record the executed timeline (device waited for after each action) */
     int failed;     /* a step failed: posted sends may never complete */
+    double *tl_dur; /* the last recorded step: each action's duration (ms) */
+    int tl_n, tl_cap;
+    double tl_last_compute, tl_last_makespan;
     ct_exec_timeline tl;
     ct_exec_times times;
     ct_err err;
@@ -178,6 +181,7 @@ void ct_exec_free(ct_exec *x) {
     if (x->m) ct_model_set_trace(x->m, NULL);
     free(x->slots);
     free(x->losses);
+    free(x->tl_dur);
     free(x);
 }
 
@@ -537,6 +541,13 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
     double tl_ms[CT_ACT__COUNT] = {0};
     long tl_n[CT_ACT__COUNT] = {0};
     if (x->timeline) {
+        if (n > x->tl_cap) {
+            double *d = realloc(x->tl_dur, sizeof(double) * (size_t)n);
+            if (!d) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory");
+            x->tl_dur = d, x->tl_cap = n;
+        }
+        memset(x->tl_dur, 0, sizeof(double) * (size_t)n);
+        x->tl_n = n;
         if ((st = ct_device_finish(x->dev)) != CT_OK) return dev_err(x, st);
         if (multi(x->pp) && (st = ct_comm_barrier(x->pp, NULL)) != CT_OK)
             return CT_ERR(&x->err, st, "timeline: %s", ct_comm_errmsg(x->pp));
@@ -648,9 +659,11 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
             double t1 = ct_time_now();
             span(x, act_span_name(a->kind), is_compute(a->kind) ? "compute" : "comm", t_act, a->mb);
             if (is_compute(a->kind)) tl_compute += t1 - t_act, tl_end = t1;
-            tl_ms[a->kind] += t1 - (a->kind == CT_ACT_RECV_ACT || a->kind == CT_ACT_RECV_GRAD ? arrived
-                                                                                          : t_act);
+            double dt = t1 - (a->kind == CT_ACT_RECV_ACT || a->kind == CT_ACT_RECV_GRAD ? arrived
+                                                                                        : t_act);
+            tl_ms[a->kind] += dt;
             tl_n[a->kind]++;
+            if (x->timeline) x->tl_dur[i] = 1e3 * dt;
             if ((st = xfer_pump(x, 0)) != CT_OK) break;
         }
     }
@@ -684,6 +697,7 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
             (st = ct_comm_allreduce(x->pp, &mk, &mk, 1, CT_F32, CT_OP_MAX, NULL)) != CT_OK)
             return CT_ERR(&x->err, st, "timeline: %s", ct_comm_errmsg(x->pp));
         x->tl.steps++;
+        x->tl_last_compute = 1e3 * tl_compute, x->tl_last_makespan = mk;
         x->tl.compute_ms += 1e3 * tl_compute;
         x->tl.span_ms += span_ms;
         x->tl.makespan_ms += mk;
@@ -708,6 +722,11 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
 void ct_exec_set_timeline(ct_exec *x, int on) { x->timeline = on != 0; }
 void ct_exec_timeline_get(const ct_exec *x, ct_exec_timeline *out) { *out = x->tl; }
 void ct_exec_timeline_reset(ct_exec *x) { memset(&x->tl, 0, sizeof x->tl); }
+void ct_exec_timeline_last(const ct_exec *x, const double **dur_ms, int *n, double *compute_ms,
+                           double *makespan_ms) {
+    *dur_ms = x->tl_dur, *n = x->tl.steps ? x->tl_n : 0;
+    *compute_ms = x->tl_last_compute, *makespan_ms = x->tl_last_makespan;
+}
 
 /* ------------------------------------------------------------------ forward only */
 

@@ -1009,21 +1009,62 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
         free(all);
         return terr(t, NULL, st, "pipeline report: %s", ct_comm_errmsg(t->world));
     }
+    /* the last timed step's action durations, every worker's list padded to the longest */
+    const double *ldur = NULL;
+    double lcomp = 0, lmake = 0;
+    int ln = 0, lmax = 0;
+    ct_exec_timeline_last(t->x, &ldur, &ln, &lcomp, &lmake);
+    int32_t li = ln;
+    if ((st = ct_comm_allreduce(t->world, &li, &li, 1, CT_I32, CT_OP_MAX, NULL)) != CT_OK) {
+        free(all);
+        return terr(t, NULL, st, "pipeline report: %s", ct_comm_errmsg(t->world));
+    }
+    lmax = li;
+    float *lmine = calloc((size_t)lmax + 2, sizeof(float));
+    float *lall = calloc(((size_t)lmax + 2) * (size_t)t->W, sizeof(float));
+    if (!lmine || !lall) {
+        free(all), free(lmine), free(lall);
+        return terr(t, NULL, CT_ERR_NOMEM, "no memory for the pipeline report");
+    }
+    lmine[0] = (float)lcomp, lmine[1] = (float)lmake;
+    for (int i = 0; i < ln; i++) lmine[2 + i] = (float)ldur[i];
+    st = ct_comm_allgather(t->world, lmine, lall, (size_t)lmax + 2, CT_F32, NULL);
+    free(lmine);
+    if (st != CT_OK) {
+        free(all), free(lall);
+        return terr(t, NULL, st, "pipeline report: %s", ct_comm_errmsg(t->world));
+    }
     int N = p->pp;
+    ct_err e2 = {0};
     const float *row[CT_PIPELINE_MAX_STAGES] = {0};
     for (int w = 0; w < t->W; w++) /* the first data-parallel replica's stages */
         if (all[w * F__N + F_DP] == 0 && (int)all[w * F__N + F_PP] < CT_PIPELINE_MAX_STAGES)
             row[(int)all[w * F__N + F_PP]] = all + (size_t)w * F__N;
     int steps = row[0] ? (int)row[0][F_STEPS] : 0;
-    if (!t->leader || steps == 0 || N > CT_PIPELINE_MAX_STAGES) {
-        free(all);
+    if (!t->leader || steps == 0 || N > CT_PIPELINE_MAX_STAGES || lmax == 0) {
+        free(all), free(lall);
         return CT_OK;
     }
+    /* the replay of the last step: the first replica's stages' durations */
+    double *dur[CT_PIPELINE_MAX_STAGES] = {0}, lcompute = 0, lspan = 0;
+    int okr = 1;
+    ct_sched_sim sr = {0};
+    for (int w = 0; w < t->W; w++) {
+        if (all[w * F__N + F_DP] != 0) continue;
+        int q = (int)all[w * F__N + F_PP];
+        const float *src = lall + (size_t)w * (lmax + 2);
+        if (!(dur[q] = calloc((size_t)lmax, sizeof(double)))) okr = 0;
+        for (int i = 0; okr && i < t->sched->n[q] && i < lmax; i++) dur[q][i] = src[2 + i];
+        lcompute += src[0], lspan = src[1];
+    }
+    okr = okr && ct_sched_replay(t->sched, (const double *const *)dur, 0, 0, &sr, &e2) == CT_OK;
+    double lmeas = lspan > 0 ? 1 - lcompute / (N * lspan) : NAN;
     ct_sched_costs *c = calloc((size_t)N, sizeof *c), unit = ct_sched_costs_unit();
     ct_sched_sim sm = {0}, su = {0};
-    ct_err e2 = {0};
     if (!c) {
-        free(all);
+        for (int q = 0; q < N; q++) free(dur[q]);
+        ct_sched_sim_free(&sr);
+        free(all), free(lall);
         return terr(t, NULL, CT_ERR_NOMEM, "no memory for the pipeline report");
     }
     for (int q = 0; q < N; q++) {
@@ -1064,10 +1105,15 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
     }
     if (f) fprintf(f, "  all    : measured %.3f  simulated %.3f  (unit costs: %.3f)\n", mmean,
             okm ? sm.bubble : NAN, oku ? su.bubble : NAN);
+    if (f)
+        fprintf(f, "  the last step replayed with each action's own duration: simulated %.3f, "
+                   "measured %.3f\n",
+                okr ? sr.bubble : NAN, lmeas);
     if (out) {
         out->steps = steps, out->stages = N, out->measured = mmean;
         out->simulated = okm ? sm.bubble : NAN, out->unit = oku ? su.bubble : NAN;
         out->makespan_ms = row[0][F_MAKE] / steps;
+        out->last_measured = lmeas, out->last_replayed = okr ? sr.bubble : NAN;
         for (int q = 0; q < N; q++) {
             const float *x = row[q];
             out->stage_measured[q] = x[F_MAKE] > 0 ? 1 - x[F_COMP] / x[F_MAKE] : NAN;
@@ -1081,17 +1127,21 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
         snprintf(rec, 4096 + sizeof costs,
                  "\"schedule\":\"%s\",\"stages\":%d,\"micro_batches\":%d,\"steps_timed\":%d,"
                  "\"bubble_measured\":%.5f,\"bubble_simulated\":%.5f,\"bubble_unit\":%.5f,"
-                 "\"stage_measured\":[%s],\"stage_simulated\":[%s],\"costs_ms\":[%s]",
+                 "\"stage_measured\":[%s],\"stage_simulated\":[%s],\"costs_ms\":[%s],"
+                 "\"last_measured\":%.5f,\"last_replayed\":%.5f",
                  ct_sched_name(t->r->kind), N, t->r->accum, steps, mmean, okm ? sm.bubble : 0.0,
-                 oku ? su.bubble : 0.0, meas, simu, costs);
+                 oku ? su.bubble : 0.0, meas, simu, costs, lmeas, okr ? sr.bubble : 0.0);
         ct_metrics_record(t->mx, "pipeline", rec);
     }
     free(rec);
     if (f) fflush(f);
     ct_sched_sim_free(&sm);
     ct_sched_sim_free(&su);
+    ct_sched_sim_free(&sr);
+    for (int q = 0; q < N; q++) free(dur[q]);
     free(c);
     free(all);
+    free(lall);
     return CT_OK;
 }
 

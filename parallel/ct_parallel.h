@@ -400,6 +400,12 @@ ct_status ct_sched_simulate(const ct_schedule *s, const ct_sched_costs *c, int w
  * costs); comm is the sending stage's. */
 ct_status ct_sched_simulate_stages(const ct_schedule *s, const ct_sched_costs *per_stage,
                                    int want_timeline, ct_sched_sim *out, ct_err *err);
+/* A replay: every action lasts its own dur[stage][i] (compute; a send its cost before the post;
+ * a receive its cost after the message is there; GRAD_SYNC, OPT_STEP ignored), every message
+ * `comm` in flight. Fed an executed timeline's durations, it separates what the schedule's
+ * dependencies explain from how much the action costs varied. */
+ct_status ct_sched_replay(const ct_schedule *s, const double *const *dur, double comm,
+                          int want_timeline, ct_sched_sim *out, ct_err *err);
 void ct_sched_sim_free(ct_sched_sim *r); /* frees the arrays, not r; zeroed r is fine */
 
 #ifdef __cplusplus

@@ -222,8 +222,8 @@ static ct_status check_channels(chk *k, ct_err *err) {
 }
 
 /* Phase 4 and the simulator: run every stage until all are done or all that are left wait. */
-static ct_status run(const chk *k, const ct_sched_costs *costs, int per_stage, ct_sched_sim *out,
-                     ct_err *err) {
+static ct_status run(const chk *k, const ct_sched_costs *costs, int per_stage,
+                     const double *const *dur, ct_sched_sim *out, ct_err *err) {
     const ct_schedule *s = k->s;
     int N = k->N;
     ct_status st = CT_OK;
@@ -265,6 +265,12 @@ static ct_status run(const chk *k, const ct_sched_costs *costs, int per_stage, c
                 case CT_ACT_BWD_INPUT: d = cost->bwd_input; break;
                 case CT_ACT_BWD_WEIGHT: d = cost->bwd_weight; live[p]--; break;
                 default: break; /* GRAD_SYNC, OPT_STEP: outside the bubble */
+                }
+                if (dur && a->kind < CT_ACT_GRAD_SYNC) { /* a replay: this action's own time */
+                    if (a->kind <= CT_ACT_BWD_WEIGHT) d = dur[p][at[p]];
+                    else idle = dur[p][at[p]];
+                    if (a->kind == CT_ACT_SEND_ACT || a->kind == CT_ACT_SEND_GRAD)
+                        post[p][at[p]] = now[p] + idle;
                 }
                 now[p] += d + idle;
                 busy[p] += d;
@@ -390,7 +396,7 @@ ct_status ct_sched_validate(const ct_schedule *s, ct_err *err) {
     ct_sched_sim r = {0};
     ct_sched_costs zero = {0};
     ct_status st = check(&k, s, err);
-    if (!st) st = sim_alloc(&r, s, 0) ? run(&k, &zero, 0, &r, err)
+    if (!st) st = sim_alloc(&r, s, 0) ? run(&k, &zero, 0, NULL, &r, err)
                                       : CT_ERR(err, CT_ERR_NOMEM, "schedule check: out of memory");
     ct_sched_sim_free(&r);
     free(k.pos);
@@ -399,14 +405,15 @@ ct_status ct_sched_validate(const ct_schedule *s, ct_err *err) {
 }
 
 static ct_status simulate(const ct_schedule *s, const ct_sched_costs *c, int per_stage,
-                          int want_timeline, ct_sched_sim *out, ct_err *err) {
+                          const double *const *dur, int want_timeline, ct_sched_sim *out,
+                          ct_err *err) {
     chk k;
     if (!out || !c) return CT_ERR(err, CT_ERR_ARG, "ct_sched_simulate: costs and out must not be NULL");
     memset(out, 0, sizeof *out);
     ct_status st = check(&k, s, err);
     if (!st && !sim_alloc(out, s, want_timeline))
         st = CT_ERR(err, CT_ERR_NOMEM, "ct_sched_simulate: out of memory");
-    if (!st) st = run(&k, c, per_stage, out, err);
+    if (!st) st = run(&k, c, per_stage, dur, out, err);
     if (st) ct_sched_sim_free(out);
     free(k.pos);
     free(k.ord);
@@ -415,10 +422,18 @@ static ct_status simulate(const ct_schedule *s, const ct_sched_costs *c, int per
 
 ct_status ct_sched_simulate(const ct_schedule *s, const ct_sched_costs *c, int want_timeline,
                             ct_sched_sim *out, ct_err *err) {
-    return simulate(s, c, 0, want_timeline, out, err);
+    return simulate(s, c, 0, NULL, want_timeline, out, err);
 }
 
 ct_status ct_sched_simulate_stages(const ct_schedule *s, const ct_sched_costs *per_stage,
                                    int want_timeline, ct_sched_sim *out, ct_err *err) {
-    return simulate(s, per_stage, 1, want_timeline, out, err);
+    return simulate(s, per_stage, 1, NULL, want_timeline, out, err);
+}
+
+ct_status ct_sched_replay(const ct_schedule *s, const double *const *dur, double comm,
+                          int want_timeline, ct_sched_sim *out, ct_err *err) {
+    ct_sched_costs c = {0};
+    c.comm = comm;
+    if (!dur) return CT_ERR(err, CT_ERR_ARG, "ct_sched_replay: no durations");
+    return simulate(s, &c, 0, dur, want_timeline, out, err);
 }

@@ -275,6 +275,31 @@ static void test_stage_costs(void) {
         CT_ASSERT(i >= 0 && fabs(r.start[1][i] - 2.75) < 1e-12);
     }
     ct_sched_sim_free(&r);
+    /* a replay of each action's own duration: the costs above, action by action */
+    {
+        double *dur[2], *row0 = NULL, *row1 = NULL;
+        ct_sched_sim rp = {0};
+        dur[0] = row0 = calloc((size_t)s->n[0], sizeof(double));
+        dur[1] = row1 = calloc((size_t)s->n[1], sizeof(double));
+        for (int st = 0; st < 2; st++)
+            for (int i = 0; i < s->n[st]; i++) {
+                ct_act_kind k = s->list[st][i].kind;
+                dur[st][i] = k == CT_ACT_FWD ? c[st].fwd : k == CT_ACT_BWD ? c[st].bwd
+                             : k == CT_ACT_SEND_ACT || k == CT_ACT_SEND_GRAD ? c[st].send
+                             : k == CT_ACT_RECV_ACT || k == CT_ACT_RECV_GRAD ? c[st].recv : 0;
+            }
+        /* comm differs per stage above (1, 2): the replay takes one latency; 1.5 on both gives
+         * the same makespan (one message each way on the critical path) */
+        CT_ASSERT_OK(ct_sched_replay(s, (const double *const *)dur, 1.5, 0, &rp, &err), err.msg);
+        CT_ASSERT_NEAR(rp.makespan, 16.5, 1e-12);
+        CT_ASSERT_NEAR(rp.bubble, 1 - 12.0 / 33.0, 1e-12);
+        dur[1][find(s, 1, CT_ACT_BWD, 0, 1)] = 7; /* one action longer: the makespan follows */
+        ct_sched_sim_free(&rp);
+        CT_ASSERT_OK(ct_sched_replay(s, (const double *const *)dur, 1.5, 0, &rp, &err), err.msg);
+        CT_ASSERT_NEAR(rp.makespan, 17.5, 1e-12);
+        ct_sched_sim_free(&rp);
+        free(row0), free(row1);
+    }
     /* the same cost on every stage is ct_sched_simulate */
     ct_sched_sim a = {0}, b = {0};
     ct_sched_costs u = ct_sched_costs_unit(), uu[4] = {u, u, u, u};
