@@ -712,8 +712,14 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
         ct_mem_copy(m->dev, am, XV(dres).off * f4, am, wdres2.off * f4, BTC * f4));
     RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres), atty,
                                                   PV(attprojw, l), B, T, C, C));
-    RUN(CT_PROF_attention_bwd, ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum),
-                                                XV(dA), qkvr, att, B, T, C, NH));
+    if (m->attn == CT_ATTN_FUSED) /* the same attention backward as the whole block's */
+        RUN(CT_PROF_attention_bwd,
+            ct_attention_fused_backward(m->dev, &m->acfg, XV(dB), XV(datt), XV(dA), qkvr, atty,
+                                        att, B, T, C, NH));
+    else
+        RUN(CT_PROF_attention_bwd,
+            ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum), XV(dA), qkvr,
+                                  att, B, T, C, NH));
     RUN(CT_PROF_attention_bwd,
         ct_mem_copy(m->dev, am, XV(dB).off * f4, am, qkvr.off * f4, 3 * BTC * f4));
     RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, wdln1, none, none, XV(dB), ln1, PV(qkvw, l), B,

@@ -7,7 +7,8 @@
  * every gradient tensor must be bitwise the same (the same products on the same values, added in
  * the same order), and so must the input gradient each half passes on (checked through the
  * embedding's gradients, which read it). Also: the halves are refused on a plan without
- * split_backward, and the plan's slots are larger by 4 (B,T,C) per block. */
+ * split_backward, and the plan's slots are larger by 4 (B,T,C) per block. On both attention
+ * paths (GEMM and fused). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@ static double urand(void) {
     return (double)(g_rng >> 11) * 0x1.0p-52 - 1.0;
 }
 
-static ct_model *make(ct_device *dev, int split) {
+static ct_model *make(ct_device *dev, int split, ct_attn_path attn) {
     ct_model *m = NULL;
     ct_err err = {0};
     ct_layout lay = {1, 1, 1, 0, 1};
@@ -35,6 +36,7 @@ static ct_model *make(ct_device *dev, int split) {
     ct_model_plan plan;
     memset(&plan, 0, sizeof plan);
     plan.max_B = B, plan.max_T = T, plan.slots = 2, plan.split_backward = split;
+    plan.attention = attn;
     ct_status st = ct_model_create_plan(&m, &CFG, &lay, &at, dev, &plan, &err);
     CT_ASSERT_MSG(st == CT_OK, "create (split %d): %s", split, err.msg);
     return m;
@@ -50,14 +52,14 @@ static void forward(ct_model *m, int k, const int *tok, const int *tg) {
     CT_ASSERT(isfinite(loss) && loss > 0);
 }
 
-static void run(ct_device *dev) {
+static void run(ct_device *dev, ct_attn_path attn) {
     size_t n = 0;
     int tok[2 * B * T], tg[2 * B * T];
     for (int i = 0; i < 2 * B * T; i++) {
         tok[i] = (int)((urand() + 1.0) * 0.5 * CFG.vocab) % CFG.vocab;
         tg[i] = (int)((urand() + 1.0) * 0.5 * CFG.vocab) % CFG.vocab;
     }
-    ct_model *whole = make(dev, 0), *split = make(dev, 1);
+    ct_model *whole = make(dev, 0, attn), *split = make(dev, 1, attn);
     if (!whole || !split) goto done;
     n = ct_model_num_params(whole);
     float *p = malloc(n * sizeof *p), *g1 = malloc(n * sizeof *g1), *g2 = malloc(n * sizeof *g2);
@@ -109,8 +111,8 @@ static void run(ct_device *dev) {
             if (memcmp(&g1[off + i], &g2[off + i], 4)) diff++;
             if (fabs(g1[off + i]) > mx) mx = fabs(g1[off + i]);
         }
-        CT_ASSERT_MSG(diff == 0, "tensor %d: %zu of %zu gradient entries differ from the whole "
-                      "backward", t, diff, cnt);
+        CT_ASSERT_MSG(diff == 0, "attention %d, tensor %d: %zu of %zu gradient entries differ "
+                      "from the whole backward", (int)attn, t, diff, cnt);
         CT_ASSERT_MSG(mx > 0 || t == CT_GPT_wpe, "tensor %d has no gradient at all", t);
     }
     free(p), free(g1), free(g2);
@@ -139,7 +141,8 @@ int main(void) {
         ct_device_list_free(list);
         return 1;
     }
-    run(dev);
+    run(dev, CT_ATTN_GEMM);
+    run(dev, CT_ATTN_FUSED); /* both attention paths: the input half calls the model's own */
     ct_mem_stats ms;
     ct_device_mem_stats(dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
