@@ -710,6 +710,10 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                 p->bucket_mb, p->overlap ? "on" : "off");
     if (lines) fprintf(f, "%s", lines);
     free(lines);
+    if (p->pp == 1 && strcmp(p->schedule, "1f1b"))
+        fprintf(f, "  pipeline       = none: --schedule %s does not apply with --pp 1 (one stage runs "
+                   "the plain step)\n",
+                p->schedule);
     if (p->pp > 1) { /* the split, the schedule, what it keeps alive */
         int v = r->nchunks / p->pp;
         char split[512] = "", slots[256] = "";

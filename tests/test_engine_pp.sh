@@ -103,8 +103,7 @@ if want threads; then
     layout t2g 1 2 ref "threads pp 2 gpipe" $M4 --layers 4 --pp 2 --schedule gpipe
     layout t3f 1 3 ref "threads pp 3 1f1b" $M4 --layers 4 --pp 3 --schedule 1f1b
     layout t4z 1 4 ref "threads pp 4 zb1" $M4 --layers 4 --pp 4 --schedule zb1
-    layout t2i 1 2 ref "threads pp 2 interleaved v 2" $M4 --layers 4 --pp 2 --schedule interleaved \
-        --virtual-stages 2
+    layout t2f 1 2 ref "threads pp 2 1f1b" $M4 --layers 4 --pp 2 --schedule 1f1b
     layout t4d 1 4 ref "threads dp 2 x pp 2 ZeRO-2 gpipe" $M4 --layers 4 --dp 2 --pp 2 --zero 2 \
         --schedule gpipe
     # the report: the FLOP-balanced split, the slots of 1F1B (min(N - s, m)), the measured bubble
@@ -140,7 +139,8 @@ fi
 if want mixed; then
     need_ref
     need_ref8
-    layout m2f 2 2 ref "mixed 2x2 dp 2 x pp 2 ZeRO-1 1f1b" $M4 --layers 4 --dp 2 --pp 2 --zero 1
+    layout m2i 2 2 ref "mixed 2x2 dp 2 x pp 2 ZeRO-1 interleaved v 2" $M4 --layers 4 --dp 2 \
+        --pp 2 --zero 1 --schedule interleaved --virtual-stages 2
     layout m4i 2 2 ref8 "mixed 2x2 pp 4 interleaved v 2" $M4 --layers 8 --pp 4 --schedule interleaved \
         --virtual-stages 2
     layout m3z 3 2 ref "mixed 3x2 dp 2 x pp 3 ZeRO-1 zb1, no overlap" $M4 --layers 4 --dp 2 \
