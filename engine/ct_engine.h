@@ -1,6 +1,7 @@
 /* ct_engine.h - the engine's public header: the GPT-2 config and parameter table, the device ops,
- * the parameter layout and the model's stage entry points, the step executor and what it drives
- * (gradients, ZeRO, the optimizer, state, traces), training I/O and the trainer.
+ * the parameter layout, tensor parallelism's pieces and the model's stage entry points, the step
+ * executor and what it drives (gradients, ZeRO, the optimizer, state, traces), training I/O and
+ * the trainer.
  *
  *     #include "ct_engine.h"
  *     ct_model *m = NULL;
@@ -14,6 +15,7 @@
 #include "ct_gpt_config.h"
 #include "ct_engine_ops.h"
 #include "ct_engine_params.h"
+#include "ct_engine_tp.h"
 #include "ct_engine_model.h"
 #include "ct_engine_step.h"
 #include "ct_engine_io.h"

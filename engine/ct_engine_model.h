@@ -36,6 +36,7 @@
 #include "ct_cl.h"
 #include "ct_engine_ops.h"
 #include "ct_engine_params.h"
+#include "ct_engine_tp.h"
 #include "ct_gpt_config.h"
 
 #ifdef __cplusplus
@@ -58,13 +59,18 @@ typedef struct ct_model_plan {
     int split_backward; /* zero-bubble schedules: block backward run as its input half and a
                            deferred weight half; each slot keeps 4 more (B,T,C) per block for
                            the weight half */
+    /* Tensor parallelism (layout tp > 1): this worker's handle on its TP group (ct_grid_tp; used
+     * from the worker's thread by the block's own collectives, engine/tp.c), and sequence
+     * parallelism (1: activations outside the TP regions split over the group's rows). */
+    ct_comm *tp;
+    int sp;
 } ct_model_plan;
 
 /* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T
- * on one slot, holding every layer (pp = 1). Layouts: dp >= 1 with ZeRO 0..3 (ZeRO >= 1 needs
- * dp >= 2); tp > 1 is CT_ERR_UNSUPPORTED until tensor parallelism is built. A config that cannot
- * be (heads not dividing channels, V > Vp, max_T > max_seq, ...) or memory the device cannot give
- * is an error with a message in *err. Parameters start as zeros (ct_model_init_random /
+ * on one slot, holding every layer (pp = 1), tp = 1. Layouts: dp >= 1 with ZeRO 0..3 (ZeRO >= 1
+ * needs dp >= 2); tp > 1 needs the TP group: ct_model_create_plan. A config that cannot be (heads
+ * not dividing channels, V > Vp, max_T > max_seq, ...) or memory the device cannot give is an
+ * error with a message in *err. Parameters start as zeros (ct_model_init_random /
  * ct_model_set_params). */
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
                           const ct_coords *coords, ct_device *dev, int max_B, int max_T,
@@ -74,6 +80,15 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                                const ct_coords *coords, ct_device *dev, const ct_model_plan *plan,
                                ct_err *err);
 void ct_model_free(ct_model *m);
+/* Tensor parallelism's constraints for cfg over tp = N workers, checked before any work: N
+ * divides the heads, the padded vocabulary Vp and 4C (and C); with sequence parallelism (sp) N
+ * divides the sequence length T. CT_ERR_ARG naming the first that fails. */
+ct_status ct_model_tp_check(const ct_gpt_config *cfg, int N, int sp, int T, ct_err *err);
+/* The model's TP pieces (NULL when tp = 1): counters, overlap and timing switches. */
+ct_tp *ct_model_tp(ct_model *m);
+/* Floats of one activation (B,T,C) as this worker holds it between blocks: B*T*C, or its
+ * B*T*C/tp rows under sequence parallelism (pipeline transfers). */
+size_t ct_model_act_floats(const ct_model *m, int B, int T);
 
 const ct_gpt_config *ct_model_config(const ct_model *m);
 ct_device *ct_model_device(const ct_model *m);

@@ -226,6 +226,37 @@ ct_status ct_crossentropy_backward(ct_device *dev, ct_view dlogits /* (B,T,Vp) =
 /* out[0] = mean of inp[0..N) (fixed summation order). */
 ct_status ct_mean_forward(ct_device *dev, ct_view out /* (1) = */, ct_view inp /* (N) */, size_t N);
 
+/* ---- vocabulary-parallel embedding and cross-entropy (tensor parallelism, engine/tp.c): this
+ * worker holds rows [lo, lo + Vl) of wte, the columns [lo, lo + Vl) of the logits, of which the
+ * first nreal = clamp(V - lo, 0, Vl) are real vocabulary. */
+/* out = (tok in [lo, lo+Vl) ? wte[tok - lo] : 0) + (add_wpe ? wpe[t] : 0) */
+ct_status ct_encoder_forward_vp(ct_device *dev, ct_view out /* (B,T,C) = */,
+                                ct_view inp /* (B,T) int32 */, ct_view wte /* (Vl,C) */,
+                                ct_view wpe /* (>=T,C) */, int B, int T, int C, int lo, int Vl,
+                                int add_wpe);
+/* dwte += the rows of dout whose token is in [lo, lo+Vl); dwpe += sum over b of dout. */
+ct_status ct_encoder_backward_vp(ct_device *dev, ct_view dwte /* (Vl,C) += */,
+                                 ct_view dwpe /* (>=T,C) += */, ct_view dout /* (B,T,C) */,
+                                 ct_view inp /* (B,T) int32 */, int B, int T, int C, int lo,
+                                 int Vl);
+/* mx[r] = max of logits[r, 0..nreal) (-inf when nreal = 0). */
+ct_status ct_crossentropy_vp_max(ct_device *dev, ct_view mx /* (B,T) = */,
+                                 ct_view logits /* (B,T,Vl) */, int B, int T, int Vl, int nreal);
+/* sums[r] = sum of exp(logits[r, v] - mx[r]) over v < nreal; sums[BT + r] = the logit of the
+ * target when lo <= target < lo + nreal, else 0. */
+ct_status ct_crossentropy_vp_sums(ct_device *dev, ct_view sums /* (2,B,T) = */,
+                                  ct_view logits /* (B,T,Vl) */, ct_view mx /* (B,T) */,
+                                  ct_view targets /* (B,T) int32 */, int B, int T, int Vl,
+                                  int nreal, int lo);
+/* lse = mx + log(sums[r]); losses = lse - sums[BT + r]. */
+ct_status ct_crossentropy_vp_finish(ct_device *dev, ct_view losses /* (B,T) = */,
+                                    ct_view lse /* (B,T) = */, ct_view mx /* (B,T) */,
+                                    ct_view sums /* (2,B,T) */, int B, int T);
+/* In place: dlogits = (exp(logits - lse) - [lo + v == target]) * dloss for v < nreal, else 0. */
+ct_status ct_crossentropy_vp_backward(ct_device *dev, ct_view dlogits /* (B,T,Vl) in place */,
+                                      ct_view lse /* (B,T) */, ct_view targets /* (B,T) int32 */,
+                                      float dloss, int B, int T, int Vl, int nreal, int lo);
+
 /* ---- optimizer. The clip multiplier is PyTorch's clip_grad_norm_ one:
  * s = min(1, clip / (norm + 1e-6)), and s = 1 when clip <= 0 or norm is absent. */
 /* out[0] = ||inp||_2 over n elements. partials: scratch of CT_NORM_PARTIALS floats. */

@@ -20,7 +20,9 @@ typedef struct slot_plan {
 } slot_plan;
 /* The scratch shared by all slots (offsets from the arena's start). */
 typedef struct scratch_plan {
-    size_t qkv, proj, vaccum, dres, dA, dB, dqkvr, datt, dvaccum, total;
+    size_t qkv, proj, vaccum, dres, dA, dB, dqkvr, datt, dvaccum;
+    size_t xfull, dfull, stats; /* tensor parallelism: gathered rows (SP), loss statistics */
+    size_t total;
 } scratch_plan;
 
 typedef struct slot_state {
@@ -37,10 +39,15 @@ struct ct_model {
     ct_optim *opt; /* for the single-worker ct_model_adamw_step / grad_norm */
     ct_device *dev;
     int nb;            /* blocks per slot: the longest chunk */
+    /* tensor parallelism: N workers, this one r; sequence parallelism sp. NULL tp: one worker */
+    ct_tp *tp;
+    int N, r, sp;
     int *chunk_of;     /* [L]: chunk index of block l, -1 if not held */
     slot_plan s;
     scratch_plan x;
-    size_t lBTC, lBT, attL; /* per-block strides within a slot */
+    /* per-block strides within a slot (floats): rows outside the TP regions (BTl x C, BTl),
+     * this worker's QKV, attention output and MLP columns (BT x 3C/N, C/N, 4C/N), scores */
+    size_t lrow, lst, lqkv, latty, lfc, attL;
     ct_attn_path attn;      /* the attention path this model runs (gemm or fused) */
     ct_attn_cfg acfg;       /* the fused kernels' block shapes */
     char attn_note[1800];   /* why (for the start-up log) */
@@ -79,62 +86,103 @@ int ct_model_tensor_decays(int i) {
     return i >= 0 && i < CT_GPT_NUM_TENSORS && decays[i];
 }
 
+/* The arena for micro-batches <= B x T. Under tensor parallelism over N workers the column- and
+ * row-parallel regions hold this worker's columns (3C/N of QKV, NH/N heads' scores or
+ * log-sum-exp and outputs, 4C/N of the MLP, Vp/N logits) for all B*T rows; with sequence
+ * parallelism the rest (the residual stream, LayerNorms, dres) holds only this worker's BT/N
+ * rows, the gathered LayerNorm output lives in scratch (xfull) and is gathered again in
+ * backward. N = 1 is the plain model's arena, region for region. */
 static void plan_arena(ct_model *m, int B, int T, int head) {
     const ct_gpt_config *c = &m->cfg;
-    size_t nb = (size_t)m->nb, C = (size_t)c->channels, NH = (size_t)c->heads;
+    size_t nb = (size_t)m->nb, C = (size_t)c->channels, N = (size_t)m->N;
+    size_t NHl = (size_t)c->heads / N;
     size_t BT = (size_t)B * T, BTC = BT * C;
+    size_t BTl = m->sp ? BT / N : BT, rowC = BTl * C; /* rows outside the TP regions */
+    size_t Cq = 3 * C / N, Ca = C / N, F = 4 * C / N, Vl = (size_t)c->padded_vocab / N;
+    size_t tpx = m->N > 1 ? 1 : 0, spx = m->sp ? 1 : 0;
     /* The GEMM path keeps the scores (B,NH,T,T) per block and permutes q, k, v into qkvr; the
      * fused path keeps the log-sum-exp (B,NH,T) in the same place, and the QKV matmul writes
      * (B,T,3C) straight into qkvr, so it needs none of the GEMM path's scratch. */
     int fused = m->attn == CT_ATTN_FUSED;
-    size_t att = fused ? (size_t)B * NH * T : (size_t)B * NH * T * T, g = fused ? 0 : 1;
+    size_t att = fused ? B * NHl * T : B * NHl * T * T, g = fused ? 0 : 1;
     size_t o = 0;
 #define REGION(p, f, n) ((p)->f = o, o += ((size_t)(n) + 15) / 16 * 16) /* 64-byte aligned */
     scratch_plan *x = &m->x;
-    REGION(x, qkv, g * 3 * BTC);
+    REGION(x, qkv, g * BT * Cq);
     REGION(x, proj, BTC);
-    REGION(x, vaccum, g * BTC);
-    REGION(x, dres, BTC);
-    REGION(x, dA, 4 * BTC);
-    REGION(x, dB, 4 * BTC);
-    REGION(x, dqkvr, g * 3 * BTC);
+    REGION(x, vaccum, g * BT * Ca);
+    REGION(x, dres, rowC);
+    REGION(x, dA, BT * (F > C ? F : C));
+    REGION(x, dB, BT * (F > Cq ? F : Cq));
+    REGION(x, dqkvr, g * BT * Cq);
     REGION(x, datt, fused ? att : 2 * att); /* the score gradient and a transposed copy; fused:
                                                rowsum(dout * out) */
-    REGION(x, dvaccum, g * BTC);
+    REGION(x, dvaccum, g * BT * Ca);
+    REGION(x, xfull, spx * BTC);
+    REGION(x, dfull, spx * BTC);
+    REGION(x, stats, tpx * 3 * BT);
     x->total = o;
     o = 0;
     slot_plan *s = &m->s;
     REGION(s, tokens, BT);
     REGION(s, targets, BT);
-    REGION(s, in, BTC);
-    REGION(s, ln1, nb * BTC);
-    REGION(s, ln1m, nb * BT);
-    REGION(s, ln1r, nb * BT);
-    REGION(s, qkvr, nb * 3 * BTC);
+    REGION(s, in, rowC);
+    REGION(s, ln1, nb * rowC);
+    REGION(s, ln1m, nb * BTl);
+    REGION(s, ln1r, nb * BTl);
+    REGION(s, qkvr, nb * BT * Cq);
     REGION(s, att, nb * att); /* scores, or the fused path's log-sum-exp */
-    REGION(s, atty, nb * BTC);
-    REGION(s, res2, nb * BTC);
-    REGION(s, ln2, nb * BTC);
-    REGION(s, ln2m, nb * BT);
-    REGION(s, ln2r, nb * BT);
-    REGION(s, fch, nb * 4 * BTC);
-    REGION(s, fchg, nb * 4 * BTC);
-    REGION(s, res3, nb * BTC);
+    REGION(s, atty, nb * BT * Ca);
+    REGION(s, res2, nb * rowC);
+    REGION(s, ln2, nb * rowC);
+    REGION(s, ln2m, nb * BTl);
+    REGION(s, ln2r, nb * BTl);
+    REGION(s, fch, nb * BT * F);
+    REGION(s, fchg, nb * BT * F);
+    REGION(s, res3, nb * rowC);
     /* zero-bubble plans: what the deferred weight gradient needs beyond the saved activations,
      * per block [output gradient | dln2 | residual gradient after ln2 | dln1]; its other two
-     * inputs (the gradients of fch and of qkv) go where fch and qkvr were, dead by then */
+     * inputs (the gradients of fch and of qkv) go where fch and qkvr were, dead by then (not
+     * planned under tensor parallelism, which refuses the split) */
     REGION(s, wg, m->plan.split_backward ? nb * 4 * BTC : 0);
     size_t h = head ? 1 : 0;
-    REGION(s, lnf, h * BTC);
-    REGION(s, lnfm, h * BT);
-    REGION(s, lnfr, h * BT);
-    REGION(s, logits, h * BT * (size_t)c->padded_vocab);
+    REGION(s, lnf, h * rowC);
+    REGION(s, lnfm, h * BTl);
+    REGION(s, lnfr, h * BTl);
+    REGION(s, logits, h * BT * Vl);
     REGION(s, losses, h * BT);
     REGION(s, lse, h * BT);
     REGION(s, loss, 1);
 #undef REGION
     s->total = o;
-    m->lBTC = BTC, m->lBT = BT, m->attL = att;
+    m->lrow = rowC, m->lst = BTl, m->lqkv = BT * Cq, m->latty = BT * Ca, m->lfc = BT * F;
+    m->attL = att;
+}
+
+ct_status ct_model_tp_check(const ct_gpt_config *c, int N, int sp, int T, ct_err *err) {
+    if (N < 1) return CT_ERR(err, CT_ERR_ARG, "tensor parallelism: tp = %d must be >= 1", N);
+    if (N == 1) return CT_OK;
+    if (c->heads % N)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "tensor parallelism: tp = %d does not divide the %d attention heads (each "
+                      "worker runs NH / tp whole heads)",
+                      N, c->heads);
+    if (c->padded_vocab % N)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "tensor parallelism: tp = %d does not divide the padded vocabulary Vp = %d "
+                      "(each worker holds Vp / tp rows of wte)",
+                      N, c->padded_vocab);
+    if ((4 * c->channels) % N || c->channels % N)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "tensor parallelism: tp = %d does not divide the MLP width 4C = %d and the "
+                      "channels C = %d",
+                      N, 4 * c->channels, c->channels);
+    if (sp && T % N)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "sequence parallelism: tp = %d does not divide the sequence length T = %d "
+                      "(the tokens outside the TP regions are split over the TP group)",
+                      N, T);
+    return CT_OK;
 }
 
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
@@ -187,11 +235,21 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                       "dp=%d tp=%d pp=%d",
                       coords->dp_rank, coords->tp_rank, coords->pp_rank, layout->dp, layout->tp,
                       layout->pp);
-    if (layout->tp != 1)
+    int N = layout->tp;
+    if ((st = ct_model_tp_check(cfg, N, plan->sp, max_T, err)) != CT_OK) return st;
+    if (N > 1 && (!plan->tp || ct_comm_size(plan->tp) != N ||
+                  ct_comm_rank(plan->tp) != coords->tp_rank))
+        return CT_ERR(err, CT_ERR_ARG,
+                      "ct_model_create: tp = %d needs the TP group in the plan (ct_grid_tp: %d "
+                      "workers, this one rank %d); got %s",
+                      N, N, coords->tp_rank, plan->tp ? "a group of another size or rank" : "none");
+    if (N > 1 && plan->split_backward)
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: tensor parallelism (tp = %d) is not built yet: the layer "
-                      "math runs on whole matrices (tp = 1)",
-                      layout->tp);
+                      "ct_model_create: the split backward of zero-bubble schedules is not built "
+                      "for tensor parallelism (tp = %d): its weight half would need the TP "
+                      "gathers again; use a schedule without the split (gpipe, 1f1b, "
+                      "interleaved)",
+                      N);
     if (layout->zero < 0 || layout->zero > 3 || (layout->zero > 0 && layout->dp < 2))
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
                       "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
@@ -202,6 +260,9 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     m->cfg = *cfg;
     m->plan = *plan;
     m->dev = dev;
+    m->N = N, m->r = coords->tp_rank, m->sp = N > 1 && plan->sp;
+    m->plan.sp = m->sp;
+    if (N == 1) m->plan.tp = NULL;
     if ((st = ct_params_create(&m->P, cfg, layout, coords, &plan->chunks, dev, err)) != CT_OK)
         goto cleanup;
     m->chunk_of = malloc(sizeof(int) * (size_t)cfg->layers);
@@ -218,13 +279,15 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
         if (hi - lo > m->nb) m->nb = hi - lo;
     }
     for (int s = 0; s < plan->slots; s++) m->st[s].chunk = -1;
-    if ((st = ct_attn_select(dev, plan->attention, plan->attn_blocks, max_T, cfg->channels,
-                             cfg->heads, &m->attn, &m->acfg, m->attn_note,
+    /* a TP worker runs attention on its C/N channels and NH/N heads */
+    if ((st = ct_attn_select(dev, plan->attention, plan->attn_blocks, max_T, cfg->channels / N,
+                             cfg->heads / N, &m->attn, &m->acfg, m->attn_note,
                              sizeof m->attn_note)) != CT_OK) {
         CT_ERR(err, st, "ct_model_create: choosing the attention path: %s", ct_device_errmsg(dev));
         goto cleanup;
     }
-    if (m->attn == CT_ATTN_GEMM && (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0) {
+    if (m->attn == CT_ATTN_GEMM &&
+        (double)max_B * (cfg->heads / N) * max_T * max_T >= 2147483647.0) {
         st = CT_ERR(err, CT_ERR_UNSUPPORTED,
                     "ct_model_create: batch %d x sequence %d is too large for the GEMM attention "
                     "path (its scores would exceed 2^31 elements; the fused path keeps none)",
@@ -237,6 +300,14 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                               &m->acts)) != CT_OK) {
         CT_ERR(err, st, "ct_model_create: %s", ct_device_errmsg(dev));
         goto cleanup;
+    }
+    if (N > 1) {
+        ct_tp_opts to = ct_tp_opts_default();
+        to.sp = m->sp;
+        size_t BTC = (size_t)max_B * max_T * (size_t)cfg->channels, BT3 = 3 * (size_t)max_B * max_T;
+        if ((st = ct_tp_create(&m->tp, plan->tp, dev, m->acts, BTC > BT3 ? BTC : BT3, &to, err)) !=
+            CT_OK)
+            goto cleanup;
     }
     if ((st = ct_optim_create(&m->opt, m->P, &m->prof, err)) != CT_OK) goto cleanup;
     if ((st = ct_ops_warmup(dev)) != CT_OK ||
@@ -254,6 +325,7 @@ cleanup:
 
 void ct_model_free(ct_model *m) {
     if (!m) return;
+    ct_tp_free(m->tp);
     ct_optim_free(m->opt);
     ct_buffer_free(m->acts);
     ct_params_free(m->P);
@@ -263,6 +335,11 @@ void ct_model_free(ct_model *m) {
 }
 
 const ct_gpt_config *ct_model_config(const ct_model *m) { return &m->cfg; }
+ct_tp *ct_model_tp(ct_model *m) { return m->tp; }
+size_t ct_model_act_floats(const ct_model *m, int B, int T) {
+    size_t n = (size_t)B * T * (size_t)m->cfg.channels;
+    return m->sp ? n / (size_t)m->N : n;
+}
 ct_device *ct_model_device(const ct_model *m) { return m->dev; }
 ct_params *ct_model_params(ct_model *m) { return m->P; }
 const ct_model_plan *ct_model_plan_of(const ct_model *m) { return &m->plan; }
@@ -429,6 +506,23 @@ ct_view ct_model_dres(ct_model *m) { return ct_view_of(ct_buffer_mem(m->acts), m
 
 /* ------------------------------------------------------------------ forward */
 
+/* Sequence parallelism splits the B*T tokens over the TP group: T must be a multiple of N. */
+static ct_status check_sp(ct_model *m, int T, const char *what) {
+    if (m->sp && T % m->N)
+        return CT_ERR(&m->err, CT_ERR_ARG,
+                      "%s: sequence %d is not a multiple of tp = %d (sequence parallelism splits "
+                      "the tokens over the TP group)",
+                      what, T, m->N);
+    return CT_OK;
+}
+
+/* Rows of the tensors outside the TP regions, as (B, T) for the row-wise ops: the micro-batch,
+ * or under sequence parallelism this worker's B*T/N of them as one row of tokens. */
+static void row_shape(const ct_model *m, int B, int T, int *rb, int *rt) {
+    if (m->sp) *rb = 1, *rt = B * T / m->N;
+    else *rb = B, *rt = T;
+}
+
 ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B, int T) {
     ct_status st = CT_OK;
     if ((st = check_slot(m, slot, "ct_model_embed_forward")) != CT_OK) return st;
@@ -440,6 +534,7 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
                       "ct_model_forward: batch %d x sequence %d outside the planned %d x %d (or "
                       "no tokens)",
                       B, T, m->plan.max_B, m->plan.max_T);
+    if ((st = check_sp(m, T, "ct_model_forward")) != CT_OK) return st;
     size_t BT = (size_t)B * T;
     if ((st = check_ids(m, tokens, BT, "tokens")) != CT_OK) return st;
     slot_state *ss = &m->st[slot];
@@ -448,8 +543,9 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
     RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->s.tokens) * sizeof(float), tokens,
                                    BT * sizeof(int)));
-    RUN(CT_PROF_encoder_fwd, ct_encoder_forward(m->dev, SV(in), SV(tokens), PV(wte, 0), PV(wpe, 0), B,
-                                           T, m->cfg.channels, m->cfg.padded_vocab));
+    RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SV(in), XV(proj), SV(tokens),
+                                            PV(wte, 0), PV(wpe, 0), B, T, m->cfg.channels,
+                                            m->cfg.padded_vocab));
 cleanup:
     return dev_fail(m, st, "ct_model_embed_forward");
 }
@@ -463,6 +559,7 @@ ct_status ct_model_stage_input(ct_model *m, int slot, int chunk, int B, int T, c
                       "ct_model_stage_input: chunk %d of %d, batch %d x sequence %d (planned %d x "
                       "%d)",
                       chunk, ct_params_nchunks(m->P), B, T, m->plan.max_B, m->plan.max_T);
+    if ((st = check_sp(m, T, "ct_model_stage_input")) != CT_OK) return st;
     slot_state *ss = &m->st[slot];
     ss->B = B, ss->T = T, ss->chunk = chunk, ss->have_targets = 0, ss->logits_valid = 0;
     *in = ct_view_of(ct_buffer_mem(m->acts), slot_base(m, slot) + m->s.in);
@@ -474,55 +571,61 @@ ct_status ct_model_block_output(ct_model *m, int slot, int l, ct_view *out) {
     if ((st = check_slot(m, slot, "ct_model_block_output")) != CT_OK ||
         (st = check_layer(m, l, "ct_model_block_output")) != CT_OK)
         return st;
-    *out = ct_view_of(ct_buffer_mem(m->acts), slot_base(m, slot) + m->s.res3 + pos(m, l) * m->lBTC);
+    *out = ct_view_of(ct_buffer_mem(m->acts), slot_base(m, slot) + m->s.res3 + pos(m, l) * m->lrow);
     return CT_OK;
 }
 
+/* Block l: under tensor parallelism QKV is column-parallel by heads (this worker's NH/N heads'
+ * Q, K and V), attention runs on those heads, attproj is row-parallel (all-reduce, bias once),
+ * fc column-parallel, GELU local, fcproj row-parallel: two all-reduces (SP: all-gathers before
+ * the column-parallel matmuls, reduce-scatters after the row-parallel ones). */
 ct_status ct_model_block_forward(ct_model *m, int slot, int l) {
     ct_status st = CT_OK;
     if ((st = check_slot(m, slot, "ct_model_block_forward")) != CT_OK ||
         (st = check_layer(m, l, "ct_model_block_forward")) != CT_OK)
         return st;
     slot_state *ss = &m->st[slot];
-    int B = ss->B, T = ss->T, C = m->cfg.channels, NH = m->cfg.heads;
+    int B = ss->B, T = ss->T, C = m->cfg.channels, N = m->N, rb, rt;
+    int Cl = C / N, NHl = m->cfg.heads / N; /* this worker's attention channels and heads */
     if (B < 1)
         return CT_ERR(&m->err, CT_ERR_STATE,
                       "ct_model_block_forward: slot %d has no input (embed_forward or "
                       "stage_input first)",
                       slot);
-    size_t BTC = (size_t)B * T * C, k = pos(m, l), sb = slot_base(m, slot);
-    size_t bc = k * m->lBTC, bt = k * m->lBT;
+    row_shape(m, B, T, &rb, &rt);
+    size_t rowC = (size_t)rb * rt * C, BT = (size_t)B * T, k = pos(m, l), sb = slot_base(m, slot);
+    size_t br = k * m->lrow, bt = k * m->lst;
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
-    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lBTC);
-    ct_view ln1 = BV(ln1, bc), qkvr = BV(qkvr, 3 * bc), att = BV(att, k * m->attL);
-    ct_view atty = BV(atty, bc), res2 = BV(res2, bc), ln2 = BV(ln2, bc);
-    ct_view fch = BV(fch, 4 * bc), fchg = BV(fchg, 4 * bc), res3 = BV(res3, bc);
+    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, br - m->lrow);
+    ct_view ln1 = BV(ln1, br), qkvr = BV(qkvr, k * m->lqkv), att = BV(att, k * m->attL);
+    ct_view atty = BV(atty, k * m->latty), res2 = BV(res2, br), ln2 = BV(ln2, br);
+    ct_view fch = BV(fch, k * m->lfc), fchg = BV(fchg, k * m->lfc), res3 = BV(res3, br);
     double tg_ = ct_time_now();
     RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, ln1, BV(ln1m, bt), BV(ln1r, bt), res,
-                                               PV(ln1w, l), PV(ln1b, l), B, T, C));
-    if (m->attn == CT_ATTN_FUSED) { /* qkv (B,T,3C) itself is what the backward reads */
-        RUN(CT_PROF_matmul_qkv_fwd,
-            ct_matmul_forward(m->dev, qkvr, ln1, PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * C));
+                                               PV(ln1w, l), PV(ln1b, l), rb, rt, C));
+    if (m->attn == CT_ATTN_FUSED) { /* qkv (B,T,3C/N) itself is what the backward reads */
+        RUN(CT_PROF_matmul_qkv_fwd, ct_tp_col_forward(m->dev, m->tp, qkvr, ln1, XV(xfull),
+                                                      PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * Cl));
         RUN(CT_PROF_attention_fwd,
-            ct_attention_fused_forward(m->dev, &m->acfg, atty, att, qkvr, B, T, C, NH));
+            ct_attention_fused_forward(m->dev, &m->acfg, atty, att, qkvr, B, T, Cl, NHl));
     } else {
-        RUN(CT_PROF_matmul_qkv_fwd,
-            ct_matmul_forward(m->dev, XV(qkv), ln1, PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * C));
+        RUN(CT_PROF_matmul_qkv_fwd, ct_tp_col_forward(m->dev, m->tp, XV(qkv), ln1, XV(xfull),
+                                                      PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * Cl));
         RUN(CT_PROF_attention_fwd,
-            ct_attention_forward(m->dev, atty, qkvr, att, XV(qkv), XV(vaccum), B, T, C, NH));
+            ct_attention_forward(m->dev, atty, qkvr, att, XV(qkv), XV(vaccum), B, T, Cl, NHl));
     }
-    RUN(CT_PROF_matmul_attproj_fwd,
-        ct_matmul_forward(m->dev, XV(proj), atty, PV(attprojw, l), PV(attprojb, l), B, T, C, C));
-    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res2, res, XV(proj), BTC));
+    RUN(CT_PROF_matmul_attproj_fwd, ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), atty,
+                                                 PV(attprojw, l), PV(attprojb, l), B, T, Cl, C));
+    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res2, res, XV(proj), rowC));
     GROUP("attention");
     RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, ln2, BV(ln2m, bt), BV(ln2r, bt), res2,
-                                               PV(ln2w, l), PV(ln2b, l), B, T, C));
-    RUN(CT_PROF_matmul_fc_fwd,
-        ct_matmul_forward(m->dev, fch, ln2, PV(fcw, l), PV(fcb, l), B, T, C, 4 * C));
-    RUN(CT_PROF_gelu_fwd, ct_gelu_forward(m->dev, fchg, fch, 4 * BTC));
-    RUN(CT_PROF_matmul_fcproj_fwd,
-        ct_matmul_forward(m->dev, XV(proj), fchg, PV(fcprojw, l), PV(fcprojb, l), B, T, 4 * C, C));
-    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res3, res2, XV(proj), BTC));
+                                               PV(ln2w, l), PV(ln2b, l), rb, rt, C));
+    RUN(CT_PROF_matmul_fc_fwd, ct_tp_col_forward(m->dev, m->tp, fch, ln2, XV(xfull), PV(fcw, l),
+                                            PV(fcb, l), B, T, C, 4 * Cl));
+    RUN(CT_PROF_gelu_fwd, ct_gelu_forward(m->dev, fchg, fch, BT * 4 * (size_t)Cl));
+    RUN(CT_PROF_matmul_fcproj_fwd, ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), fchg,
+                                                PV(fcprojw, l), PV(fcprojb, l), B, T, 4 * Cl, C));
+    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res3, res2, XV(proj), rowC));
     GROUP("mlp");
 cleanup:
     return dev_fail(m, st, "ct_model_block_forward");
@@ -539,25 +642,28 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
         return CT_ERR(&m->err, CT_ERR_STATE,
                       "ct_model_head_forward: this worker does not hold the head");
     slot_state *ss = &m->st[slot];
-    int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab;
+    int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
     size_t BT = (size_t)B * T, sb = slot_base(m, slot);
     if (B < 1) return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_head_forward: slot %d is empty", slot);
     if (targets && (st = check_ids(m, targets, BT, "targets")) != CT_OK) return st;
+    row_shape(m, B, T, &rb, &rt);
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
-    ct_view last = BV(res3, pos(m, last_layer(m)) * m->lBTC);
+    ct_view last = BV(res3, pos(m, last_layer(m)) * m->lrow);
     double tg_ = ct_time_now();
     if (targets)
         RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->s.targets) * sizeof(float), targets,
                                        BT * sizeof(int)));
     RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SV(lnf), SV(lnfm), SV(lnfr), last,
-                                               PV(lnfw, 0), PV(lnfb, 0), B, T, C));
-    RUN(CT_PROF_matmul_logits_fwd,
-        ct_matmul_forward(m->dev, SV(logits), SV(lnf), PV(wte, 0), ct_view_none(), B, T, C, Vp));
+                                               PV(lnfw, 0), PV(lnfb, 0), rb, rt, C));
+    /* the logits: column-parallel over the vocabulary (this worker's Vp/N columns) */
+    RUN(CT_PROF_matmul_logits_fwd, ct_tp_col_forward(m->dev, m->tp, SV(logits), SV(lnf), XV(xfull),
+                                                PV(wte, 0), ct_view_none(), B, T, C, Vp / m->N));
     ss->have_targets = targets != NULL;
     ss->logits_valid = 1;
     if (targets) {
-        RUN(CT_PROF_crossentropy_fwd, ct_crossentropy_forward(m->dev, SV(losses), SV(lse), SV(logits),
-                                                         SV(targets), B, T, m->cfg.vocab, Vp));
+        RUN(CT_PROF_crossentropy_fwd,
+            ct_tp_crossentropy_forward(m->dev, m->tp, SV(losses), SV(lse), XV(stats), SV(logits),
+                                       SV(targets), B, T, m->cfg.vocab, Vp));
         RUN(CT_PROF_crossentropy_fwd, ct_mean_forward(m->dev, SV(loss), SV(losses), BT));
         if (loss)
             RUN(CT_PROF_readback, ct_buffer_read(m->acts, (sb + m->s.loss) * sizeof(float), loss,
@@ -576,10 +682,12 @@ ct_status ct_model_slot_logits(ct_model *m, int slot, float *host, size_t n) {
     if (!ss->logits_valid)
         return CT_ERR(&m->err, CT_ERR_STATE,
                       "ct_model_logits: no valid forward (none yet, or a backward overwrote them)");
-    size_t want = (size_t)ss->B * ss->T * m->cfg.padded_vocab;
+    size_t want = (size_t)ss->B * ss->T * (m->cfg.padded_vocab / m->N);
     if (n != want)
-        return CT_ERR(&m->err, CT_ERR_ARG, "ct_model_logits: %zu floats given, logits are %zu", n,
-                      want);
+        return CT_ERR(&m->err, CT_ERR_ARG,
+                      "ct_model_logits: %zu floats given, this worker's logits are %zu (B x T x "
+                      "Vp/tp)",
+                      n, want);
     return dev_fail(m, ct_buffer_read(m->acts, (slot_base(m, slot) + m->s.logits) * sizeof(float),
                                       host, n * sizeof(float)),
                     "ct_model_logits");
@@ -595,20 +703,23 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
         return CT_ERR(&m->err, CT_ERR_STATE,
                       "ct_model_backward: needs a forward with targets first (and only one "
                       "backward per forward)");
-    int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab;
+    int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
     size_t BT = (size_t)B * T, sb = slot_base(m, slot);
+    row_shape(m, B, T, &rb, &rt);
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
     cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
-    ct_view last = BV(res3, pos(m, last_layer(m)) * m->lBTC);
+    ct_view last = BV(res3, pos(m, last_layer(m)) * m->lrow);
     ss->logits_valid = 0; /* the logits become their gradient */
     double tg_ = ct_time_now();
     RUN(CT_PROF_crossentropy_bwd,
-        ct_crossentropy_backward(m->dev, SV(logits), SV(logits), SV(lse), SV(targets),
-                                 loss_scale / (float)BT, B, T, m->cfg.vocab, Vp));
-    RUN(CT_PROF_matmul_logits_bwd, ct_matmul_backward(m->dev, XV(dA), GV(wte, 0), ct_view_none(),
-                                                 SV(logits), SV(lnf), PV(wte, 0), B, T, C, Vp));
+        ct_tp_crossentropy_backward(m->dev, m->tp, SV(logits), SV(lse), SV(targets),
+                                    loss_scale / (float)BT, B, T, m->cfg.vocab, Vp));
+    RUN(CT_PROF_matmul_logits_bwd,
+        ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(wte, 0), ct_view_none(), SV(logits), SV(lnf),
+                           XV(xfull), XV(dA), PV(wte, 0), B, T, C, Vp / m->N));
     RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), GV(lnfw, 0), GV(lnfb, 0), XV(dA),
-                                                last, PV(lnfw, 0), SV(lnfm), SV(lnfr), B, T, C, 0));
+                                                last, PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C,
+                                                0));
     GROUP("logits and loss backward");
 cleanup:
     return dev_fail(m, st, "ct_model_head_backward");
@@ -620,49 +731,54 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
         (st = check_layer(m, l, "ct_model_block_backward")) != CT_OK)
         return st;
     slot_state *ss = &m->st[slot];
-    int B = ss->B, T = ss->T, C = m->cfg.channels, NH = m->cfg.heads;
+    int B = ss->B, T = ss->T, C = m->cfg.channels, N = m->N, rb, rt;
+    int Cl = C / N, NHl = m->cfg.heads / N;
     if (B < 1)
         return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_block_backward: slot %d is empty", slot);
-    size_t BTC = (size_t)B * T * C, k = pos(m, l), sb = slot_base(m, slot);
-    size_t bc = k * m->lBTC, bt = k * m->lBT;
+    row_shape(m, B, T, &rb, &rt);
+    size_t BT = (size_t)B * T, k = pos(m, l), sb = slot_base(m, slot);
+    size_t br = k * m->lrow, bt = k * m->lst;
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
     cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
-    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lBTC);
-    ct_view ln1 = BV(ln1, bc), qkvr = BV(qkvr, 3 * bc), att = BV(att, k * m->attL);
-    ct_view atty = BV(atty, bc), res2 = BV(res2, bc), ln2 = BV(ln2, bc);
-    ct_view fch = BV(fch, 4 * bc), fchg = BV(fchg, 4 * bc);
+    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, br - m->lrow);
+    ct_view ln1 = BV(ln1, br), qkvr = BV(qkvr, k * m->lqkv), att = BV(att, k * m->attL);
+    ct_view atty = BV(atty, k * m->latty), res2 = BV(res2, br), ln2 = BV(ln2, br);
+    ct_view fch = BV(fch, k * m->lfc), fchg = BV(fchg, k * m->lfc);
     double tg_ = ct_time_now();
-    RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XV(dA), GV(fcprojw, l), GV(fcprojb, l),
-                                                 XV(dres), fchg, PV(fcprojw, l), B, T, 4 * C, C));
-    RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), 4 * BTC));
-    RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, XV(dA), GV(fcw, l), GV(fcb, l), XV(dB), ln2,
-                                             PV(fcw, l), B, T, C, 4 * C));
+    RUN(CT_PROF_matmul_fcproj_bwd,
+        ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(fcprojw, l), GV(fcprojb, l), XV(dres),
+                           XV(dfull), fchg, PV(fcprojw, l), B, T, 4 * Cl, C));
+    RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), BT * 4 * (size_t)Cl));
+    RUN(CT_PROF_matmul_fc_bwd,
+        ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(fcw, l), GV(fcb, l), XV(dB), ln2, XV(xfull),
+                           XV(dA), PV(fcw, l), B, T, C, 4 * Cl));
     RUN(CT_PROF_layernorm_bwd,
         ct_layernorm_backward(m->dev, XV(dres), GV(ln2w, l), GV(ln2b, l), XV(dA), res2,
-                              PV(ln2w, l), BV(ln2m, bt), BV(ln2r, bt), B, T, C, 1));
+                              PV(ln2w, l), BV(ln2m, bt), BV(ln2r, bt), rb, rt, C, 1));
     GROUP("mlp backward");
     RUN(CT_PROF_matmul_attproj_bwd,
-        ct_matmul_backward(m->dev, XV(dA), GV(attprojw, l), GV(attprojb, l), XV(dres), atty,
-                           PV(attprojw, l), B, T, C, C));
+        ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(attprojw, l), GV(attprojb, l), XV(dres),
+                           XV(dfull), atty, PV(attprojw, l), B, T, Cl, C));
     if (m->attn == CT_ATTN_FUSED)
         RUN(CT_PROF_attention_bwd,
             ct_attention_fused_backward(m->dev, &m->acfg, XV(dB), XV(datt), XV(dA), qkvr, atty,
-                                        att, B, T, C, NH));
+                                        att, B, T, Cl, NHl));
     else
         RUN(CT_PROF_attention_bwd,
             ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum), XV(dA), qkvr,
-                                  att, B, T, C, NH));
-    RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, XV(dA), GV(qkvw, l), GV(qkvb, l), XV(dB),
-                                              ln1, PV(qkvw, l), B, T, C, 3 * C));
+                                  att, B, T, Cl, NHl));
+    RUN(CT_PROF_matmul_qkv_bwd,
+        ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(qkvw, l), GV(qkvb, l), XV(dB), ln1, XV(xfull),
+                           XV(dA), PV(qkvw, l), B, T, C, 3 * Cl));
     RUN(CT_PROF_layernorm_bwd,
         ct_layernorm_backward(m->dev, XV(dres), GV(ln1w, l), GV(ln1b, l), XV(dA), res,
-                              PV(ln1w, l), BV(ln1m, bt), BV(ln1r, bt), B, T, C, 1));
+                              PV(ln1w, l), BV(ln1m, bt), BV(ln1r, bt), rb, rt, C, 1));
     GROUP("attention backward");
 cleanup:
     return dev_fail(m, st, "ct_model_block_backward");
 }
 
-/* The zero-bubble halves. The input half is the block's backward without the weight products
+/* The zero-bubble halves (one worker per layer: tensor parallelism refuses the split). The input half is the block's backward without the weight products
  * (the same dinp products, so the same values), keeping for the weight half the gradients each
  * weight product reads: those of the block's output and of the residual after ln2 (copied from
  * dres, which the next blocks overwrite), dln2 and dln1 (written there directly), and those of
@@ -687,14 +803,14 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels, NH = m->cfg.heads;
     size_t BTC = (size_t)B * T * C, k = pos(m, l), sb = slot_base(m, slot);
-    size_t bc = k * m->lBTC, bt = k * m->lBT;
+    size_t bc = k * m->lrow, bt = k * m->lst;
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
-    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lBTC);
-    ct_view ln1 = BV(ln1, bc), qkvr = BV(qkvr, 3 * bc), att = BV(att, k * m->attL);
+    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lrow);
+    ct_view ln1 = BV(ln1, bc), qkvr = BV(qkvr, k * m->lqkv), att = BV(att, k * m->attL);
     ct_view atty = BV(atty, bc), res2 = BV(res2, bc), ln2 = BV(ln2, bc);
-    ct_view fch = BV(fch, 4 * bc), fchg = BV(fchg, 4 * bc), wg = BV(wg, 4 * bc);
-    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->lBTC), wdres2 = ct_view_at(wg, 2 * m->lBTC);
-    ct_view wdln1 = ct_view_at(wg, 3 * m->lBTC), none = ct_view_none();
+    ct_view fch = BV(fch, k * m->lfc), fchg = BV(fchg, k * m->lfc), wg = BV(wg, 4 * bc);
+    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->lrow), wdres2 = ct_view_at(wg, 2 * m->lrow);
+    ct_view wdln1 = ct_view_at(wg, 3 * m->lrow), none = ct_view_none();
     size_t f4 = sizeof(float);
     double tg_ = ct_time_now();
     RUN(CT_PROF_matmul_fcproj_bwd,
@@ -737,13 +853,13 @@ ct_status ct_model_block_backward_weight(ct_model *m, int slot, int l) {
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels;
     size_t k = pos(m, l), sb = slot_base(m, slot);
-    size_t bc = k * m->lBTC, bt = k * m->lBT;
+    size_t bc = k * m->lrow, bt = k * m->lst;
     cl_mem am = ct_buffer_mem(m->acts), gm = ct_buffer_mem(ct_params_grads(m->P));
-    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lBTC);
-    ct_view ln1 = BV(ln1, bc), dqkv = BV(qkvr, 3 * bc), atty = BV(atty, bc), res2 = BV(res2, bc);
-    ct_view ln2 = BV(ln2, bc), dfch = BV(fch, 4 * bc), fchg = BV(fchg, 4 * bc), wg = BV(wg, 4 * bc);
-    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->lBTC), wdres2 = ct_view_at(wg, 2 * m->lBTC);
-    ct_view wdln1 = ct_view_at(wg, 3 * m->lBTC), none = ct_view_none();
+    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lrow);
+    ct_view ln1 = BV(ln1, bc), dqkv = BV(qkvr, k * m->lqkv), atty = BV(atty, bc), res2 = BV(res2, bc);
+    ct_view ln2 = BV(ln2, bc), dfch = BV(fch, k * m->lfc), fchg = BV(fchg, k * m->lfc), wg = BV(wg, 4 * bc);
+    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->lrow), wdres2 = ct_view_at(wg, 2 * m->lrow);
+    ct_view wdln1 = ct_view_at(wg, 3 * m->lrow), none = ct_view_none();
     double tg_ = ct_time_now();
     RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, none, GV(fcprojw, l), GV(fcprojb, l),
                                                  wdout, fchg, none, B, T, 4 * C, C));
@@ -771,8 +887,9 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
     slot_state *ss = &m->st[slot];
     size_t sb = slot_base(m, slot);
     cl_mem am = ct_buffer_mem(m->acts), gm = ct_buffer_mem(ct_params_grads(m->P));
-    RUN(CT_PROF_encoder_bwd, ct_encoder_backward(m->dev, GV(wte, 0), GV(wpe, 0), XV(dres), SV(tokens),
-                                            ss->B, ss->T, m->cfg.channels, m->cfg.padded_vocab));
+    RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XV(dres),
+                                             XV(dfull), SV(tokens), ss->B, ss->T,
+                                             m->cfg.channels, m->cfg.padded_vocab));
 cleanup:
     return dev_fail(m, st, "ct_model_embed_backward");
 }

@@ -588,6 +588,66 @@ ct_status ct_mean_forward(ct_device *dev, ct_view out, ct_view inp, size_t N) {
     return launch(dev, "loss", "mean_forward", 1, 1, a, NARGS(a));
 }
 
+/* ------------------------------------------------------------------ vocabulary-parallel */
+
+ct_status ct_encoder_forward_vp(ct_device *dev, ct_view out, ct_view inp, ct_view wte, ct_view wpe,
+                                int B, int T, int C, int lo, int Vl, int add_wpe) {
+    NEED(dims_ok(B, T, C) && Vl > 0 && lo >= 0, "ct_encoder_forward_vp",
+         "B, T, C, Vl must be positive and lo >= 0");
+    karg a[] = {KMEM(out), KMEM(inp), KMEM(wte), KMEM(wpe), KINT(B * T), KINT(T),
+                KINT(C),   KINT(lo),  KINT(Vl),  KINT(add_wpe != 0)};
+    return launch2(dev, "tp", "encoder_forward_vp", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+}
+
+ct_status ct_encoder_backward_vp(ct_device *dev, ct_view dwte, ct_view dwpe, ct_view dout,
+                                 ct_view inp, int B, int T, int C, int lo, int Vl) {
+    NEED(dims_ok(B, T, C) && Vl > 0 && lo >= 0, "ct_encoder_backward_vp",
+         "B, T, C, Vl must be positive and lo >= 0");
+    ct_status st;
+    {
+        karg a[] = {KMEM(dwte), KMEM(dout), KMEM(inp), KINT(B * T), KINT(C), KINT(lo), KINT(Vl)};
+        st = launch(dev, "tp", "encoder_backward_wte_vp", (size_t)C, 64, a, NARGS(a));
+        if (st != CT_OK) return st;
+    }
+    karg a[] = {KMEM(dwpe), KMEM(dout), KINT(B), KINT(T), KINT(C)};
+    return launch(dev, "encoder", "encoder_backward_wpe", (size_t)T * C, 256, a, NARGS(a));
+}
+
+ct_status ct_crossentropy_vp_max(ct_device *dev, ct_view mx, ct_view logits, int B, int T, int Vl,
+                                 int nreal) {
+    NEED(dims_ok(B, T, Vl) && nreal >= 0 && nreal <= Vl, "ct_crossentropy_vp_max",
+         "B, T, Vl must be positive and 0 <= nreal <= Vl");
+    karg a[] = {KMEM(mx), KMEM(logits), KINT(B * T), KINT(Vl), KINT(nreal)};
+    return launch(dev, "tp", "crossentropy_vp_max", (size_t)B * T, 64, a, NARGS(a));
+}
+
+ct_status ct_crossentropy_vp_sums(ct_device *dev, ct_view sums, ct_view logits, ct_view mx,
+                                  ct_view targets, int B, int T, int Vl, int nreal, int lo) {
+    NEED(dims_ok(B, T, Vl) && nreal >= 0 && nreal <= Vl && lo >= 0, "ct_crossentropy_vp_sums",
+         "B, T, Vl must be positive, 0 <= nreal <= Vl, lo >= 0");
+    karg a[] = {KMEM(sums), KMEM(logits), KMEM(mx), KMEM(targets), KINT(B * T),
+                KINT(Vl),   KINT(nreal),  KINT(lo)};
+    return launch(dev, "tp", "crossentropy_vp_sums", (size_t)B * T, 64, a, NARGS(a));
+}
+
+ct_status ct_crossentropy_vp_finish(ct_device *dev, ct_view losses, ct_view lse, ct_view mx,
+                                    ct_view sums, int B, int T) {
+    NEED(dims_ok(B, T, 1), "ct_crossentropy_vp_finish", "B, T must be positive");
+    karg a[] = {KMEM(losses), KMEM(lse), KMEM(mx), KMEM(sums), KINT(B * T)};
+    return launch(dev, "tp", "crossentropy_vp_finish", (size_t)B * T, 64, a, NARGS(a));
+}
+
+ct_status ct_crossentropy_vp_backward(ct_device *dev, ct_view dlogits, ct_view lse,
+                                      ct_view targets, float dloss, int B, int T, int Vl,
+                                      int nreal, int lo) {
+    NEED(dims_ok(B, T, Vl) && nreal >= 0 && nreal <= Vl && lo >= 0,
+         "ct_crossentropy_vp_backward", "B, T, Vl must be positive, 0 <= nreal <= Vl, lo >= 0");
+    karg a[] = {KMEM(dlogits), KMEM(lse), KMEM(targets), KINT(B * T), KINT(Vl),
+                KINT(nreal),   KINT(lo),  KF(dloss)};
+    return launch2(dev, "tp", "crossentropy_vp_backward_inplace", (size_t)Vl, (size_t)B * T, 256,
+                   a, NARGS(a));
+}
+
 /* ------------------------------------------------------------------ optimizer */
 
 ct_status ct_global_norm_forward(ct_device *dev, ct_view out, ct_view partials, ct_view inp,

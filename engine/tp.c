@@ -1,0 +1,368 @@
+/* tp.c - tensor parallelism's pieces (see ct_engine_tp.h): column- and row-parallel linear
+ * layers with Megatron's conjugate operators, the vocabulary-parallel embedding and
+ * cross-entropy, sequence parallelism's gathers and scatters, each calling parallel/ itself.
+ *
+ * A transfer is: a non-blocking read of the device range into one of two host staging buffers
+ * (queued behind the kernels that produce it), the host collective in place on the staging, a
+ * non-blocking write of the result to its destination (queued before the kernels that read it).
+ * The in-order queue orders each staging buffer's writes before its next read, so the host never
+ * waits for a write. The column-parallel backward starts its input-gradient transfer, queues the
+ * weight-gradient GEMM behind it and only then communicates: the device computes the GEMM while
+ * the host reduces (Megatron's overlap); under sequence parallelism the re-gather of the
+ * LayerNorm output likewise runs while the device computes the input gradient.
+ *
+ * Why host staging and not the device-buffer collectives of parallel/: those work at offset 0 of
+ * a whole ct_buffer, and TP's tensors are views into the activation arena; mapping part of the
+ * arena while kernels run on other parts is undefined in OpenCL. On PoCL's CPU device a read or
+ * write is a memcpy, a small cost beside the collective itself (docs/BENCHMARKS.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_engine_tp.h"
+
+enum { X_AR = 0, X_RS = 1, X_AG = 2 };
+
+struct ct_tp {
+    ct_comm *c;
+    int n, r;
+    ct_device *dev;
+    ct_buffer *arena;
+    ct_tp_opts o;
+    float *stage[2];
+    size_t cap; /* floats per staging buffer */
+    ct_tp_stats stats;
+    ct_err err;
+};
+
+/* One transfer in flight: started (read queued), then finished (communicated, write queued). */
+typedef struct xfer {
+    int kind, stage, overlapped, live;
+    size_t n; /* all-reduce: elements; reduce-scatter: output elements; all-gather: input ones */
+    ct_op op;
+    ct_view dst;
+    ct_event *rd;
+} xfer;
+
+ct_tp_opts ct_tp_opts_default(void) {
+    ct_tp_opts o = {0, 1, 0};
+    return o;
+}
+
+ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_buffer *arena,
+                       size_t max_floats, const ct_tp_opts *o, ct_err *err) {
+    *out = NULL;
+    if (!c || !dev || !arena || max_floats == 0)
+        return CT_ERR(err, CT_ERR_ARG, "ct_tp_create: a TP group, a device, an arena and a size "
+                                       "are needed");
+    ct_tp *t = calloc(1, sizeof *t);
+    if (!t) return CT_ERR(err, CT_ERR_NOMEM, "ct_tp_create: out of host memory");
+    t->c = c;
+    t->n = ct_comm_size(c);
+    t->r = ct_comm_rank(c);
+    t->dev = dev;
+    t->arena = arena;
+    t->o = o ? *o : ct_tp_opts_default();
+    t->cap = max_floats;
+    t->stage[0] = malloc(max_floats * sizeof(float));
+    t->stage[1] = malloc(max_floats * sizeof(float));
+    if (!t->stage[0] || !t->stage[1]) {
+        ct_tp_free(t);
+        return CT_ERR(err, CT_ERR_NOMEM, "ct_tp_create: no host memory for TP staging (2 x %zu "
+                                         "floats)", max_floats);
+    }
+    *out = t;
+    return CT_OK;
+}
+
+void ct_tp_free(ct_tp *t) {
+    if (!t) return;
+    ct_device_finish(t->dev); /* writes from the staging may still be queued */
+    free(t->stage[0]);
+    free(t->stage[1]);
+    free(t);
+}
+
+int ct_tp_size(const ct_tp *t) { return t ? t->n : 1; }
+int ct_tp_rank(const ct_tp *t) { return t ? t->r : 0; }
+int ct_tp_sp(const ct_tp *t) { return t ? t->o.sp : 0; }
+size_t ct_tp_host_bytes(const ct_tp *t) { return t ? 2 * t->cap * sizeof(float) : 0; }
+void ct_tp_set_overlap(ct_tp *t, int on) {
+    if (t) t->o.overlap = on != 0;
+}
+void ct_tp_set_skip_comm(ct_tp *t, int on) {
+    if (t) t->o.skip_comm = on != 0;
+}
+void ct_tp_stats_get(const ct_tp *t, ct_tp_stats *out) {
+    if (t) *out = t->stats;
+    else memset(out, 0, sizeof *out);
+}
+void ct_tp_stats_reset(ct_tp *t) {
+    if (t) memset(&t->stats, 0, sizeof t->stats);
+}
+
+/* ------------------------------------------------------------------ transfers */
+
+static ct_status dev_err(ct_tp *t, ct_status st, const char *what) {
+    if (st != CT_OK) {
+        char m[CT_ERR_MSG_MAX];
+        snprintf(m, sizeof m, "%s", ct_device_errmsg(t->dev));
+        CT_ERR(ct_device_err(t->dev), st, "TP %s: %s", what, m);
+    }
+    return st;
+}
+
+static ct_status in_arena(ct_tp *t, ct_view v, size_t n, const char *what) {
+    if (v.mem != ct_buffer_mem(t->arena) ||
+        (v.off + n) * sizeof(float) > ct_buffer_bytes(t->arena))
+        return CT_ERR(ct_device_err(t->dev), CT_ERR_ARG,
+                      "TP %s: a view of %zu floats at %zu is not inside the activation arena",
+                      what, n, v.off);
+    if (n > t->cap)
+        return CT_ERR(ct_device_err(t->dev), CT_ERR_ARG,
+                      "TP %s: %zu floats exceed the staging planned for %zu", what, n, t->cap);
+    return CT_OK;
+}
+
+static const char *const kind_name[3] = {"all-reduce", "reduce-scatter", "all-gather"};
+
+/* Queue the read of a transfer's input into staging buffer `stage`. */
+static ct_status x_start(ct_tp *t, xfer *x, int kind, int stage, ct_view dst, ct_view src,
+                         size_t n, ct_op op) {
+    memset(x, 0, sizeof *x);
+    x->kind = kind, x->stage = stage, x->n = n, x->op = op, x->dst = dst;
+    size_t in = kind == X_RS ? n * (size_t)t->n : n;
+    size_t outn = kind == X_AG ? n * (size_t)t->n : n;
+    ct_status st;
+    if ((st = in_arena(t, src, in, kind_name[kind])) != CT_OK ||
+        (st = in_arena(t, dst, outn, kind_name[kind])) != CT_OK)
+        return st;
+    x->live = 1;
+    if (t->o.skip_comm) return CT_OK;
+    float *h = t->stage[stage] + (kind == X_AG ? (size_t)t->r * n : 0);
+    st = ct_buffer_read_async(t->arena, src.off * sizeof(float), in * sizeof(float), h, &x->rd);
+    if (st == CT_OK) st = ct_device_flush(t->dev);
+    return dev_err(t, st, "staging read");
+}
+
+/* Wait for the input, communicate on the host, queue the write of the result. */
+static ct_status x_finish(ct_tp *t, xfer *x) {
+    if (!x->live) return CT_OK;
+    x->live = 0;
+    if (t->o.skip_comm) return CT_OK;
+    double t0 = ct_time_now();
+    ct_status st = ct_event_wait_release(x->rd);
+    x->rd = NULL;
+    if (st != CT_OK) return dev_err(t, st, "staging read");
+    double t1 = ct_time_now();
+    float *h = t->stage[x->stage];
+    size_t N = (size_t)t->n, outn = x->kind == X_AG ? x->n * N : x->n;
+    switch (x->kind) {
+    case X_AR: st = ct_comm_allreduce(t->c, h, h, x->n, CT_F32, x->op, NULL); break;
+    case X_RS: st = ct_comm_reduce_scatter(t->c, h, h, x->n, CT_F32, CT_OP_SUM, NULL); break;
+    default: st = ct_comm_allgather(t->c, h + (size_t)t->r * x->n, h, x->n, CT_F32, NULL); break;
+    }
+    if (st != CT_OK)
+        return CT_ERR(ct_device_err(t->dev), st, "TP %s of %zu floats over the TP group: %s",
+                      kind_name[x->kind], x->kind == X_RS ? x->n * N : outn,
+                      ct_comm_errmsg(t->c));
+    st = ct_buffer_write_async(t->arena, x->dst.off * sizeof(float), outn * sizeof(float), h,
+                               NULL);
+    if (st == CT_OK) st = ct_device_flush(t->dev);
+    if (st != CT_OK) return dev_err(t, st, "staging write");
+    double t2 = ct_time_now();
+    ct_tp_stats *s = &t->stats;
+    double payload = (double)(x->kind == X_AR ? x->n : x->n * N) * sizeof(float);
+    s->calls[x->kind]++;
+    s->payload_bytes[x->kind] += payload;
+    s->wire_bytes += payload * (double)(N - 1) / (double)N * (x->kind == X_AR ? 2.0 : 1.0);
+    s->wait_ms += 1e3 * (t1 - t0);
+    s->comm_ms += 1e3 * (t2 - t1);
+    if (x->overlapped) s->overlap_ms += 1e3 * (t2 - t1);
+    return CT_OK;
+}
+
+/* A transfer begun and ended at once (nothing to overlap it with). */
+static ct_status x_now(ct_tp *t, int kind, ct_view dst, ct_view src, size_t n, ct_op op) {
+    xfer x;
+    ct_status st = x_start(t, &x, kind, 0, dst, src, n, op);
+    if (st == CT_OK) st = x_finish(t, &x);
+    return st;
+}
+
+ct_status ct_tp_allreduce(ct_device *dev, ct_tp *t, ct_view dst, ct_view src, size_t n,
+                          ct_op op) {
+    if (!t) return dst.mem == src.mem && dst.off == src.off
+                       ? CT_OK
+                       : ct_mem_copy(dev, src.mem, src.off * 4, dst.mem, dst.off * 4, n * 4);
+    return x_now(t, X_AR, dst, src, n, op);
+}
+ct_status ct_tp_reduce_scatter(ct_device *dev, ct_tp *t, ct_view dst, ct_view src, size_t n) {
+    if (!t) return ct_tp_allreduce(dev, t, dst, src, n, CT_OP_SUM);
+    return x_now(t, X_RS, dst, src, n, CT_OP_SUM);
+}
+ct_status ct_tp_allgather(ct_device *dev, ct_tp *t, ct_view dst, ct_view src, size_t n) {
+    if (!t) return ct_tp_allreduce(dev, t, dst, src, n, CT_OP_SUM);
+    return x_now(t, X_AG, dst, src, n, CT_OP_SUM);
+}
+
+/* ------------------------------------------------------------------ linear layers */
+
+/* Rows outside the TP regions: all of B*T, or this worker's 1/N under sequence parallelism. */
+static size_t local_rows(const ct_tp *t, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return t && t->o.sp ? BT / (size_t)t->n : BT;
+}
+
+static ct_status sp_shape(ct_tp *t, int B, int T, const char *what) {
+    if (t && t->o.sp && ((size_t)B * T) % (size_t)t->n != 0)
+        return CT_ERR(ct_device_err(t->dev), CT_ERR_ARG,
+                      "%s: sequence parallelism splits the %d x %d tokens over tp = %d workers, "
+                      "which must divide them",
+                      what, B, T, t->n);
+    return CT_OK;
+}
+
+ct_status ct_tp_col_forward(ct_device *dev, ct_tp *t, ct_view out, ct_view inp, ct_view full,
+                            ct_view w, ct_view b, int B, int T, int C, int OCl) {
+    ct_status st;
+    if (!t) return ct_matmul_forward(dev, out, inp, w, b, B, T, C, OCl);
+    if ((st = sp_shape(t, B, T, "ct_tp_col_forward")) != CT_OK) return st;
+    ct_view x = inp;
+    if (t->o.sp) {
+        if ((st = x_now(t, X_AG, full, inp, local_rows(t, B, T) * (size_t)C, CT_OP_SUM)) != CT_OK)
+            return st;
+        x = full;
+    }
+    return ct_matmul_forward(dev, out, x, w, b, B, T, C, OCl);
+}
+
+ct_status ct_tp_col_backward(ct_device *dev, ct_tp *t, ct_view dinp, ct_view dw, ct_view db,
+                             ct_view dout, ct_view inp, ct_view full, ct_view dpart, ct_view w,
+                             int B, int T, int C, int OCl) {
+    ct_status st = CT_OK;
+    if (!t) return ct_matmul_backward(dev, dinp, dw, db, dout, inp, w, B, T, C, OCl);
+    if ((st = sp_shape(t, B, T, "ct_tp_col_backward")) != CT_OK) return st;
+    size_t nl = local_rows(t, B, T) * (size_t)C, n = (size_t)B * T * (size_t)C;
+    xfer g, x;
+    memset(&g, 0, sizeof g);
+    memset(&x, 0, sizeof x);
+    ct_view xin = inp;
+    /* 1. SP: the LayerNorm output was not kept gathered: gather it again (beside dX) */
+    if (t->o.sp && dw.mem) {
+        if ((st = x_start(t, &g, X_AG, 1, full, inp, nl, CT_OP_SUM)) != CT_OK) return st;
+        if (!t->o.overlap && (st = x_finish(t, &g)) != CT_OK) return st;
+        xin = full;
+    }
+    /* 2. this worker's part of the input gradient, and its reduction */
+    if (dinp.mem) {
+        if ((st = ct_matmul_backward(dev, dpart, ct_view_none(), ct_view_none(), dout, xin, w, B,
+                                     T, C, OCl)) != CT_OK)
+            goto fail;
+        if ((st = x_start(t, &x, t->o.sp ? X_RS : X_AR, 0, dinp, dpart, t->o.sp ? nl : n,
+                          CT_OP_SUM)) != CT_OK)
+            goto fail;
+        x.overlapped = t->o.overlap && (dw.mem || db.mem);
+        if (!t->o.overlap && (st = x_finish(t, &x)) != CT_OK) goto fail;
+    }
+    /* 3. the weight gradient: the device computes it while the host reduces the above */
+    if ((st = x_finish(t, &g)) != CT_OK) goto fail;
+    if ((dw.mem || db.mem) &&
+        (st = ct_matmul_backward(dev, ct_view_none(), dw, db, dout, xin, w, B, T, C, OCl)) != CT_OK)
+        goto fail;
+    if ((st = ct_device_flush(dev)) != CT_OK) goto fail;
+    return x_finish(t, &x);
+fail:
+    /* leave no read in flight into staging that a later transfer reuses */
+    ct_event_wait_release(g.rd);
+    ct_event_wait_release(x.rd);
+    return st;
+}
+
+ct_status ct_tp_row_forward(ct_device *dev, ct_tp *t, ct_view out, ct_view partial, ct_view inp,
+                            ct_view w, ct_view b, int B, int T, int ICl, int C) {
+    ct_status st;
+    if (!t) return ct_matmul_forward(dev, out, inp, w, b, B, T, ICl, C);
+    if ((st = sp_shape(t, B, T, "ct_tp_row_forward")) != CT_OK) return st;
+    if ((st = ct_matmul_forward(dev, partial, inp, w, ct_view_none(), B, T, ICl, C)) != CT_OK)
+        return st;
+    size_t rows = local_rows(t, B, T);
+    if ((st = x_now(t, t->o.sp ? X_RS : X_AR, out, partial, rows * (size_t)C, CT_OP_SUM)) != CT_OK)
+        return st;
+    return b.mem ? ct_bias_forward(dev, out, b, rows, C) : CT_OK; /* once, after the sum */
+}
+
+ct_status ct_tp_row_backward(ct_device *dev, ct_tp *t, ct_view dinp, ct_view dw, ct_view db,
+                             ct_view dout, ct_view dfull, ct_view inp, ct_view w, int B, int T,
+                             int ICl, int C) {
+    ct_status st;
+    if (t && t->o.sp) {
+        if ((st = sp_shape(t, B, T, "ct_tp_row_backward")) != CT_OK) return st;
+        if ((st = x_now(t, X_AG, dfull, dout, local_rows(t, B, T) * (size_t)C, CT_OP_SUM)) != CT_OK)
+            return st;
+        dout = dfull;
+    }
+    return ct_matmul_backward(dev, dinp, dw, db, dout, inp, w, B, T, ICl, C);
+}
+
+/* ------------------------------------------------------------------ vocabulary-parallel */
+
+ct_status ct_tp_embed_forward(ct_device *dev, ct_tp *t, ct_view out, ct_view partial,
+                              ct_view tokens, ct_view wte, ct_view wpe, int B, int T, int C,
+                              int Vp) {
+    ct_status st;
+    if (!t) return ct_encoder_forward(dev, out, tokens, wte, wpe, B, T, C, Vp);
+    if ((st = sp_shape(t, B, T, "ct_tp_embed_forward")) != CT_OK) return st;
+    int Vl = Vp / t->n;
+    /* wpe added by one worker: the sum is wte[tok] + wpe[t] exactly (the others add zeros) */
+    if ((st = ct_encoder_forward_vp(dev, partial, tokens, wte, wpe, B, T, C, t->r * Vl, Vl,
+                                    t->r == 0)) != CT_OK)
+        return st;
+    return x_now(t, t->o.sp ? X_RS : X_AR, out, partial, local_rows(t, B, T) * (size_t)C,
+                 CT_OP_SUM);
+}
+
+ct_status ct_tp_embed_backward(ct_device *dev, ct_tp *t, ct_view dwte, ct_view dwpe, ct_view dout,
+                               ct_view dfull, ct_view tokens, int B, int T, int C, int Vp) {
+    ct_status st;
+    if (!t) return ct_encoder_backward(dev, dwte, dwpe, dout, tokens, B, T, C, Vp);
+    if (t->o.sp) {
+        if ((st = sp_shape(t, B, T, "ct_tp_embed_backward")) != CT_OK) return st;
+        if ((st = x_now(t, X_AG, dfull, dout, local_rows(t, B, T) * (size_t)C, CT_OP_SUM)) != CT_OK)
+            return st;
+        dout = dfull;
+    }
+    int Vl = Vp / t->n;
+    return ct_encoder_backward_vp(dev, dwte, dwpe, dout, tokens, B, T, C, t->r * Vl, Vl);
+}
+
+/* Real vocabulary columns among this worker's [lo, lo + Vl). */
+static int real_cols(int V, int lo, int Vl) {
+    int k = V - lo;
+    return k < 0 ? 0 : (k > Vl ? Vl : k);
+}
+
+ct_status ct_tp_crossentropy_forward(ct_device *dev, ct_tp *t, ct_view losses, ct_view lse,
+                                     ct_view stats, ct_view logits, ct_view targets, int B, int T,
+                                     int V, int Vp) {
+    ct_status st;
+    if (!t) return ct_crossentropy_forward(dev, losses, lse, logits, targets, B, T, V, Vp);
+    size_t BT = (size_t)B * T;
+    int Vl = Vp / t->n, lo = t->r * Vl, nreal = real_cols(V, lo, Vl);
+    ct_view mx = stats, sums = ct_view_at(stats, BT);
+    if ((st = ct_crossentropy_vp_max(dev, mx, logits, B, T, Vl, nreal)) != CT_OK ||
+        (st = x_now(t, X_AR, mx, mx, BT, CT_OP_MAX)) != CT_OK ||
+        (st = ct_crossentropy_vp_sums(dev, sums, logits, mx, targets, B, T, Vl, nreal, lo)) !=
+            CT_OK ||
+        (st = x_now(t, X_AR, sums, sums, 2 * BT, CT_OP_SUM)) != CT_OK)
+        return st;
+    return ct_crossentropy_vp_finish(dev, losses, lse, mx, sums, B, T);
+}
+
+ct_status ct_tp_crossentropy_backward(ct_device *dev, ct_tp *t, ct_view dlogits, ct_view lse,
+                                      ct_view targets, float dloss, int B, int T, int V, int Vp) {
+    if (!t) return ct_crossentropy_backward(dev, dlogits, dlogits, lse, targets, dloss, B, T, V, Vp);
+    int Vl = Vp / t->n, lo = t->r * Vl;
+    return ct_crossentropy_vp_backward(dev, dlogits, lse, targets, dloss, B, T, Vl,
+                                       real_cols(V, lo, Vl), lo);
+}
