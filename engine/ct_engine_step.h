@@ -55,6 +55,11 @@ ct_status ct_optim_range_norm(ct_optim *o, size_t lo, size_t hi, float *norm);
 /* This worker's sum of squares over its optimizer shard of the gradients (the averaged shard
  * under ZeRO-2), in double on the host: the part of a global norm a group sums. */
 ct_status ct_optim_shard_sumsq(ct_optim *o, double *out);
+/* The same over the elements this worker OWNS, so that the sum over every worker of the layout
+ * counts each parameter once: within its optimizer shard (ZeRO >= 1: its DP shard; else only
+ * DP rank 0), TP-sharded tensors' slices, replicated tensors only on TP rank 0, the tied wte
+ * only on the first pipeline stage (state.c's owner rule). */
+ct_status ct_optim_owned_sumsq(ct_optim *o, double *out);
 /* One AdamW step (t 1-based) on this worker's shard: g = grad * min(1, clip / (norm + 1e-6)),
  * decay on the table's decay tensors. norm NULL: the norm of the local gradient buffer,
  * computed and used on the device (one worker, or replicas holding identical averaged
@@ -66,8 +71,12 @@ ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *
 /* ---------------------------------------------------------------- gradients (grads.c) */
 
 /* A range of the flat gradient layout and how it is reduced: over groups[0] with op[0], then
- * (if non-NULL) groups[1] with op[1] (the tied embedding: average over DP, sum over the
- * embedding group). Ranges are data: the default is one range over the DP group. */
+ * over groups[1] with op[1] (either may be NULL: nothing at that step). Ranges are data: the
+ * default is one range over the DP group (averaged); tensor parallelism with sequence
+ * parallelism adds, for the replicated LayerNorm parameters each TP worker saw only its rows
+ * of, a sum over the TP group (the tied embedding will sum over the embedding group). Buckets
+ * are cut across range boundaries; each bucket makes one all-reduce per distinct (group, op) of
+ * the ranges it meets (their pieces packed together when they are not the whole bucket). */
 typedef struct ct_grad_range {
     size_t lo, hi;
     ct_comm *groups[2]; /* both NULL: nothing to reduce (no buckets) */
@@ -253,6 +262,10 @@ typedef struct ct_exec_times {
     double busy_ms;      /* inside collectives in total (any thread) */
     double optimizer_ms; /* optimizer and the ZeRO all-gather after it */
     double gather_ms;    /* ZeRO-3: part of exposed_ms spent waiting for parameter gathers */
+    double tp_comm_ms;   /* tensor parallelism: the worker inside TP collectives (staging
+                            included), not counted in compute_ms except tp_overlap_ms */
+    double tp_overlap_ms; /* the part of tp_comm_ms run while a weight-gradient GEMM was queued
+                             (counted as compute: the device was busy) */
 } ct_exec_times;
 void ct_exec_times_get(const ct_exec *x, ct_exec_times *out);
 void ct_exec_times_reset(ct_exec *x);

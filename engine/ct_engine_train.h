@@ -107,7 +107,13 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(FLOAT, mem_cap_gb, "mem-cap-gb", "0", "device memory cap in GiB; 0 = the device's memory") \
     X(INT, log_every, "log-every", "1", "print a step line every N steps")                     \
     X(INT, dp, "dp", "1",                                                                       \
-      "data-parallel workers N = MPI ranks x --devices-per-rank; each takes batch/N rows")      \
+      "data-parallel degree: each DP rank takes batch/dp rows; workers = dp x tp = MPI ranks x --devices-per-rank") \
+    X(INT, tp, "tp", "1",                                                                       \
+      "tensor-parallel degree: each block's matrices split over tp consecutive workers")       \
+    X(INT, sequence_parallel, "sequence-parallel", "0",                                         \
+      "1 = LayerNorm/residual activations split over the TP group's tokens (needs --tp >= 2)") \
+    X(INT, tp_overlap, "tp-overlap", "1",                                                       \
+      "1 = reduce a column-parallel layer's input gradient while its weight gradient computes") \
     X(INT, devices_per_rank, "devices-per-rank", "1", "devices (worker threads) per process")  \
     X(INT, pp, "pp", "1",                                                                       \
       "pipeline stages N: the blocks cut into N contiguous stages; --dp x --pp = workers")      \

@@ -118,6 +118,43 @@ ct_status ct_optim_shard_sumsq(ct_optim *o, double *out) {
     return st;
 }
 
+ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
+    ct_params *P = o->P;
+    const ct_layout *lay = ct_params_layout(P);
+    const ct_coords *at = ct_params_coords(P);
+    size_t lo, hi;
+    ct_params_shard(P, &lo, &hi);
+    *out = 0;
+    if (lay->zero == 0 && at->dp_rank != 0) return CT_OK; /* a DP replica: rank 0 counts */
+    ct_buffer *g = ct_params_grad_shard(P);
+    size_t off = g ? 0 : lo, n = hi - lo;
+    if (!g) g = ct_params_grads(P);
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    if (!h) return CT_ERR(&o->err, CT_ERR_NOMEM, "gradient norm: out of host memory");
+    ct_status st = dev_fail(o, ct_buffer_read(g, off * sizeof(float), h, n * sizeof(float)),
+                            "gradient norm");
+    double s = 0;
+    const ct_gpt_config *c = ct_params_config(P);
+    for (int i = 0; st == CT_OK && i < CT_GPT_NUM_TENSORS; i++) {
+        if (!ct_params_holds(P, i)) continue;
+        ct_gpt_tensor_info t = ct_gpt_tensor(c, i);
+        if (t.split == CT_SPLIT_NONE && at->tp_rank != 0) continue;
+        if (i == CT_GPT_wte && lay->pp > 1 && at->pp_rank != 0) continue;
+        int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
+        size_t cnt = ct_params_slice_len(P, i);
+        for (int l = 0; l < (block ? c->layers : 1); l++) {
+            if (block && !ct_params_holds_layer(P, l)) continue;
+            size_t a = ct_params_flat_off(P, i, l), b = a + cnt;
+            if (a < lo) a = lo;
+            if (b > hi) b = hi;
+            for (size_t k = a; k < b; k++) s += (double)h[k - lo] * h[k - lo];
+        }
+    }
+    free(h);
+    *out = s;
+    return st;
+}
+
 ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *norm,
                         float *norm_out) {
     ct_status st = CT_OK;

@@ -45,7 +45,12 @@ struct ct_exec {
     ct_device *dev;
     ct_grid *grid;
     ct_comm *world, *dp, *pp, *emb;
+    ct_comm *tp;  /* the grid's TP group (the model's collectives; the logits gather) */
+    ct_comm *tpg; /* a second handle on it for the gradient thread (sequence parallelism) */
     int stage, nstages, dpsize, nchunks; /* nchunks: model chunks held (v) */
+    int tpsize;
+    ct_grad_range *ranges;
+    int nranges;
     size_t norm_lo; /* the stage's norm covers flat [norm_lo, local): the last stage leaves out
                        its copy of the tied wte (the first stage counts it) */
     ct_grads *g; /* NULL: nothing to reduce (one worker) */
@@ -88,6 +93,68 @@ void ct_exec_set_trace(ct_exec *x, ct_trace *t) {
 
 static int multi(const ct_comm *c) { return c && ct_comm_size(c) > 1; }
 
+/* A held (tensor, layer) piece of the flat layout and how it is reduced beyond DP. */
+typedef struct flat_piece {
+    size_t lo, hi;
+    ct_comm *g1; /* the second group (SUM): the embedding group, the TP group, or none */
+    int norm_skip;
+} flat_piece;
+static int piece_cmp(const void *a, const void *b) {
+    size_t x = ((const flat_piece *)a)->lo, y = ((const flat_piece *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+/* The gradient ranges of this worker's flat layout, consecutive pieces alike merged:
+ * everything averaged over the DP group (when there is one); the tied wte of a pipeline then
+ * summed over the embedding group (the last stage's copy left out of ZeRO-2's norm); under
+ * sequence parallelism the replicated LayerNorm parameters summed over the TP group. Every
+ * other replicated tensor's gradient is already whole on every TP worker (wpe, attprojb and
+ * fcprojb are computed from the gathered output gradient). */
+static ct_status make_ranges(ct_exec *x, int tied, int sp, ct_err *err) {
+    ct_params *P = x->P;
+    const ct_gpt_config *c = ct_params_config(P);
+    int n = 0;
+    flat_piece *pc = malloc(sizeof *pc * (size_t)(CT_GPT_NUM_TENSORS * c->layers + 1));
+    if (!pc) return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        if (!ct_params_holds(P, i)) continue;
+        int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
+        int ln = i == CT_GPT_ln1w || i == CT_GPT_ln1b || i == CT_GPT_ln2w || i == CT_GPT_ln2b ||
+                 i == CT_GPT_lnfw || i == CT_GPT_lnfb;
+        for (int l = 0; l < (block ? c->layers : 1); l++) {
+            if (block && !ct_params_holds_layer(P, l)) continue;
+            pc[n].lo = ct_params_flat_off(P, i, l);
+            pc[n].hi = pc[n].lo + ct_params_slice_len(P, i);
+            pc[n].g1 = i == CT_GPT_wte && tied ? x->emb : sp && ln ? x->tpg : NULL;
+            pc[n].norm_skip = i == CT_GPT_wte && tied && !ct_params_has_embed(P);
+            n++;
+        }
+    }
+    qsort(pc, (size_t)n, sizeof *pc, piece_cmp);
+    x->ranges = calloc((size_t)(n ? n : 1), sizeof *x->ranges);
+    if (!x->ranges) {
+        free(pc);
+        return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");
+    }
+    x->nranges = 0;
+    for (int k = 0; k < n; k++) {
+        ct_grad_range *r = x->nranges ? &x->ranges[x->nranges - 1] : NULL;
+        if (r && r->hi == pc[k].lo && r->groups[1] == pc[k].g1 && r->norm_skip == pc[k].norm_skip) {
+            r->hi = pc[k].hi;
+            continue;
+        }
+        r = &x->ranges[x->nranges++];
+        r->lo = pc[k].lo, r->hi = pc[k].hi;
+        r->groups[0] = multi(x->dp) ? x->dp : NULL;
+        r->ops[0] = CT_OP_AVG;
+        r->groups[1] = pc[k].g1;
+        r->ops[1] = CT_OP_SUM;
+        r->norm_skip = pc[k].norm_skip;
+    }
+    free(pc);
+    return CT_OK;
+}
+
 ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exec_opts *o,
                          ct_err *err) {
     *out = NULL;
@@ -107,6 +174,8 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     x->nstages = ct_params_layout(x->P)->pp;
     x->nchunks = ct_params_nchunks(x->P);
     x->dpsize = x->dp ? ct_comm_size(x->dp) : 1;
+    x->tp = grid ? ct_grid_tp(grid) : NULL;
+    x->tpsize = x->tp ? ct_comm_size(x->tp) : 1;
     ct_status st = CT_OK;
     const ct_layout *lay = ct_params_layout(x->P);
     if (grid) {
@@ -130,29 +199,25 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     for (int s = 0; st == CT_OK && s < x->nslots; s++) x->slots[s].mb = x->slots[s].chunk = -1;
     /* the gradient ranges: the stage's flat layout averaged over its DP group; a pipeline's tied
      * wte (first and last stage) then summed over the embedding group, so both copies get the
-     * whole gradient */
-    size_t wlo = 0, whi = 0, local = ct_params_local_len(x->P);
+     * whole gradient; under sequence parallelism the LayerNorm parameters summed over the TP
+     * group (each TP worker's gradient covers only its tokens) */
+    size_t wlo = 0, whi = 0;
     ct_params_wte_range(x->P, &wlo, &whi);
     int tied = multi(x->emb) && whi > wlo;
+    int sp = ct_model_plan_of(m)->sp && x->tpsize > 1;
     if (tied && !ct_params_has_embed(x->P)) x->norm_lo = whi;
-    if (st == CT_OK && (multi(x->dp) || tied)) {
-        ct_grad_range r[2];
-        int nr = 0;
-        memset(r, 0, sizeof r);
-        if (tied) { /* wte is the flat layout's first tensor on both ends of the pipeline */
-            r[nr].lo = wlo, r[nr].hi = whi;
-            r[nr].groups[0] = multi(x->dp) ? x->dp : NULL, r[nr].ops[0] = CT_OP_AVG;
-            r[nr].groups[1] = x->emb, r[nr].ops[1] = CT_OP_SUM;
-            r[nr].norm_skip = !ct_params_has_embed(x->P);
-            nr++;
-        }
-        if (local > (tied ? whi : 0)) {
-            r[nr].lo = tied ? whi : 0, r[nr].hi = local;
-            r[nr].groups[0] = multi(x->dp) ? x->dp : NULL, r[nr].ops[0] = CT_OP_AVG;
-            nr++;
-        }
-        st = ct_grads_create(&x->g, m, r, nr, &o->grads, err);
+    if (st == CT_OK && sp) {
+        /* the gradient thread's own handle on the TP group, split from world (collective over
+         * every worker) with each TP group's colour its first worker: TP groups splitting
+         * themselves alike would share an MPI tag across ranks (ct_comm_split) */
+        if ((st = ct_comm_split(x->world, ct_comm_world_rank(x->tp, 0), ct_comm_rank(x->tp),
+                                &x->tpg)) != CT_OK)
+            CT_ERR(err, st, "ct_exec_create: a second handle on the TP group: %s",
+                   ct_comm_errmsg(x->world));
     }
+    if (st == CT_OK && (multi(x->dp) || tied || sp)) st = make_ranges(x, tied, sp, err);
+    if (st == CT_OK && x->nranges > 0)
+        st = ct_grads_create(&x->g, m, x->ranges, x->nranges, &o->grads, err);
     if (st == CT_OK) st = ct_zero_create(&x->z, m, x->dp, err);
     if (st == CT_OK) st = ct_optim_create(&x->o, x->P, ct_model_profile(m), err);
     if (st != CT_OK) {
@@ -176,6 +241,8 @@ void ct_exec_free(ct_exec *x) {
     }
     free(x->xf);
     ct_grads_free(x->g);
+    ct_comm_free(x->tpg);
+    free(x->ranges);
     ct_zero_free(x->z);
     ct_optim_free(x->o);
     if (x->m) ct_model_set_trace(x->m, NULL);
@@ -456,7 +523,7 @@ static ct_status xfer_recv(ct_exec *x, ct_view v, size_t n, int peer, double *ar
 static ct_status transfer(ct_exec *x, const ct_action *a, int slot, int rows, int T,
                           double *arrived) {
     ct_status st;
-    size_t n = (size_t)rows * T * ct_params_config(x->P)->channels;
+    size_t n = ct_model_act_floats(x->m, rows, T); /* sequence parallelism: this worker's rows */
     int N = x->nstages, lo, hi;
     ct_view v;
     *arrived = 0;
@@ -472,6 +539,22 @@ static ct_status transfer(ct_exec *x, const ct_action *a, int slot, int rows, in
     case CT_ACT_RECV_GRAD: return xfer_recv(x, ct_model_dres(x->m), n, (a->chunk + 1) % N, arrived);
     default: return xfer_send(x, ct_model_dres(x->m), n, (a->chunk - 1) % N); /* SEND_GRAD */
     }
+}
+
+/* The global gradient's sum of squares when the workers hold different slices (tensor
+ * parallelism): the sum over the world of each worker's owned part (ct_optim_owned_sumsq),
+ * which counts every parameter once, the pipeline's tied wte and ZeRO shards included. */
+static ct_status owned_norm(ct_exec *x, double *ss) {
+    double mine = 0;
+    ct_status st = ct_optim_owned_sumsq(x->o, &mine);
+    if (st != CT_OK) return CT_ERR(&x->err, st, "%s", ct_optim_errmsg(x->o));
+    float fs = (float)mine;
+    if (multi(x->world) && (st = ct_comm_allreduce(x->world, &fs, &fs, 1, CT_F32, CT_OP_SUM,
+                                                   NULL)) != CT_OK)
+        return CT_ERR(&x->err, st, "the gradient norm over the workers: %s",
+                      ct_comm_errmsg(x->world));
+    *ss = fs;
+    return CT_OK;
 }
 
 /* ------------------------------------------------------------------ one step */
@@ -497,6 +580,8 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
                        int rows, int T, const ct_adamw_hp *hp, int t, ct_step_result *out) {
     ct_status st = CT_OK;
     double t_step = ct_time_now(), t_act;
+    ct_tp_stats ts0;
+    ct_tp_stats_get(ct_model_tp(x->m), &ts0);
     int virt = s && s->virt > 1 ? s->virt : 1;
     if (!s || x->stage >= s->stages || s->stages != x->nstages || virt != x->nchunks)
         return CT_ERR(&x->err, CT_ERR_ARG,
@@ -607,7 +692,12 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
             float norm = 0, given = 0;
             int z2 = ct_params_grad_shard(x->P) != NULL, have = z2;
             double ss = sumsq;
-            if (!z2 && x->nstages > 1) {
+            if (x->tpsize > 1) {
+                /* the workers hold different slices: every parameter counted once (its owner)
+                 * over the whole world, one all-reduce, so every worker clips alike */
+                if ((st = owned_norm(x, &ss)) != CT_OK) break;
+                have = 1;
+            } else if (!z2 && x->nstages > 1) {
                 float part = 0;
                 st = ct_optim_range_norm(x->o, x->norm_lo, ct_params_local_len(x->P), &part);
                 if (st != CT_OK) {
@@ -616,7 +706,7 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
                 }
                 ss = (double)part * part, have = 1;
             }
-            if (have && x->nstages > 1) {
+            if (have && x->nstages > 1 && x->tpsize == 1) {
                 float fs = (float)ss;
                 if ((st = ct_comm_allreduce(x->pp, &fs, &fs, 1, CT_F32, CT_OP_SUM, NULL)) != CT_OK) {
                     CT_ERR(&x->err, st, "the gradient norm over the pipeline: %s",
@@ -714,7 +804,14 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
     ct_zero_times_reset(x->z);
     x->times.gather_ms += gms;
     x->times.exposed_ms += gms;
-    x->times.compute_ms += 1e3 * compute_t - gms;
+    /* TP's collectives ran inside forward and backward: the part not hidden behind a
+     * weight-gradient GEMM is exposed communication, not compute */
+    ct_tp_stats ts1;
+    ct_tp_stats_get(ct_model_tp(x->m), &ts1);
+    double tp_comm = ts1.comm_ms - ts0.comm_ms, tp_over = ts1.overlap_ms - ts0.overlap_ms;
+    x->times.tp_comm_ms += tp_comm;
+    x->times.tp_overlap_ms += tp_over;
+    x->times.compute_ms += 1e3 * compute_t - gms - (tp_comm - tp_over);
     if (ct_trace_on(x->tr)) ct_trace_event(x->tr, CT_TRACE_MAIN, "step", "step", t_step, -1);
     return CT_OK;
 }
@@ -734,31 +831,50 @@ ct_status ct_exec_forward(ct_exec *x, const int *tokens, const int *targets, int
                           float *loss, float *logits_last) {
     ct_status st = CT_OK;
     double lv = NAN;
-    int N = x->nstages, C = N * x->nchunks, last = x->stage == N - 1;
-    size_t Vp = (size_t)ct_params_config(x->P)->padded_vocab;
+    int N = x->nstages, C = N * x->nchunks, last = x->stage == N - 1, TP = x->tpsize;
+    size_t Vp = (size_t)ct_params_config(x->P)->padded_vocab, Vl = Vp / (size_t)TP;
     for (int s = 0; s < x->nslots; s++) slot_free(x, s);
     ct_schedule one = {CT_SCHED_TRIVIAL, N, 1, x->nchunks, NULL, NULL};
+    /* sequence parallelism splits the tokens over the TP group: a generation context of any
+     * length is padded at its end to a multiple of tp (the model is causal, so the positions
+     * before the padding do not see it) */
+    int Tr = T;
+    int *padded = NULL;
+    if (!targets && ct_model_plan_of(x->m)->sp && TP > 1 && T % TP) {
+        Tr = (T + TP - 1) / TP * TP;
+        padded = calloc((size_t)rows * Tr, sizeof(int));
+        if (!padded) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory");
+        for (int b = 0; b < rows; b++)
+            memcpy(padded + (size_t)b * Tr, tokens + (size_t)b * T, sizeof(int) * (size_t)T);
+        tokens = padded;
+    }
+    size_t act = ct_model_act_floats(x->m, rows, Tr);
     /* the chunks in model order, each on its stage: receive, forward, send (one slot suffices:
      * nothing is kept for a backward) */
     for (int c = x->stage; c < C && st == CT_OK; c += N) {
         double arrived;
         ct_view v;
         if (c > 0) {
-            st = ct_model_stage_input(x->m, 0, local_chunk(x, c), rows, T, &v);
-            if (st != CT_OK) return fail_model(x, st);
-            if ((st = xfer_recv(x, v, (size_t)rows * T * ct_params_config(x->P)->channels,
-                                (c - 1) % N, &arrived)) != CT_OK)
-                break;
+            st = ct_model_stage_input(x->m, 0, local_chunk(x, c), rows, Tr, &v);
+            if (st != CT_OK) {
+                free(padded);
+                return fail_model(x, st);
+            }
+            if ((st = xfer_recv(x, v, act, (c - 1) % N, &arrived)) != CT_OK) break;
         }
-        st = forward_chunk(x, &one, 0, 0, c, tokens, targets, rows, T,
+        st = forward_chunk(x, &one, 0, 0, c, tokens, targets, rows, Tr,
                            targets && c == C - 1 ? &lv : NULL);
         if (st == CT_OK && c < C - 1) {
             int lo, hi;
             ct_params_chunk(x->P, local_chunk(x, c), &lo, &hi);
-            if ((st = ct_model_block_output(x->m, 0, hi - 1, &v)) != CT_OK) return fail_model(x, st);
-            st = xfer_send(x, v, (size_t)rows * T * ct_params_config(x->P)->channels, (c + 1) % N);
+            if ((st = ct_model_block_output(x->m, 0, hi - 1, &v)) != CT_OK) {
+                free(padded);
+                return fail_model(x, st);
+            }
+            st = xfer_send(x, v, act, (c + 1) % N);
         }
     }
+    free(padded);
     if (st == CT_OK) st = xfer_drain(x);
     if (st != CT_OK) {
         x->failed = 1;
@@ -766,13 +882,24 @@ ct_status ct_exec_forward(ct_exec *x, const int *tokens, const int *targets, int
     }
     if (logits_last) {
         if (last) {
-            size_t n = (size_t)rows * T * Vp;
+            /* this worker's Vp/tp columns of row 0's position T-1, gathered over the TP group */
+            size_t n = (size_t)rows * Tr * Vl;
             float *all = malloc(n * sizeof(float));
             if (!all) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory for logits");
             st = ct_model_slot_logits(x->m, 0, all, n);
-            if (st == CT_OK) memcpy(logits_last, all + (size_t)(T - 1) * Vp, Vp * sizeof(float));
+            if (st == CT_OK && TP > 1) {
+                st = ct_comm_allgather(x->tp, all + (size_t)(T - 1) * Vl, logits_last, Vl, CT_F32,
+                                       NULL);
+                if (st != CT_OK)
+                    CT_ERR(&x->err, st, "gathering the logits over the TP group: %s",
+                           ct_comm_errmsg(x->tp));
+            } else if (st == CT_OK) {
+                memcpy(logits_last, all + (size_t)(T - 1) * Vp, Vp * sizeof(float));
+            } else {
+                fail_model(x, st);
+            }
             free(all);
-            if (st != CT_OK) return fail_model(x, st);
+            if (st != CT_OK) return st;
         }
         if (N > 1 && (st = ct_comm_bcast(x->pp, logits_last, Vp, CT_F32, N - 1, NULL)) != CT_OK)
             return CT_ERR(&x->err, st, "the logits from the last stage: %s", ct_comm_errmsg(x->pp));

@@ -74,6 +74,14 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(p->devices_per_rank >= 1, "--devices-per-rank must be >= 1 (got %d)", p->devices_per_rank);
     NEED(p->workers_per_device >= 1, "--workers-per-device must be >= 1 (got %d)",
          p->workers_per_device);
+    NEED(p->tp >= 1, "--tp must be >= 1 (got %d)", p->tp);
+    NEED(p->sequence_parallel == 0 || p->sequence_parallel == 1,
+         "--sequence-parallel must be 0 or 1 (got %d)", p->sequence_parallel);
+    NEED(!(p->sequence_parallel && p->tp < 2),
+         "--sequence-parallel 1 needs tensor parallelism (--tp >= 2): it splits activations over "
+         "the TP group");
+    NEED(p->tp_overlap == 0 || p->tp_overlap == 1, "--tp-overlap must be 0 or 1 (got %d)",
+         p->tp_overlap);
     NEED(p->zero >= 0 && p->zero <= 3, "--zero must be 0, 1, 2 or 3 (got %d)", p->zero);
     NEED(!(p->zero > 0 && p->dp < 2),
          "--zero %d needs data parallelism (--dp >= 2): ZeRO shards over the DP group", p->zero);
@@ -96,6 +104,11 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
          "hold one chunk of blocks per stage)",
          p->virtual_stages);
     NEED(!p->pp_split[0] || p->pp > 1, "--pp-split needs --pp >= 2");
+    NEED(!(p->pp > 1 && p->tp > 1 && kind == CT_SCHED_ZB1),
+         "--schedule zb1 with --tp %d: the split backward of zero-bubble schedules is not built "
+         "for tensor parallelism (its weight half would need the TP gathers again); use gpipe, "
+         "1f1b or interleaved",
+         p->tp);
     NEED(!(p->pp > 1 && p->zero >= 2 && (kind == CT_SCHED_INTERLEAVED || kind == CT_SCHED_ZB1)),
          "--zero %d with --schedule %s: ZeRO-2 and 3 send each block's gradient to its DP group "
          "after every backward, through a gradient working buffer of two blocks; the interleaved "
@@ -251,6 +264,8 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
                 goto fail;
             }
     }
+    /* tensor parallelism's divisibility rules, before any device work */
+    TRY(ct_model_tp_check(cfg, p->tp, p->sequence_parallel, p->seq, err));
     if (p->seq > cfg->max_seq) {
         st = CT_ERR(err, CT_ERR_ARG,
                     "--seq %d is above the model's maximum sequence length maxT = %d (%s)", p->seq,
@@ -478,7 +493,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     t->thread = thread;
     t->W = r->W;
     /* 1. The world and the grid (a single worker is the 1x1x1 grid without MPI). */
-    ct_layout lay = {p->dp, 1, p->pp, p->zero, 1};
+    ct_layout lay = {p->dp, p->tp, p->pp, p->zero, 1};
     if (r->topo) {
         if ((st = ct_comm_world(r->topo, thread, &t->world)) != CT_OK) {
             terr(t, err, st, "worker %d: no communicator", thread);
@@ -530,6 +545,8 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     plan.max_B = t->b, plan.max_T = p->seq, plan.slots = t->slots[at.pp_rank];
     plan.split_backward = r->kind == CT_SCHED_ZB1;
     ct_attn_path_parse(p->attention, &plan.attention); /* checked by ct_train_params_check */
+    plan.tp = t->grid ? ct_grid_tp(t->grid) : NULL;
+    plan.sp = p->sequence_parallel;
     if (N > 1) {
         plan.chunks.nchunks = v;
         for (int j = 0, lo = 0, c = 0; c < r->nchunks; lo += r->split[c], c++)
@@ -541,6 +558,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
         terr(t, err, st, "cannot build the model on %s: %s", t->info->name, m);
         goto fail;
     }
+    ct_tp_set_overlap(ct_model_tp(t->model), p->tp_overlap);
     ct_exec_opts xo = ct_exec_opts_default();
     xo.grads.bucket_bytes = (size_t)(p->bucket_mb * 1048576.0);
     xo.grads.overlap = p->overlap;
@@ -659,16 +677,27 @@ ct_model *ct_trainer_model(ct_trainer *t) { return t->model; }
 ct_exec *ct_trainer_exec(ct_trainer *t) { return t->x; }
 ct_metrics *ct_trainer_metrics(ct_trainer *t) { return t->mx; }
 
-/* Parameters pipeline stage q holds: its blocks, the embeddings on the first stage, wte and the
- * final LayerNorm on the last (the tied wte on both). */
-static size_t stage_params(const ct_train_run *r, int q, int pp) {
-    size_t sizes[CT_GPT_NUM_TENSORS], n = 0;
+/* Parameters one worker holds: its pipeline stage's tensors (its blocks, the embeddings on the
+ * first stage, wte and the final LayerNorm on the last: the tied wte on both), each TP-split
+ * tensor's 1/tp (the table's split column), replicated ones whole. */
+static double worker_params(const ct_train_run *r, int q, int pp, int tp) {
+    size_t sizes[CT_GPT_NUM_TENSORS];
     ct_gpt_param_sizes(&r->cfg, sizes);
+    double n = 0;
     int held = 0;
     for (int c = q; c < r->nchunks; c += pp) held += r->split[c];
-    for (int i = CT_GPT_ln1w; i <= CT_GPT_fcprojb; i++) n += sizes[i] / (size_t)r->cfg.layers * (size_t)held;
-    if (q == 0) n += sizes[CT_GPT_wte] + sizes[CT_GPT_wpe];
-    if (q == pp - 1) n += sizes[CT_GPT_wte] + sizes[CT_GPT_lnfw] + sizes[CT_GPT_lnfb];
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        double k = 0, f = ct_gpt_tensor(&r->cfg, i).split == CT_SPLIT_NONE ? 1.0 : 1.0 / tp;
+        if (i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb)
+            k = (double)(sizes[i] / (size_t)r->cfg.layers) * held;
+        else if (i == CT_GPT_wte && (q == 0 || q == pp - 1))
+            k = (double)sizes[i];
+        else if (i == CT_GPT_wpe && q == 0)
+            k = (double)sizes[i];
+        else if ((i == CT_GPT_lnfw || i == CT_GPT_lnfb) && q == pp - 1)
+            k = (double)sizes[i];
+        n += k * f;
+    }
     return n;
 }
 
@@ -703,11 +732,19 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
             ct_device_type_str(t->info->type));
     if (r->topo)
         fprintf(f,
-                "  workers        = %d (%d ranks x %d devices per rank): dp %d x pp %d, ZeRO-%d, "
-                "%d gradient buckets of <= %g MiB, overlap %s\n",
-                N, ct_topo_nranks(r->topo), ct_topo_devices_per_rank(r->topo), p->dp, p->pp,
+                "  workers        = %d (%d ranks x %d devices per rank): dp %d x tp %d x pp %d, "
+                "ZeRO-%d, %d gradient buckets of <= %g MiB, overlap %s\n",
+                N, ct_topo_nranks(r->topo), ct_topo_devices_per_rank(r->topo), p->dp, p->tp, p->pp,
                 p->zero, ct_exec_grads(t->x) ? ct_grads_num_buckets(ct_exec_grads(t->x)) : 0,
                 p->bucket_mb, p->overlap ? "on" : "off");
+    if (p->tp > 1)
+        fprintf(f,
+                "  tensor parallel= %d workers per TP group: heads %d / %d, MLP %d / %d, "
+                "vocabulary %d / %d rows each; sequence parallelism %s; input-gradient overlap "
+                "%s\n",
+                p->tp, cfg->heads / p->tp, cfg->heads, 4 * cfg->channels / p->tp,
+                4 * cfg->channels, cfg->padded_vocab / p->tp, cfg->padded_vocab,
+                p->sequence_parallel ? "on" : "off", p->tp_overlap ? "on" : "off");
     if (lines) fprintf(f, "%s", lines);
     free(lines);
     if (p->pp == 1 && strcmp(p->schedule, "1f1b"))
@@ -771,31 +808,35 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
     char cfgline[320];
     snprintf(cfgline, sizeof cfgline,
              "\"params\":%zu,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"seq\":%d,"
-             "\"tokens_per_step\":%d,\"peak_tflops\":%.6g,\"workers\":%d,\"zero\":%d",
+             "\"tokens_per_step\":%d,\"peak_tflops\":%.6g,\"workers\":%d,\"zero\":%d,"
+             "\"dp\":%d,\"tp\":%d,\"sequence_parallel\":%d",
              np, cfg->layers, cfg->heads, cfg->channels, cfg->vocab, p->seq,
-             p->batch * p->seq * accum, t->peak, N, p->zero);
+             p->batch * p->seq * accum, t->peak, N, p->zero, p->dp, p->tp, p->sequence_parallel);
     ct_metrics_record(t->mx, "config", cfgline);
     if (N > 1) { /* the memory report: one line and one record per worker */
-        double psi = (double)np, want = expected_model_state(psi, p->dp, p->zero);
+        /* a worker holds psi = its stage's parameters with each TP-split tensor's 1/tp
+         * (psi_tp); ZeRO shards that over its DP group of dp workers */
+        double psi = worker_params(r, 0, p->pp, p->tp);
+        double want = expected_model_state(psi, p->dp, p->zero);
         if (p->pp > 1)
             fprintf(f,
                     "  memory per worker (device bytes; comm = host staging), model state "
-                    "expected from the ZeRO-%d formula for its stage's parameters, N = dp = %d:\n",
-                    p->zero, p->dp);
+                    "expected from the ZeRO-%d formula for its stage's parameters%s, N = dp = %d:\n",
+                    p->zero, p->tp > 1 ? " (TP-split ones / tp)" : "", p->dp);
         else
             fprintf(f,
                     "  memory per worker (device bytes; comm = host staging), model state expected "
-                    "%.0f (ZeRO-%d formula for %zu parameters, N = %d):\n",
-                    want, p->zero, np, N);
+                    "%.0f (ZeRO-%d formula for psi_tp = %.0f of %zu parameters, tp = %d, dp = %d):\n",
+                    want, p->zero, psi, np, p->tp, p->dp);
         for (int w = 0; w < N; w++) {
             const uint64_t *u = t->mem + (size_t)w * CT_MEM__COUNT;
             uint64_t state = u[CT_MEM_PARAMS] + u[CT_MEM_GRADS] + u[CT_MEM_OPTIMIZER];
             char stage[64] = "";
             if (p->pp > 1) {
-                ct_layout lay = {p->dp, 1, p->pp, p->zero, 1};
+                ct_layout lay = {p->dp, p->tp, p->pp, p->zero, 1};
                 int q = ct_layout_coords(&lay, w).pp_rank;
                 snprintf(stage, sizeof stage, " (stage %d, %d slots)", q, t->slots[q]);
-                psi = (double)stage_params(r, q, p->pp);
+                psi = worker_params(r, q, p->pp, p->tp);
                 want = expected_model_state(psi, p->dp, p->zero);
             }
             fprintf(f,
@@ -806,7 +847,7 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                     (unsigned long long)u[CT_MEM_ACTIVATIONS], stage,
                     (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
                     (unsigned long long)state, (double)state / want);
-            char rec[512];
+            char rec[640];
             snprintf(rec, sizeof rec,
                      "\"worker\":%d,\"workers\":%d,\"zero\":%d,\"params\":%llu,\"grads\":%llu,"
                      "\"optimizer\":%llu,\"activations\":%llu,\"workspace\":%llu,\"comm\":%llu,"
@@ -816,9 +857,14 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                      (unsigned long long)u[CT_MEM_ACTIVATIONS],
                      (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
                      (unsigned long long)state, want, np);
+            {
+                size_t l = strlen(rec);
+                snprintf(rec + l, sizeof rec - l, ",\"psi_tp\":%.0f,\"tp\":%d,\"dp\":%d", psi,
+                         p->tp, p->dp);
+            }
             if (p->pp > 1) { /* the stage and its activation slots */
                 size_t l = strlen(rec);
-                ct_layout lay = {p->dp, 1, p->pp, p->zero, 1};
+                ct_layout lay = {p->dp, p->tp, p->pp, p->zero, 1};
                 int q = ct_layout_coords(&lay, w).pp_rank;
                 snprintf(rec + l, sizeof rec - l, ",\"stage\":%d,\"slots\":%d,\"stage_params\":%.0f",
                          q, t->slots[q], psi);
@@ -911,8 +957,11 @@ static ct_status trainer_logits(void *user, const int *ctx, int n, float *logits
     return st;
 }
 
-/* ZeRO-3 gathers parameters in every forward; a pipeline's forward passes through every stage. */
-int ct_trainer_sample_collective(const ct_trainer *t) { return t->p.zero >= 3 || t->p.pp > 1; }
+/* Every forward is collective under ZeRO-3 (parameter gathers), tensor parallelism (the
+ * block's own collectives) and a pipeline (it passes through every stage). */
+int ct_trainer_sample_collective(const ct_trainer *t) {
+    return t->p.zero >= 3 || t->p.tp > 1 || t->p.pp > 1;
+}
 
 ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n) {
     const ct_train_params *p = &t->p;

@@ -1,6 +1,7 @@
 /* train_gpt - train a GPT-2 model on one OpenCL device, or on several workers (MPI ranks x
- * --devices-per-rank devices) laid out as a grid: data parallelism (--dp, ZeRO 0-3) x pipeline
- * stages (--pp, with the --schedule gpipe, 1f1b, interleaved or zb1).
+ * --devices-per-rank devices) laid out as a grid: data parallelism (--dp, ZeRO 0-3) x tensor
+ * parallelism (--tp, with sequence parallelism) x pipeline stages (--pp, with the --schedule
+ * gpipe, 1f1b, interleaved or zb1).
  *
  * Data: llm.c token shards (--data GLOB), a text file as bytes (--text FILE), or, with neither,
  * the corpus embedded at build time (the project's own headers and docs). Model: new (--layers
@@ -49,9 +50,9 @@ static void die(int code, const char *fmt, ...) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: train_gpt [--flag VALUE]...\n"
-            "Trains a GPT-2 model on one OpenCL device, or on several laid out as --dp x --pp\n"
-            "(run under mpiexec and/or with --devices-per-rank D; dp x pp = ranks x D). With no\n"
-            "flags: a small model on the text embedded in the binary, ending with a sample. Exit\n"
+            "Trains a GPT-2 model on one OpenCL device, or on several laid out as --dp x --tp x --pp\n"
+            "(run under mpiexec and/or with --devices-per-rank D; dp x tp x pp = ranks x D). With\n"
+            "no flags: a small model on the text embedded in the binary, ending with a sample. Exit\n"
             "status 2 on bad input.\n\n");
     ct_opts_help(f, ct_train_opts, ct_train_opts_count);
     fprintf(f, "\nThe device may also be chosen with the environment variable CT_DEVICE.\n");
@@ -136,6 +137,17 @@ static void worker(ct_train_run *run, const ct_train_params *pp, int thread) {
                "ms, optimizer %.1f ms (totals on worker 0)\n",
                (long long)(p.steps - start), tm.exposed_ms, tm.busy_ms, tm.optimizer_ms);
     }
+    if (p.tp > 1 && leader && p.steps > start) {
+        ct_exec_times tm;
+        ct_tp_stats ts;
+        ct_exec_times_get(ct_trainer_exec(t), &tm);
+        ct_tp_stats_get(ct_model_tp(ct_trainer_model(t)), &ts);
+        printf("tensor parallel: %lld steps, compute %.1f ms, TP collectives %.1f ms (%.1f ms of "
+               "it beside a weight-gradient GEMM), %ld all-reduces, %ld reduce-scatters, %ld "
+               "all-gathers, %.2f MB sent per worker (totals on worker 0)\n",
+               (long long)(p.steps - start), tm.compute_ms, tm.tp_comm_ms, tm.tp_overlap_ms,
+               ts.calls[0], ts.calls[1], ts.calls[2], ts.wire_bytes / 1e6);
+    }
     /* The end: the model file, a sample, the trace. */
     if (p.save_model[0]) {
         if (ct_trainer_save_model(t) != CT_OK) die(1, "model not written: %s", ct_trainer_errmsg(t));
@@ -164,7 +176,7 @@ int main(int argc, char **argv) {
      * worker (or mpiexec started several ranks). */
     const char *pmi = getenv("PMI_SIZE");
     ct_topo *topo = NULL;
-    int tp = 1; /* tensor parallelism (--tp) is not built yet: the layout is dp x tp x pp */
+    int tp = p.tp; /* the layout is dp x tp x pp */
     int workers = p.dp * tp * p.pp;
     if (workers > 1 || p.devices_per_rank > 1 || (pmi && atoi(pmi) > 1)) {
         if (ct_topo_create(&topo, &argc, &argv, p.devices_per_rank, &err)) die(2, "%s", err.msg);
@@ -172,7 +184,13 @@ int main(int argc, char **argv) {
         int W = ct_topo_world_size(topo);
         if (W != workers) {
             /* every rank sees this: end together (MPI_Abort could cut the message off) */
-            if (p.pp > 1 || tp > 1)
+            if (tp > 1)
+                fprintf(stderr,
+                        "train_gpt: error: --dp %d x --tp %d x --pp %d = %d does not match the %d "
+                        "workers (%d MPI ranks x --devices-per-rank %d): the layout must use every "
+                        "worker once\n",
+                        p.dp, tp, p.pp, workers, W, ct_topo_nranks(topo), p.devices_per_rank);
+            else if (p.pp > 1)
                 fprintf(stderr,
                         "train_gpt: error: --dp %d x --pp %d = %d does not match the %d workers "
                         "(%d MPI ranks x --devices-per-rank %d): the layout must use every "
