@@ -218,7 +218,7 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     if (st == CT_OK && (multi(x->dp) || tied || sp)) st = make_ranges(x, tied, sp, err);
     if (st == CT_OK && x->nranges > 0)
         st = ct_grads_create(&x->g, m, x->ranges, x->nranges, &o->grads, err);
-    if (st == CT_OK) st = ct_zero_create(&x->z, m, x->dp, err);
+    if (st == CT_OK) st = ct_zero_create(&x->z, m, x->dp, x->world, err);
     if (st == CT_OK) st = ct_optim_create(&x->o, x->P, ct_model_profile(m), err);
     if (st != CT_OK) {
         ct_exec_free(x);

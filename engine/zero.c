@@ -116,7 +116,7 @@ static void *prefetch_main(void *arg) {
     return NULL;
 }
 
-ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_err *err) {
+ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *world, ct_err *err) {
     *out = NULL;
     ct_zero *z = calloc(1, sizeof *z);
     if (!z) return CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory");
@@ -150,10 +150,12 @@ ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_err *err) {
         if (!(z->hostflat = malloc(z->flat * sizeof(float))))
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory for gathers");
     } else {
-        /* collective over the group (every worker creates its ct_zero together) */
-        if ((st = ct_comm_split(dp, 0, z->rank, &z->pc)) != CT_OK)
+        /* collective over world (or the group): every worker creates its ct_zero together */
+        ct_comm *from = world ? world : dp;
+        if ((st = ct_comm_split(from, world ? ct_comm_world_rank(dp, 0) : 0, z->rank, &z->pc)) !=
+            CT_OK)
             CT_ERR(err, st, "ct_zero_create: a second handle on the DP group: %s",
-                   ct_comm_errmsg(dp));
+                   ct_comm_errmsg(from));
         else if (!(z->ptmp = malloc(z->local * sizeof(float))) ||
                  !(z->pf_buf = malloc(2 * z->local * sizeof(float))) ||
                  !(z->mirror = malloc((z->hi - z->lo) * sizeof(float))))

@@ -130,7 +130,11 @@ ct_status ct_topo_set_select_table(ct_topo *t, const char *text, ct_err *err);
 ct_status ct_comm_world(ct_topo *t, int thread, ct_comm **out);
 /* Collective over parent's workers: workers with the same colour form a group ordered by
  * (key, parent rank). colour CT_COMM_UNDEFINED gives *out = NULL. Other negative colours are a
- * CT_ERR_ARG on every worker (each sees every worker's colour). */
+ * CT_ERR_ARG on every worker (each sees every worker's colour). Sibling groups that each split
+ * themselves with the same colour get the same id: within one process they stay apart, but a
+ * group with one worker per rank creates its MPI communicator with a tag from (id, colour), so
+ * such groups spanning the same ranks would share it; split them from a common parent (world)
+ * with distinct colours instead (the executor's second handles do). */
 ct_status ct_comm_split(ct_comm *parent, int color, int key, ct_comm **out);
 void ct_comm_free(ct_comm *c);
 

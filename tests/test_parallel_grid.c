@@ -142,6 +142,23 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
         st = ct_comm_allreduce(gr, &v, &sum, 1, CT_I32, CT_OP_SUM, NULL);
         CHECK(st == CT_OK && sum == want, "%s all-reduce %d, expected %d (%s)", ax_name[ax], sum,
               want, ct_comm_errmsg(gr));
+        /* (e) within one process: a second handle split by the group itself with colour 0;
+         * sibling groups split alike take the same id and colour and must still stay apart
+         * (the registry keys on the members too). Across ranks they would share an MPI tag:
+         * callers split such handles from world with distinct colours (the executor does). */
+        ct_comm *again = NULL;
+        if (ct_comm_nprocs(world) == 1) {
+            st = ct_comm_split(gr, 0, ct_comm_rank(gr), &again);
+            CHECK(st == CT_OK && again, "%s: second handle: %s", ax_name[ax], ct_comm_errmsg(gr));
+        }
+        if (again) {
+            sum = 0;
+            st = ct_comm_allreduce(again, &v, &sum, 1, CT_I32, CT_OP_SUM, NULL);
+            CHECK(st == CT_OK && sum == want && ct_comm_size(again) == n,
+                  "%s second handle: all-reduce %d, expected %d, size %d (%s)", ax_name[ax], sum,
+                  want, ct_comm_size(again), ct_comm_errmsg(again));
+            ct_comm_free(again);
+        }
     }
 
     /* (c) partition: every worker's claims, checked on every worker */
