@@ -18,3 +18,15 @@ if(TARGET ct_engine)
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=${pd}")
   endforeach()
 endif()
+# test_engine_tp.sh: layouts through train_gpt against the single device (tp 2 and 4 as threads,
+# ranks and mixed, SP on and off, dp 2 x tp 2 with ZeRO 1-3), memory records, resume across
+# layouts, refusals.
+if(TARGET train_gpt)
+  foreach(part threads ranks mixed resume refuse)
+    add_test(NAME test_engine_tp_layout_${part}
+             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_tp.sh $<TARGET_FILE:train_gpt>
+                     ${MPIEXEC_EXECUTABLE} ${part})
+    set_tests_properties(test_engine_tp_layout_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+                         ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+endif()
