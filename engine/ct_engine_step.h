@@ -58,7 +58,9 @@ ct_status ct_optim_shard_sumsq(ct_optim *o, double *out);
 /* The same over the elements this worker OWNS, so that the sum over every worker of the layout
  * counts each parameter once: within its optimizer shard (ZeRO >= 1: its DP shard; else only
  * DP rank 0), TP-sharded tensors' slices, replicated tensors only on TP rank 0, the tied wte
- * only on the first pipeline stage (state.c's owner rule). */
+ * only on the first pipeline stage (state.c's owner rule). Layouts with tp > 1 only: the owned
+ * flat runs are planned at create; each run's norm is computed on the device and one float per
+ * run is read back. */
 ct_status ct_optim_owned_sumsq(ct_optim *o, double *out);
 /* One AdamW step (t 1-based) on this worker's shard: g = grad * min(1, clip / (norm + 1e-6)),
  * decay on the table's decay tensors. norm NULL: the norm of the local gradient buffer,

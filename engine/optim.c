@@ -12,8 +12,70 @@ struct ct_optim {
     ct_params *P;
     ct_device *dev;
     ct_buffer *scratch; /* [norm (1, padded to 16) | partials (CT_NORM_PARTIALS)] */
+    /* Workers holding different slices (tp > 1): the flat runs of the gradient this worker owns
+     * within its optimizer shard (every parameter counted by one worker), and a device cell
+     * per run for its norm. */
+    size_t (*runs)[2];
+    int nruns;
+    ct_buffer *cells;
+    float *hcells;
     ct_err err;
 };
+
+typedef struct flat_run {
+    size_t lo, hi;
+} flat_run;
+static int run_cmp(const void *a, const void *b) {
+    size_t x = ((const flat_run *)a)->lo, y = ((const flat_run *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+/* The owned runs (state.c's owner rule): within the optimizer shard (ZeRO >= 1: the DP shard;
+ * else DP rank 0 owns everything), TP-split tensors' slices, replicated tensors on TP rank 0
+ * only, the tied wte on the first pipeline stage only; adjacent pieces merged. */
+static ct_status owned_runs(ct_optim *o) {
+    ct_params *P = o->P;
+    const ct_layout *lay = ct_params_layout(P);
+    const ct_coords *at = ct_params_coords(P);
+    const ct_gpt_config *c = ct_params_config(P);
+    size_t lo, hi;
+    ct_params_shard(P, &lo, &hi);
+    flat_run *r = malloc(sizeof *r * (size_t)(CT_GPT_NUM_TENSORS * (c->layers + 1)));
+    if (!r) return CT_ERR(&o->err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");
+    int n = 0;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS && (lay->zero > 0 || at->dp_rank == 0); i++) {
+        if (!ct_params_holds(P, i)) continue;
+        if (ct_gpt_tensor(c, i).split == CT_SPLIT_NONE && at->tp_rank != 0) continue;
+        if (i == CT_GPT_wte && lay->pp > 1 && at->pp_rank != 0) continue;
+        int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
+        for (int l = 0; l < (block ? c->layers : 1); l++) {
+            if (block && !ct_params_holds_layer(P, l)) continue;
+            size_t a = ct_params_flat_off(P, i, l), b = a + ct_params_slice_len(P, i);
+            if (a < lo) a = lo;
+            if (b > hi) b = hi;
+            if (a < b) r[n].lo = a, r[n].hi = b, n++;
+        }
+    }
+    qsort(r, (size_t)n, sizeof *r, run_cmp);
+    int m = 0;
+    for (int k = 0; k < n; k++) {
+        if (m && r[m - 1].hi == r[k].lo) r[m - 1].hi = r[k].hi;
+        else r[m++] = r[k];
+    }
+    o->runs = malloc(sizeof *o->runs * (size_t)(m ? m : 1));
+    o->hcells = malloc(sizeof(float) * (size_t)(m ? m : 1));
+    if (!o->runs || !o->hcells) {
+        free(r);
+        return CT_ERR(&o->err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");
+    }
+    for (int k = 0; k < m; k++) o->runs[k][0] = r[k].lo, o->runs[k][1] = r[k].hi;
+    o->nruns = m;
+    free(r);
+    ct_status st = ct_buffer_alloc(o->dev, CT_MEM_WORKSPACE, "owned-gradient norm cells",
+                                   (size_t)(m ? m : 1) * sizeof(float), &o->cells);
+    if (st != CT_OK) CT_ERR(&o->err, st, "ct_optim_create: %s", ct_device_errmsg(o->dev));
+    return st;
+}
 
 #define NORM_OFF 0
 #define PARTIALS_OFF 16
@@ -32,6 +94,11 @@ ct_status ct_optim_create(ct_optim **out, ct_params *P, ct_profile *prof, ct_err
         free(o);
         return st;
     }
+    if (ct_params_layout(P)->tp > 1 && (st = owned_runs(o)) != CT_OK) {
+        CT_ERR(err, st, "%s", o->err.msg);
+        ct_optim_free(o);
+        return st;
+    }
     *out = o;
     return CT_OK;
 }
@@ -39,6 +106,9 @@ ct_status ct_optim_create(ct_optim **out, ct_params *P, ct_profile *prof, ct_err
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
     ct_buffer_free(o->scratch);
+    ct_buffer_free(o->cells);
+    free(o->runs);
+    free(o->hcells);
     free(o);
 }
 
@@ -119,40 +189,32 @@ ct_status ct_optim_shard_sumsq(ct_optim *o, double *out) {
 }
 
 ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
-    ct_params *P = o->P;
-    const ct_layout *lay = ct_params_layout(P);
-    const ct_coords *at = ct_params_coords(P);
-    size_t lo, hi;
-    ct_params_shard(P, &lo, &hi);
     *out = 0;
-    if (lay->zero == 0 && at->dp_rank != 0) return CT_OK; /* a DP replica: rank 0 counts */
-    ct_buffer *g = ct_params_grad_shard(P);
-    size_t off = g ? 0 : lo, n = hi - lo;
-    if (!g) g = ct_params_grads(P);
-    float *h = malloc((n ? n : 1) * sizeof(float));
-    if (!h) return CT_ERR(&o->err, CT_ERR_NOMEM, "gradient norm: out of host memory");
-    ct_status st = dev_fail(o, ct_buffer_read(g, off * sizeof(float), h, n * sizeof(float)),
-                            "gradient norm");
+    if (!o->runs)
+        return CT_ERR(&o->err, CT_ERR_STATE,
+                      "gradient norm: the owned runs are planned for tp > 1 only (a single "
+                      "worker or replicas use the local norm)");
+    if (o->nruns == 0) return CT_OK; /* a DP replica under ZeRO-0: rank 0 counts */
+    /* the device's norm of each run (in its cell), read back at once: one float per run */
+    size_t lo, hi;
+    ct_params_shard(o->P, &lo, &hi);
+    ct_buffer *g = ct_params_grad_shard(o->P);
+    size_t g0 = g ? lo : 0; /* flat offset of the buffer's first float */
+    if (!g) g = ct_params_grads(o->P);
+    cl_mem gm = ct_buffer_mem(g), cm = ct_buffer_mem(o->cells), sm = ct_buffer_mem(o->scratch);
+    double t0 = ct_time_now();
+    ct_status st = CT_OK;
+    for (int k = 0; k < o->nruns && st == CT_OK; k++)
+        st = ct_global_norm_forward(o->dev, ct_view_of(cm, (size_t)k), ct_view_of(sm, PARTIALS_OFF),
+                                    ct_view_of(gm, o->runs[k][0] - g0),
+                                    o->runs[k][1] - o->runs[k][0]);
+    if (st == CT_OK)
+        st = ct_buffer_read(o->cells, 0, o->hcells, (size_t)o->nruns * sizeof(float));
+    if ((st = dev_fail(o, timed(o, CT_PROF_grad_norm, t0, st), "gradient norm")) != CT_OK) return st;
     double s = 0;
-    const ct_gpt_config *c = ct_params_config(P);
-    for (int i = 0; st == CT_OK && i < CT_GPT_NUM_TENSORS; i++) {
-        if (!ct_params_holds(P, i)) continue;
-        ct_gpt_tensor_info t = ct_gpt_tensor(c, i);
-        if (t.split == CT_SPLIT_NONE && at->tp_rank != 0) continue;
-        if (i == CT_GPT_wte && lay->pp > 1 && at->pp_rank != 0) continue;
-        int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
-        size_t cnt = ct_params_slice_len(P, i);
-        for (int l = 0; l < (block ? c->layers : 1); l++) {
-            if (block && !ct_params_holds_layer(P, l)) continue;
-            size_t a = ct_params_flat_off(P, i, l), b = a + cnt;
-            if (a < lo) a = lo;
-            if (b > hi) b = hi;
-            for (size_t k = a; k < b; k++) s += (double)h[k - lo] * h[k - lo];
-        }
-    }
-    free(h);
+    for (int k = 0; k < o->nruns; k++) s += (double)o->hcells[k] * o->hcells[k];
     *out = s;
-    return st;
+    return CT_OK;
 }
 
 ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *norm,
