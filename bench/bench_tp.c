@@ -36,7 +36,7 @@
 #include "ct_parallel.h"
 
 typedef struct bopts {
-    int D, sp, steps, warmup, L, C, NH, T, B, V;
+    int D, sp, steps, warmup, L, C, NH, T, B, V, verbose;
 } bopts;
 
 #define DIE(...)                                                                 \
@@ -80,6 +80,8 @@ static void run_way(ct_exec *x, ct_model *m, ct_comm *world, const bopts *o, con
         ct_comm_barrier(world, NULL); /* the step ends when every worker's does */
         double dt = 1e3 * (ct_time_now() - t0);
         if (s >= o->warmup) total += dt, best = dt < best ? dt : best;
+        if (o->verbose && ct_comm_rank(world) == 0)
+            printf("    step %d: %.1f ms (loss %.4f)\n", s, dt, res.loss);
     }
     ct_exec_times tm;
     ct_tp_stats ts;
@@ -189,7 +191,7 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
 }
 
 int main(int argc, char **argv) {
-    bopts o = {1, 0, 3, 1, 4, 256, 4, 256, 4, 50257};
+    bopts o = {1, 0, 3, 1, 4, 256, 4, 256, 4, 50257, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *f = argv[i], *v = argv[i + 1];
         if (!strcmp(f, "--devices-per-rank")) o.D = atoi(v);
@@ -202,6 +204,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--seq")) o.T = atoi(v);
         else if (!strcmp(f, "--batch")) o.B = atoi(v);
         else if (!strcmp(f, "--vocab")) o.V = atoi(v);
+        else if (!strcmp(f, "--verbose")) o.verbose = atoi(v);
         else {
             fprintf(stderr, "bench_tp: unknown flag %s (see the comment at the top)\n", f);
             return 2;

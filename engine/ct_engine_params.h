@@ -49,7 +49,7 @@ typedef struct ct_params_plan {
     int lo[CT_MAX_CHUNKS], hi[CT_MAX_CHUNKS];
 } ct_params_plan;
 
-/* The worker's layout (tp = 1 today: the slicing is computed, the TP math is not built yet)
+/* The worker's layout (tp > 1: this TP rank's slice of every split tensor, engine/tp.c)
  * and its pipeline chunks. A config or layout that cannot be is CT_ERR_ARG / CT_ERR_UNSUPPORTED
  * with a message; device memory that cannot be had is CT_ERR_DEVICE_MEM naming the buffer. */
 ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_layout *layout,
