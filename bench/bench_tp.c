@@ -8,8 +8,9 @@
  *     CT_DEVICE=gpu bench_tp --devices-per-rank 2 ...     (workers sharing one GPU)
  *
  * Default shape: bench_train's "tiny" (L=4, C=256, NH=4, T=256, B=4, GPT-2's V=50257, Vp=50304).
- * Each layout is timed three ways on the same model, each after W warm-up steps, as the mean
- * over S steps (the engine's own step: zero_grad, forward with the loss, backward, AdamW with
+ * Each layout is timed three ways on the same model, interleaved step by step (so a changing
+ * load on a shared machine hits them alike), after W warm-up rounds, as the mean and the best of
+ * S steps each (the engine's own step: zero_grad, forward with the loss, backward, AdamW with
  * clip 1.0):
  *   "tp"        the step as trained (the input-gradient reduction overlapped with the
  *               weight-gradient GEMM);
@@ -59,41 +60,59 @@ static double formula_bytes(const bopts *o, int N, int sp) {
 typedef struct way {
     double step_ms, best_ms, compute_ms, tp_comm_ms, tp_overlap_ms, wire_bytes;
     long calls[3];
+    int n;
 } way;
 
-static void run_way(ct_exec *x, ct_model *m, ct_comm *world, const bopts *o, const int *in,
-                    const int *tg, int *t, way *out) {
+/* The three ways run interleaved, step by step (tp, no-overlap, no-comm, tp, ...), so that a
+ * machine whose load changes affects them alike; each way's figures are the differences of the
+ * executor's and the TP counters around its own steps. */
+static void run_ways(ct_exec *x, ct_model *m, ct_comm *world, const bopts *o, const int *in,
+                     const int *tg, int nways, way *w) {
     ct_schedule *sched = NULL;
     ct_err err = {0};
     if (ct_sched_make(CT_SCHED_TRIVIAL, 1, 1, 1, &sched, &err)) DIE("%s", err.msg);
     ct_adamw_hp hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    double total = 0, best = 1e30;
-    for (int s = 0; s < o->warmup + o->steps; s++) {
-        if (s == o->warmup) {
-            ct_exec_times_reset(x);
-            ct_tp_stats_reset(ct_model_tp(m));
+    ct_tp *tp = ct_model_tp(m);
+    int t = 0;
+    for (int k = 0; k < nways; k++) w[k].best_ms = 1e30;
+    for (int s = 0; s < o->warmup + o->steps; s++)
+        for (int k = 0; k < nways; k++) {
+            ct_tp_set_overlap(tp, k != 1);
+            ct_tp_set_skip_comm(tp, k == 2);
+            ct_exec_times a, b;
+            ct_tp_stats sa, sb;
+            ct_exec_times_get(x, &a);
+            ct_tp_stats_get(tp, &sa);
+            ct_comm_barrier(world, NULL);
+            double t0 = ct_time_now();
+            ct_step_result res;
+            if (ct_exec_step(x, sched, in, tg, o->B, o->T, &hp, ++t, &res))
+                DIE("%s", ct_exec_errmsg(x));
+            ct_comm_barrier(world, NULL); /* the step ends when every worker's does */
+            double dt = 1e3 * (ct_time_now() - t0);
+            ct_exec_times_get(x, &b);
+            ct_tp_stats_get(tp, &sb);
+            if (o->verbose && ct_comm_rank(world) == 0)
+                printf("    step %d way %d: %.1f ms (loss %.4f)\n", s, k, dt, res.loss);
+            if (s < o->warmup) continue;
+            way *v = &w[k];
+            v->n++;
+            v->step_ms += dt;
+            v->best_ms = dt < v->best_ms ? dt : v->best_ms;
+            v->compute_ms += b.compute_ms - a.compute_ms;
+            v->tp_comm_ms += b.tp_comm_ms - a.tp_comm_ms;
+            v->tp_overlap_ms += b.tp_overlap_ms - a.tp_overlap_ms;
+            v->wire_bytes += sb.wire_bytes - sa.wire_bytes;
+            for (int c = 0; c < 3; c++) v->calls[c] += sb.calls[c] - sa.calls[c];
         }
-        ct_comm_barrier(world, NULL);
-        double t0 = ct_time_now();
-        ct_step_result res;
-        if (ct_exec_step(x, sched, in, tg, o->B, o->T, &hp, ++*t, &res)) DIE("%s", ct_exec_errmsg(x));
-        ct_comm_barrier(world, NULL); /* the step ends when every worker's does */
-        double dt = 1e3 * (ct_time_now() - t0);
-        if (s >= o->warmup) total += dt, best = dt < best ? dt : best;
-        if (o->verbose && ct_comm_rank(world) == 0)
-            printf("    step %d: %.1f ms (loss %.4f)\n", s, dt, res.loss);
+    ct_tp_set_overlap(tp, 1);
+    ct_tp_set_skip_comm(tp, 0);
+    for (int k = 0; k < nways; k++) {
+        way *v = &w[k];
+        v->step_ms /= v->n, v->compute_ms /= v->n, v->tp_comm_ms /= v->n;
+        v->tp_overlap_ms /= v->n, v->wire_bytes /= v->n;
+        for (int c = 0; c < 3; c++) v->calls[c] /= v->n;
     }
-    ct_exec_times tm;
-    ct_tp_stats ts;
-    ct_exec_times_get(x, &tm);
-    ct_tp_stats_get(ct_model_tp(m), &ts);
-    out->step_ms = total / o->steps;
-    out->best_ms = best;
-    out->compute_ms = tm.compute_ms / o->steps;
-    out->tp_comm_ms = tm.tp_comm_ms / o->steps;
-    out->tp_overlap_ms = tm.tp_overlap_ms / o->steps;
-    out->wire_bytes = ts.wire_bytes / o->steps;
-    for (int k = 0; k < 3; k++) out->calls[k] = ts.calls[k] / o->steps;
     ct_sched_free(sched);
 }
 
@@ -132,21 +151,11 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
         in[i] = (int)((s >> 8) % (unsigned)o->V);
         tg[i] = (int)((s >> 4) % (unsigned)o->V);
     }
-    int t = 0;
     way w[3];
     memset(w, 0, sizeof w);
     ct_tp *tp = ct_model_tp(m);
-    run_way(x, m, world, o, in, tg, &t, &w[0]);
-    if (N > 1) {
-        ct_tp_set_overlap(tp, 0);
-        run_way(x, m, world, o, in, tg, &t, &w[1]);
-        ct_tp_set_overlap(tp, 1);
-        ct_tp_set_skip_comm(tp, 1);
-        run_way(x, m, world, o, in, tg, &t, &w[2]);
-        ct_tp_set_skip_comm(tp, 0);
-    } else {
-        w[1] = w[2] = w[0];
-    }
+    run_ways(x, m, world, o, in, tg, N > 1 ? 3 : 1, w);
+    if (N == 1) w[1] = w[2] = w[0];
     ct_mem_stats ms;
     ct_device_mem_stats(dev, &ms);
     double act = (double)ms.current[CT_MEM_ACTIVATIONS], host = (double)ct_tp_host_bytes(tp);

@@ -432,9 +432,11 @@ static void test_init_and_create_errors(ct_device *dev) {
     bad.padded_vocab = 50;
     CT_ASSERT_EQ_INT(ct_model_create(&x, &bad, &lay, &at, dev, 1, 8, &err), CT_ERR_ARG);
     CT_ASSERT_EQ_INT(ct_model_create(&x, &c, &lay, &at, dev, 1, 17, &err), CT_ERR_ARG);
-    /* data parallelism is built (issue 5); tensor parallelism and ZeRO stages above 3 are not */
+    /* tensor parallelism needs its TP group (ct_model_create_plan); ZeRO stages above 3 do not
+     * exist */
     ct_layout tp2 = {1, 2, 1, 0, 1}, z4 = {2, 1, 1, 4, 1};
-    CT_ASSERT_EQ_INT(ct_model_create(&x, &c, &tp2, &at, dev, 1, 8, &err), CT_ERR_UNSUPPORTED);
+    CT_ASSERT_EQ_INT(ct_model_create(&x, &c, &tp2, &at, dev, 1, 8, &err), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(err.msg, "needs the TP group");
     CT_ASSERT(x == NULL);
     CT_ASSERT_EQ_INT(ct_model_create(&x, &c, &z4, &at, dev, 1, 8, &err), CT_ERR_UNSUPPORTED);
     CT_ASSERT(x == NULL);
