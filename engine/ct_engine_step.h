@@ -74,11 +74,10 @@ ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *
 
 /* A range of the flat gradient layout and how it is reduced: over groups[0] with op[0], then
  * over groups[1] with op[1] (either may be NULL: nothing at that step). Ranges are data: the
- * default is one range over the DP group (averaged); tensor parallelism with sequence
- * parallelism adds, for the replicated LayerNorm parameters each TP worker saw only its rows
- * of, a sum over the TP group (the tied embedding will sum over the embedding group). Buckets
- * are cut across range boundaries; each bucket makes one all-reduce per distinct (group, op) of
- * the ranges it meets (their pieces packed together when they are not the whole bucket). */
+ * stage's layout averaged over the DP group; a pipeline's tied wte then summed over the
+ * embedding group; under tensor parallelism with sequence parallelism the replicated LayerNorm
+ * parameters (each TP worker's gradient covers only its tokens) summed over the TP group.
+ * Buckets are cut within each range; a range with no group is never staged. */
 typedef struct ct_grad_range {
     size_t lo, hi;
     ct_comm *groups[2]; /* both NULL: nothing to reduce (no buckets) */

@@ -179,8 +179,8 @@ if want refuse; then
     expect_bad "ZeRO without DP" "--zero 1 needs data parallelism" 1 1 --zero 1
     expect_bad "no ZeRO-4" "--zero must be 0, 1, 2 or 3" 1 2 --dp 2 --devices-per-rank 2 --zero 4
     expect_bad "more workers than devices" "more workers than devices" 1 2 --dp 3 --devices-per-rank 3
-    expect_bad "--dp vs workers" "= 2 workers does not match the 1 workers" 1 1 --dp 2
-    expect_bad "--dp vs ranks" "= 4 workers does not match the 2 workers" 2 1 --dp 4
+    expect_bad "--dp vs workers" "--dp 2 does not match the 1 workers" 1 1 --dp 2
+    expect_bad "--dp vs ranks" "--dp 4 does not match the 2 workers" 2 1 --dp 4
 fi
 
 if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi

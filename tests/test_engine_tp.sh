@@ -5,7 +5,7 @@
 #    micro-batches) and clipping on (--grad-clip below the norms): tp = 2 and 4 as threads
 #    (--devices-per-rank), as MPI ranks and mixed (a TP group across two ranks), sequence
 #    parallelism on and off, the input-gradient overlap on and off, dp 2 x tp 2 with ZeRO 1, 2
-#    and 3: the 20 losses match the single-device run within 1e-5 relative.
+#    and 3, tp 2 x pp 2: the 20 losses match the single-device run within 1e-5 relative.
 # 2. The "memory" records give each worker's model state within 5 % of the ZeRO formulas applied
 #    to psi_tp = (TP-split parameters) / tp + replicated ones, over its DP group.
 # 3. Checkpoints stay gathered: written at tp = 4 (with SP) they resume on one device and at
@@ -108,6 +108,9 @@ if want threads; then
     run t4 1 4 4 --tp 4 --tp-overlap 0 && compare "$D/ref.jsonl" "$D/t4.jsonl" "threads tp 4, overlap off"
     run t4s 1 4 4 --tp 4 --sequence-parallel 1 &&
         compare "$D/ref.jsonl" "$D/t4s.jsonl" "threads tp 4 SP" && memcheck "$D/t4s.jsonl" 4
+    # the fused attention kernels on each worker's heads
+    run t2f 1 2 2 --tp 2 --sequence-parallel 1 --attention fused &&
+        compare "$D/ref.jsonl" "$D/t2f.jsonl" "threads tp 2 SP, fused attention"
     run t22z2 1 4 4 --tp 2 --dp 2 --zero 2 --sequence-parallel 1 &&
         compare "$D/ref.jsonl" "$D/t22z2.jsonl" "threads dp 2 x tp 2 SP ZeRO-2" &&
         memcheck "$D/t22z2.jsonl" 4
@@ -126,6 +129,9 @@ if want mixed; then
     run m22z1 2 2 2 --dp 2 --tp 2 --zero 1 &&
         compare "$D/ref.jsonl" "$D/m22z1.jsonl" "mixed 2x2 dp 2 x tp 2 ZeRO-1" &&
         memcheck "$D/m22z1.jsonl" 4
+    # tp 2 inside each process x a 2-stage pipeline across the ranks (1F1B, SP on)
+    run m2pp2 2 2 2 --tp 2 --pp 2 --sequence-parallel 1 &&
+        compare "$D/ref.jsonl" "$D/m2pp2.jsonl" "mixed 2x2 tp 2 x pp 2 SP (1f1b)"
     run m22z3s 2 2 2 --dp 2 --tp 2 --zero 3 --sequence-parallel 1 &&
         compare "$D/ref.jsonl" "$D/m22z3s.jsonl" "mixed 2x2 dp 2 x tp 2 SP ZeRO-3" &&
         memcheck "$D/m22z3s.jsonl" 4
@@ -180,9 +186,11 @@ if want refuse; then
     expect_bad "T % tp with SP" "does not divide the sequence length T = 18" 1 4 --tp 4 \
         --devices-per-rank 4 --seq 18 --total-batch 0 --sequence-parallel 1
     expect_bad "SP without TP" "--sequence-parallel 1 needs tensor parallelism" 1 1 --sequence-parallel 1
-    expect_bad "layout vs workers" "--dp 1 x --tp 2 = 2 workers does not match the 1 workers" 1 1 --tp 2
-    expect_bad "layout vs ranks" "--dp 2 x --tp 2 = 4 workers does not match the 2 workers" 2 1 --tp 2 --dp 2
+    expect_bad "layout vs workers" "--dp 1 x --tp 2 x --pp 1 = 2 does not match the 1 workers" 1 1 --tp 2
+    expect_bad "layout vs ranks" "--dp 2 x --tp 2 x --pp 1 = 4 does not match the 2 workers" 2 1 --tp 2 --dp 2
     expect_bad "--tp 0" "--tp must be >= 1" 1 1 --tp 0
+    expect_bad "zb1 with TP" "--schedule zb1 with --tp 2" 1 4 --tp 2 --pp 2 --devices-per-rank 4 \
+        --schedule zb1
 fi
 
 if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
