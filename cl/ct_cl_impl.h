@@ -21,6 +21,10 @@ typedef struct ct__program_entry {
     ct__kernel_entry *kernels;
 } ct__program_entry;
 
+/* Every CLBlast call of the process holds this lock (tune.c: why). */
+void ct__clblast_lock(void);
+void ct__clblast_unlock(void);
+
 struct ct_device {
     ct_device_info info;
     int row_groups; /* resolved ct_device_opts.row_groups */

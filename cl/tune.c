@@ -155,15 +155,21 @@ ct_status ct_tune_set_format(const ct_tune_set *s, char *buf, size_t len) {
     return CT_OK;
 }
 
-/* CLBlastOverrideParameters updates CLBlast's process-wide parameter database and is not safe
- * to call from two threads at once (seen crashing when two workers opened their devices
- * together), so every application of a set is serialised here. This guards a third-party call;
- * it carries no device or layout state. */
-static pthread_mutex_t override_lock = PTHREAD_MUTEX_INITIALIZER;
+/* CLBlast 1.5.3 (Debian 12's) is not safe to call from several threads at once:
+ * CLBlastOverrideParameters updates a process-wide parameter database (seen crashing when two
+ * workers opened their devices together), and storing a compiled routine in its cache races
+ * (CLBlast's issue 486, fixed in 1.6.1 by its PR 495; seen here as a segfault in the first GEMM of
+ * four worker threads sharing one GPU, one run in three). So every CLBlast call of the process is
+ * serialised by this lock: overrides here, GEMMs in gemm.c. The calls only enqueue, so the lock
+ * is held for microseconds, except while CLBlast compiles a routine the first time. It guards a
+ * third-party library; it carries no device or layout state. */
+static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
+void ct__clblast_lock(void) { pthread_mutex_lock(&clblast_lock); }
+void ct__clblast_unlock(void) { pthread_mutex_unlock(&clblast_lock); }
 
 ct_status ct_tune_set_apply(ct_device *d, const ct_tune_set *s) {
     if (s->builtin) return CT_OK; /* CLBlast's own database applies */
-    pthread_mutex_lock(&override_lock);
+    ct__clblast_lock();
     ct_status st = CT_OK;
     for (int i = 0; i < s->nkernels && st == CT_OK; i++) {
         const ct_tune_kernel *k = &s->kernels[i];
@@ -178,7 +184,7 @@ ct_status ct_tune_set_apply(ct_device *d, const ct_tune_set *s) {
                         "(%d). Hint: every parameter of the kernel must be listed",
                         k->kernel, d->info.index, d->info.name, ct_clblast_error_name(rc), (int)rc);
     }
-    pthread_mutex_unlock(&override_lock);
+    ct__clblast_unlock();
     return st;
 }
 
