@@ -545,6 +545,32 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     plan.max_B = t->b, plan.max_T = p->seq, plan.slots = t->slots[at.pp_rank];
     plan.split_backward = r->kind == CT_SCHED_ZB1;
     ct_attn_path_parse(p->attention, &plan.attention); /* checked by ct_train_params_check */
+    if (plan.attention == CT_ATTN_AUTO && t->world && ct_comm_size(t->world) > 1) {
+        /* One decision for every worker (a timing each worker made for itself could differ
+         * between them, and the replicas would then run different numerics): world worker 0
+         * measures on its device, every worker builds that path. */
+        int tpn = p->tp > 0 ? p->tp : 1;
+        int32_t chosen = 0;
+        if (t->leader) {
+            ct_attn_path path = CT_ATTN_GEMM;
+            ct_attn_cfg acfg;
+            char note[256];
+            if ((st = ct_attn_select(t->dev, CT_ATTN_AUTO, NULL, p->seq, cfg->channels / tpn,
+                                     cfg->heads / tpn, &path, &acfg, note, sizeof note)) != CT_OK)
+                chosen = -1;
+            else
+                chosen = path == CT_ATTN_FUSED ? 1 : 0;
+        }
+        if ((st = ct_comm_bcast(t->world, &chosen, 1, CT_I32, 0, NULL)) != CT_OK) {
+            terr(t, err, st, "agreeing on the attention path: %s", ct_comm_errmsg(t->world));
+            goto fail;
+        }
+        if (chosen < 0) {
+            st = terr(t, err, CT_ERR_DEVICE_MEM, "choosing the attention path failed on worker 0");
+            goto fail;
+        }
+        plan.attention = chosen ? CT_ATTN_FUSED : CT_ATTN_GEMM;
+    }
     plan.tp = t->grid ? ct_grid_tp(t->grid) : NULL;
     plan.sp = p->sequence_parallel;
     if (N > 1) {
