@@ -175,7 +175,18 @@ ct_status ct_layernorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, c
     if (dweight.mem) {
         karg a[] = {KMEM(dweight), KMEM(dbias), KMEM(dout), KMEM(inp),
                     KMEM(mean),    KMEM(rstd),  KINT(B * T), KINT(C)};
-        st = launch(dev, "layernorm", "layernorm_backward_dparams", (size_t)C, 64, a, NARGS(a));
+        cl_kernel k = NULL;
+        size_t local = 0;
+        if (ct_device_row_groups(dev) &&
+            (st = prepare(dev, "layernorm", "layernorm_backward_dparams_groups", a, NARGS(a), 256,
+                          256, &k, &local)) != CT_OK)
+            return st;
+        if (local == 256) { /* 32 channels x 8 row lanes per group */
+            size_t global = ((size_t)C + 31) / 32 * 256;
+            st = ct_kernel_launch(dev, k, 1, &global, &local, NULL);
+        } else {
+            st = launch(dev, "layernorm", "layernorm_backward_dparams", (size_t)C, 64, a, NARGS(a));
+        }
         if (st != CT_OK) return st;
     }
     if (!dinp.mem) return CT_OK;

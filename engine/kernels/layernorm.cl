@@ -150,3 +150,38 @@ __kernel void layernorm_backward_dinp_rows(__global float *dinp, ulong dinp_off,
         dx[i] = accumulate ? dx[i] + g : g;
     }
 }
+
+/* dw (C) += sum_r dout*norm, db (C) += sum_r dout with work-groups of 32 channels x 8 row lanes
+ * (exactly 256 items): lane k sums rows k, k + 8, ...; consecutive items take consecutive
+ * channels (coalesced reads); the 8 lanes of a channel are added in lane order. */
+__kernel void layernorm_backward_dparams_groups(__global float *dw, ulong dw_off,
+                                                __global float *db, ulong db_off,
+                                                __global const float *dout, ulong dout_off,
+                                                __global const float *inp, ulong inp_off,
+                                                __global const float *mean, ulong mean_off,
+                                                __global const float *rstd, ulong rstd_off,
+                                                int N, int C) {
+    __local float pw[8][32], pb[8][32];
+    int lid = (int)get_local_id(0), ch = lid % 32, lane = lid / 32;
+    size_t c = get_group_id(0) * 32 + (size_t)ch;
+    float sw = 0.0f, sb = 0.0f;
+    if (c < (size_t)C)
+        for (size_t r = (size_t)lane; r < (size_t)N; r += 8) {
+            float dy = dout[dout_off + r * C + c];
+            float nn = (inp[inp_off + r * C + c] - mean[mean_off + r]) * rstd[rstd_off + r];
+            sw += dy * nn;
+            sb += dy;
+        }
+    pw[lane][ch] = sw;
+    pb[lane][ch] = sb;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane == 0 && c < (size_t)C) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int k = 0; k < 8; k++) {
+            tw += pw[k][ch];
+            tb += pb[k][ch];
+        }
+        dw[dw_off + c] += tw;
+        db[db_off + c] += tb;
+    }
+}
