@@ -188,8 +188,13 @@ ct_status ct_buffer_read(const ct_buffer *b, size_t off, void *dst, size_t bytes
 ct_status ct_buffer_zero(ct_buffer *b, size_t off, size_t bytes) {
     ct_status st = range_check(b, off, bytes, "zero");
     if (st != CT_OK || bytes == 0) return st;
-    const unsigned char z = 0;
-    cl_int rc = clEnqueueFillBuffer(b->dev->queue, b->mem, &z, 1, off, bytes, 0, NULL, NULL);
+    /* the widest pattern the range allows (with a 1-byte pattern an H100 took 1.2 ms to zero
+     * 500 MB of gradients, about a seventh of its memory bandwidth; a word-sized pattern lets a
+     * driver write words) */
+    static const unsigned char z[16] = {0};
+    size_t pat = 16;
+    while (pat > 1 && (off % pat || bytes % pat)) pat /= 2;
+    cl_int rc = clEnqueueFillBuffer(b->dev->queue, b->mem, z, pat, off, bytes, 0, NULL, NULL);
     if (rc != CL_SUCCESS) return CT_CL_FAIL(&b->dev->err, rc, "zeroing buffer '%s'", b->name);
     return CT_OK;
 }
