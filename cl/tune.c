@@ -10,6 +10,8 @@
  * ct_tune writes when nothing beat CLBlast's own parameters) applies nothing and keeps any shipped
  * pattern from applying. */
 #include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,9 +116,12 @@ ct_status ct_tune_set_parse(const char *text, ct_tune_set *out, ct_err *err) {
                 return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d: '%s' is not NAME=VALUE",
                               lineno, tok);
             *e = '\0';
-            unsigned long long v = strtoull(e + 1, &end, 10);
-            if (end == e + 1 || *end)
-                return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d: value of %s is not a number",
+            errno = 0;
+            /* digits only: strtoull would take "-1" as 2^64 - 1 and saturate on overflow */
+            unsigned long long v = isdigit((unsigned char)e[1]) ? strtoull(e + 1, &end, 10) : 0;
+            if (!isdigit((unsigned char)e[1]) || *end || errno == ERANGE || v > SIZE_MAX)
+                return CT_ERR(err, CT_ERR_FORMAT,
+                              "tuning file line %d: value of %s is not a non-negative number",
                               lineno, tok);
             if (ct_tune_set_put(out, kernel, tok, (size_t)v) != CT_OK)
                 return CT_ERR(err, CT_ERR_FORMAT, "tuning file line %d: too many kernels or parameters",

@@ -85,6 +85,16 @@ ct_status ct_tokenizer_open(ct_tokenizer **out, const char *path, ct_err *err) {
         st = CT_ERR(err, CT_ERR_FORMAT, "%s: implausible vocabulary size %u", path, h[2]);
         goto cleanup;
     }
+    /* every token takes at least 2 bytes (length, one byte): refuse a header that promises more
+     * tokens than the file can hold before allocating for them (a 1 KiB file could otherwise
+     * make us allocate 256 MiB of tables) */
+    if (h[2] > (n - 1024) / 2) {
+        st = CT_ERR(err, CT_ERR_FORMAT,
+                    "%s: the header says %u tokens, but the %zu bytes after it hold at most %zu "
+                    "(truncated?)",
+                    path, h[2], n - 1024, (n - 1024) / 2);
+        goto cleanup;
+    }
     CT_CHECK(tok_alloc(&t, (int)h[2], err));
     if (h[1] == 2) {
         if (h[3] >= h[2]) {

@@ -107,6 +107,10 @@ typedef struct ct__select_row {
     char algo[32];
 } ct__select_row;
 #define CT__SELECT_MAX 128
+/* Parse selector-table text (lines "collective nmin nmax local bytes_max algorithm", '#'
+ * comments) into rows[0..*n), at most max. Pure (no topology): ct_topo_set_select_table and the
+ * fuzz target call it. A bad line is CT_ERR_FORMAT naming it; *n is 0 then. */
+ct_status ct__select_parse(const char *text, ct__select_row *rows, int max, int *n, ct_err *err);
 
 struct ct_topo {
     int rank, nranks, D, W;

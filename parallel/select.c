@@ -4,6 +4,8 @@
  * several; bytes_max 0 = any). bench_allreduce --write-table regenerates the all-reduce rows from
  * measurements; programs may load a table file and set overrides (CT_COLL_ALGO, read by
  * programs in one place). Restricted algorithms are skipped by the selector, refused when named. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,46 +95,89 @@ static const char *default_table =
     "bcast 1 0 -1 0 binomial\n"
     "barrier 1 0 -1 0 dissemination\n";
 
-ct_status ct_topo_set_select_table(ct_topo *t, const char *text, ct_err *err) {
-    ct__select_row rows[CT__SELECT_MAX];
+/* One whitespace-separated integer field of a table line: all of it a number within [lo, hi]. */
+static int parse_field(const char *tok, long long lo, long long hi, long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(tok, &end, 10);
+    if (end == tok || *end || errno == ERANGE || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+ct_status ct__select_parse(const char *text, ct__select_row *rows, int max, int *nrows,
+                           ct_err *err) {
     int n = 0, line = 0;
-    const char *p = text;
-    while (p && *p) {
+    *nrows = 0;
+    const char *p = text ? text : "";
+    while (*p) {
         const char *e = strchr(p, '\n');
         size_t len = e ? (size_t)(e - p) : strlen(p);
-        char buf[256], coll[32], algo[32];
+        char buf[256];
         line++;
-        if (len >= sizeof buf) len = sizeof buf - 1;
+        /* a line is never cut short: a truncated line could read as another, valid one */
+        if (len >= sizeof buf)
+            return CT_ERR(err, CT_ERR_FORMAT, "selector table line %d: longer than %zu characters",
+                          line, sizeof buf - 1);
         memcpy(buf, p, len);
         buf[len] = 0;
         p = e ? e + 1 : p + len;
         char *h = strchr(buf, '#');
         if (h) *h = 0;
-        int nmin, nmax, local;
-        unsigned long long bmax;
-        char extra[8];
-        int k = sscanf(buf, "%31s %d %d %d %llu %31s %7s", coll, &nmin, &nmax, &local, &bmax, algo,
-                       extra);
-        if (k <= 0) continue;
-        ct__select_row *r = &rows[n];
+        char *tok[7], *save = NULL;
+        int k = 0;
+        for (char *w = strtok_r(buf, " \t\r\v\f", &save); w && k < 7;
+             w = strtok_r(NULL, " \t\r\v\f", &save))
+            tok[k++] = w;
+        if (k == 0) continue;
         if (k != 6)
-            return CT_ERR(err, CT_ERR_FORMAT, "selector table line %d: expected \"collective nmin "
-                          "nmax local bytes_max algorithm\", got \"%s\"", line, buf);
-        if (ct_coll_parse(coll, &r->coll))
-            return CT_ERR(err, CT_ERR_FORMAT, "selector table line %d: unknown collective \"%s\"",
-                          line, coll);
-        if (!ct__algo_find(r->coll, algo))
-            return CT_ERR(err, CT_ERR_FORMAT, "selector table line %d: no algorithm \"%s\" for %s",
-                          line, algo, coll);
-        if (n >= CT__SELECT_MAX)
-            return CT_ERR(err, CT_ERR_FORMAT, "selector table: more than %d rows", CT__SELECT_MAX);
-        r->nmin = nmin;
-        r->nmax = nmax;
-        r->local = local;
-        r->bytes_max = (size_t)bmax;
-        snprintf(r->algo, sizeof r->algo, "%s", algo);
-        n++;
+            return CT_ERR(err, CT_ERR_FORMAT,
+                          "selector table line %d: expected \"collective nmin nmax local bytes_max "
+                          "algorithm\" (6 fields), got %s%d",
+                          line, k == 7 ? "more than " : "", k == 7 ? 6 : k);
+        ct__select_row r;
+        memset(&r, 0, sizeof r);
+        long long nmin, nmax, local, bmax;
+        if (ct_coll_parse(tok[0], &r.coll))
+            return CT_ERR(err, CT_ERR_FORMAT, "selector table line %d: unknown collective \"%.40s\"",
+                          line, tok[0]);
+        if (parse_field(tok[1], 1, INT_MAX, &nmin) || parse_field(tok[2], 0, INT_MAX, &nmax) ||
+            (nmax && nmax < nmin))
+            return CT_ERR(err, CT_ERR_FORMAT,
+                          "selector table line %d: group sizes \"%.20s %.20s\": nmin >= 1 and nmax "
+                          "= 0 (any) or >= nmin",
+                          line, tok[1], tok[2]);
+        if (parse_field(tok[3], -1, 1, &local))
+            return CT_ERR(err, CT_ERR_FORMAT,
+                          "selector table line %d: local \"%.20s\" is not -1 (any), 0 (one worker "
+                          "per rank) or 1 (some rank holds several)",
+                          line, tok[3]);
+        if (parse_field(tok[4], 0, LLONG_MAX, &bmax))
+            return CT_ERR(err, CT_ERR_FORMAT,
+                          "selector table line %d: bytes_max \"%.30s\" is not a byte count >= 0 "
+                          "(0 = any)",
+                          line, tok[4]);
+        if (!ct__algo_find(r.coll, tok[5]))
+            return CT_ERR(err, CT_ERR_FORMAT, "selector table line %d: no algorithm \"%.40s\" for %s",
+                          line, tok[5], tok[0]);
+        if (n >= max)
+            return CT_ERR(err, CT_ERR_FORMAT, "selector table: more than %d rows", max);
+        r.nmin = (int)nmin;
+        r.nmax = (int)nmax;
+        r.local = (int)local;
+        r.bytes_max = (size_t)bmax;
+        snprintf(r.algo, sizeof r.algo, "%s", tok[5]);
+        rows[n++] = r;
     }
+    *nrows = n;
+    return CT_OK;
+}
+
+ct_status ct_topo_set_select_table(ct_topo *t, const char *text, ct_err *err) {
+    ct__select_row rows[CT__SELECT_MAX];
+    int n = 0;
+    ct_status st = ct__select_parse(text, rows, CT__SELECT_MAX, &n, err);
+    if (st != CT_OK) return st; /* the table in force stays */
     memcpy(t->table, rows, sizeof(rows[0]) * (size_t)n);
     t->ntable = n;
     return CT_OK;
@@ -141,14 +186,27 @@ ct_status ct_topo_set_select_table(ct_topo *t, const char *text, ct_err *err) {
 void ct__select_default(ct_topo *t) { ct_topo_set_select_table(t, default_table, NULL); }
 
 ct_status ct_topo_load_select_table(ct_topo *t, const char *path, ct_err *err) {
+    enum { CAP = 1 << 16 };
     FILE *f = fopen(path, "rb");
-    if (!f) return CT_ERR(err, CT_ERR_IO, "cannot open selector table \"%s\"", path);
-    char *buf = calloc(1, 1 << 16);
-    size_t n = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
+    if (!f) return CT_ERR(err, CT_ERR_IO, "cannot open selector table \"%s\": %s", path,
+                          strerror(errno));
+    char *buf = calloc(1, CAP + 1);
+    if (!buf) {
+        fclose(f);
+        return CT_ERR(err, CT_ERR_NOMEM, "selector table \"%s\": out of host memory", path);
+    }
+    size_t n = fread(buf, 1, CAP + 1, f);
+    int bad = ferror(f);
     fclose(f);
-    if (!buf) return CT_ERR(err, CT_ERR_NOMEM, "selector table");
-    (void)n;
-    ct_status st = ct_topo_set_select_table(t, buf, err);
+    ct_status st = CT_OK;
+    if (bad)
+        st = CT_ERR(err, CT_ERR_IO, "reading selector table \"%s\" failed", path);
+    else if (n > CAP) /* never parse a silently cut table */
+        st = CT_ERR(err, CT_ERR_FORMAT, "selector table \"%s\" is larger than %d bytes", path, CAP);
+    else if (memchr(buf, 0, n))
+        st = CT_ERR(err, CT_ERR_FORMAT, "selector table \"%s\" holds a NUL byte (not text)", path);
+    else
+        st = ct_topo_set_select_table(t, buf, err);
     free(buf);
     return st;
 }

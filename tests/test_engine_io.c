@@ -397,6 +397,23 @@ static void test_checkpoint(void) {
     CT_ASSERT_OK(ct_checkpoint_find(ckdir, found, sizeof found, &err), err.msg);
     CT_ASSERT_STR_CONTAINS(found, "ckpt_00000200.bin");
     CT_ASSERT(!dir_has_tmp());
+    /* a 'latest' with a NUL byte named the directory itself (found by fuzzing); "." and ".."
+     * are not checkpoint files */
+    {
+        char lp[1300];
+        snprintf(lp, sizeof lp, "%s/latest", ckdir);
+        const char *bodies[] = {"\0ckpt_00000200.bin\n", ".\n", "..", "ckpt_1\0.bin"};
+        const size_t lens[] = {19, 2, 2, 12};
+        for (int i = 0; i < 4; i++) {
+            FILE *f = fopen(lp, "wb");
+            fwrite(bodies[i], 1, lens[i], f);
+            fclose(f);
+            CT_ASSERT_EQ_INT(ct_checkpoint_find(ckdir, found, sizeof found, &err), CT_ERR_FORMAT);
+            CT_ASSERT_STR_CONTAINS(err.msg, "malformed");
+        }
+        CT_ASSERT_OK(ct_checkpoint_save_dir(ckdir, &ck, path, sizeof path, &err), err.msg);
+        CT_ASSERT_OK(ct_checkpoint_find(ckdir, found, sizeof found, &err), err.msg);
+    }
 
     /* Corruption: flip one byte inside each section's payload or header; truncate at many
      * lengths. Every case must be refused with a message, and must never pass. */
@@ -565,6 +582,16 @@ static void test_tokenizer(void) {
         fclose(f);
         CT_ASSERT_EQ_INT(ct_tokenizer_open(&t, bad, &err), CT_ERR_FORMAT);
         CT_ASSERT_STR_CONTAINS(err.msg, "bad magic");
+        /* a header promising 2^24 tokens in a 1 KiB file is refused before 256 MiB of tables
+         * are allocated for them (found reviewing the reader for its fuzz target) */
+        raw[0] ^= 1;
+        uint32_t big = 1u << 24;
+        memcpy(raw + 8, &big, 4);
+        f = fopen(bad, "wb");
+        fwrite(raw, 1, n, f);
+        fclose(f);
+        CT_ASSERT_EQ_INT(ct_tokenizer_open(&t, bad, &err), CT_ERR_FORMAT);
+        CT_ASSERT_STR_CONTAINS(err.msg, "hold at most");
     }
     free(raw);
     /* Version 1 has no end-of-text token. */

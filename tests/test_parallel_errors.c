@@ -115,6 +115,24 @@ static int selector(int argc, char **argv) {
     CHECK(HAS(err.msg, "line 1") && HAS(err.msg, "warp"), "message: %s", err.msg);
     CHECK(ct_topo_set_select_table(t, "# c\nallreduce 1 0\n", &err) == CT_ERR_FORMAT, "short line");
     CHECK(HAS(err.msg, "line 2"), "message: %s", err.msg);
+    /* found reviewing the parser for the fuzz target: 129 rows wrote past the 128-row table;
+     * a line over 255 characters was cut short (and could read as another valid line); the
+     * numbers were not checked */
+    {
+        char big[129 * 20 + 1] = "", longl[300];
+        for (int i = 0; i < 129; i++) strcat(big, "bcast 1 0 1 0 mpi\n");
+        CHECK(ct_topo_set_select_table(t, big, &err) == CT_ERR_FORMAT, "129 rows refused");
+        CHECK(HAS(err.msg, "more than 128 rows"), "message: %s", err.msg);
+        snprintf(longl, sizeof longl, "allreduce 1 0 -1 0 ring%260s\n", "x");
+        CHECK(ct_topo_set_select_table(t, longl, &err) == CT_ERR_FORMAT, "long line refused");
+        CHECK(HAS(err.msg, "longer than"), "message: %s", err.msg);
+        CHECK(ct_topo_set_select_table(t, "allreduce 1 0 2 0 ring\n", &err) == CT_ERR_FORMAT, "local 2");
+        CHECK(HAS(err.msg, "local"), "message: %s", err.msg);
+        CHECK(ct_topo_set_select_table(t, "allreduce 4 2 -1 0 ring\n", &err) == CT_ERR_FORMAT, "nmax < nmin");
+        CHECK(ct_topo_set_select_table(t, "allreduce 1 0 -1 -5 ring\n", &err) == CT_ERR_FORMAT, "bytes < 0");
+        CHECK(ct_topo_set_select_table(t, "allreduce 1x 0 -1 0 ring\n", &err) == CT_ERR_FORMAT, "1x");
+        CHECK(ct_topo_set_select_table(t, "allreduce 1 0 -1 0 ring ring\n", &err) == CT_ERR_FORMAT, "7 fields");
+    }
     CHECK(ct_topo_set_select_table(t, "allreduce 1 0 -1 0 mpi\nallreduce 1 0 -1 0 naive\n", &err) == CT_OK, "x");
     CHECK(!strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 8), "mpi"), "mpi usable with 1x1");
     char path[] = "/tmp/ct_select_XXXXXX";

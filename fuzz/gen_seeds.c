@@ -1,0 +1,119 @@
+/* gen_seeds.c - writes the fuzz targets' seed corpus (fuzz/corpus/<target>/) with the library's
+ * own writers, so every seed is a valid file of its format. Run by hand when a format changes:
+ *
+ *     gen_seeds fuzz/corpus                                            (scripts/fuzz --seeds)
+ *
+ * The seeds are small on purpose (a fuzzer mutates them: 1 to 5 KiB each). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ct_engine_io.h"
+
+static void die(const char *what, const ct_err *err) {
+    fprintf(stderr, "gen_seeds: %s: %s\n", what, err ? err->msg : "");
+    exit(1);
+}
+
+static void put(const char *dir, const char *name, const void *p, size_t n) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f)) die(path, NULL);
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    unsigned char *b = NULL;
+    ct_err err = {0};
+    if (ct_file_read_all(path, &b, n, &err)) die(path, &err);
+    return b;
+}
+
+static void sub(char *out, size_t len, const char *root, const char *name) {
+    snprintf(out, len, "%s/%s", root, name);
+    mkdir(out, 0755);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: gen_seeds CORPUS_DIR\n");
+        return 2;
+    }
+    const char *root = argv[1];
+    char dir[1024], tmp[1100];
+    ct_err err = {0};
+    mkdir(root, 0755);
+    snprintf(tmp, sizeof tmp, "%s/.gen_seeds.tmp", root);
+    /* a tiny model: L=1, C=4, NH=2, V=6, Vp=8, maxT=4 (300 parameters) */
+    ct_gpt_config cfg = {4, 6, 8, 1, 2, 4};
+    size_t sizes[CT_GPT_NUM_TENSORS], np = ct_gpt_param_sizes(&cfg, sizes);
+    float *p = malloc(np * 4), *m = malloc(np * 4), *v = malloc(np * 4);
+    for (size_t i = 0; i < np; i++) p[i] = (float)i / 64 - 2, m[i] = 1e-3f * i, v[i] = 1e-6f * i;
+    sub(dir, sizeof dir, root, "model_file");
+    if (ct_model_file_write(tmp, &cfg, p, &err)) die("model", &err);
+    size_t n;
+    unsigned char *b = slurp(tmp, &n);
+    put(dir, "tiny.bin", b, n);
+    put(dir, "header_only.bin", b, 1024);
+    free(b);
+    /* checkpoints of the same model */
+    sub(dir, sizeof dir, root, "checkpoint");
+    ct_checkpoint ck;
+    memset(&ck, 0, sizeof ck);
+    ck.cfg = cfg;
+    ck.step = 7;
+    ck.rng[0] = 1, ck.rng[1] = 2, ck.rng[2] = 3, ck.rng[3] = 4;
+    ck.loader_B = 2, ck.loader_T = 4, ck.loader_accum = 1, ck.loader_seed = 1337;
+    ck.data_tokens = 1000;
+    ck.nparams = np;
+    ck.params = p, ck.m = m, ck.v = v;
+    ck.meta = "lr=0.003\nsteps=10\n";
+    if (ct_checkpoint_write(tmp, &ck, &err)) die("checkpoint", &err);
+    b = slurp(tmp, &n);
+    put(dir, "tiny.ckpt", b, n);
+    free(b);
+    put(dir, "latest_line", "ckpt_00000007.bin\n", 18);
+    /* token shards: input = [u16 length of a][shard a][shard b], both magics */
+    sub(dir, sizeof dir, root, "shards");
+    uint32_t tok[40];
+    for (int i = 0; i < 40; i++) tok[i] = (uint32_t)(i * 7 % 23);
+    unsigned char *sa, *sb;
+    size_t na, nb;
+    if (ct_data_write_shard(tmp, tok, 24, 0, &err)) die("shard u16", &err);
+    sa = slurp(tmp, &na);
+    tok[3] = 70000; /* forces the uint32 magic */
+    if (ct_data_write_shard(tmp, tok + 3, 16, 1, &err)) die("shard u32", &err);
+    sb = slurp(tmp, &nb);
+    unsigned char *in = malloc(2 + na + nb); /* [u16 bytes of a][a][b] */
+    in[0] = (unsigned char)(na & 255), in[1] = (unsigned char)(na >> 8);
+    memcpy(in + 2, sa, na);
+    memcpy(in + 2 + na, sb, nb);
+    put(dir, "u16_then_u32", in, 2 + na + nb);
+    memcpy(in + 2 + na, sa, na);
+    put(dir, "u16_twice", in, 2 + 2 * na);
+    in[0] = in[1] = 0; /* an empty first file: refused */
+    memcpy(in + 2, sa, na);
+    put(dir, "empty_then_u16", in, 2 + na);
+    free(in);
+    free(sa);
+    free(sb);
+    /* tokenizer, versions 2 (with end-of-text) and 1 */
+    sub(dir, sizeof dir, root, "tokenizer");
+    const char *pieces[5] = {"a", "bc", " the", "<|endoftext|>", "\xe2\x82\xac"};
+    size_t lens[5] = {1, 2, 4, 13, 3};
+    if (ct_tokenizer_write(tmp, pieces, lens, 5, 3, &err)) die("tokenizer", &err);
+    b = slurp(tmp, &n);
+    put(dir, "v2.bin", b, n);
+    free(b);
+    if (ct_tokenizer_write(tmp, pieces, lens, 3, -1, &err)) die("tokenizer", &err);
+    b = slurp(tmp, &n);
+    put(dir, "v1.bin", b, n);
+    free(b);
+    remove(tmp);
+    free(p);
+    free(m);
+    free(v);
+    printf("gen_seeds: wrote model_file, checkpoint, shards, tokenizer seeds under %s\n", root);
+    return 0;
+}

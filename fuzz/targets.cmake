@@ -1,0 +1,21 @@
+# fuzz/targets.cmake - the fuzz targets and what each is built from; included by
+# tests/fuzz.cmake (the corpus replay, normal build) and fuzz/CMakeLists.txt (libFuzzer build).
+set(CT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/fuzz)
+set(CT_FUZZ_IO_SRC
+  ${CMAKE_SOURCE_DIR}/engine/io_util.c ${CMAKE_SOURCE_DIR}/engine/io_data.c
+  ${CMAKE_SOURCE_DIR}/engine/io_model.c ${CMAKE_SOURCE_DIR}/engine/io_checkpoint.c
+  ${CMAKE_SOURCE_DIR}/engine/io_tokenizer.c ${CMAKE_SOURCE_DIR}/engine/train_util.c)
+set(CT_FUZZ_TARGETS model_file shards checkpoint tokenizer tune select)
+
+# ct_fuzz_sources(target out_sources out_libs): what a target is built from (shared with fuzz/).
+macro(ct_fuzz_sources t srcs libs)
+  set(${srcs} ${CT_FUZZ_DIR}/fuzz_${t}.c)
+  if(t STREQUAL "tune")
+    set(${libs} ct_cl)
+  elseif(t STREQUAL "select")
+    set(${libs} ct_parallel)
+  else()
+    list(APPEND ${srcs} ${CT_FUZZ_IO_SRC})
+    set(${libs} ct_cl m)
+  endif()
+endmacro()
