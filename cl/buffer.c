@@ -95,7 +95,14 @@ ct_status ct_buffer_alloc(ct_device *d, ct_mem_category cat, const char *name, s
                     (unsigned long long)d->info.max_alloc_bytes, use);
         goto cleanup;
     }
-    b = calloc(1, sizeof *b);
+    if (ct__alloc_fails(CT_ALLOC_DEVICE, bytes)) {
+        st = CT_ERR(&d->err, CT_ERR_DEVICE_MEM,
+                    "cannot allocate '%s' (%s): %zu bytes on device %d (%s): refused by the "
+                    "allocation hook (fault injection)",
+                    nm, cat_names[cat], bytes, d->info.index, d->info.name);
+        goto cleanup;
+    }
+    b = ct_calloc(1, sizeof *b);
     if (!b) {
         st = CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory for buffer '%s'", nm);
         goto cleanup;

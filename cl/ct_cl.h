@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#include "ct_alloc.h"
 #include "ct_status.h"
 
 #ifdef __cplusplus

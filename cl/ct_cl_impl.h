@@ -96,6 +96,12 @@ ct_status ct__write_file_atomic(const char *path, const void *data, size_t n, ct
 /* Read a whole file; *out malloc'ed (NUL-terminated), freed by the caller. */
 ct_status ct__read_file(const char *path, char **out, size_t *n, ct_err *err);
 
+/* Whether the allocation hook (alloc.c) fails this allocation. */
+int ct__alloc_fails(ct_alloc_kind kind, size_t bytes);
+/* Brackets allocations whose failure the caller survives by design (ct_alloc_failed says 2). */
+void ct__alloc_benign_begin(void);
+void ct__alloc_benign_end(void);
+
 /* Apply stored/shipped tuning at device open (tune.c). */
 ct_status ct__tune_apply_at_open(ct_device *dev, const char *tune_dir);
 

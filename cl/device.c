@@ -125,7 +125,7 @@ ct_status ct_device_list(ct_device_info **out, int *n, ct_err *err) {
                       "no OpenCL platform found (the ICD loader found no driver). Hint: install a "
                       "driver, e.g. `apt-get install pocl-opencl-icd` for CPUs, and check `clinfo -l`");
     if (rc != CL_SUCCESS) return CT_CL_FAIL(err, rc, "clGetPlatformIDs");
-    cl_platform_id *plats = calloc(np, sizeof *plats);
+    cl_platform_id *plats = ct_calloc(np, sizeof *plats);
     if (!plats) return CT_ERR(err, CT_ERR_NOMEM, "out of host memory listing platforms");
     clGetPlatformIDs(np, plats, NULL);
     ct_device_info *list = NULL;
@@ -134,13 +134,13 @@ ct_status ct_device_list(ct_device_info **out, int *n, ct_err *err) {
         cl_uint nd = 0;
         if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
             continue;
-        cl_device_id *devs = calloc(nd, sizeof *devs);
+        cl_device_id *devs = ct_calloc(nd, sizeof *devs);
         if (!devs) break;
         clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL);
         for (cl_uint d = 0; d < nd; d++) {
             if (count == cap) {
                 cap = cap ? 2 * cap : 8;
-                ct_device_info *nl = realloc(list, (size_t)cap * sizeof *nl);
+                ct_device_info *nl = ct_realloc(list, (size_t)cap * sizeof *nl);
                 if (!nl) break;
                 list = nl;
             }
@@ -297,7 +297,7 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
     ct_status st = CT_OK;
     ct_device_opts o = opts ? *opts : ct_device_opts_default();
     *out = NULL;
-    ct_device *d = calloc(1, sizeof *d);
+    ct_device *d = ct_calloc(1, sizeof *d);
     if (!d) return CT_ERR(err, CT_ERR_NOMEM, "out of host memory opening device");
     d->info = *info;
     d->row_groups = o.row_groups >= 0 ? o.row_groups != 0 : !(info->type & CL_DEVICE_TYPE_CPU);

@@ -21,7 +21,7 @@ ct_status ct__event_new(ct_device *d, ct_event **out, ct_event **e, const char *
     *e = NULL;
     if (!out) return CT_OK;
     *out = NULL;
-    ct_event *x = calloc(1, sizeof *x);
+    ct_event *x = ct_calloc(1, sizeof *x);
     if (!x) return CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory for an event");
     x->dev = d;
     va_list ap;

@@ -312,9 +312,14 @@ ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tu
         char path[1400];
         char *text = NULL;
         size_t n = 0;
-        ct_err ignore = {0};
-        if (ct_tune_store_path(tune_dir, info, path, sizeof path) == CT_OK &&
-            ct__read_file(path, &text, &n, &ignore) == CT_OK) {
+        ct_err rerr = {0};
+        ct_status rst = ct_tune_store_path(tune_dir, info, path, sizeof path) == CT_OK
+                            ? ct__read_file(path, &text, &n, &rerr)
+                            : CT_ERR_NOT_FOUND;
+        /* no stored file is normal; a stored file we cannot read for lack of memory must not
+           quietly become the shipped parameters */
+        if (rst == CT_ERR_NOMEM) return CT_ERR(err, rst, "stored tuning file: %s", rerr.msg);
+        if (rst == CT_OK) {
             ct_status st = ct_tune_set_parse(text, out, err);
             free(text);
             if (st != CT_OK) {

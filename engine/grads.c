@@ -122,7 +122,7 @@ static void *comm_main(void *arg) {
 static ct_status add_bucket(ct_grads *g, int *cap, size_t lo, size_t hi, size_t work, int range) {
     if (g->nb == *cap) {
         int nc = *cap ? 2 * *cap : 64;
-        bucket *nb = realloc(g->b, sizeof *nb * (size_t)nc);
+        bucket *nb = ct_realloc(g->b, sizeof *nb * (size_t)nc);
         if (!nb) return CT_ERR(&g->err, CT_ERR_NOMEM, "gradient buckets: out of host memory");
         g->b = nb, *cap = nc;
     }
@@ -187,7 +187,7 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     *out = NULL;
     ct_grads_opts def = ct_grads_opts_default();
     if (!o) o = &def;
-    ct_grads *g = calloc(1, sizeof *g);
+    ct_grads *g = ct_calloc(1, sizeof *g);
     if (!g) return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory");
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
@@ -217,7 +217,7 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
         return st;
     }
     g->nranges = n;
-    g->ranges = malloc(sizeof *g->ranges * (size_t)n);
+    g->ranges = ct_malloc(sizeof *g->ranges * (size_t)n);
     if (!g->ranges) {
         ct_grads_free(g);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory");
@@ -237,10 +237,10 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     for (int k = 0; k < g->nb; k++)
         if (g->b[k].hi - g->b[k].lo > biggest) biggest = g->b[k].hi - g->b[k].lo;
     g->stage_floats = g->overlap ? g->local : biggest;
-    g->ev = calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->ev);
-    g->order = calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->order);
-    g->stage = malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));
-    if (g->zero >= 2) g->acc = calloc(g->hi - g->lo ? g->hi - g->lo : 1, sizeof(float));
+    g->ev = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->ev);
+    g->order = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->order);
+    g->stage = ct_malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));
+    if (g->zero >= 2) g->acc = ct_calloc(g->hi - g->lo ? g->hi - g->lo : 1, sizeof(float));
     if (!g->ev || !g->order || !g->stage || (g->zero >= 2 && !g->acc)) {
         ct_grads_free(g);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory for staging");

@@ -119,7 +119,7 @@ static ct_status read_section(FILE *f, const char *path, long fsize, const char 
         return CT_ERR(err, CT_ERR_FORMAT,
                       "%s: truncated checkpoint: section %s needs %llu bytes, %ld remain", path, tag,
                       (unsigned long long)h.bytes, left);
-    unsigned char *buf = (unsigned char *)malloc((size_t)h.bytes + 1);
+    unsigned char *buf = (unsigned char *)ct_malloc((size_t)h.bytes + 1);
     if (!buf)
         return CT_ERR(err, CT_ERR_NOMEM, "%s: no memory for section %s (%llu bytes)", path, tag,
                       (unsigned long long)h.bytes);

@@ -50,7 +50,7 @@ void ct_data_free(ct_data *d) {
 }
 
 static ct_status data_new(ct_data **out, const char *name, ct_err *err) {
-    ct_data *d = (ct_data *)calloc(1, sizeof *d);
+    ct_data *d = (ct_data *)ct_calloc(1, sizeof *d);
     if (!d) return CT_ERR(err, CT_ERR_NOMEM, "no memory for a token stream");
     snprintf(d->name, sizeof d->name, "%s", name ? name : "(memory)");
     *out = d;
@@ -59,9 +59,9 @@ static ct_status data_new(ct_data **out, const char *name, ct_err *err) {
 
 /* Append a segment (takes ownership of map / owned on success and on failure). */
 static ct_status data_add_seg(ct_data *d, const char *path, data_seg seg, ct_err *err) {
-    data_seg *s = (data_seg *)realloc(d->segs, (size_t)(d->nsegs + 1) * sizeof *s);
+    data_seg *s = (data_seg *)ct_realloc(d->segs, (size_t)(d->nsegs + 1) * sizeof *s);
     if (s) d->segs = s;
-    seg.path = s ? strdup(path) : NULL;
+    seg.path = s ? ct_strdup(path) : NULL;
     if (!s || !seg.path) {
         free(seg.owned);
         if (seg.map) munmap(seg.map, seg.map_len);
@@ -283,7 +283,7 @@ static ct_status data_from_owned(ct_data **out, uint32_t *tok, size_t n, const c
 ct_status ct_data_open_bytes(ct_data **out, const void *bytes, size_t n, const char *name,
                              ct_err *err) {
     *out = NULL;
-    uint32_t *t = (uint32_t *)malloc((n ? n : 1) * sizeof *t);
+    uint32_t *t = (uint32_t *)ct_malloc((n ? n : 1) * sizeof *t);
     if (!t) return CT_ERR(err, CT_ERR_NOMEM, "no memory for %zu tokens of %s", n, name);
     const unsigned char *p = (const unsigned char *)bytes;
     for (size_t i = 0; i < n; i++) t[i] = p[i];
@@ -303,7 +303,7 @@ ct_status ct_data_open_text(ct_data **out, const char *path, ct_err *err) {
 ct_status ct_data_open_tokens(ct_data **out, const uint32_t *tokens, size_t n, const char *name,
                               ct_err *err) {
     *out = NULL;
-    uint32_t *t = (uint32_t *)malloc((n ? n : 1) * sizeof *t);
+    uint32_t *t = (uint32_t *)ct_malloc((n ? n : 1) * sizeof *t);
     if (!t) return CT_ERR(err, CT_ERR_NOMEM, "no memory for %zu tokens of %s", n, name);
     if (n) memcpy(t, tokens, n * sizeof *t);
     return data_from_owned(out, t, n, name, err);
@@ -319,7 +319,7 @@ ct_status ct_data_split_tail(ct_data *d, double frac, ct_data **val, ct_err *err
                       "%s (%zu tokens) is too short to hold out %g of it for validation",
                       d->name, d->n, frac);
     size_t head = d->n - nval;
-    uint32_t *t = (uint32_t *)malloc(nval * sizeof *t);
+    uint32_t *t = (uint32_t *)ct_malloc(nval * sizeof *t);
     if (!t)
         return CT_ERR(err, CT_ERR_NOMEM, "no memory to copy %zu validation tokens of %s", nval,
                       d->name);
@@ -409,7 +409,7 @@ ct_status ct_loader_create(ct_loader **out, const ct_data *d, int B, int T, int 
                       "%s holds %zu tokens, fewer than one step needs (%d x %d x %d + 1 = %zu); "
                       "use a smaller --batch/--seq/--total-batch or more data",
                       d->name, d->n, accum, B, T, N + 1);
-    ct_loader *ld = (ct_loader *)calloc(1, sizeof *ld);
+    ct_loader *ld = (ct_loader *)ct_calloc(1, sizeof *ld);
     if (!ld) return CT_ERR(err, CT_ERR_NOMEM, "no memory for a loader");
     ld->d = d;
     ld->B = B;
@@ -421,7 +421,7 @@ ct_status ct_loader_create(ct_loader **out, const ct_data *d, int B, int T, int 
     ld->windows = (int64_t)((d->n - 1) / N);
     ld->epoch = -1;
     if (shuffle) {
-        ld->perm = (int64_t *)malloc((size_t)ld->windows * sizeof *ld->perm);
+        ld->perm = (int64_t *)ct_malloc((size_t)ld->windows * sizeof *ld->perm);
         if (!ld->perm) {
             long long w = (long long)ld->windows;
             free(ld);

@@ -92,7 +92,7 @@ ct_status ct_model_file_read(const char *path, ct_gpt_config *cfg, float **param
         goto cleanup;
     }
     fseek(f, HEADER_INTS * 4, SEEK_SET);
-    p = (float *)malloc(n * sizeof *p);
+    p = (float *)ct_malloc(n * sizeof *p);
     if (!p) {
         st = CT_ERR(err, CT_ERR_NOMEM, "no memory for %zu parameters of %s", n, path);
         goto cleanup;

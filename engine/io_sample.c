@@ -13,7 +13,7 @@
 ct_status ct_model_next_logits(void *model, const int *ctx, int n, float *logits, ct_err *err) {
     ct_model *m = (ct_model *)model;
     size_t Vp = (size_t)ct_model_config(m)->padded_vocab;
-    float *all = (float *)malloc((size_t)n * Vp * sizeof(float));
+    float *all = (float *)ct_malloc((size_t)n * Vp * sizeof(float));
     if (!all) return CT_ERR(err, CT_ERR_NOMEM, "no memory for sampling logits");
     ct_status st = ct_model_forward(m, ctx, NULL, 1, n, NULL);
     if (st == CT_OK) st = ct_model_logits(m, all, (size_t)n * Vp);
@@ -33,7 +33,7 @@ ct_status ct_generate(ct_next_logits_fn next, void *user, const ct_gpt_config *c
         if (tokens[i] < 0 || tokens[i] >= c->vocab)
             return CT_ERR(err, CT_ERR_ARG, "prompt token %d is outside the vocabulary of %d",
                           tokens[i], c->vocab);
-    float *logits = (float *)malloc((size_t)c->padded_vocab * sizeof(float));
+    float *logits = (float *)ct_malloc((size_t)c->padded_vocab * sizeof(float));
     if (!logits) return CT_ERR(err, CT_ERR_NOMEM, "no memory for sampling logits");
     ct_status st = CT_OK;
     for (int t = n_prompt; t < len && st == CT_OK; t++) {

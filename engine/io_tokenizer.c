@@ -24,12 +24,12 @@ void ct_tokenizer_free(ct_tokenizer *t) {
 }
 
 static ct_status tok_alloc(ct_tokenizer **out, int vocab, ct_err *err) {
-    ct_tokenizer *t = (ct_tokenizer *)calloc(1, sizeof *t);
+    ct_tokenizer *t = (ct_tokenizer *)ct_calloc(1, sizeof *t);
     if (!t) return CT_ERR(err, CT_ERR_NOMEM, "no memory for a tokenizer");
     t->vocab = vocab;
     t->eot = -1;
-    t->piece = (char **)calloc((size_t)vocab, sizeof *t->piece);
-    t->len = (size_t *)calloc((size_t)vocab, sizeof *t->len);
+    t->piece = (char **)ct_calloc((size_t)vocab, sizeof *t->piece);
+    t->len = (size_t *)ct_calloc((size_t)vocab, sizeof *t->len);
     if (!t->piece || !t->len) {
         ct_tokenizer_free(t);
         return CT_ERR(err, CT_ERR_NOMEM, "no memory for a tokenizer of %d tokens", vocab);
@@ -44,7 +44,7 @@ ct_status ct_tokenizer_bytes(ct_tokenizer **out, ct_err *err) {
     ct_status st = tok_alloc(&t, 256, err);
     if (st != CT_OK) return st;
     for (int i = 0; i < 256; i++) {
-        t->piece[i] = (char *)malloc(2);
+        t->piece[i] = (char *)ct_malloc(2);
         if (!t->piece[i]) {
             ct_tokenizer_free(t);
             return CT_ERR(err, CT_ERR_NOMEM, "no memory");
@@ -116,7 +116,7 @@ ct_status ct_tokenizer_open(ct_tokenizer **out, const char *path, ct_err *err) {
                         len == 0 ? "zero-length token" : "truncated", i);
             goto cleanup;
         }
-        t->piece[i] = (char *)malloc(len + 1);
+        t->piece[i] = (char *)ct_malloc(len + 1);
         if (!t->piece[i]) {
             st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
             goto cleanup;

@@ -127,7 +127,7 @@ ct_status ct_file_read_all(const char *path, unsigned char **out, size_t *n, ct_
         goto cleanup;
     }
     rewind(f);
-    buf = (unsigned char *)malloc((size_t)size + 1);
+    buf = (unsigned char *)ct_malloc((size_t)size + 1);
     if (!buf) {
         st = CT_ERR(err, CT_ERR_NOMEM, "no memory for %s (%ld bytes)", path, size);
         goto cleanup;

@@ -255,7 +255,7 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                       "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
                       "are built; a ZeRO stage needs dp >= 2)",
                       layout->zero, layout->dp);
-    m = calloc(1, sizeof *m);
+    m = ct_calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
     m->cfg = *cfg;
     m->plan = *plan;
@@ -265,8 +265,8 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     if (N == 1) m->plan.tp = NULL;
     if ((st = ct_params_create(&m->P, cfg, layout, coords, &plan->chunks, dev, err)) != CT_OK)
         goto cleanup;
-    m->chunk_of = malloc(sizeof(int) * (size_t)cfg->layers);
-    m->st = calloc((size_t)plan->slots, sizeof *m->st);
+    m->chunk_of = ct_malloc(sizeof(int) * (size_t)cfg->layers);
+    m->st = ct_calloc((size_t)plan->slots, sizeof *m->st);
     if (!m->chunk_of || !m->st) {
         st = CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
         goto cleanup;

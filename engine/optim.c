@@ -82,7 +82,7 @@ static ct_status owned_runs(ct_optim *o) {
 
 ct_status ct_optim_create(ct_optim **out, ct_params *P, ct_profile *prof, ct_err *err) {
     *out = NULL;
-    ct_optim *o = calloc(1, sizeof *o);
+    ct_optim *o = ct_calloc(1, sizeof *o);
     if (!o) return CT_ERR(err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");
     o->prof = prof;
     o->P = P;
@@ -177,7 +177,7 @@ ct_status ct_optim_shard_sumsq(ct_optim *o, double *out) {
     ct_buffer *g = ct_params_grad_shard(o->P);
     size_t off = g ? 0 : lo, n = hi - lo;
     if (!g) g = ct_params_grads(o->P);
-    float *h = malloc((n ? n : 1) * sizeof(float));
+    float *h = ct_malloc((n ? n : 1) * sizeof(float));
     if (!h) return CT_ERR(&o->err, CT_ERR_NOMEM, "gradient norm: out of host memory");
     ct_status st = dev_fail(o, ct_buffer_read(g, off * sizeof(float), h, n * sizeof(float)),
                             "gradient norm");

@@ -62,8 +62,8 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
                       "tp = %d must divide the heads (%d), the channels (%d) and the padded "
                       "vocabulary (%d)",
                       tp, cfg->heads, cfg->channels, cfg->padded_vocab);
-    ct_params *P = calloc(1, sizeof *P);
-    if (!P || !(P->local = malloc(sizeof(int) * (size_t)L))) {
+    ct_params *P = ct_calloc(1, sizeof *P);
+    if (!P || !(P->local = ct_malloc(sizeof(int) * (size_t)L))) {
         free(P);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_params_create: out of host memory");
     }
@@ -317,7 +317,7 @@ static ct_status copy_flat(ct_params *P, ct_buffer *b, size_t lo, size_t blen, c
     if (n != P->nparams)
         return CT_ERR(&P->err, CT_ERR_ARG, "%s: %zu floats given, the model has %zu", what, n,
                       P->nparams);
-    float *flat = malloc(P->flat * sizeof(float));
+    float *flat = ct_malloc(P->flat * sizeof(float));
     if (!flat) return CT_ERR(&P->err, CT_ERR_NOMEM, "%s: out of host memory", what);
     ct_status st = CT_OK;
     if (src) {
@@ -385,7 +385,7 @@ static double normal_at(uint64_t seed, uint64_t i) {
 }
 
 ct_status ct_params_init_random(ct_params *P, uint64_t seed) {
-    float *h = malloc(P->nparams * sizeof *h);
+    float *h = ct_malloc(P->nparams * sizeof *h);
     if (!h) return CT_ERR(&P->err, CT_ERR_NOMEM, "init: out of host memory");
     const ct_gpt_config *c = &P->cfg;
     double resid = 0.02 / sqrt(2.0 * c->layers);

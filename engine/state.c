@@ -91,8 +91,8 @@ ct_status ct_state_gather(ct_model *m, ct_comm *world, float *params, float *ada
     ct_gpt_param_sizes(ct_params_config(P), sizes);
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++)
         if (sizes[i] > big) big = sizes[i];
-    float *flat = malloc(ct_params_flat_len(P) * sizeof(float) + 1);
-    float *tensor = malloc(big * sizeof(float));
+    float *flat = ct_malloc(ct_params_flat_len(P) * sizeof(float) + 1);
+    float *tensor = ct_malloc(big * sizeof(float));
     ct_status st = CT_OK;
     if (!flat || !tensor) st = CT_ERR(err, CT_ERR_NOMEM, "gathering the model state: no memory");
     /* every worker runs all three gathers, whatever it asked for (collective) */
@@ -115,7 +115,7 @@ ct_status ct_state_mem_gather(ct_device *dev, ct_comm *world, size_t host_comm, 
         mine[2 * c + 1] = (int32_t)(uint32_t)(v >> 32);
     }
     int N = world ? ct_comm_size(world) : 1;
-    int32_t *all = malloc(sizeof(int32_t) * 2 * CT_MEM__COUNT * (size_t)N);
+    int32_t *all = ct_malloc(sizeof(int32_t) * 2 * CT_MEM__COUNT * (size_t)N);
     if (!all) return CT_ERR(err, CT_ERR_NOMEM, "memory report: out of host memory");
     ct_status st = CT_OK;
     if (world) st = ct_comm_allgather(world, mine, all, 2 * CT_MEM__COUNT, CT_I32, NULL);

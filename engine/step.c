@@ -114,7 +114,7 @@ static ct_status make_ranges(ct_exec *x, int tied, int sp, ct_err *err) {
     ct_params *P = x->P;
     const ct_gpt_config *c = ct_params_config(P);
     int n = 0;
-    flat_piece *pc = malloc(sizeof *pc * (size_t)(CT_GPT_NUM_TENSORS * c->layers + 1));
+    flat_piece *pc = ct_malloc(sizeof *pc * (size_t)(CT_GPT_NUM_TENSORS * c->layers + 1));
     if (!pc) return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
         if (!ct_params_holds(P, i)) continue;
@@ -131,7 +131,7 @@ static ct_status make_ranges(ct_exec *x, int tied, int sp, ct_err *err) {
         }
     }
     qsort(pc, (size_t)n, sizeof *pc, piece_cmp);
-    x->ranges = calloc((size_t)(n ? n : 1), sizeof *x->ranges);
+    x->ranges = ct_calloc((size_t)(n ? n : 1), sizeof *x->ranges);
     if (!x->ranges) {
         free(pc);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");
@@ -160,7 +160,7 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     *out = NULL;
     ct_exec_opts def = ct_exec_opts_default();
     if (!o) o = &def;
-    ct_exec *x = calloc(1, sizeof *x);
+    ct_exec *x = ct_calloc(1, sizeof *x);
     if (!x) return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");
     x->m = m;
     x->P = ct_model_params(m);
@@ -194,7 +194,7 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
                     lay->dp, lay->tp, lay->pp);
     }
     x->nslots = ct_model_plan_of(m)->slots;
-    x->slots = malloc(sizeof *x->slots * (size_t)x->nslots);
+    x->slots = ct_malloc(sizeof *x->slots * (size_t)x->nslots);
     if (st == CT_OK && !x->slots) st = CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: no memory");
     for (int s = 0; st == CT_OK && s < x->nslots; s++) x->slots[s].mb = x->slots[s].chunk = -1;
     /* the gradient ranges: the stage's flat layout averaged over its DP group; a pipeline's tied
@@ -400,7 +400,7 @@ static ct_status xfer_take(ct_exec *x, size_t n, int *out) {
             if (x->xf[i].cap >= n) break;
         }
     if (k < 0) {
-        xfer *a = realloc(x->xf, sizeof *a * (size_t)(x->nxf + 1));
+        xfer *a = ct_realloc(x->xf, sizeof *a * (size_t)(x->nxf + 1));
         if (!a) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory for pipeline staging");
         x->xf = a;
         k = x->nxf++;
@@ -408,7 +408,7 @@ static ct_status xfer_take(ct_exec *x, size_t n, int *out) {
     }
     xfer *f = &x->xf[k];
     if (f->cap < n) {
-        float *p = realloc(f->p, n * sizeof(float));
+        float *p = ct_realloc(f->p, n * sizeof(float));
         if (!p) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory to stage an activation");
         f->p = p, f->cap = n;
     }
@@ -591,7 +591,7 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
     int M = s->micro, n = s->n[x->stage];
     const ct_action *list = s->list[x->stage];
     if (M > x->nlosses) {
-        double *p = realloc(x->losses, sizeof(double) * (size_t)M);
+        double *p = ct_realloc(x->losses, sizeof(double) * (size_t)M);
         if (!p) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory");
         x->losses = p, x->nlosses = M;
     }
@@ -627,7 +627,7 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
     long tl_n[CT_ACT__COUNT] = {0};
     if (x->timeline) {
         if (n > x->tl_cap) {
-            double *d = realloc(x->tl_dur, sizeof(double) * (size_t)n);
+            double *d = ct_realloc(x->tl_dur, sizeof(double) * (size_t)n);
             if (!d) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory");
             x->tl_dur = d, x->tl_cap = n;
         }
@@ -842,7 +842,7 @@ ct_status ct_exec_forward(ct_exec *x, const int *tokens, const int *targets, int
     int *padded = NULL;
     if (!targets && ct_model_plan_of(x->m)->sp && TP > 1 && T % TP) {
         Tr = (T + TP - 1) / TP * TP;
-        padded = calloc((size_t)rows * Tr, sizeof(int));
+        padded = ct_calloc((size_t)rows * Tr, sizeof(int));
         if (!padded) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory");
         for (int b = 0; b < rows; b++)
             memcpy(padded + (size_t)b * Tr, tokens + (size_t)b * T, sizeof(int) * (size_t)T);
@@ -884,7 +884,7 @@ ct_status ct_exec_forward(ct_exec *x, const int *tokens, const int *targets, int
         if (last) {
             /* this worker's Vp/tp columns of row 0's position T-1, gathered over the TP group */
             size_t n = (size_t)rows * Tr * Vl;
-            float *all = malloc(n * sizeof(float));
+            float *all = ct_malloc(n * sizeof(float));
             if (!all) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory for logits");
             st = ct_model_slot_logits(x->m, 0, all, n);
             if (st == CT_OK && TP > 1) {

@@ -28,7 +28,7 @@ struct ct_trace {
 
 ct_status ct_trace_create(ct_trace **out, int worker, int rank, int thread, ct_err *err) {
     *out = NULL;
-    ct_trace *t = calloc(1, sizeof *t);
+    ct_trace *t = ct_calloc(1, sizeof *t);
     if (!t) return CT_ERR(err, CT_ERR_NOMEM, "ct_trace_create: out of host memory");
     t->worker = worker, t->rank = rank, t->thread = thread;
     t->epoch = ct_time_now();
@@ -66,7 +66,7 @@ void ct_trace_event(ct_trace *t, int lane, const char *name, const char *cat, do
     pthread_mutex_lock(&t->mu);
     if (t->n == t->cap) {
         size_t nc = t->cap ? 2 * t->cap : 1024;
-        tev *ne = realloc(t->ev, nc * sizeof *ne);
+        tev *ne = ct_realloc(t->ev, nc * sizeof *ne);
         if (!ne) { /* out of memory: drop the event rather than fail the step */
             pthread_mutex_unlock(&t->mu);
             return;
@@ -103,7 +103,7 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
         }
         size_t nc = b->cap ? 2 * b->cap : 1 << 16;
         while (nc < b->n + (size_t)k + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
+        char *np = ct_realloc(b->p, nc);
         if (!np) {
             b->fail = 1;
             return;
@@ -162,7 +162,7 @@ ct_status ct_trace_write(ct_trace *t, ct_comm *world, const char *path, ct_err *
     for (int w = 1; w < W && st == CT_OK; w++) {
         uint64_t n = 0;
         st = ct_comm_recv(world, w, &n, sizeof n);
-        char *p = st == CT_OK && n ? malloc(n) : NULL;
+        char *p = st == CT_OK && n ? ct_malloc(n) : NULL;
         if (st == CT_OK && n && !p) st = CT_ERR(err, CT_ERR_NOMEM, "trace: out of host memory");
         if (st == CT_OK && n) st = ct_comm_recv(world, w, p, n);
         if (st == CT_OK && n) sb_printf(&all, "%.*s", (int)n, p);

@@ -185,7 +185,7 @@ static void warn_changed_flags(FILE *log, const char *meta, const ct_train_param
     static const char *const keys[] = {"steps", "lr", "lr-schedule", "warmup", "min-lr-frac",
                                        "beta1", "beta2", "eps", "weight-decay", "grad-clip"};
     size_t need = ct_opts_format(NULL, 0, ct_train_opts, ct_train_opts_count, p);
-    char *now = (char *)malloc(need + 1);
+    char *now = (char *)ct_malloc(need + 1);
     if (!now || !meta) {
         free(now);
         return;
@@ -212,7 +212,7 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
                             ct_err *err) {
     ct_status st = CT_OK;
     *out = NULL;
-    ct_train_run *r = calloc(1, sizeof *r);
+    ct_train_run *r = ct_calloc(1, sizeof *r);
     if (!r) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
     r->p = *pp;
     const ct_train_params *p = &r->p;
@@ -314,7 +314,7 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
     } else {
         size_t total = 0, at = 0;
         for (int i = 0; i < ncorpus; i++) total += corpus[i].len;
-        unsigned char *b = malloc(total ? total : 1);
+        unsigned char *b = ct_malloc(total ? total : 1);
         if (!b) {
             st = CT_ERR(err, CT_ERR_NOMEM, "no memory for the embedded corpus");
             goto fail;
@@ -364,7 +364,7 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
     /* 3. Devices: the ones the spec selects, and the layout's check against them. */
     const char *spec = p->device[0] ? p->device : ct_device_spec_env();
     TRY(ct_device_list(&r->list, &r->ndev, err));
-    r->picks = malloc(sizeof(int) * (size_t)(r->ndev + 1));
+    r->picks = ct_malloc(sizeof(int) * (size_t)(r->ndev + 1));
     if (!r->picks) {
         st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
         goto fail;
@@ -484,7 +484,7 @@ double ct_measure_gemm_tflops(ct_device *dev, const ct_gpt_config *c, int BT) {
 ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_err *err) {
     ct_status st = CT_OK;
     *out = NULL;
-    ct_trainer *t = calloc(1, sizeof *t);
+    ct_trainer *t = ct_calloc(1, sizeof *t);
     if (!t) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
     t->r = r;
     t->p = r->p;
@@ -629,9 +629,9 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
                       CT_OK)
         goto fail;
     size_t bt = (size_t)t->b * p->seq * (size_t)r->accum;
-    t->in = malloc(bt * sizeof(int));
-    t->tg = malloc(bt * sizeof(int));
-    t->mem = calloc((size_t)t->W * CT_MEM__COUNT, sizeof(uint64_t));
+    t->in = ct_malloc(bt * sizeof(int));
+    t->tg = ct_malloc(bt * sizeof(int));
+    t->mem = ct_calloc((size_t)t->W * CT_MEM__COUNT, sizeof(uint64_t));
     if (!t->in || !t->tg || !t->mem) {
         st = terr(t, err, CT_ERR_NOMEM, "no memory for a batch");
         goto fail;
@@ -995,7 +995,7 @@ ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n) {
     int cap = p->sample_len + 1024, np = 0;
     *tokens = NULL;
     *n = 0;
-    int *tok = malloc((size_t)cap * sizeof(int));
+    int *tok = ct_malloc((size_t)cap * sizeof(int));
     if (!tok) return terr(t, NULL, CT_ERR_NOMEM, "no memory for a sample");
     ct_status st = ct_prompt_parse(p->prompt, c->vocab, t->r->tok ? ct_tokenizer_eot(t->r->tok) : -1,
                                    tok, 1024, &np, &t->err);
@@ -1031,11 +1031,11 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
     ck.data_tokens = ct_data_count(r->train);
     ct_status st = CT_OK;
     if (t->leader) {
-        ck.params = malloc(ck.nparams * 4);
-        ck.m = malloc(ck.nparams * 4);
-        ck.v = malloc(ck.nparams * 4);
+        ck.params = ct_malloc(ck.nparams * 4);
+        ck.m = ct_malloc(ck.nparams * 4);
+        ck.v = ct_malloc(ck.nparams * 4);
         size_t need = ct_opts_format(NULL, 0, ct_train_opts, ct_train_opts_count, p);
-        ck.meta = malloc(need + 1);
+        ck.meta = ct_malloc(need + 1);
         if (ck.meta) ct_opts_format(ck.meta, need + 1, ct_train_opts, ct_train_opts_count, p);
     }
     /* collective: every worker takes part even if the leader is out of memory, then fails */
@@ -1052,7 +1052,7 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
 
 ct_status ct_trainer_save_model(ct_trainer *t) {
     size_t np = ct_model_num_params(t->model);
-    float *host = t->leader ? malloc(np * sizeof(float)) : NULL;
+    float *host = t->leader ? ct_malloc(np * sizeof(float)) : NULL;
     ct_status st = ct_exec_gather_state(t->x, host, NULL, NULL);
     if (st != CT_OK) st = terr(t, NULL, st, "%s", ct_exec_errmsg(t->x));
     if (st == CT_OK && t->leader && !host) st = terr(t, NULL, CT_ERR_NOMEM, "no memory to save the model");

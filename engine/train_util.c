@@ -251,7 +251,7 @@ struct ct_metrics {
 
 ct_status ct_metrics_open(ct_metrics **out, const char *path, int append, ct_err *err) {
     *out = NULL;
-    ct_metrics *m = (ct_metrics *)calloc(1, sizeof *m);
+    ct_metrics *m = (ct_metrics *)ct_calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
     if (path && *path) {
         snprintf(m->path, sizeof m->path, "%s", path);
@@ -306,7 +306,7 @@ ct_status ct_metrics_record(ct_metrics *m, const char *type, const char *fields)
     char t[128];
     ct_json_escape(t, sizeof t, type);
     size_t n = strlen(t) + (fields ? strlen(fields) : 0) + 32;
-    char *line = (char *)malloc(n);
+    char *line = (char *)ct_malloc(n);
     if (!line) return CT_ERR_NOMEM;
     snprintf(line, n, "{\"type\":%s%s%s}\n", t, fields && *fields ? "," : "", fields ? fields : "");
     ct_status st = metrics_line(m, line);
@@ -381,7 +381,7 @@ int ct_sample_token(const float *logits, int V, double temperature, int top_k, c
     if (temperature <= 0 || V == 1) return best;
     int k = (top_k <= 0 || top_k >= V) ? V : top_k;
     /* The k largest logits, by insertion into a sorted list (k is small, or k == V). */
-    int *idx = (int *)malloc((size_t)k * sizeof *idx);
+    int *idx = (int *)ct_malloc((size_t)k * sizeof *idx);
     if (!idx) return best;
     int have = 0;
     if (k == V) {

@@ -118,7 +118,7 @@ static void *prefetch_main(void *arg) {
 
 ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *world, ct_err *err) {
     *out = NULL;
-    ct_zero *z = calloc(1, sizeof *z);
+    ct_zero *z = ct_calloc(1, sizeof *z);
     if (!z) return CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory");
     pthread_mutex_init(&z->mu, NULL);
     pthread_cond_init(&z->cv, NULL);
@@ -147,7 +147,7 @@ ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *world
     }
     ct_status st = CT_OK;
     if (z->stage < 3) {
-        if (!(z->hostflat = malloc(z->flat * sizeof(float))))
+        if (!(z->hostflat = ct_malloc(z->flat * sizeof(float))))
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory for gathers");
     } else {
         /* collective over world (or the group): every worker creates its ct_zero together */
@@ -156,9 +156,9 @@ ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *world
             CT_OK)
             CT_ERR(err, st, "ct_zero_create: a second handle on the DP group: %s",
                    ct_comm_errmsg(from));
-        else if (!(z->ptmp = malloc(z->local * sizeof(float))) ||
-                 !(z->pf_buf = malloc(2 * z->local * sizeof(float))) ||
-                 !(z->mirror = malloc((z->hi - z->lo) * sizeof(float))))
+        else if (!(z->ptmp = ct_malloc(z->local * sizeof(float))) ||
+                 !(z->pf_buf = ct_malloc(2 * z->local * sizeof(float))) ||
+                 !(z->mirror = ct_malloc((z->hi - z->lo) * sizeof(float))))
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory for gathers");
         else if (pthread_create(&z->pth, NULL, prefetch_main, z) != 0)
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: cannot start the prefetch thread");

@@ -23,7 +23,7 @@ ct_status ct__allgather_recdbl(ct_comm *c, const void *send, void *recv, size_t 
         return CT_OK;
     }
     if (f.buddy >= 0) CT_CHECK(ct__p2p_recv(c, f.buddy, b + (size_t)f.buddy * bs, bs));
-    off = malloc(sizeof(size_t) * (size_t)(f.p2 + 1));
+    off = ct_malloc(sizeof(size_t) * (size_t)(f.p2 + 1));
     if (!off) {
         st = CT_ERR(&c->err, CT_ERR_NOMEM, "offsets");
         goto cleanup;

@@ -79,7 +79,7 @@ ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t co
     if (g->nprocs == 1) return direct(c, count, dt, op);
     int grow_failed = 0;
     if (me == 0 && g->scratch_cap < bytes) {
-        void *p = realloc(g->scratch, bytes);
+        void *p = ct_realloc(g->scratch, bytes);
         if (p) {
             g->scratch = p;
             g->scratch_cap = bytes;

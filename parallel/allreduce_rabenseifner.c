@@ -23,7 +23,7 @@ ct_status ct__allreduce_rabenseifner(ct_comm *c, const void *send, void *recv, s
         else CT_CHECK(ct__p2p_recv_reduce(c, f.buddy, recv, count, dt, op));
     }
     if (f.core >= 0) {
-        off = malloc(sizeof(size_t) * (size_t)(f.p2 + 1));
+        off = ct_malloc(sizeof(size_t) * (size_t)(f.p2 + 1));
         if (!off) {
             st = CT_ERR(&c->err, CT_ERR_NOMEM, "offsets");
             goto cleanup;

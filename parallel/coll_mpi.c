@@ -62,7 +62,7 @@ ct_status ct__alltoallv_mpi(ct_comm *c, const void *send, const size_t *sc, cons
     ct_status st = CT_OK;
     int n = c->size, *v = NULL, rc;
     if ((st = ct__need_mpi_comm(c, "mpi"))) return st;
-    v = malloc(sizeof(int) * 4 * (size_t)n);
+    v = ct_malloc(sizeof(int) * 4 * (size_t)n);
     if (!v) return CT_ERR(&c->err, CT_ERR_NOMEM, "alltoallv counts");
     for (int i = 0; i < n; i++) {
         if (sc[i] > INT_MAX || sd[i] > INT_MAX || rc_[i] > INT_MAX || rd[i] > INT_MAX) {

@@ -65,7 +65,7 @@ void ct__group_release(ct_topo *t, ct__group *g) {
 
 static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids, int n,
                              ct__group **out, ct_err *err) {
-    ct__group *g = calloc(1, sizeof *g);
+    ct__group *g = ct_calloc(1, sizeof *g);
     if (!g) return CT_ERR(err, CT_ERR_NOMEM, "group");
     g->id = id;
     g->color = color;
@@ -74,9 +74,9 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
     g->mpi = MPI_COMM_NULL;
     g->shm_win = MPI_WIN_NULL;
     ct__barrier_init(&g->bar, 1);
-    g->m = calloc((size_t)n, sizeof *g->m);
+    g->m = ct_calloc((size_t)n, sizeof *g->m);
     if (!g->m) goto nomem;
-    int *seen = calloc((size_t)t->nranks, sizeof(int));
+    int *seen = ct_calloc((size_t)t->nranks, sizeof(int));
     if (!seen) goto nomem;
     g->one_per_rank = 1;
     for (int i = 0; i < n; i++) {
@@ -91,14 +91,14 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
     free(seen);
     g->one_node = 1;
     for (int i = 0; i < n; i++) g->one_node &= t->rank_node[g->m[i].rank] == t->node;
-    g->shm_seg = calloc((size_t)n, sizeof(void *));
+    g->shm_seg = ct_calloc((size_t)n, sizeof(void *));
     if (!g->shm_seg) goto nomem;
-    g->local_rank = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(int));
-    g->ptrs = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(void *));
-    g->counts = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(size_t));
-    g->rptrs = calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(void *));
-    g->slots = calloc((size_t)(g->nlocal > 0 ? g->nlocal * g->nlocal : 1), sizeof(ct__slot));
-    g->chans = calloc((size_t)(g->nlocal > 0 ? g->nlocal * g->nlocal : 1), sizeof(ct__chan));
+    g->local_rank = ct_calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(int));
+    g->ptrs = ct_calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(void *));
+    g->counts = ct_calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(size_t));
+    g->rptrs = ct_calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(void *));
+    g->slots = ct_calloc((size_t)(g->nlocal > 0 ? g->nlocal * g->nlocal : 1), sizeof(ct__slot));
+    g->chans = ct_calloc((size_t)(g->nlocal > 0 ? g->nlocal * g->nlocal : 1), sizeof(ct__chan));
     if (!g->local_rank || !g->ptrs || !g->counts || !g->rptrs || !g->slots || !g->chans)
         goto nomem;
     for (int i = 0; i < n; i++)
@@ -122,7 +122,7 @@ nomem:
 /* Create the MPI communicator of a one-per-rank group (called by its single local member). */
 static ct_status group_mpi(ct_topo *t, ct__group *g, int tag, ct_err *err) {
     MPI_Group wg, sg;
-    int *ranks = malloc(sizeof(int) * (size_t)g->n), rc;
+    int *ranks = ct_malloc(sizeof(int) * (size_t)g->n), rc;
     if (!ranks) return CT_ERR(err, CT_ERR_NOMEM, "ranks");
     for (int i = 0; i < g->n; i++) ranks[i] = g->m[i].rank;
     MPI_Comm_group(t->world, &wg);
@@ -187,7 +187,7 @@ static int comm_tag(ct_topo *t, uint32_t id, int color_index) {
 static ct_status comm_make(ct_topo *t, ct__group *g, int thread, int check, ct_comm **out,
                            ct_err *err) {
     ct_status st = CT_OK;
-    ct_comm *c = calloc(1, sizeof *c);
+    ct_comm *c = ct_calloc(1, sizeof *c);
     int *lw = NULL;
     if (!c) {
         ct__group_release(t, g);
@@ -206,7 +206,7 @@ static ct_status comm_make(ct_topo *t, ct__group *g, int thread, int check, ct_c
     if (!g->one_per_rank && g->nprocs > 1) {
         /* leaders: the first member (group order) of each process */
         int nl = 0, me_leader = 0;
-        lw = malloc(sizeof(int) * (size_t)g->nprocs);
+        lw = ct_malloc(sizeof(int) * (size_t)g->nprocs);
         if (!lw) {
             st = CT_ERR(err, CT_ERR_NOMEM, "leaders");
             goto cleanup;
@@ -245,7 +245,7 @@ ct_status ct_comm_world(ct_topo *t, int thread, ct_comm **out) {
     if (!t || !out) return CT_ERR_ARG;
     *out = NULL;
     if (thread < 0 || thread >= t->D) return CT_ERR_ARG;
-    w = malloc(sizeof(int) * (size_t)t->W);
+    w = ct_malloc(sizeof(int) * (size_t)t->W);
     if (!w) return CT_ERR_NOMEM;
     for (int i = 0; i < t->W; i++) w[i] = i;
     st = group_attach(t, 0, 0, 0, w, t->W, &g, &err);
@@ -284,7 +284,7 @@ static const char *hname[H__N] = {"collective", "count", "type", "op", "root", "
 static ct_status check_exchange(ct_comm *c, int64_t h[H__N], ct_status local) {
     ct_status st;
     int n = c->size;
-    int64_t *all = malloc(sizeof(int64_t) * H__N * (size_t)n);
+    int64_t *all = ct_malloc(sizeof(int64_t) * H__N * (size_t)n);
     if (!all) return CT_ERR(&c->err, CT_ERR_NOMEM, "check header");
     memcpy(all + (size_t)c->rank * H__N, h, sizeof(int64_t) * H__N);
     char saved[CT_ERR_MSG_MAX];
@@ -378,8 +378,8 @@ ct_status ct_comm_split(ct_comm *parent, int color, int key, ct_comm **out) {
         int64_t h[H__N] = {100, 0, 0, 0, 0, 0, 0, 0};
         CT_CHECK(check_exchange(c, h, CT_OK));
     }
-    tab = malloc(sizeof(int32_t) * 4 * (size_t)n);
-    w = malloc(sizeof(int) * (size_t)n);
+    tab = ct_malloc(sizeof(int32_t) * 4 * (size_t)n);
+    w = ct_malloc(sizeof(int) * (size_t)n);
     if (!tab || !w) {
         st = CT_ERR(&c->err, CT_ERR_NOMEM, "split table");
         goto cleanup;
@@ -500,7 +500,7 @@ ct_status ct_comm_alltoallv(ct_comm *c, const void *send, const size_t *scounts,
                          bad || (tot && (!send || !recv)), &a)))
         return st;
     if (c->check && c->size > 1) { /* every pair agrees on its count */
-        size_t *got = malloc(sizeof(size_t) * (size_t)c->size);
+        size_t *got = ct_malloc(sizeof(size_t) * (size_t)c->size);
         int32_t flag[2] = {0, 0};
         if (!got) return CT_ERR(&c->err, CT_ERR_NOMEM, "alltoallv check");
         st = ct__alltoall_pairwise(c, scounts, got, sizeof(size_t) / 4, CT_I32);

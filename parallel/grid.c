@@ -70,8 +70,8 @@ ct_status ct_grid_create(ct_grid **out, ct_comm *world, const ct_layout *lay, ct
     int W = ct_comm_size(world), w = ct_comm_rank(world);
 
     /* 1. agree: every worker sees every layout, so all fail alike or none does */
-    all = malloc(sizeof(int32_t) * 5 * (size_t)W);
-    g = calloc(1, sizeof *g);
+    all = ct_malloc(sizeof(int32_t) * 5 * (size_t)W);
+    g = ct_calloc(1, sizeof *g);
     if (!all || !g) {
         st = CT_ERR(err, CT_ERR_NOMEM, "ct_grid_create: out of memory");
         goto cleanup; /* local: the others may hang in the all-gather; nothing to do about it */
@@ -161,8 +161,8 @@ ct_status ct_grid_describe(ct_grid *g, const char *device, char **out) {
     *out = NULL;
     ct_comm *world = g->world;
     int W = ct_comm_size(world), w = ct_comm_rank(world);
-    all = calloc((size_t)W, LINE);
-    s = malloc((size_t)W * LINE + 1);
+    all = ct_calloc((size_t)W, LINE);
+    s = ct_malloc((size_t)W * LINE + 1);
     if (!all || !s) {
         st = CT_ERR(ct_comm_err(world), CT_ERR_NOMEM, "ct_grid_describe: out of memory");
         goto cleanup;

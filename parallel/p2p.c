@@ -16,7 +16,7 @@
 
 ct_status ct__scratch(ct_comm *c, size_t bytes, void **out) {
     if (bytes > c->scratch_cap) {
-        void *p = realloc(c->scratch, bytes);
+        void *p = ct_realloc(c->scratch, bytes);
         if (!p) return CT_ERR(&c->err, CT_ERR_NOMEM, "comm scratch of %zu bytes", bytes);
         c->scratch = p;
         c->scratch_cap = bytes;
@@ -27,7 +27,7 @@ ct_status ct__scratch(ct_comm *c, size_t bytes, void **out) {
 
 ct_status ct__scratch2(ct_comm *c, size_t bytes, void **out) {
     if (bytes > c->scratch2_cap) {
-        void *p = realloc(c->scratch2, bytes);
+        void *p = ct_realloc(c->scratch2, bytes);
         if (!p) return CT_ERR(&c->err, CT_ERR_NOMEM, "comm scratch of %zu bytes", bytes);
         c->scratch2 = p;
         c->scratch2_cap = bytes;
@@ -109,7 +109,7 @@ static ct_status post_send(ct_comm *c, int dst, const void *buf, size_t bytes, p
         return CT_OK;
     }
     size_t ns = nseg(bytes);
-    p->req = ns == 1 ? p->one : malloc(ns * sizeof(MPI_Request));
+    p->req = ns == 1 ? p->one : ct_malloc(ns * sizeof(MPI_Request));
     if (!p->req) return CT_ERR(&c->err, CT_ERR_NOMEM, "send requests");
     int tag = mpi_tag(c, c->thread, d->thread);
     for (size_t k = 0; k < ns; k++) {
@@ -203,7 +203,7 @@ typedef struct rposted {
 static ct_status post_recv_remote(ct_comm *c, int src, void *buf, size_t bytes, rposted *p) {
     const ct__member *s = &c->g->m[src];
     size_t ns = nseg(bytes);
-    p->req = ns == 1 ? p->one : malloc(ns * sizeof(MPI_Request));
+    p->req = ns == 1 ? p->one : ct_malloc(ns * sizeof(MPI_Request));
     p->nreq = 0;
     if (!p->req) return CT_ERR(&c->err, CT_ERR_NOMEM, "receive requests");
     int tag = mpi_tag(c, s->thread, c->thread);

@@ -29,7 +29,7 @@ ct_status ct__reducescatter_rechalving(ct_comm *c, const void *send, void *recv,
     CT_CHECK(ct__scratch2(c, bs * (size_t)n, (void **)&w));
     memcpy(w, send, bs * (size_t)n);
     if (f.buddy >= 0) CT_CHECK(ct__p2p_recv_reduce(c, f.buddy, w, count * (size_t)n, dt, op));
-    off = malloc(sizeof(size_t) * (size_t)(f.p2 + 1));
+    off = ct_malloc(sizeof(size_t) * (size_t)(f.p2 + 1));
     if (!off) {
         st = CT_ERR(&c->err, CT_ERR_NOMEM, "offsets");
         goto cleanup;

@@ -150,9 +150,9 @@ static void gen_interleaved(ct_schedule *s) {
 static ct_status gen_zb1(ct_schedule *s, ct_err *err) {
     ct_status st = CT_OK;
     int N = s->stages, m = s->micro;
-    int *f_end = malloc(sizeof(int) * (size_t)N * (size_t)m); /* [stage][mb]: end time of F, INT_MAX */
-    int *b_end = malloc(sizeof(int) * (size_t)N * (size_t)m);
-    int *nxt = calloc((size_t)N * 4, sizeof(int)); /* per stage: next F, next B, next W, busy until */
+    int *f_end = ct_malloc(sizeof(int) * (size_t)N * (size_t)m); /* [stage][mb]: end time of F, INT_MAX */
+    int *b_end = ct_malloc(sizeof(int) * (size_t)N * (size_t)m);
+    int *nxt = ct_calloc((size_t)N * 4, sizeof(int)); /* per stage: next F, next B, next W, busy until */
     if (!f_end || !b_end || !nxt) {
         st = CT_ERR(err, CT_ERR_NOMEM, "ct_sched_make: out of memory");
         goto cleanup;
@@ -219,14 +219,14 @@ ct_status ct_sched_make(ct_sched_kind kind, int stages, int micro, int virt, ct_
         return CT_ERR(err, CT_ERR_ARG, "ct_sched_make: interleaved needs micro-batches a multiple of "
                       "the stages (%d micro-batches, %d stages): micro-batches go through the chunks "
                       "in groups of %d", micro, stages, stages);
-    s = calloc(1, sizeof *s);
+    s = ct_calloc(1, sizeof *s);
     if (!s) return CT_ERR(err, CT_ERR_NOMEM, "ct_sched_make: out of memory");
     s->kind = kind;
     s->stages = stages;
     s->micro = micro;
     s->virt = virt;
-    s->n = calloc((size_t)stages, sizeof *s->n);
-    s->list = calloc((size_t)stages, sizeof *s->list);
+    s->n = ct_calloc((size_t)stages, sizeof *s->n);
+    s->list = ct_calloc((size_t)stages, sizeof *s->list);
     if (!s->n || !s->list) {
         st = CT_ERR(err, CT_ERR_NOMEM, "ct_sched_make: out of memory");
         goto cleanup;
@@ -234,7 +234,7 @@ ct_status ct_sched_make(ct_sched_kind kind, int stages, int micro, int virt, ct_
     /* per (mb, chunk): RECV_ACT, FWD, SEND_ACT, RECV_GRAD, B, SEND_GRAD, W; then sync and step */
     size_t cap = (size_t)micro * (size_t)virt * 7 + 2;
     for (int i = 0; i < stages; i++)
-        if (!(s->list[i] = malloc(cap * sizeof(ct_action)))) {
+        if (!(s->list[i] = ct_malloc(cap * sizeof(ct_action)))) {
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_sched_make: out of memory");
             goto cleanup;
         }

@@ -187,7 +187,7 @@ static void matching_send(const ct_action *a, int *c, int *slot) {
  * use one pipeline group as is (every generator here passes this, interleaved included). */
 static ct_status check_channels(chk *k, ct_err *err) {
     int N = k->N;
-    int *cnt = calloc((size_t)N * 2, sizeof(int)); /* [peer][sends to it, receives from it] */
+    int *cnt = ct_calloc((size_t)N * 2, sizeof(int)); /* [peer][sends to it, receives from it] */
     if (!cnt) return CT_ERR(err, CT_ERR_NOMEM, "schedule check: out of memory");
     for (int st = 0; st < N; st++) {
         memset(cnt, 0, sizeof(int) * (size_t)N * 2);
@@ -227,12 +227,12 @@ static ct_status run(const chk *k, const ct_sched_costs *costs, int per_stage,
     const ct_schedule *s = k->s;
     int N = k->N;
     ct_status st = CT_OK;
-    int *at = calloc((size_t)N, sizeof(int)), *live = calloc((size_t)N, sizeof(int));
-    double *now = calloc((size_t)N, sizeof(double)), *busy = calloc((size_t)N, sizeof(double));
-    double **post = calloc((size_t)N, sizeof(double *)); /* [stage][action]: send post times */
+    int *at = ct_calloc((size_t)N, sizeof(int)), *live = ct_calloc((size_t)N, sizeof(int));
+    double *now = ct_calloc((size_t)N, sizeof(double)), *busy = ct_calloc((size_t)N, sizeof(double));
+    double **post = ct_calloc((size_t)N, sizeof(double *)); /* [stage][action]: send post times */
     if (!at || !live || !now || !busy || !post) goto nomem;
     for (int i = 0; i < N; i++)
-        if (!(post[i] = calloc((size_t)s->n[i] + 1, sizeof(double)))) goto nomem;
+        if (!(post[i] = ct_calloc((size_t)s->n[i] + 1, sizeof(double)))) goto nomem;
     for (int progress = 1; progress;) {
         progress = 0;
         for (int p = 0; p < N; p++) {
@@ -340,8 +340,8 @@ static ct_status check(chk *k, const ct_schedule *s, ct_err *err) {
     k->m = s->micro;
     k->C = s->virt * s->stages;
     size_t cells = (size_t)k->m * (size_t)k->C * P__N;
-    k->pos = malloc(cells * sizeof(int));
-    k->ord = malloc(cells * sizeof(int));
+    k->pos = ct_malloc(cells * sizeof(int));
+    k->ord = ct_malloc(cells * sizeof(int));
     if (!k->pos || !k->ord) return CT_ERR(err, CT_ERR_NOMEM, "schedule check: out of memory");
     memset(k->pos, 0xff, cells * sizeof(int)); /* -1 */
     memset(k->ord, 0xff, cells * sizeof(int));
@@ -356,18 +356,18 @@ static ct_status check(chk *k, const ct_schedule *s, ct_err *err) {
 
 static int sim_alloc(ct_sched_sim *r, const ct_schedule *s, int timeline) {
     int N = s->stages;
-    r->stage_bubble = calloc((size_t)N, sizeof(double));
-    r->peak_live = calloc((size_t)N, sizeof(int));
+    r->stage_bubble = ct_calloc((size_t)N, sizeof(double));
+    r->peak_live = ct_calloc((size_t)N, sizeof(int));
     if (!r->stage_bubble || !r->peak_live) return 0;
     if (!timeline) return 1;
     size_t total = 0;
     for (int i = 0; i < N; i++) total += (size_t)s->n[i];
-    r->start = calloc((size_t)N, sizeof(double *));
-    r->end = calloc((size_t)N, sizeof(double *));
+    r->start = ct_calloc((size_t)N, sizeof(double *));
+    r->end = ct_calloc((size_t)N, sizeof(double *));
     if (!r->start || !r->end) return 0;
     /* one block each; row i points into it (freed through row 0) */
-    r->start[0] = calloc(total + 1, sizeof(double));
-    r->end[0] = calloc(total + 1, sizeof(double));
+    r->start[0] = ct_calloc(total + 1, sizeof(double));
+    r->end[0] = ct_calloc(total + 1, sizeof(double));
     if (!r->start[0] || !r->end[0]) return 0;
     for (int i = 1; i < N; i++) {
         r->start[i] = r->start[i - 1] + s->n[i - 1];

@@ -190,7 +190,7 @@ ct_status ct_topo_load_select_table(ct_topo *t, const char *path, ct_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return CT_ERR(err, CT_ERR_IO, "cannot open selector table \"%s\": %s", path,
                           strerror(errno));
-    char *buf = calloc(1, CAP + 1);
+    char *buf = ct_calloc(1, CAP + 1);
     if (!buf) {
         fclose(f);
         return CT_ERR(err, CT_ERR_NOMEM, "selector table \"%s\": out of host memory", path);

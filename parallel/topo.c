@@ -55,7 +55,7 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
     if (D < 1 || D > CT__MAX_THREADS)
         return CT_ERR(err, CT_ERR_ARG, "ct_topo_create: devices per rank %d is outside 1..%d", D,
                       CT__MAX_THREADS);
-    t = calloc(1, sizeof *t);
+    t = ct_calloc(1, sizeof *t);
     if (!t) return CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");
     t->world = MPI_COMM_NULL;
     t->node_comm = MPI_COMM_NULL;
@@ -96,7 +96,7 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
     {   /* node index: order nodes by their lowest world rank */
         int first = t->rank, *firsts = NULL;
         MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, t->node_comm);
-        firsts = malloc(sizeof(int) * (size_t)t->nranks);
+        firsts = ct_malloc(sizeof(int) * (size_t)t->nranks);
         if (!firsts) {
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");
             goto cleanup;
@@ -109,7 +109,7 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
                 if (r < first) t->node++;
                 t->nnodes++;
             }
-        t->rank_node = calloc((size_t)(t->nranks > 0 ? t->nranks : 1), sizeof(int));
+        t->rank_node = ct_calloc((size_t)(t->nranks > 0 ? t->nranks : 1), sizeof(int));
         if (!t->rank_node) {
             free(firsts);
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");
@@ -151,7 +151,7 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         t->spin = (long)t->local_nranks * D <= cores ? 200 : 0;
     }
-    t->max_id = calloc((size_t)D, sizeof *t->max_id);
+    t->max_id = ct_calloc((size_t)D, sizeof *t->max_id);
     if (!t->max_id) {
         st = CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");
         goto cleanup;
