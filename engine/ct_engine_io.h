@@ -171,6 +171,16 @@ ct_status ct_checkpoint_save_dir(const char *dir, const ct_checkpoint *ck, char 
                                  size_t len, ct_err *err);
 /* The checkpoint DIR/latest names (or, if `dir` is a file, `dir` itself). */
 ct_status ct_checkpoint_find(const char *dir, char *path, size_t len, ct_err *err);
+/* Temporaries a killed writer left in `dir` ("ckpt_<step>.bin.tmp.<pid>", "latest.tmp.<pid>"):
+ * removed when process <pid> no longer exists on this machine; one whose process is alive is
+ * left alone (it may be writing; on a directory shared between machines a writer elsewhere is
+ * not seen, so run this only where the writers run). *removed, *bytes and names ("a, b", cut
+ * to len) say what went (each may be NULL). A missing directory is not an error. */
+ct_status ct_checkpoint_clean_stale(const char *dir, int *removed, uint64_t *bytes, char *names,
+                                    size_t len, ct_err *err);
+/* Keep the newest `keep` (>= 1) checkpoints DIR/ckpt_<step>.bin by modification time, and
+ * always the one DIR/latest names; remove the rest. *removed (may be NULL) counts them. */
+ct_status ct_checkpoint_prune(const char *dir, int keep, int *removed, ct_err *err);
 
 /* ---------------------------------------------------------------- tokenizer (io_tokenizer.c) */
 

@@ -69,6 +69,18 @@ ct_status ct_optim_owned_sumsq(ct_optim *o, double *out);
  * be NULL) receives the norm used. */
 ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *norm,
                         float *norm_out);
+/* ct_optim_step in two halves, so the caller can look at the norm before anything changes (the
+ * executor skips a step whose norm is not finite): ct_optim_norm puts the global norm in the
+ * optimizer's norm cell and in *norm (given: the caller's, else computed on the device from the
+ * local gradients as above); ct_optim_apply then runs AdamW with it. Bitwise the same update as
+ * ct_optim_step. */
+ct_status ct_optim_norm(ct_optim *o, const float *given, float *norm);
+ct_status ct_optim_apply(ct_optim *o, const ct_adamw_hp *hp, int t);
+/* The first (tensor, layer) in table order whose gradient (grads = 1) or parameter (0) holds
+ * an element that is not finite, among what this worker holds (its shard under ZeRO-2 / 3);
+ * tensor -1 when every value is finite, layer -1 for a tensor outside the blocks. Reads the
+ * whole buffer to the host: for the message after a non-finite step, not for every step. */
+ct_status ct_optim_find_nonfinite(ct_optim *o, int grads, int *tensor, int *layer);
 
 /* ---------------------------------------------------------------- gradients (grads.c) */
 
@@ -210,6 +222,7 @@ typedef struct ct_step_result {
     double loss;     /* mean cross-entropy over the step's micro-batches (averaged over DP as
                         a float when there are several replicas) */
     float grad_norm; /* pre-clip global gradient norm */
+    int skipped;     /* 1: the norm or the loss was inf or NaN, nothing was updated */
 } ct_step_result;
 
 /* One optimizer step: runs this worker's list of `s` (stage = its pipeline rank; s->stages and
@@ -218,7 +231,12 @@ typedef struct ct_step_result {
  * ct_sched_simulate's peak_live). tokens/targets: this worker's rows of every micro-batch,
  * s->micro blocks of rows x T (host int32; the targets are read on the last stage only). The
  * loss comes from the last stage; the gradient norm is summed over the pipeline (the tied wte
- * once). Collective over the grid. */
+ * once). Collective over the grid.
+ * A step whose global gradient norm or loss is not finite is skipped: OPT_STEP leaves the
+ * parameters and the optimizer state (m, v) as they were and sets out->skipped. Both numbers
+ * are the same on every worker (the norm over the right groups, the loss averaged over DP), so
+ * every worker skips together. t still counts the step (AdamW's bias correction uses t, the
+ * step index, as the learning-rate schedule does). */
 ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, const int *targets,
                        int rows, int T, const ct_adamw_hp *hp, int t, ct_step_result *out);
 /* A forward pass (evaluation, sampling): with targets, this worker's mean loss over its rows to
@@ -235,6 +253,14 @@ ct_status ct_exec_gather_state(ct_exec *x, float *params, float *adam_m, float *
 ct_status ct_exec_mem_gather(ct_exec *x, uint64_t *out);
 /* Collective: a float averaged over the DP group (a loss). */
 ct_status ct_exec_dp_average(ct_exec *x, float *v);
+/* Collective, after a skipped step (its gradients are still in place): the first tensor in
+ * table order whose gradient, else whose parameter, is not finite, over every worker, as text
+ * into buf ("the gradient of fcw in layer 3", or that all are finite and only the loss is not).
+ * Reads every worker's buffers to the host: for the message, not for every step. */
+ct_status ct_exec_nonfinite_report(ct_exec *x, char *buf, size_t len);
+/* Test hook: the optimizer step t on this worker runs its backward with an infinite loss scale,
+ * so its gradients (and, once reduced, every worker's) are not finite; 0 = off. */
+void ct_exec_test_poison(ct_exec *x, int t);
 
 /* The executed timeline of a pipeline, for the measured bubble: while on, every action is
  * followed by a wait for the device (as while tracing) and every step starts with a barrier over

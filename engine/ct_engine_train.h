@@ -87,6 +87,10 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(FLOAT, eps, "eps", "1e-8", "AdamW epsilon")                                               \
     X(FLOAT, weight_decay, "weight-decay", "0.1", "decoupled weight decay (2-D weights only)")  \
     X(FLOAT, grad_clip, "grad-clip", "1.0", "global gradient-norm clip; 0 = off")               \
+    X(STR, nonfinite, "nonfinite", "skip",                                                      \
+      "a step whose loss or gradient norm is inf/NaN: skip (no update, a warning; stop after "  \
+      "--max-skips in a row) or stop")                                                          \
+    X(INT, max_skips, "max-skips", "5", "with --nonfinite skip: consecutive skipped steps that stop the run") \
     X(INT, seed, "seed", "1337", "seed of the initialisation, shuffling and sampling")         \
     X(INT, shuffle, "shuffle", "0", "0 = llm.c's sequential order; 1 = seeded window permutation") \
     X(INT, eval_every, "eval-every", "50", "validation loss every N steps (and at the end); 0 = off") \
@@ -99,6 +103,8 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(STR, tokenizer, "tokenizer", "", "llm.c GPT-2 tokenizer file to print samples as text")   \
     X(STR, save, "save", "", "checkpoint directory (DIR/ckpt_<step>.bin and DIR/latest)")      \
     X(INT, save_every, "save-every", "0", "checkpoint every N steps (needs --save); the end always") \
+    X(INT, keep_last, "keep-last", "0",                                                         \
+      "keep only the newest N checkpoints in --save DIR (never the one DIR/latest names); 0 = all") \
     X(STR, resume, "resume", "", "resume from a checkpoint directory or file")                 \
     X(STR, save_model, "save-model", "", "write the final model as an llm.c GPT-2 model file") \
     X(STR, metrics, "metrics", "", "write JSON Lines metrics (one object per step) here")      \
@@ -196,6 +202,8 @@ typedef struct ct_step_metrics {
     int64_t step;
     double loss, lr, grad_norm, ms, tokens_per_s, tflops, mfu;
     uint64_t mem_bytes;
+    int skipped;   /* the loss or the norm was not finite: nothing was updated */
+    int skips_run; /* consecutive skipped steps up to this one */
 } ct_step_metrics;
 
 /* Open (truncate, or append when `append`) a JSON Lines file; path NULL or "" gives a writer
@@ -203,7 +211,8 @@ typedef struct ct_step_metrics {
 ct_status ct_metrics_open(ct_metrics **out, const char *path, int append, ct_err *err);
 void ct_metrics_close(ct_metrics *m);
 /* {"type":"train","step":..,"loss":..,"lr":..,"grad_norm":..,"ms":..,"tokens_per_s":..,
- *  "tflops":..,"mfu":..,"mem_bytes":..} followed by a newline, flushed. */
+ *  "tflops":..,"mfu":..,"mem_bytes":..} followed by a newline, flushed; a skipped step adds
+ *  "skipped":true (a number that is not finite is written null). */
 ct_status ct_metrics_train(ct_metrics *m, const ct_step_metrics *s);
 /* {"type":"<type>", <fields>}: fields is a JSON object body ("\"step\":3,\"loss\":2.5") built by
  * the caller; NULL or "" for none. Strings from outside go through ct_json_escape. */
@@ -267,7 +276,9 @@ typedef struct ct_exec ct_exec; /* ct_engine_step.h */
  * checkpoint, an llm.c file or the flags), the data (corpus: the text used without --data or
  * --text), the tokenizer, the devices the spec selects. Every failure is bad input (a message
  * naming the flag, file or device; a program exits 2), warnings go to `log`. argv: the command
- * line, to tell which shape flags were given. topo NULL: one worker without MPI. */
+ * line, to tell which shape flags were given. topo NULL: one worker without MPI. Rank 0 also
+ * removes the temporaries killed writers left in --save DIR (ct_checkpoint_clean_stale) and
+ * says so on `log`. */
 typedef struct ct_train_run ct_train_run;
 ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *p, int argc, char **argv,
                             ct_topo *topo, const ct_cl_source *corpus, int ncorpus, FILE *log,
@@ -293,7 +304,10 @@ const ct_tokenizer *ct_trainer_tokenizer(const ct_trainer *t);
  * the leader, and its "config" and "memory" metrics records. */
 ct_status ct_trainer_report(ct_trainer *t, FILE *f);
 /* Collective: one optimizer step; *sm is what the log line and the "train" record show (the
- * leader writes the record). */
+ * leader writes the record). A step whose loss or norm is not finite is skipped by the executor
+ * (sm->skipped, nothing updated); with --nonfinite stop, or at the --max-skips-th skip in a
+ * row, it returns CT_ERR_NONFINITE on every worker, the message naming the step and the first
+ * tensor that is not finite. */
 ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm);
 /* Collective: the mean validation loss over --eval-batches windows (NaN without validation). */
 ct_status ct_trainer_eval(ct_trainer *t, double *val);
@@ -303,7 +317,8 @@ ct_status ct_trainer_eval(ct_trainer *t, double *val);
 ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n);
 int ct_trainer_sample_collective(const ct_trainer *t);
 /* Collective: a checkpoint of the state after the steps run so far (gathered; the leader writes
- * DIR/ckpt_<step>.bin and DIR/latest, path receives the file's name there). */
+ * DIR/ckpt_<step>.bin and DIR/latest, path receives the file's name there; with --keep-last N
+ * it then removes all but the newest N checkpoints and the one DIR/latest names). */
 ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len);
 /* Collective: the model as an llm.c file (--save-model; the leader writes). */
 ct_status ct_trainer_save_model(ct_trainer *t);

@@ -3,7 +3,10 @@
  * ct_engine_io.h). Tensors are stored gathered in table order, so any layout can resume from it.
  * Writes are atomic (temporary file, fsync, rename); reads verify every section's length and CRC
  * and name the first bad one, so truncation and corruption are reported, never trusted. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -296,4 +299,134 @@ ct_status ct_checkpoint_find(const char *dir, char *path, size_t len, ct_err *er
     snprintf(path, len, "%s/%s", dir, (char *)buf);
     free(buf);
     return CT_OK;
+}
+
+/* ---------------------------------------------------------------- directory hygiene */
+
+/* "ckpt_<digits>.bin" (*step set) */
+static int is_ckpt_name(const char *n, long long *step) {
+    if (strncmp(n, "ckpt_", 5) != 0 || !isdigit((unsigned char)n[5])) return 0;
+    char *end = NULL;
+    long long v = strtoll(n + 5, &end, 10);
+    if (strcmp(end, ".bin") != 0) return 0;
+    if (step) *step = v;
+    return 1;
+}
+
+/* "<ckpt name or latest>.tmp.<pid>": ct_atomic_file's temporaries of this directory */
+static long stale_pid(const char *n) {
+    const char *t = strstr(n, ".tmp.");
+    if (!t || !isdigit((unsigned char)t[5])) return -1;
+    char base[256];
+    size_t bl = (size_t)(t - n);
+    if (bl >= sizeof base) return -1;
+    memcpy(base, n, bl);
+    base[bl] = 0;
+    if (strcmp(base, "latest") != 0 && !is_ckpt_name(base, NULL)) return -1;
+    char *end = NULL;
+    long pid = strtol(t + 5, &end, 10);
+    return *end || pid <= 0 ? -1 : pid;
+}
+
+ct_status ct_checkpoint_clean_stale(const char *dir, int *removed, uint64_t *bytes, char *names,
+                                    size_t len, ct_err *err) {
+    if (removed) *removed = 0;
+    if (bytes) *bytes = 0;
+    if (names && len) names[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return CT_OK; /* nothing saved there yet */
+        return CT_ERR(err, CT_ERR_IO, "cannot list checkpoint directory %s: %s", dir,
+                      strerror(errno));
+    }
+    ct_status st = CT_OK;
+    size_t used = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        long pid = stale_pid(e->d_name);
+        if (pid < 0) continue;
+        /* a process that still exists (ours or not: EPERM) may be writing it */
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (remove(path) != 0) {
+            st = CT_ERR(err, CT_ERR_IO, "cannot remove the stale temporary %s: %s", path,
+                        strerror(errno));
+            break;
+        }
+        if (removed) (*removed)++;
+        if (bytes) *bytes += (uint64_t)sb.st_size;
+        if (names && used + 1 < len) {
+            int w = snprintf(names + used, len - used, "%s%s", used ? ", " : "", e->d_name);
+            used = w < 0 ? len : used + (size_t)w;
+        }
+    }
+    closedir(d);
+    return st;
+}
+
+typedef struct ckpt_file {
+    char name[64];
+    struct timespec mtime;
+    long long step;
+} ckpt_file;
+
+static int newest_first(const void *a, const void *b) {
+    const ckpt_file *x = a, *y = b;
+    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec > y->mtime.tv_sec ? -1 : 1;
+    if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec > y->mtime.tv_nsec ? -1 : 1;
+    return x->step > y->step ? -1 : x->step < y->step;
+}
+
+ct_status ct_checkpoint_prune(const char *dir, int keep, int *removed, ct_err *err) {
+    if (removed) *removed = 0;
+    if (keep < 1) return CT_ERR(err, CT_ERR_ARG, "keeping %d checkpoints: at least 1", keep);
+    /* the one DIR/latest names is never removed, whatever its age */
+    char latest[1400] = "";
+    ct_err ignore = {0};
+    if (ct_checkpoint_find(dir, latest, sizeof latest, &ignore) != CT_OK) latest[0] = 0;
+    const char *lname = strrchr(latest, '/') ? strrchr(latest, '/') + 1 : "";
+    DIR *d = opendir(dir);
+    if (!d)
+        return CT_ERR(err, CT_ERR_IO, "cannot list checkpoint directory %s: %s", dir,
+                      strerror(errno));
+    ckpt_file *f = NULL;
+    size_t n = 0, cap = 0;
+    ct_status st = CT_OK;
+    for (struct dirent *e; (e = readdir(d));) {
+        long long step;
+        if (!is_ckpt_name(e->d_name, &step) || strlen(e->d_name) >= sizeof f[0].name) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 32;
+            ckpt_file *nf = ct_realloc(f, cap * sizeof *nf);
+            if (!nf) {
+                st = CT_ERR(err, CT_ERR_NOMEM, "listing checkpoints: out of host memory");
+                break;
+            }
+            f = nf;
+        }
+        snprintf(f[n].name, sizeof f[n].name, "%s", e->d_name);
+        f[n].mtime = sb.st_mtim;
+        f[n].step = step;
+        n++;
+    }
+    closedir(d);
+    if (st == CT_OK) qsort(f, n, sizeof *f, newest_first);
+    for (size_t i = (size_t)keep; st == CT_OK && i < n; i++) {
+        if (!strcmp(f[i].name, lname)) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, f[i].name);
+        if (remove(path) != 0)
+            st = CT_ERR(err, CT_ERR_IO, "cannot remove the old checkpoint %s: %s", path,
+                        strerror(errno));
+        else if (removed)
+            (*removed)++;
+    }
+    free(f);
+    return st;
 }

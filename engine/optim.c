@@ -3,6 +3,7 @@
  * that is either computed on the device from this worker's gradients (one worker, or replicas
  * with identical averaged gradients) or given by the caller, who summed it over the right
  * groups. Element-wise, so slicing changes no result. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "ct_engine_step.h" /* ct_optim; it uses only params and ops */
@@ -217,8 +218,9 @@ ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
     return CT_OK;
 }
 
-ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *norm,
-                        float *norm_out) {
+/* AdamW over this worker's shard; `have_norm`: the norm cell holds the global norm (clipping
+ * reads it on the device). */
+static ct_status apply(ct_optim *o, const ct_adamw_hp *hp, int t, int have_norm) {
     ct_status st = CT_OK;
     ct_params *P = o->P;
     size_t lo, hi;
@@ -229,16 +231,6 @@ ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *
     if (!gb) gb = ct_params_grads(P);
     cl_mem pm = ct_buffer_mem(pb), gm = ct_buffer_mem(gb), sm = ct_buffer_mem(o->scratch);
     cl_mem mm = ct_buffer_mem(ct_params_adam_m(P)), vm = ct_buffer_mem(ct_params_adam_v(P));
-    int need_norm = hp->grad_clip > 0.0f || norm_out;
-    if (need_norm && norm)
-        st = dev_fail(o, ct_buffer_write(o->scratch, NORM_OFF, norm, sizeof *norm), "optimizer");
-    else if (need_norm && gb != ct_params_grads(P))
-        return CT_ERR(&o->err, CT_ERR_STATE,
-                      "optimizer: under ZeRO-2 the norm spans every worker's shard and must be "
-                      "given");
-    else if (need_norm)
-        st = norm_on_device(o);
-    if (st != CT_OK) return st;
     double t0 = ct_time_now();
     for (int i = 0; i < CT_GPT_NUM_TENSORS && st == CT_OK; i++) {
         if (!ct_params_holds(P, i)) continue;
@@ -253,16 +245,93 @@ ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *
             size_t mo = a - lo;
             st = ct_adamw_update(o->dev, ct_view_of(pm, a - p0), ct_view_of(gm, a - g0),
                                  ct_view_of(mm, mo), ct_view_of(vm, mo),
-                                 need_norm ? ct_view_of(sm, NORM_OFF) : ct_view_none(),
+                                 have_norm ? ct_view_of(sm, NORM_OFF) : ct_view_none(),
                                  hp->grad_clip, b - a, hp->lr, hp->beta1, hp->beta2, hp->eps,
                                  ct_model_tensor_decays(i) ? hp->weight_decay : 0.0f, t);
             st = timed(o, CT_PROF_adamw, t0, st);
             t0 = ct_time_now();
         }
     }
+    return st;
+}
+
+ct_status ct_optim_step(ct_optim *o, const ct_adamw_hp *hp, int t, const float *norm,
+                        float *norm_out) {
+    ct_status st = CT_OK;
+    ct_params *P = o->P;
+    int need_norm = hp->grad_clip > 0.0f || norm_out;
+    if (need_norm && norm)
+        st = dev_fail(o, ct_buffer_write(o->scratch, NORM_OFF, norm, sizeof *norm), "optimizer");
+    else if (need_norm && ct_params_grad_shard(P))
+        return CT_ERR(&o->err, CT_ERR_STATE,
+                      "optimizer: under ZeRO-2 the norm spans every worker's shard and must be "
+                      "given");
+    else if (need_norm)
+        st = norm_on_device(o);
+    if (st != CT_OK) return st;
+    st = apply(o, hp, t, need_norm);
     if (st == CT_OK && norm_out) {
         if (norm) *norm_out = *norm;
         else st = ct_buffer_read(o->scratch, NORM_OFF, norm_out, sizeof *norm_out);
     }
     return dev_fail(o, st, "optimizer");
+}
+
+ct_status ct_optim_norm(ct_optim *o, const float *given, float *norm) {
+    ct_status st;
+    if (given) {
+        *norm = *given;
+        return dev_fail(o, ct_buffer_write(o->scratch, NORM_OFF, given, sizeof *given), "optimizer");
+    }
+    if (ct_params_grad_shard(o->P))
+        return CT_ERR(&o->err, CT_ERR_STATE,
+                      "optimizer: under ZeRO-2 the norm spans every worker's shard and must be "
+                      "given");
+    if ((st = norm_on_device(o)) != CT_OK) return st;
+    return dev_fail(o, ct_buffer_read(o->scratch, NORM_OFF, norm, sizeof *norm), "gradient norm");
+}
+
+ct_status ct_optim_apply(ct_optim *o, const ct_adamw_hp *hp, int t) {
+    return dev_fail(o, apply(o, hp, t, 1), "optimizer");
+}
+
+/* The first (tensor, layer) in table order, among what this worker holds of buffer `b` (flat
+ * offset `b0` at its start, covering flat [lo, hi)), with an element that is not finite. */
+static ct_status first_bad(ct_optim *o, ct_buffer *b, size_t b0, size_t lo, size_t hi, int *tensor,
+                           int *layer) {
+    ct_params *P = o->P;
+    size_t n = hi - lo;
+    *tensor = *layer = -1;
+    float *h = ct_malloc((n ? n : 1) * sizeof(float));
+    if (!h) return CT_ERR(&o->err, CT_ERR_NOMEM, "finding a non-finite tensor: out of host memory");
+    ct_status st = dev_fail(o, ct_buffer_read(b, (lo - b0) * sizeof(float), h, n * sizeof(float)),
+                            "finding a non-finite tensor");
+    for (int i = 0; i < CT_GPT_NUM_TENSORS && st == CT_OK && *tensor < 0; i++) {
+        if (!ct_params_holds(P, i)) continue;
+        int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
+        size_t cnt = ct_params_slice_len(P, i);
+        for (int l = 0; l < (block ? ct_params_config(P)->layers : 1) && *tensor < 0; l++) {
+            if (block && !ct_params_holds_layer(P, l)) continue;
+            size_t a = ct_params_flat_off(P, i, l), e = a + cnt;
+            if (a < lo) a = lo;
+            if (e > hi) e = hi;
+            for (size_t k = a; k < e; k++)
+                if (!isfinite(h[k - lo])) {
+                    *tensor = i, *layer = block ? l : -1;
+                    break;
+                }
+        }
+    }
+    free(h);
+    return st;
+}
+
+ct_status ct_optim_find_nonfinite(ct_optim *o, int grads, int *tensor, int *layer) {
+    ct_params *P = o->P;
+    size_t lo, hi;
+    ct_params_shard(P, &lo, &hi);
+    ct_buffer *b = grads ? ct_params_grad_shard(P) : ct_params_param_shard(P);
+    if (b) return first_bad(o, b, lo, lo, hi, tensor, layer); /* the shard is what is held */
+    return first_bad(o, grads ? ct_params_grads(P) : ct_params_buffer(P), 0, 0,
+                     ct_params_local_len(P), tensor, layer);
 }

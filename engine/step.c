@@ -16,6 +16,8 @@
  * waiting; the buffer is reused once that write has completed. Sends are completed at the end of
  * the step. */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +73,7 @@ struct ct_exec {
     double tl_last_compute, tl_last_makespan;
     ct_exec_timeline tl;
     ct_exec_times times;
+    int poison_t; /* test hook: the step whose backward gets an infinite loss scale */
     ct_err err;
 };
 
@@ -557,6 +560,29 @@ static ct_status owned_norm(ct_exec *x, double *ss) {
     return CT_OK;
 }
 
+/* The step's loss: the mean over micro-batches (the last stage has it), over DP; the same
+ * value on every worker. Collective over the pipeline and DP groups. */
+static ct_status step_loss(ct_exec *x, int M, double *out) {
+    ct_status st;
+    double sum = 0;
+    for (int mb = 0; mb < M; mb++) sum += x->losses[mb];
+    double loss = sum / M;
+    if (x->nstages > 1) {
+        float lf = (float)loss;
+        if ((st = ct_comm_bcast(x->pp, &lf, 1, CT_F32, x->nstages - 1, NULL)) != CT_OK)
+            return CT_ERR(&x->err, st, "the loss from the last stage: %s", ct_comm_errmsg(x->pp));
+        loss = lf;
+    }
+    if (multi(x->dp)) {
+        float lf = (float)loss;
+        if ((st = ct_comm_allreduce(x->dp, &lf, &lf, 1, CT_F32, CT_OP_AVG, NULL)) != CT_OK)
+            return CT_ERR(&x->err, st, "averaging the loss: %s", ct_comm_errmsg(x->dp));
+        loss = lf;
+    }
+    *out = loss;
+    return CT_OK;
+}
+
 /* ------------------------------------------------------------------ one step */
 
 static int is_compute(ct_act_kind k) {
@@ -638,7 +664,8 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
             return CT_ERR(&x->err, st, "timeline: %s", ct_comm_errmsg(x->pp));
         t_step = ct_time_now();
     }
-    double sumsq = 0, compute_t = 0, t_comp0 = t_step;
+    double sumsq = 0, compute_t = 0, t_comp0 = t_step, loss = 0;
+    int have_loss = 0, skipped = 0;
     size_t BT = (size_t)rows * T;
     for (int i = 0; i < n && st == CT_OK; i++) {
         const ct_action *a = &list[i];
@@ -658,7 +685,8 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
         case CT_ACT_BWD_WEIGHT: {
             if ((st = slot_get(x, a->mb, a->chunk, 0, &slot)) != CT_OK) break;
             int final = a->kind == CT_ACT_BWD_INPUT ? i == last_bin : i == last_bwd[a->chunk];
-            st = backward_chunk(x, s, slot, a->chunk, a->kind, final, 1.0f / (float)M);
+            st = backward_chunk(x, s, slot, a->chunk, a->kind, final,
+                                t == x->poison_t ? INFINITY : 1.0f / (float)M);
             if (a->kind != CT_ACT_BWD_INPUT) slot_free(x, slot); /* its activations are done */
             break;
         }
@@ -716,8 +744,16 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
                 ss = fs;
             }
             given = sqrtf((float)ss);
-            st = ct_optim_step(x->o, hp, t, have ? &given : NULL, &norm);
-            if (st != CT_OK) {
+            /* the global norm and the step's loss, the same on every worker: a step where
+             * either is not finite changes nothing, on every worker alike */
+            if ((st = step_loss(x, M, &loss)) != CT_OK) break;
+            have_loss = 1;
+            if ((st = ct_optim_norm(x->o, have ? &given : NULL, &norm)) != CT_OK) {
+                CT_ERR(&x->err, st, "%s", ct_optim_errmsg(x->o));
+                break;
+            }
+            skipped = !isfinite(norm) || !isfinite(loss);
+            if (!skipped && (st = ct_optim_apply(x->o, hp, t)) != CT_OK) {
                 CT_ERR(&x->err, st, "%s", ct_optim_errmsg(x->o));
                 break;
             }
@@ -726,7 +762,7 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
                 break;
             }
             double t1 = ct_time_now();
-            if ((st = ct_zero_after_step(x->z)) != CT_OK)
+            if (!skipped && (st = ct_zero_after_step(x->z)) != CT_OK)
                 CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
             double t2 = ct_time_now();
             x->times.optimizer_ms += 1e3 * (t1 - t_act);
@@ -764,23 +800,8 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
         return st;
     }
     if ((st = ct_device_finish(x->dev)) != CT_OK) return dev_err(x, st);
-    /* the step's loss: the mean over micro-batches (the last stage has it), over DP */
-    double sum = 0;
-    for (int mb = 0; mb < M; mb++) sum += x->losses[mb];
-    double loss = sum / M;
-    if (x->nstages > 1) {
-        float lf = (float)loss;
-        if ((st = ct_comm_bcast(x->pp, &lf, 1, CT_F32, x->nstages - 1, NULL)) != CT_OK)
-            return CT_ERR(&x->err, st, "the loss from the last stage: %s", ct_comm_errmsg(x->pp));
-        loss = lf;
-    }
-    if (multi(x->dp)) {
-        float lf = (float)loss;
-        if ((st = ct_comm_allreduce(x->dp, &lf, &lf, 1, CT_F32, CT_OP_AVG, NULL)) != CT_OK)
-            return CT_ERR(&x->err, st, "averaging the loss: %s", ct_comm_errmsg(x->dp));
-        loss = lf;
-    }
-    if (out) out->loss = loss;
+    if (!have_loss && (st = step_loss(x, M, &loss)) != CT_OK) return st;
+    if (out) out->loss = loss, out->skipped = skipped;
     if (x->timeline) { /* the pipeline's span: the longest stage's */
         float span_ms = (float)(1e3 * (tl_end - t_step)), mk = span_ms;
         if (multi(x->pp) &&
@@ -931,3 +952,40 @@ ct_status ct_exec_dp_average(ct_exec *x, float *v) {
 
 void ct_exec_times_get(const ct_exec *x, ct_exec_times *out) { *out = x->times; }
 void ct_exec_times_reset(ct_exec *x) { memset(&x->times, 0, sizeof x->times); }
+void ct_exec_test_poison(ct_exec *x, int t) { x->poison_t = t; }
+
+/* This worker's first non-finite (tensor, layer) as one number in table order (lower = earlier),
+ * or INT32_MAX. */
+static ct_status first_key(ct_exec *x, int grads, int32_t *key) {
+    int tensor = -1, layer = -1;
+    ct_status st = ct_optim_find_nonfinite(x->o, grads, &tensor, &layer);
+    if (st != CT_OK) return CT_ERR(&x->err, st, "%s", ct_optim_errmsg(x->o));
+    *key = tensor < 0 ? INT32_MAX : tensor * 65536 + (layer < 0 ? 0 : layer);
+    return CT_OK;
+}
+
+ct_status ct_exec_nonfinite_report(ct_exec *x, char *buf, size_t len) {
+    ct_status st;
+    int32_t key[2]; /* the earliest over every worker: max of the negated keys */
+    for (int g = 0; g < 2; g++) {
+        if ((st = first_key(x, g == 0, &key[g])) != CT_OK) return st;
+        key[g] = -key[g];
+    }
+    if (multi(x->world) &&
+        (st = ct_comm_allreduce(x->world, key, key, 2, CT_I32, CT_OP_MAX, NULL)) != CT_OK)
+        return CT_ERR(&x->err, st, "finding the first non-finite tensor: %s",
+                      ct_comm_errmsg(x->world));
+    for (int g = 0; g < 2; g++) {
+        int32_t k = -key[g];
+        if (k == INT32_MAX) continue;
+        int tensor = k / 65536, layer = k % 65536;
+        int block = tensor >= CT_GPT_ln1w && tensor <= CT_GPT_fcprojb;
+        char where[48] = "";
+        if (block) snprintf(where, sizeof where, " in layer %d", layer);
+        snprintf(buf, len, "the first tensor that is not finite is the %s of %s%s",
+                 g == 0 ? "gradient" : "parameter", ct_gpt_tensor_name(tensor), where);
+        return CT_OK;
+    }
+    snprintf(buf, len, "every gradient and parameter is finite: only the loss is not");
+    return CT_OK;
+}

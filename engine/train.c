@@ -57,6 +57,9 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(p->eps > 0, "--eps must be positive (got %g)", p->eps);
     NEED(p->weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", p->weight_decay);
     NEED(p->grad_clip >= 0, "--grad-clip must be >= 0 (0 = off; got %g)", p->grad_clip);
+    NEED(!strcmp(p->nonfinite, "skip") || !strcmp(p->nonfinite, "stop"),
+         "--nonfinite must be skip or stop (got '%s')", p->nonfinite);
+    NEED(p->max_skips >= 1, "--max-skips must be >= 1 (got %d)", p->max_skips);
     NEED(p->shuffle == 0 || p->shuffle == 1, "--shuffle must be 0 or 1 (got %d)", p->shuffle);
     NEED(p->eval_every >= 0, "--eval-every must be >= 0 (got %d)", p->eval_every);
     NEED(p->eval_batches > 0, "--eval-batches must be positive (got %d)", p->eval_batches);
@@ -66,6 +69,8 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(p->top_k >= 0, "--top-k must be >= 0 (got %d)", p->top_k);
     NEED(p->save_every >= 0, "--save-every must be >= 0 (got %d)", p->save_every);
     NEED(!(p->save_every > 0 && !p->save[0]), "--save-every needs --save DIR");
+    NEED(p->keep_last >= 0, "--keep-last must be >= 0 (0 = keep all; got %d)", p->keep_last);
+    NEED(!(p->keep_last > 0 && !p->save[0]), "--keep-last needs --save DIR");
     NEED(p->val_frac >= 0 && p->val_frac < 1, "--val-frac must be in [0, 1) (got %g)", p->val_frac);
     NEED(p->peak_tflops >= 0, "--peak-tflops must be >= 0 (got %g)", p->peak_tflops);
     NEED(p->mem_cap_gb >= 0, "--mem-cap-gb must be >= 0 (got %g)", p->mem_cap_gb);
@@ -306,6 +311,18 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
                     (unsigned long long)r->ck.loader_seed, p->batch, p->seq, r->accum, p->shuffle,
                     p->seed);
     }
+    /* Temporaries of killed writers in the checkpoint directory (one process looks). */
+    if (p->save[0] && (!topo || ct_topo_rank(topo) == 0)) {
+        int nrm = 0;
+        uint64_t bytes = 0;
+        char names[512];
+        TRY(ct_checkpoint_clean_stale(p->save, &nrm, &bytes, names, sizeof names, err));
+        if (nrm)
+            fprintf(log,
+                    "train_gpt: removed %d stale temporary file%s (%.1f MiB) from %s, left by "
+                    "processes that are gone (killed while saving): %s\n",
+                    nrm, nrm > 1 ? "s" : "", bytes / 1048576.0, p->save, names);
+    }
     /* 2. Data. */
     if (p->data[0]) {
         TRY(ct_data_open_shards(&r->train, p->data, err));
@@ -427,6 +444,7 @@ struct ct_trainer {
     int *slots;           /* [pp] activation slots of each stage: the schedule's peak live */
     ct_rng rng;
     int64_t start, step; /* first step of this run; the next step to run */
+    int skips_run;       /* consecutive skipped (non-finite) steps up to the last one */
     double flops_tok, peak;
     const char *peak_src;
     int *in, *tg;       /* this worker's rows of every micro-batch of a step */
@@ -931,18 +949,38 @@ ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm) {
     ct_mem_stats ms;
     ct_device_mem_stats(t->dev, &ms);
     sm->step = step;
-    sm->loss = res.loss;
+    sm->loss = isnan(res.loss) ? NAN : res.loss;
     sm->lr = lr;
-    sm->grad_norm = res.grad_norm;
+    sm->grad_norm = isnan(res.grad_norm) ? NAN : res.grad_norm; /* "nan", never "-nan" */
     sm->ms = dt * 1e3;
     sm->tokens_per_s = tokens_step / dt;
     sm->tflops = t->flops_tok * tokens_step / dt / 1e12;
     sm->mfu = t->peak > 0 ? sm->tflops / t->peak : NAN;
     sm->mem_bytes = ms.total_current;
+    t->skips_run = res.skipped ? t->skips_run + 1 : 0;
+    sm->skipped = res.skipped;
+    sm->skips_run = t->skips_run;
     if (t->leader) ct_metrics_train(t->mx, sm);
     t->step++;
     ct_trace_enable(t->tr, 0);
     ct_exec_set_timeline(t->x, 0);
+    if (res.skipped && (!strcmp(p->nonfinite, "stop") || t->skips_run >= p->max_skips)) {
+        /* every worker took the same decisions, so all stop here together */
+        char first[200];
+        if ((st = ct_exec_nonfinite_report(t->x, first, sizeof first)) != CT_OK)
+            return terr(t, NULL, st, "%s", ct_exec_errmsg(t->x));
+        char why[160];
+        if (!strcmp(p->nonfinite, "stop"))
+            snprintf(why, sizeof why, "--nonfinite stop");
+        else
+            snprintf(why, sizeof why, "%d skipped steps in a row (--max-skips %d)", t->skips_run,
+                     p->max_skips);
+        return terr(t, NULL, CT_ERR_NONFINITE,
+                    "step %lld: gradient norm %g, loss %g: not finite; %s: stopping (the "
+                    "parameters and optimizer state are those after step %lld); %s",
+                    (long long)step + 1, sm->grad_norm, sm->loss, why,
+                    (long long)(step - t->skips_run + 1), first);
+    }
     return CT_OK;
 }
 
@@ -1046,6 +1084,13 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
         st = terr(t, NULL, CT_ERR_NOMEM, "no memory for a checkpoint");
     if (st == CT_OK && t->leader)
         st = ct_checkpoint_save_dir(p->save, &ck, path, len, &t->err);
+    if (st == CT_OK && t->leader && p->keep_last > 0 &&
+        (st = ct_checkpoint_prune(p->save, p->keep_last, NULL, &t->err)) != CT_OK) {
+        char m[CT_ERR_MSG_MAX];
+        snprintf(m, sizeof m, "%s", t->err.msg);
+        terr(t, NULL, st, "the checkpoint was written, but --keep-last %d could not remove the "
+                          "older ones: %s", p->keep_last, m);
+    }
     ct_checkpoint_release(&ck);
     return st;
 }

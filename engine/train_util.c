@@ -296,8 +296,9 @@ ct_status ct_metrics_train(ct_metrics *m, const ct_step_metrics *s) {
     jnum(mfu, sizeof mfu, s->mfu);
     snprintf(line, sizeof line,
              "{\"type\":\"train\",\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"ms\":%s,"
-             "\"tokens_per_s\":%s,\"tflops\":%s,\"mfu\":%s,\"mem_bytes\":%llu}\n",
-             (long long)s->step, loss, lr, gn, ms, tps, tf, mfu, (unsigned long long)s->mem_bytes);
+             "\"tokens_per_s\":%s,\"tflops\":%s,\"mfu\":%s,\"mem_bytes\":%llu%s}\n",
+             (long long)s->step, loss, lr, gn, ms, tps, tf, mfu, (unsigned long long)s->mem_bytes,
+             s->skipped ? ",\"skipped\":true" : "");
     return metrics_line(m, line);
 }
 

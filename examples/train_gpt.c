@@ -12,7 +12,8 @@
  * and the exit codes.
  *
  * Exit status: 0 done; 2 bad input (flag, value, shape, file, data, layout, or a device too
- * small), always with a message naming the problem; 1 a failure during training. Every file it
+ * small), always with a message naming the problem; 1 a failure during training (also a loss or
+ * gradient norm that is not finite under --nonfinite stop, or --max-skips times in a row). Every file it
  * writes appears complete or not at all (temporary file + rename). */
 #include <math.h>
 #include <stdarg.h>
@@ -85,7 +86,9 @@ static void print_sample(ct_trainer *t, const ct_train_params *p, int64_t step) 
     free(tokens);
 }
 
-static void worker(ct_train_run *run, const ct_train_params *pp, int thread) {
+/* A worker's end: 0, or the exit status of an end every worker reached together (a collective
+ * decision, so nobody waits on anybody and no MPI_Abort is needed). */
+static int worker(ct_train_run *run, const ct_train_params *pp, int thread) {
     ct_train_params p = *pp;
     ct_err err = {0};
     ct_trainer *t = NULL;
@@ -100,9 +103,22 @@ static void worker(ct_train_run *run, const ct_train_params *pp, int thread) {
                         "train\n", (long long)start, p.steps);
     for (int64_t step = start; step < p.steps; step++) {
         ct_step_metrics sm;
-        if (ct_trainer_step(t, &sm) != CT_OK)
-            die(1, "step %lld failed: %s", (long long)step, ct_trainer_errmsg(t));
-        if (!isfinite(sm.loss)) die(1, "the loss became %g at step %lld", sm.loss, (long long)step);
+        st = ct_trainer_step(t, &sm);
+        if (st == CT_ERR_NONFINITE) { /* every worker stops here: the leader says why */
+            if (leader) {
+                fprintf(stderr, "train_gpt: error: %s\n", ct_trainer_errmsg(t));
+                fflush(stderr);
+            }
+            ct_trainer_free(t);
+            return 1;
+        }
+        if (st != CT_OK) die(1, "step %lld failed: %s", (long long)step + 1, ct_trainer_errmsg(t));
+        if (leader && sm.skipped)
+            fprintf(stderr,
+                    "train_gpt: warning: step %lld skipped: gradient norm %g, loss %g (not "
+                    "finite); parameters and optimizer state unchanged (%d in a row; --max-skips "
+                    "%d)\n",
+                    (long long)step + 1, sm.grad_norm, sm.loss, sm.skips_run, p.max_skips);
         if (leader && (step % p.log_every == 0 || step + 1 == p.steps))
             printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | %8.0f tok/s | "
                    "%.4f TFLOP/s | MFU %5.2f%% | mem %.1f MiB\n",
@@ -157,6 +173,7 @@ static void worker(ct_train_run *run, const ct_train_params *pp, int thread) {
     if (ct_trainer_finish(t) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
     if (leader && p.trace[0]) printf("wrote trace %s (open it in ui.perfetto.dev)\n", p.trace);
     ct_trainer_free(t);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -214,13 +231,14 @@ int main(int argc, char **argv) {
     if (st != CT_OK) die(setup_code(st), "%s", err.msg);
 
     /* One worker per device of this process. */
+    int code = 0;
     if (p.devices_per_rank > 1) {
-#pragma omp parallel num_threads(p.devices_per_rank)
-        worker(run, &p, omp_get_thread_num());
+#pragma omp parallel num_threads(p.devices_per_rank) reduction(max : code)
+        code = worker(run, &p, omp_get_thread_num());
     } else {
-        worker(run, &p, 0);
+        code = worker(run, &p, 0);
     }
     ct_train_run_free(run);
     ct_topo_free(topo);
-    return 0;
+    return code;
 }

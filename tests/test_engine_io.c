@@ -8,7 +8,10 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ct_engine_io.h"
@@ -610,6 +613,72 @@ static void test_tokenizer(void) {
     }
 }
 
+/* Directory hygiene: temporaries of dead writers go, live ones and other files stay; --keep-last
+ * keeps the newest by time and never the one 'latest' names. */
+static void touch_at(const char *name, const char *body, time_t when) {
+    char p[400];
+    path_of(p, sizeof p, name);
+    FILE *f = fopen(p, "wb");
+    fputs(body, f);
+    fclose(f);
+    struct timespec ts[2] = {{when, 0}, {when, 0}};
+    utimensat(AT_FDCWD, p, ts, 0);
+}
+
+static void test_dir_hygiene(void) {
+    ct_err err = {0};
+    char hd[300], p[400];
+    path_of(hd, sizeof hd, "hyg");
+    mkdir(hd, 0777);
+    pid_t dead = fork(); /* a pid that is surely gone: a child we reaped */
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char n1[80], n2[80], n3[80], n4[80];
+    snprintf(n1, sizeof n1, "hyg/ckpt_00000003.bin.tmp.%ld", (long)dead);
+    snprintf(n2, sizeof n2, "hyg/latest.tmp.%ld", (long)dead);
+    snprintf(n3, sizeof n3, "hyg/ckpt_00000004.bin.tmp.%ld", (long)getpid()); /* alive: us */
+    snprintf(n4, sizeof n4, "hyg/notes.tmp.%ld", (long)dead);                 /* not ours */
+    touch_at(n1, "0123456789", 1000);
+    touch_at(n2, "x", 1000);
+    touch_at(n3, "x", 1000);
+    touch_at(n4, "x", 1000);
+    int nrm = 0;
+    uint64_t bytes = 0;
+    char names[256];
+    CT_ASSERT_OK(ct_checkpoint_clean_stale(hd, &nrm, &bytes, names, sizeof names, &err), err.msg);
+    CT_ASSERT_EQ_INT(nrm, 2);
+    CT_ASSERT_EQ_INT(bytes, 11);
+    CT_ASSERT_STR_CONTAINS(names, "latest.tmp.");
+    path_of(p, sizeof p, n1);
+    CT_ASSERT(!file_exists(p));
+    path_of(p, sizeof p, n3);
+    CT_ASSERT(file_exists(p));
+    path_of(p, sizeof p, n4);
+    CT_ASSERT(file_exists(p));
+    path_of(p, sizeof p, "no_such_dir");
+    CT_ASSERT_OK(ct_checkpoint_clean_stale(p, &nrm, NULL, NULL, 0, &err), err.msg);
+    CT_ASSERT_EQ_INT(nrm, 0);
+    /* five checkpoints, 'latest' naming the OLDEST by time (a resume from an old one) */
+    for (int k = 1; k <= 5; k++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "hyg/ckpt_%08d.bin", k);
+        touch_at(nm, "c", 2000 + 10 * k);
+    }
+    touch_at("hyg/ckpt_00000002.bin", "c", 1500); /* now the oldest */
+    touch_at("hyg/latest", "ckpt_00000002.bin\n", 3000);
+    CT_ASSERT_OK(ct_checkpoint_prune(hd, 2, &nrm, &err), err.msg);
+    CT_ASSERT_EQ_INT(nrm, 2); /* 1 and 3 go; 5, 4 (newest two) and 2 (latest) stay */
+    const int stays[6] = {0, 0, 1, 0, 1, 1};
+    for (int k = 1; k <= 5; k++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "hyg/ckpt_%08d.bin", k);
+        path_of(p, sizeof p, nm);
+        CT_ASSERT_MSG(file_exists(p) == stays[k], "checkpoint %d: exists %d, expected %d", k,
+                      file_exists(p), stays[k]);
+    }
+    CT_ASSERT_EQ_INT(ct_checkpoint_prune(hd, 0, NULL, &err), CT_ERR_ARG);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/ct_test_engine_io_%ld", (long)getpid());
     mkdir(dir, 0777);
@@ -621,6 +690,7 @@ int main(void) {
     test_checkpoint();
     test_tokenizer();
     test_failed_write();
+    test_dir_hygiene();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

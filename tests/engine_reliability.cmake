@@ -1,0 +1,29 @@
+# tests/engine_reliability.cmake - hardening (issue 13; docs/RELIABILITY.md): allocation fault
+# injection through the one allocator hook of cl/ (every allocation of building a worker fails
+# once, in turn; leaks are checked by AddressSanitizer in the -DCT_SANITIZE=ON build); skipped
+# non-finite steps through the library (1 device, dp 2 threads, dp 2 ranks).
+if(TARGET ct_engine)
+  add_executable(test_engine_alloc_faults test_engine_alloc_faults.c)
+  target_include_directories(test_engine_alloc_faults PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_link_libraries(test_engine_alloc_faults PRIVATE ct_engine m)
+  foreach(nr 1 2)
+    add_test(NAME test_engine_alloc_faults_${nr}x1
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_engine_alloc_faults>)
+    set_tests_properties(test_engine_alloc_faults_${nr}x1 PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+      ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+endif()
+if(TARGET ct_engine)
+  add_executable(test_engine_nonfinite test_engine_nonfinite.c)
+  target_include_directories(test_engine_nonfinite PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_link_libraries(test_engine_nonfinite PRIVATE ct_engine m)
+  foreach(shape "1x1;1;1" "1x2;1;2" "2x1;2;1")
+    list(GET shape 0 nm)
+    list(GET shape 1 nr)
+    list(GET shape 2 nt)
+    add_test(NAME test_engine_nonfinite_${nm}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_engine_nonfinite> ${nt})
+    set_tests_properties(test_engine_nonfinite_${nm} PROPERTIES LABELS "mpi;opencl" TIMEOUT 300
+      ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=pthread pthread")
+  endforeach()
+endif()
