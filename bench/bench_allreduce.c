@@ -304,6 +304,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "CT_COLL_ALGO: %s\n", err.msg);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
+    double tmo = CT_COMM_TIMEOUT_DEFAULT; /* CT_COMM_TIMEOUT: the one place it is read */
+    if (ct_comm_timeout_env(&tmo, &err)) {
+        fprintf(stderr, "bench_allreduce: %s\n", err.msg);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    ct_topo_set_timeout(topo, tmo);
     ct_topo_set_check(topo, 0);
     int rank = ct_topo_rank(topo), R = ct_topo_nranks(topo), D = g.D, W = R * D;
     int root = rank == 0;

@@ -138,6 +138,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_dp: %s\n", err.msg);
         return 2;
     }
+    double tmo = CT_COMM_TIMEOUT_DEFAULT; /* CT_COMM_TIMEOUT: the one place it is read */
+    if (ct_comm_timeout_env(&tmo, &err)) {
+        fprintf(stderr, "bench_dp: %s\n", err.msg);
+        ct_topo_free(topo);
+        return 2;
+    }
+    ct_topo_set_timeout(topo, tmo);
     int W = ct_topo_world_size(topo);
     if (o.B % W) {
         fprintf(stderr, "bench_dp: %d workers do not divide --batch %d\n", W, o.B);

@@ -28,7 +28,8 @@
     X(CT_ERR_UNSUPPORTED, 11, "unsupported configuration")                    \
     X(CT_ERR_MISMATCH, 12, "workers disagree (counts, layouts or arguments)") \
     X(CT_ERR_STATE, 13, "call made in the wrong state")                       \
-    X(CT_ERR_NONFINITE, 14, "loss or gradients not finite (inf or NaN)")
+    X(CT_ERR_NONFINITE, 14, "loss or gradients not finite (inf or NaN)")         \
+    X(CT_ERR_TIMEOUT, 15, "a peer did not answer in time (CT_COMM_TIMEOUT)")
 
 typedef enum ct_status {
 #define CT__STATUS_ENUM(name, value, text) name = value,

@@ -94,7 +94,7 @@ ct_status ct_state_gather(ct_model *m, ct_comm *world, float *params, float *ada
     float *flat = ct_malloc(ct_params_flat_len(P) * sizeof(float) + 1);
     float *tensor = ct_malloc(big * sizeof(float));
     ct_status st = CT_OK;
-    if (!flat || !tensor) st = CT_ERR(err, CT_ERR_NOMEM, "gathering the model state: no memory");
+    if (!flat || !tensor) st = CT_ERR(err, CT_ERR_NOMEM, "gathering the model state: out of host memory");
     /* every worker runs all three gathers, whatever it asked for (collective) */
     if (st == CT_OK) st = gather_one(m, world, 0, params, flat, tensor, err);
     if (st == CT_OK) st = gather_one(m, world, 1, adam_m, flat, tensor, err);

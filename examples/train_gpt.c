@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <mpi.h>
 #include <omp.h>
@@ -36,6 +37,35 @@ extern const int ct_corpus_count;
  * MPI_Abort instead of leaving the others waiting in a collective. */
 static int g_mpi_ranks = 0;
 
+/* CT_TEST_FAIL_ALLOC=W:N[:host|device] (read once, in main): the N-th allocation made by world
+ * worker W's own thread fails, through the allocation hook of cl/. For tests of failures that
+ * only one worker meets (a device allocation only it cannot make); never set otherwise. */
+static _Thread_local int g_worker = -1; /* this thread's world worker, -1: not a worker */
+static struct {
+    int worker;
+    long n, seen;
+    unsigned kinds;
+} g_fault = {-1, 0, 0, 0};
+
+static int fault_hook(void *user, ct_alloc_kind kind, size_t bytes) {
+    (void)user;
+    (void)bytes;
+    if (g_worker != g_fault.worker || !(g_fault.kinds & (unsigned)kind)) return 0;
+    return __atomic_add_fetch(&g_fault.seen, 1, __ATOMIC_ACQ_REL) == g_fault.n;
+}
+
+static int fault_parse(const char *s) {
+    char kind[16] = "";
+    if (!s || sscanf(s, "%d:%ld:%15s", &g_fault.worker, &g_fault.n, kind) < 2 ||
+        g_fault.worker < 0 || g_fault.n < 1)
+        return -1;
+    g_fault.kinds = !strcmp(kind, "host")     ? CT_ALLOC_HOST
+                    : !strcmp(kind, "device") ? CT_ALLOC_DEVICE
+                    : !kind[0]                ? CT_ALLOC_HOST | CT_ALLOC_DEVICE
+                                              : 0;
+    return g_fault.kinds ? 0 : -1;
+}
+
 static void die(int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -44,7 +74,13 @@ static void die(int code, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "train_gpt: error: %s\n", msg);
     fflush(stderr);
-    if (g_mpi_ranks > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    if (g_mpi_ranks > 1) {
+        /* MPICH's launcher drops a rank's output still on its way when MPI_Abort tears the job
+         * down (the message was lost in 3 of 8 tries): give it a moment to arrive first */
+        struct timespec pause = {0, 500000000L};
+        nanosleep(&pause, NULL);
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
     exit(code);
 }
 
@@ -56,7 +92,10 @@ static void usage(FILE *f) {
             "no flags: a small model on the text embedded in the binary, ending with a sample. Exit\n"
             "status 2 on bad input.\n\n");
     ct_opts_help(f, ct_train_opts, ct_train_opts_count);
-    fprintf(f, "\nThe device may also be chosen with the environment variable CT_DEVICE.\n");
+    fprintf(f, "\nThe device may also be chosen with the environment variable CT_DEVICE.\n"
+               "CT_COMM_TIMEOUT=S: a worker waiting longer than S seconds (default %.0f) for another\n"
+               "gives up with an error naming the collective and the peer (0 = wait for ever).\n",
+            CT_COMM_TIMEOUT_DEFAULT);
 }
 
 /* Bad input during setup exits 2; running out of memory is a failure (1). */
@@ -88,8 +127,9 @@ static void print_sample(ct_trainer *t, const ct_train_params *p, int64_t step) 
 
 /* A worker's end: 0, or the exit status of an end every worker reached together (a collective
  * decision, so nobody waits on anybody and no MPI_Abort is needed). */
-static int worker(ct_train_run *run, const ct_train_params *pp, int thread) {
+static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int rank) {
     ct_train_params p = *pp;
+    g_worker = rank * pp->devices_per_rank + thread;
     ct_err err = {0};
     ct_trainer *t = NULL;
     ct_status st = ct_trainer_create(&t, run, thread, &err);
@@ -189,6 +229,12 @@ int main(int argc, char **argv) {
         ct_train_params_check(&p, &sched, &err))
         die(2, "%s", err.msg);
 
+    const char *fault = getenv("CT_TEST_FAIL_ALLOC");
+    if (fault && *fault) {
+        if (fault_parse(fault)) die(2, "CT_TEST_FAIL_ALLOC='%s': expected W:N[:host|device]", fault);
+        ct_alloc_set_hook(fault_hook, NULL);
+    }
+
     /* Workers: MPI ranks x --devices-per-rank. MPI is started only when there is more than one
      * worker (or mpiexec started several ranks). */
     const char *pmi = getenv("PMI_SIZE");
@@ -198,6 +244,9 @@ int main(int argc, char **argv) {
     if (workers > 1 || p.devices_per_rank > 1 || (pmi && atoi(pmi) > 1)) {
         if (ct_topo_create(&topo, &argc, &argv, p.devices_per_rank, &err)) die(2, "%s", err.msg);
         g_mpi_ranks = ct_topo_nranks(topo);
+        double tmo = CT_COMM_TIMEOUT_DEFAULT; /* CT_COMM_TIMEOUT: the one place it is read */
+        if (ct_comm_timeout_env(&tmo, &err)) die(2, "%s", err.msg);
+        ct_topo_set_timeout(topo, tmo);
         int W = ct_topo_world_size(topo);
         if (W != workers) {
             /* every rank sees this: end together (MPI_Abort could cut the message off) */
@@ -231,12 +280,12 @@ int main(int argc, char **argv) {
     if (st != CT_OK) die(setup_code(st), "%s", err.msg);
 
     /* One worker per device of this process. */
-    int code = 0;
+    int code = 0, rank = topo ? ct_topo_rank(topo) : 0;
     if (p.devices_per_rank > 1) {
 #pragma omp parallel num_threads(p.devices_per_rank) reduction(max : code)
-        code = worker(run, &p, omp_get_thread_num());
+        code = worker(run, &p, omp_get_thread_num(), rank);
     } else {
-        code = worker(run, &p, 0);
+        code = worker(run, &p, 0, rank);
     }
     ct_train_run_free(run);
     ct_topo_free(topo);

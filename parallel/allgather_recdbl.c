@@ -25,7 +25,7 @@ ct_status ct__allgather_recdbl(ct_comm *c, const void *send, void *recv, size_t 
     if (f.buddy >= 0) CT_CHECK(ct__p2p_recv(c, f.buddy, b + (size_t)f.buddy * bs, bs));
     off = ct_malloc(sizeof(size_t) * (size_t)(f.p2 + 1));
     if (!off) {
-        st = CT_ERR(&c->err, CT_ERR_NOMEM, "offsets");
+        st = CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (offsets)");
         goto cleanup;
     }
     for (int i = 0; i <= f.p2; i++) off[i] = (size_t)ct__fold_block(&f, i) * count;

@@ -35,7 +35,7 @@ static ct_status direct(ct_comm *c, size_t count, ct_dtype dt, ct_op op) {
     int L = g->nlocal, me = c->local;
     void *tmp = NULL;
     ct_status sst = ct__scratch(c, PIECE * es, &tmp);
-    ct__barrier_wait(&g->bar);
+    if ((st = ct__local_barrier(c)) != CT_OK) return st; /* a timeout or a broken group */
     for (int u = 0; u < L; u++)
         if (g->counts[u] != count)
             st = CT_ERR(&c->err, CT_ERR_MISMATCH, "hierarchical all-reduce: local member %d "
@@ -56,8 +56,8 @@ static ct_status direct(ct_comm *c, size_t count, ct_dtype dt, ct_op op) {
         }
         if (stream) ct__stream_fence();
     }
-    ct__barrier_wait(&g->bar); /* every output complete; pointers free for the next call */
-    return st;
+    ct_status bst = ct__local_barrier(c); /* every output complete; pointers free for the next call */
+    return st ? st : bst;
 }
 
 ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
@@ -70,7 +70,10 @@ ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t co
         /* one member here: my buffer is the process's contribution */
         if (send != recv) memcpy(recv, send, bytes);
         if (g->one_per_rank) return c->size == 1 ? CT_OK : inner(c, recv, count, dt, op);
-        return inner(c->leaders, recv, count, dt, op);
+        memcpy(c->leaders->op, c->op, sizeof c->op);
+        st = inner(c->leaders, recv, count, dt, op);
+        if (st) CT_ERR(&c->err, st, "%s", c->leaders->err.msg);
+        return st;
     }
     /* (1) publish; the leader sizes the shared scratch (nobody uses it between calls) */
     g->ptrs[me] = (void *)send;
@@ -87,17 +90,17 @@ ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t co
             grow_failed = 1;
         }
     }
-    ct__barrier_wait(&g->bar);
+    if ((st = ct__local_barrier(c)) != CT_OK) return st;
     for (int u = 0; u < L; u++)
         if (g->counts[u] != count) { /* every local member sees the same table */
-            ct__barrier_wait(&g->bar);
+            if ((st = ct__local_barrier(c)) != CT_OK) return st;
             return CT_ERR(&c->err, CT_ERR_MISMATCH, "hierarchical all-reduce: local member %d "
                           "passed count %zu, this one %zu (workers disagree on counts)", u,
                           g->counts[u], count);
         }
     if (g->scratch_cap < bytes || grow_failed) {
-        ct__barrier_wait(&g->bar);
-        return CT_ERR(&c->err, CT_ERR_NOMEM, "hierarchical scratch of %zu bytes", bytes);
+        if ((st = ct__local_barrier(c)) != CT_OK) return st;
+        return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (hierarchical scratch of %zu bytes)", bytes);
     }
     /* (2) slice reduce */
     size_t lo = ct__part(count, L, me), hi = ct__part(count, L, me + 1);
@@ -107,18 +110,22 @@ ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t co
         else ct__reduce(dt, op, s, (char *)g->ptrs[0] + lo * es, (char *)g->ptrs[1] + lo * es, hi - lo);
         for (int u = 2; u < L; u++) ct__reduce(dt, op, s, s, (char *)g->ptrs[u] + lo * es, hi - lo);
     }
-    ct__barrier_wait(&g->bar);
+    if ((st = ct__local_barrier(c)) != CT_OK) return st;
     /* (3) leaders */
     ct_status ist = CT_OK;
-    if (c->leaders) ist = inner(c->leaders, g->scratch, count, dt, op);
+    if (c->leaders) {
+        memcpy(c->leaders->op, c->op, sizeof c->op); /* a timeout there names this call */
+        ist = inner(c->leaders, g->scratch, count, dt, op);
+        if (ist) CT_ERR(&c->err, ist, "%s", c->leaders->err.msg);
+    }
     if (ist) g->ptrs[0] = NULL; /* tell the others (read after the barrier) */
-    ct__barrier_wait(&g->bar);
+    if ((st = ct__local_barrier(c)) != CT_OK) return ist ? ist : st;
     if (g->ptrs[0] == NULL && c->leaders == NULL && g->nprocs > 1)
         st = CT_ERR(&c->err, CT_ERR_MPI, "hierarchical all-reduce: this process's leader failed");
     else if (ist)
         st = ist;
     else
         memcpy(recv, g->scratch, bytes); /* (4) */
-    ct__barrier_wait(&g->bar);
-    return st;
+    ct_status bst = ct__local_barrier(c);
+    return st ? st : bst;
 }

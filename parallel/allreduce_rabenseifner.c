@@ -25,7 +25,7 @@ ct_status ct__allreduce_rabenseifner(ct_comm *c, const void *send, void *recv, s
     if (f.core >= 0) {
         off = ct_malloc(sizeof(size_t) * (size_t)(f.p2 + 1));
         if (!off) {
-            st = CT_ERR(&c->err, CT_ERR_NOMEM, "offsets");
+            st = CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (offsets)");
             goto cleanup;
         }
         for (int i = 0; i <= f.p2; i++) off[i] = ct__part(count, f.p2, i);

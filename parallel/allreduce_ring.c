@@ -18,7 +18,7 @@ ct_status ct__allreduce_ring(ct_comm *c, const void *send, void *recv, size_t co
     if (send != recv) memcpy(recv, send, count * es);
     if (n == 1) return CT_OK;
     off = ct_malloc(sizeof(size_t) * (size_t)(n + 1));
-    if (!off) return CT_ERR(&c->err, CT_ERR_NOMEM, "ring offsets");
+    if (!off) return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (ring offsets)");
     for (int i = 0; i <= n; i++) off[i] = ct__part(count, n, i);
     for (int s = 0; s < n - 1; s++) { /* (1) reduce-scatter */
         int sb = (r - s + n) % n, rb = (r - s - 1 + n) % n;

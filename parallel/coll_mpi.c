@@ -63,7 +63,7 @@ ct_status ct__alltoallv_mpi(ct_comm *c, const void *send, const size_t *sc, cons
     int n = c->size, *v = NULL, rc;
     if ((st = ct__need_mpi_comm(c, "mpi"))) return st;
     v = ct_malloc(sizeof(int) * 4 * (size_t)n);
-    if (!v) return CT_ERR(&c->err, CT_ERR_NOMEM, "alltoallv counts");
+    if (!v) return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (alltoallv counts)");
     for (int i = 0; i < n; i++) {
         if (sc[i] > INT_MAX || sd[i] > INT_MAX || rc_[i] > INT_MAX || rd[i] > INT_MAX) {
             free(v);
@@ -106,11 +106,21 @@ ct_status ct__allreduce_mpi_nb(ct_comm *c, const void *send, void *recv, size_t 
         size_t len = count - off < INT_MAX / 2 ? count - off : INT_MAX / 2;
         const void *s = send == recv ? MPI_IN_PLACE : (const char *)send + off * es;
         MPI_Request req;
+        ct__deadline dl = ct__deadline_in(c->topo->timeout);
         int rc = MPI_Iallreduce(s, (char *)recv + off * es, (int)len, ct__mpi_type(dt),
                                 ct__mpi_op(op), c->g->mpi, &req), done = 0;
         for (int spin = 0; rc == MPI_SUCCESS && !done; spin++) {
             rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
             if (!done && spin > 16) sched_yield();
+            if (!done && (spin & 255) == 255 && ct__deadline_passed(&dl)) {
+                /* a collective request cannot be cancelled: it stays, the group is broken */
+                if (!c->g->broken) c->g->broken = 2;
+                return CT_ERR(&c->err, CT_ERR_TIMEOUT,
+                              "allreduce (mpi_nb): MPI_Iallreduce over %d ranks did not complete "
+                              "within %g s (CT_COMM_TIMEOUT): a member did not take part; this "
+                              "comm is broken now",
+                              c->size, c->topo->timeout);
+            }
         }
         if (rc != MPI_SUCCESS) return ct__mpi_err(c, rc, "MPI_Iallreduce");
     }

@@ -7,6 +7,7 @@
  * groups of one split share the id but not members. MPI tags carry the id, so threads of several
  * groups can talk at once. Groups whose members share a process are found through the topology's
  * registry; groups with one member here are private (so no lock is held across MPI calls). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +67,7 @@ void ct__group_release(ct_topo *t, ct__group *g) {
 static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids, int n,
                              ct__group **out, ct_err *err) {
     ct__group *g = ct_calloc(1, sizeof *g);
-    if (!g) return CT_ERR(err, CT_ERR_NOMEM, "group");
+    if (!g) return CT_ERR(err, CT_ERR_NOMEM, "out of host memory (group)");
     g->id = id;
     g->color = color;
     g->refs = 1;
@@ -105,25 +106,26 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
         if (g->m[i].local >= 0) g->local_rank[g->m[i].local] = i;
     for (int i = 0; i < g->nlocal * g->nlocal; i++) {
         pthread_mutex_init(&g->slots[i].mu, NULL);
-        pthread_cond_init(&g->slots[i].cv, NULL);
+        ct__cond_init(&g->slots[i].cv);
         pthread_mutex_init(&g->chans[i].mu, NULL);
-        pthread_cond_init(&g->chans[i].cv, NULL);
+        ct__cond_init(&g->chans[i].cv);
     }
     ct__barrier_destroy(&g->bar);
     ct__barrier_init(&g->bar, g->nlocal);
     g->bar.spin = t->spin;
+    g->bar.broken = &g->broken;
     *out = g;
     return CT_OK;
 nomem:
     group_free(g);
-    return CT_ERR(err, CT_ERR_NOMEM, "group of %d workers", n);
+    return CT_ERR(err, CT_ERR_NOMEM, "out of host memory (group of %d workers)", n);
 }
 
 /* Create the MPI communicator of a one-per-rank group (called by its single local member). */
 static ct_status group_mpi(ct_topo *t, ct__group *g, int tag, ct_err *err) {
     MPI_Group wg, sg;
     int *ranks = ct_malloc(sizeof(int) * (size_t)g->n), rc;
-    if (!ranks) return CT_ERR(err, CT_ERR_NOMEM, "ranks");
+    if (!ranks) return CT_ERR(err, CT_ERR_NOMEM, "out of host memory (ranks)");
     for (int i = 0; i < g->n; i++) ranks[i] = g->m[i].rank;
     MPI_Comm_group(t->world, &wg);
     MPI_Group_incl(wg, g->n, ranks, &sg);
@@ -191,7 +193,7 @@ static ct_status comm_make(ct_topo *t, ct__group *g, int thread, int check, ct_c
     int *lw = NULL;
     if (!c) {
         ct__group_release(t, g);
-        return CT_ERR(err, CT_ERR_NOMEM, "comm");
+        return CT_ERR(err, CT_ERR_NOMEM, "out of host memory (comm)");
     }
     c->topo = t;
     c->g = g;
@@ -208,7 +210,7 @@ static ct_status comm_make(ct_topo *t, ct__group *g, int thread, int check, ct_c
         int nl = 0, me_leader = 0;
         lw = ct_malloc(sizeof(int) * (size_t)g->nprocs);
         if (!lw) {
-            st = CT_ERR(err, CT_ERR_NOMEM, "leaders");
+            st = CT_ERR(err, CT_ERR_NOMEM, "out of host memory (leaders)");
             goto cleanup;
         }
         for (int i = 0; i < g->n; i++) {
@@ -285,7 +287,7 @@ static ct_status check_exchange(ct_comm *c, int64_t h[H__N], ct_status local) {
     ct_status st;
     int n = c->size;
     int64_t *all = ct_malloc(sizeof(int64_t) * H__N * (size_t)n);
-    if (!all) return CT_ERR(&c->err, CT_ERR_NOMEM, "check header");
+    if (!all) return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (check header)");
     memcpy(all + (size_t)c->rank * H__N, h, sizeof(int64_t) * H__N);
     char saved[CT_ERR_MSG_MAX];
     memcpy(saved, c->err.msg, sizeof saved);
@@ -333,9 +335,11 @@ static ct_status coll_begin(ct_comm *c, ct_coll coll, size_t count, ct_dtype dt,
     ct_status st = CT_OK;
     *a = NULL;
     size_t es = ct_dtype_size(dt);
+    snprintf(c->op, sizeof c->op, "%s (check-mode header exchange)", ct_coll_str(coll));
     if (c->g->broken)
-        return CT_ERR(&c->err, CT_ERR_STATE, "%s: this comm was broken by an earlier size "
-                      "mismatch; free it and split a new one", ct_coll_str(coll));
+        return CT_ERR(&c->err, CT_ERR_STATE, "%s: this comm was broken by an earlier %s; free it "
+                      "and split a new one", ct_coll_str(coll),
+                      c->g->broken == 2 ? "timeout (CT_COMM_TIMEOUT)" : "size mismatch");
     if ((unsigned)dt >= CT_DTYPE__COUNT)
         st = CT_ERR(&c->err, CT_ERR_ARG, "%s: unknown data type %d", ct_coll_str(coll), (int)dt);
     else if ((coll == CT_COLL_ALLREDUCE || coll == CT_COLL_REDUCESCATTER) &&
@@ -360,6 +364,7 @@ static ct_status coll_begin(ct_comm *c, ct_coll coll, size_t count, ct_dtype dt,
         ct_status s2 = check_exchange(c, h, st);
         if (s2) return s2;
     }
+    if (*a) snprintf(c->op, sizeof c->op, "%s (%s)", ct_coll_str(coll), (*a)->name);
     return st;
 }
 
@@ -374,6 +379,7 @@ ct_status ct_comm_split(ct_comm *parent, int color, int key, ct_comm **out) {
     if (!parent || !out) return CT_ERR_ARG;
     *out = NULL;
     n = c->size;
+    snprintf(c->op, sizeof c->op, "split");
     if (c->check && n > 1) {
         int64_t h[H__N] = {100, 0, 0, 0, 0, 0, 0, 0};
         CT_CHECK(check_exchange(c, h, CT_OK));
@@ -381,7 +387,7 @@ ct_status ct_comm_split(ct_comm *parent, int color, int key, ct_comm **out) {
     tab = ct_malloc(sizeof(int32_t) * 4 * (size_t)n);
     w = ct_malloc(sizeof(int) * (size_t)n);
     if (!tab || !w) {
-        st = CT_ERR(&c->err, CT_ERR_NOMEM, "split table");
+        st = CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (split table)");
         goto cleanup;
     }
     int32_t mine[4] = {color, key, (int32_t)c->topo->max_id[c->thread], c->rank};
@@ -502,7 +508,7 @@ ct_status ct_comm_alltoallv(ct_comm *c, const void *send, const size_t *scounts,
     if (c->check && c->size > 1) { /* every pair agrees on its count */
         size_t *got = ct_malloc(sizeof(size_t) * (size_t)c->size);
         int32_t flag[2] = {0, 0};
-        if (!got) return CT_ERR(&c->err, CT_ERR_NOMEM, "alltoallv check");
+        if (!got) return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (alltoallv check)");
         st = ct__alltoall_pairwise(c, scounts, got, sizeof(size_t) / 4, CT_I32);
         for (int i = 0; !st && i < c->size; i++)
             if (got[i] != rcounts[i] && !flag[0]) {

@@ -113,6 +113,22 @@ const char *ct_topo_host(const ct_topo *t);
 
 /* Default check mode for comms created after the call (1 = on, the default). */
 void ct_topo_set_check(ct_topo *t, int on);
+/* Every wait of parallel/ (a message from a peer, a peer taking ours, a barrier of the threads
+ * of a process) gives up after `seconds` (<= 0: never) with CT_ERR_TIMEOUT, naming the
+ * collective and the peers not heard from, and marks the group broken (later calls on it are
+ * CT_ERR_STATE). A hang (a peer that died, or one waiting in another collective: counts that
+ * differ with check mode off) becomes an error. The waits are per message, so a long collective
+ * is fine; what must stay below it is how long one worker may keep the others waiting (a
+ * leader writing a checkpoint, sampling, compiling kernels on a cold cache). Not bounded: the
+ * "mpi" algorithms (MPI's own blocking collectives, baselines the selector never picks) and MPI
+ * calls that create communicators or windows. Set before workers start. */
+#define CT_COMM_TIMEOUT_DEFAULT 1800.0 /* seconds: generous; programs take CT_COMM_TIMEOUT */
+void ct_topo_set_timeout(ct_topo *t, double seconds);
+double ct_topo_timeout(const ct_topo *t);
+/* The CT_COMM_TIMEOUT environment variable, seconds (the one place it is read: programs call
+ * this and pass the value to ct_topo_set_timeout). Unset: *seconds is left as it is. A value
+ * that is not a number >= 0 is CT_ERR_ARG with a message (0 = never). */
+ct_status ct_comm_timeout_env(double *seconds, ct_err *err);
 /* Algorithm overrides, "allreduce=ring,allgather=recdbl" (programs read CT_COLL_ALGO or a flag and
  * pass it here: the one place). Unknown collective or algorithm names are CT_ERR_ARG. */
 ct_status ct_topo_set_override(ct_topo *t, const char *spec, ct_err *err);

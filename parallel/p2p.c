@@ -8,7 +8,9 @@
  * receiver works on segment k while k+1 arrives. Both sides derive the segmentation from the
  * byte count, which therefore must agree (a disagreement is reported, not hung on, where MPI can
  * see it: truncation or a short count). */
+#include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +19,7 @@
 ct_status ct__scratch(ct_comm *c, size_t bytes, void **out) {
     if (bytes > c->scratch_cap) {
         void *p = ct_realloc(c->scratch, bytes);
-        if (!p) return CT_ERR(&c->err, CT_ERR_NOMEM, "comm scratch of %zu bytes", bytes);
+        if (!p) return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (comm scratch of %zu bytes)", bytes);
         c->scratch = p;
         c->scratch_cap = bytes;
     }
@@ -28,7 +30,7 @@ ct_status ct__scratch(ct_comm *c, size_t bytes, void **out) {
 ct_status ct__scratch2(ct_comm *c, size_t bytes, void **out) {
     if (bytes > c->scratch2_cap) {
         void *p = ct_realloc(c->scratch2, bytes);
-        if (!p) return CT_ERR(&c->err, CT_ERR_NOMEM, "comm scratch of %zu bytes", bytes);
+        if (!p) return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (comm scratch of %zu bytes)", bytes);
         c->scratch2 = p;
         c->scratch2_cap = bytes;
     }
@@ -37,14 +39,65 @@ ct_status ct__scratch2(ct_comm *c, size_t bytes, void **out) {
 }
 
 /* MPI_Wait that yields the core between polls: with more ranks than cores (common on shared
- * machines), a spinning MPI_Wait holds the core its peer needs to make progress. */
-static int wait_yield(MPI_Request *req, MPI_Status *stt) {
+ * machines), a spinning MPI_Wait holds the core its peer needs to make progress. Gives up with
+ * -1 once d has passed (the request is still active then). */
+static int wait_yield(MPI_Request *req, MPI_Status *stt, const ct__deadline *d) {
     int done = 0, rc;
     for (int spin = 0;; spin++) {
         rc = MPI_Test(req, &done, stt);
         if (rc != MPI_SUCCESS || done) return rc;
         if (spin > 16) sched_yield();
+        if ((spin & 255) == 255 && ct__deadline_passed(d)) return -1;
     }
+}
+
+static ct_status broken_err(ct_comm *c);
+
+/* A request given up on (a timeout): cancelled and freed, so nothing completes into memory the
+ * caller no longer owns and nothing leaks. */
+static void drop_request(MPI_Request *r) {
+    if (*r == MPI_REQUEST_NULL) return;
+    MPI_Cancel(r);
+    MPI_Request_free(r);
+}
+
+/* ------------------------------------------------------------------ timeouts */
+
+ct_status ct__timeout(ct_comm *c, int peer, const char *what) {
+    ct__group *g = c->g;
+    const ct__member *m = &g->m[peer];
+    if (!g->broken) g->broken = 2;
+    ct__group_break(g);
+    return CT_ERR(&c->err, CT_ERR_TIMEOUT,
+                  "%s: %s group rank %d (world worker %d, MPI rank %d thread %d) within %g s "
+                  "(CT_COMM_TIMEOUT): it failed, or waits in another call (check mode off and "
+                  "counts that differ?); this comm is broken now",
+                  c->op[0] ? c->op : "a call", what, peer, m->wid, m->rank, m->thread,
+                  c->topo->timeout);
+}
+
+ct_status ct__local_barrier(ct_comm *c) {
+    ct__group *g = c->g;
+    ct__deadline d = ct__deadline_in(c->topo->timeout);
+    uint64_t missing = 0;
+    int rc = ct__barrier_wait_until(&g->bar, c->local, &d, &missing);
+    if (rc == 0) return CT_OK;
+    if (rc != ETIMEDOUT) return broken_err(c);
+    char who[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < g->nlocal && used + 1 < sizeof who; i++)
+        if (missing >> i & 1) {
+            int r = g->local_rank[i];
+            int w = snprintf(who + used, sizeof who - used, "%sgroup rank %d (world worker %d)",
+                             used ? ", " : "", r, g->m[r].wid);
+            used = w < 0 ? sizeof who : used + (size_t)w;
+        }
+    if (!g->broken) g->broken = 2;
+    ct__group_break(g);
+    return CT_ERR(&c->err, CT_ERR_TIMEOUT,
+                  "%s: the threads of this process did not all reach the barrier within %g s "
+                  "(CT_COMM_TIMEOUT); not there: %s; this comm is broken now",
+                  c->op[0] ? c->op : "a call", c->topo->timeout, who);
 }
 
 static int mpi_tag(const ct_comm *c, int src_thread, int dst_thread) {
@@ -63,15 +116,39 @@ static ct_status check_peer(ct_comm *c, int peer, const char *what) {
 /* ------------------------------------------------------------------ posted sends */
 
 void ct__group_break(ct__group *g) {
-    g->broken = 1;
+    if (!g->broken) g->broken = 1;
     for (int i = 0; i < g->nlocal * g->nlocal; i++) {
         pthread_mutex_lock(&g->slots[i].mu);
         pthread_cond_broadcast(&g->slots[i].cv);
         pthread_mutex_unlock(&g->slots[i].mu);
     }
+    pthread_mutex_lock(&g->bar.mu);
+    pthread_cond_broadcast(&g->bar.cv);
+    pthread_mutex_unlock(&g->bar.mu);
+}
+
+/* The group broke while this worker waited for `peer` (-1: the threads' barrier). */
+static ct_status broken_err_peer(ct_comm *c, int peer) {
+    if (c->g->broken == 2) {
+        char who[160] = "";
+        if (peer >= 0)
+            snprintf(who, sizeof who, " while waiting for group rank %d (world worker %d, MPI "
+                     "rank %d thread %d)", peer, c->g->m[peer].wid, c->g->m[peer].rank,
+                     c->g->m[peer].thread);
+        return CT_ERR(&c->err, CT_ERR_TIMEOUT,
+                      "%s: another worker of this process gave up waiting (CT_COMM_TIMEOUT)%s; "
+                      "the comm is unusable now, free it",
+                      c->op[0] ? c->op : "a call", who);
+    }
+    return broken_err(c);
 }
 
 static ct_status broken_err(ct_comm *c) {
+    if (c->g->broken == 2)
+        return CT_ERR(&c->err, CT_ERR_TIMEOUT,
+                      "%s: another worker of this group gave up waiting (CT_COMM_TIMEOUT); the "
+                      "comm is unusable now, free it",
+                      c->op[0] ? c->op : "a call");
     return CT_ERR(&c->err, CT_ERR_MISMATCH,
                   "another worker of this group saw a size mismatch (workers disagree on counts; "
                   "turn check mode on to find which); the comm is unusable now, free it");
@@ -82,6 +159,7 @@ typedef struct posted {
     MPI_Request *req; /* remote: nreq requests */
     MPI_Request one[1];
     int nreq;
+    ct__deadline dl; /* remote: when waiting for the sends gives up */
 } posted;
 
 static size_t nseg(size_t bytes) { return bytes == 0 ? 1 : (bytes + CT__SEG - 1) / CT__SEG; }
@@ -91,12 +169,15 @@ static ct_status post_send(ct_comm *c, int dst, const void *buf, size_t bytes, p
     memset(p, 0, sizeof *p);
     if (d->local >= 0) {
         ct__slot *s = &c->g->slots[c->local * c->g->nlocal + d->local];
+        ct__deadline dl = ct__deadline_in(c->topo->timeout);
+        int rc = 0;
         ct__spin_until(&s->full, 0, c->topo->spin);
         pthread_mutex_lock(&s->mu);
-        while (s->full && !c->g->broken) pthread_cond_wait(&s->cv, &s->mu);
-        if (c->g->broken) {
+        while (s->full && !c->g->broken && rc != ETIMEDOUT) rc = ct__cond_wait(&s->cv, &s->mu, &dl);
+        if (c->g->broken || s->full) {
             pthread_mutex_unlock(&s->mu);
-            return broken_err(c);
+            return c->g->broken ? broken_err_peer(c, dst)
+                                : ct__timeout(c, dst, "our previous message was not taken by");
         }
         s->ptr = buf;
         s->bytes = bytes;
@@ -110,8 +191,9 @@ static ct_status post_send(ct_comm *c, int dst, const void *buf, size_t bytes, p
     }
     size_t ns = nseg(bytes);
     p->req = ns == 1 ? p->one : ct_malloc(ns * sizeof(MPI_Request));
-    if (!p->req) return CT_ERR(&c->err, CT_ERR_NOMEM, "send requests");
+    if (!p->req) return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (send requests)");
     int tag = mpi_tag(c, c->thread, d->thread);
+    p->dl = ct__deadline_in(c->topo->timeout);
     for (size_t k = 0; k < ns; k++) {
         size_t off = k * CT__SEG, len = bytes - off < CT__SEG ? bytes - off : CT__SEG;
         int rc = MPI_Isend((const char *)buf + off, (int)len, MPI_BYTE, d->rank, tag,
@@ -129,9 +211,12 @@ static ct_status complete_send(ct_comm *c, int dst, posted *p) {
     ct_status st = CT_OK;
     if (p->slot) {
         ct__slot *s = p->slot;
+        ct__deadline dl = ct__deadline_in(c->topo->timeout);
+        int rc = 0;
         ct__spin_until(&s->done, 1, c->topo->spin);
         pthread_mutex_lock(&s->mu);
-        while (!s->done && !c->g->broken) pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->done && !c->g->broken && rc != ETIMEDOUT) rc = ct__cond_wait(&s->cv, &s->mu, &dl);
+        int timed_out = !s->done && !c->g->broken;
         int e = s->error || !s->done;
         size_t want = s->bytes;
         s->full = 0;
@@ -139,6 +224,8 @@ static ct_status complete_send(ct_comm *c, int dst, posted *p) {
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         p->slot = NULL;
+        if (timed_out) return ct__timeout(c, dst, "no answer to our message by");
+        if (e && c->g->broken == 2) return broken_err_peer(c, dst);
         if (e)
             st = CT_ERR(&c->err, CT_ERR_MISMATCH,
                         "send of %zu bytes to group rank %d: the receiver expected a different "
@@ -147,8 +234,13 @@ static ct_status complete_send(ct_comm *c, int dst, posted *p) {
     }
     if (p->nreq) {
         for (int k = 0; k < p->nreq; k++) {
-            int rc = wait_yield(&p->req[k], MPI_STATUS_IGNORE);
-            if (rc != MPI_SUCCESS && st == CT_OK) st = ct__mpi_err(c, rc, "MPI_Wait (send)");
+            int rc = st == CT_OK ? wait_yield(&p->req[k], MPI_STATUS_IGNORE, &p->dl) : -1;
+            if (rc == -1) { /* timed out (or an earlier segment failed): give the rest up */
+                if (st == CT_OK) st = ct__timeout(c, dst, "no answer to our message by");
+                drop_request(&p->req[k]);
+            } else if (rc != MPI_SUCCESS && st == CT_OK) {
+                st = ct__mpi_err(c, rc, "MPI_Wait (send)");
+            }
         }
     }
     if (p->req && p->req != p->one) free(p->req);
@@ -162,12 +254,15 @@ static ct_status complete_send(ct_comm *c, int dst, posted *p) {
 /* Local: wait for the sender's post; on size mismatch release with an error. */
 static ct_status local_take(ct_comm *c, int src, size_t bytes, ct__slot **sp, const void **ptr) {
     ct__slot *s = &c->g->slots[c->g->m[src].local * c->g->nlocal + c->local];
+    ct__deadline dl = ct__deadline_in(c->topo->timeout);
+    int rc = 0;
     ct__spin_until(&s->full, 1, c->topo->spin);
     pthread_mutex_lock(&s->mu);
-    while (!(s->full && !s->done) && !c->g->broken) pthread_cond_wait(&s->cv, &s->mu);
-    if (c->g->broken && !(s->full && !s->done)) {
+    while (!(s->full && !s->done) && !c->g->broken && rc != ETIMEDOUT)
+        rc = ct__cond_wait(&s->cv, &s->mu, &dl);
+    if (!(s->full && !s->done)) {
         pthread_mutex_unlock(&s->mu);
-        return broken_err(c);
+        return c->g->broken ? broken_err_peer(c, src) : ct__timeout(c, src, "no message from");
     }
     if (s->bytes != bytes) {
         size_t got = s->bytes;
@@ -198,6 +293,7 @@ typedef struct rposted {
     MPI_Request *req;
     MPI_Request one[1];
     int nreq;
+    ct__deadline dl;
 } rposted;
 
 static ct_status post_recv_remote(ct_comm *c, int src, void *buf, size_t bytes, rposted *p) {
@@ -205,7 +301,8 @@ static ct_status post_recv_remote(ct_comm *c, int src, void *buf, size_t bytes, 
     size_t ns = nseg(bytes);
     p->req = ns == 1 ? p->one : ct_malloc(ns * sizeof(MPI_Request));
     p->nreq = 0;
-    if (!p->req) return CT_ERR(&c->err, CT_ERR_NOMEM, "receive requests");
+    p->dl = ct__deadline_in(c->topo->timeout);
+    if (!p->req) return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (receive requests)");
     int tag = mpi_tag(c, s->thread, c->thread);
     for (size_t k = 0; k < ns; k++) {
         size_t off = k * CT__SEG, len = bytes - off < CT__SEG ? bytes - off : CT__SEG;
@@ -220,8 +317,9 @@ static ct_status post_recv_remote(ct_comm *c, int src, void *buf, size_t bytes, 
 /* Wait for segment k and check its length. */
 static ct_status wait_seg(ct_comm *c, int src, rposted *p, size_t k, size_t bytes) {
     MPI_Status stt;
-    int rc = wait_yield(&p->req[k], &stt), cnt = 0;
+    int rc = wait_yield(&p->req[k], &stt, &p->dl), cnt = 0;
     size_t off = k * CT__SEG, len = bytes - off < CT__SEG ? bytes - off : CT__SEG;
+    if (rc == -1) return ct__timeout(c, src, "no message from"); /* rposted_free cancels */
     if (rc != MPI_SUCCESS) { /* (MPI_Wait leaves status.MPI_ERROR unset) */
         int code = rc, cls = 0;
         MPI_Error_class(code, &cls);
@@ -240,11 +338,7 @@ static ct_status wait_seg(ct_comm *c, int src, rposted *p, size_t k, size_t byte
 }
 
 static void rposted_free(rposted *p) {
-    for (int k = 0; k < p->nreq; k++)
-        if (p->req[k] != MPI_REQUEST_NULL) {
-            MPI_Cancel(&p->req[k]);
-            MPI_Request_free(&p->req[k]);
-        }
+    for (int k = 0; k < p->nreq; k++) drop_request(&p->req[k]);
     if (p->req && p->req != p->one) free(p->req);
     p->req = NULL;
     p->nreq = 0;
@@ -369,12 +463,14 @@ ct_status ct__p2p_sendrecv_reduce(ct_comm *c, int dst, const void *sbuf, size_t 
 
 ct_status ct_comm_send(ct_comm *c, int dst, const void *buf, size_t bytes) {
     if (!c) return CT_ERR_ARG;
+    snprintf(c->op, sizeof c->op, "send to group rank %d", dst);
     if (!buf && bytes) return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_send: buf is NULL");
     return ct__p2p_send(c, dst, buf, bytes);
 }
 
 ct_status ct_comm_recv(ct_comm *c, int src, void *buf, size_t bytes) {
     if (!c) return CT_ERR_ARG;
+    snprintf(c->op, sizeof c->op, "receive from group rank %d", src);
     if (!buf && bytes) return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_recv: buf is NULL");
     return ct__p2p_recv(c, src, buf, bytes);
 }
@@ -382,6 +478,7 @@ ct_status ct_comm_recv(ct_comm *c, int src, void *buf, size_t bytes) {
 ct_status ct_comm_sendrecv(ct_comm *c, int dst, const void *sbuf, size_t sbytes, int src,
                            void *rbuf, size_t rbytes) {
     if (!c) return CT_ERR_ARG;
+    snprintf(c->op, sizeof c->op, "sendrecv");
     if ((!sbuf && sbytes) || (!rbuf && rbytes))
         return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_sendrecv: NULL buffer");
     return ct__p2p_sendrecv(c, dst, sbuf, sbytes, src, rbuf, rbytes);

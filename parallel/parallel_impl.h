@@ -13,6 +13,8 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <time.h>
 
 #include "ct_parallel.h"
 
@@ -32,16 +34,32 @@ static inline void ct__spin_until(const volatile int *flag, int want, int spin) 
     }
 }
 
+/* A wait's deadline (CLOCK_MONOTONIC), from the topology's timeout (CT_COMM_TIMEOUT). */
+typedef struct ct__deadline {
+    struct timespec at;
+    int on; /* 0: wait for ever */
+} ct__deadline;
+ct__deadline ct__deadline_in(double seconds);
+int ct__deadline_passed(const ct__deadline *d);
+/* pthread_cond_wait bounded by d; ETIMEDOUT once it passed. Condition variables waited on this
+ * way are made by ct__cond_init (monotonic clock). */
+int ct__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, const ct__deadline *d);
+void ct__cond_init(pthread_cond_t *cv);
+
 typedef struct ct__barrier {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int n, waiting;
     volatile int gen;
     int spin;
+    uint64_t arrived;           /* local members at the barrier in this generation (bit = index) */
+    const volatile int *broken; /* the group's flag: a broken group releases every waiter */
 } ct__barrier;
 void ct__barrier_init(ct__barrier *b, int n);
 void ct__barrier_destroy(ct__barrier *b);
-void ct__barrier_wait(ct__barrier *b);
+/* Wait for the n local members (me = my local index). 0, ETIMEDOUT (d passed; *missing gets
+ * the bits of the members that had not come) or -1 (the group broke meanwhile). */
+int ct__barrier_wait_until(ct__barrier *b, int me, const ct__deadline *d, uint64_t *missing);
 
 /* One rendezvous slot src -> dst (local member indices). */
 typedef struct ct__slot {
@@ -93,7 +111,8 @@ typedef struct ct__group {
     void **ptrs;        /* [nlocal] published pointers (hierarchical) */
     size_t *counts;     /* [nlocal] published counts (hierarchical) */
     void **rptrs;       /* [nlocal] published output pointers (hierarchical, threads only) */
-    volatile int broken; /* a member saw a size mismatch without check mode: all waits fail */
+    volatile int broken; /* 1: a member saw a size mismatch without check mode, 2: a wait timed
+                            out (CT_COMM_TIMEOUT); all waits fail, later calls are refused */
     void *scratch;      /* shared scratch (hierarchical) */
     size_t scratch_cap;
     struct ct__group *next;
@@ -118,6 +137,7 @@ struct ct_topo {
     int tag_bits_thread, tag_bits_id;
     int tag_nb; /* the tag bit that marks non-blocking point-to-point messages (their own channel) */
     uint32_t id_max;
+    double timeout; /* seconds every wait may take (<= 0: no bound) */
     int owns_mpi;
     int check_default;
     int spin; /* ct__spin_until count for this process's threads */
@@ -146,8 +166,17 @@ struct ct_comm {
     size_t scratch_cap;
     void *scratch2;
     size_t scratch2_cap;
+    char op[64];      /* what the handle is doing, for a timeout's message: "allreduce (ring)" */
     ct_err err;
 };
+
+/* This worker's barrier with the other local members of c's group, bounded by the timeout:
+ * CT_ERR_TIMEOUT naming the members that did not come, or the group's broken error. */
+ct_status ct__local_barrier(ct_comm *c);
+/* CT_ERR_TIMEOUT on c: `what` ("no message from", "no answer to our message by") group rank
+ * `peer` within the timeout, naming c->op, the peer's worker, rank and thread; breaks the group
+ * so every local waiter wakes and later calls are refused. */
+ct_status ct__timeout(ct_comm *c, int peer, const char *what);
 
 /* Grow c->scratch / scratch2 to at least `bytes`. */
 ct_status ct__scratch(ct_comm *c, size_t bytes, void **out);

@@ -31,7 +31,7 @@ ct_status ct__reducescatter_rechalving(ct_comm *c, const void *send, void *recv,
     if (f.buddy >= 0) CT_CHECK(ct__p2p_recv_reduce(c, f.buddy, w, count * (size_t)n, dt, op));
     off = ct_malloc(sizeof(size_t) * (size_t)(f.p2 + 1));
     if (!off) {
-        st = CT_ERR(&c->err, CT_ERR_NOMEM, "offsets");
+        st = CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (offsets)");
         goto cleanup;
     }
     for (int i = 0; i <= f.p2; i++) off[i] = (size_t)ct__fold_block(&f, i) * count;

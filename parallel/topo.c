@@ -1,6 +1,8 @@
 /* topo.c - the worker topology: MPI initialised with MPI_THREAD_MULTIPLE, ranks x D threads,
  * node membership through MPI_Comm_split_type(SHARED), and the process-level registry of groups
  * that this process's worker threads share. The only file that names MPI_COMM_WORLD. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,13 +10,52 @@
 
 #include "parallel_impl.h"
 
+/* ------------------------------------------------------------------ deadlines */
+
+ct__deadline ct__deadline_in(double seconds) {
+    ct__deadline d;
+    memset(&d, 0, sizeof d);
+    if (!(seconds > 0)) return d;
+    clock_gettime(CLOCK_MONOTONIC, &d.at);
+    double whole = floor(seconds);
+    d.at.tv_sec += (time_t)whole;
+    d.at.tv_nsec += (long)((seconds - whole) * 1e9);
+    if (d.at.tv_nsec >= 1000000000L) d.at.tv_sec++, d.at.tv_nsec -= 1000000000L;
+    d.on = 1;
+    return d;
+}
+
+int ct__deadline_passed(const ct__deadline *d) {
+    if (!d || !d->on) return 0;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > d->at.tv_sec || (now.tv_sec == d->at.tv_sec && now.tv_nsec >= d->at.tv_nsec);
+}
+
+void ct__cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC); /* a deadline must not move with the date */
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+int ct__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, const ct__deadline *d) {
+    if (!d || !d->on) return pthread_cond_wait(cv, mu);
+    return pthread_cond_timedwait(cv, mu, &d->at);
+}
+
+/* ------------------------------------------------------------------ the threads' barrier */
+
 void ct__barrier_init(ct__barrier *b, int n) {
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
+    ct__cond_init(&b->cv);
     b->n = n;
     b->waiting = 0;
     b->gen = 0;
     b->spin = 0;
+    b->arrived = 0;
+    b->broken = NULL;
 }
 
 void ct__barrier_destroy(ct__barrier *b) {
@@ -22,22 +63,56 @@ void ct__barrier_destroy(ct__barrier *b) {
     pthread_cond_destroy(&b->cv);
 }
 
-void ct__barrier_wait(ct__barrier *b) {
-    if (b->n <= 1) return;
+int ct__barrier_wait_until(ct__barrier *b, int me, const ct__deadline *d, uint64_t *missing) {
+    if (b->n <= 1) return 0;
     pthread_mutex_lock(&b->mu);
+    if (b->broken && *b->broken) {
+        pthread_mutex_unlock(&b->mu);
+        return -1;
+    }
     int gen = b->gen;
+    b->arrived |= (uint64_t)1 << (me & 63);
     if (++b->waiting == b->n) {
         b->waiting = 0;
+        b->arrived = 0;
         __atomic_store_n(&b->gen, gen + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&b->cv);
         pthread_mutex_unlock(&b->mu);
-        return;
+        return 0;
     }
     pthread_mutex_unlock(&b->mu);
     ct__spin_until(&b->gen, gen + 1, b->spin);
     pthread_mutex_lock(&b->mu);
-    while (gen == b->gen) pthread_cond_wait(&b->cv, &b->mu);
+    int rc = 0;
+    while (gen == b->gen && !(b->broken && *b->broken) && rc != ETIMEDOUT)
+        rc = ct__cond_wait(&b->cv, &b->mu, d);
+    if (gen != b->gen) {
+        rc = 0;
+    } else { /* timed out or broken: leave the count as if we never came */
+        if (missing) *missing = ~b->arrived & (b->n >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << b->n) - 1));
+        b->waiting--;
+        b->arrived &= ~((uint64_t)1 << (me & 63));
+        rc = rc == ETIMEDOUT ? ETIMEDOUT : -1;
+    }
     pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ timeouts */
+
+void ct_topo_set_timeout(ct_topo *t, double seconds) { t->timeout = seconds; }
+double ct_topo_timeout(const ct_topo *t) { return t->timeout; }
+
+ct_status ct_comm_timeout_env(double *seconds, ct_err *err) {
+    const char *v = getenv("CT_COMM_TIMEOUT");
+    if (!v || !*v) return CT_OK;
+    char *end = NULL;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= 0) || x > 1e9)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "CT_COMM_TIMEOUT='%s': expected seconds, a number >= 0 (0 = wait for ever)", v);
+    *seconds = x;
+    return CT_OK;
 }
 
 static int bits_for(int v) { /* bits to hold 0..v-1 */
@@ -86,6 +161,11 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &t->world);
     MPI_Comm_set_errhandler(t->world, MPI_ERRORS_RETURN);
+    /* MPICH raises the error of a completed request (MPI_Test of a truncated receive) on
+       MPI_COMM_WORLD rather than on the request's communicator: errors must come back to us as
+       codes there too, or a count mismatch ends the job instead of being reported. Only when we
+       initialised MPI (a program that did may want its own handler). */
+    if (t->owns_mpi) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(t->world, &t->rank);
     MPI_Comm_size(t->world, &t->nranks);
     t->D = D;
@@ -147,6 +227,7 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
         if (MPI_Get_processor_name(t->host, &len) != MPI_SUCCESS) snprintf(t->host, sizeof t->host, "?");
     }
     t->check_default = 1;
+    t->timeout = CT_COMM_TIMEOUT_DEFAULT;
     {   /* spin before sleeping only when this node's workers fit its cores */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         t->spin = (long)t->local_nranks * D <= cores ? 200 : 0;

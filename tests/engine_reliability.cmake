@@ -27,3 +27,13 @@ if(TARGET ct_engine)
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=pthread pthread")
   endforeach()
 endif()
+# train_gpt when things go wrong: non-finite steps (1 device, dp 2 threads, dp 2 ranks),
+# checkpoint directory hygiene, one worker's error ending every worker within 10 s.
+if(TARGET train_gpt)
+  foreach(part nonfinite checkpoints failures)
+    add_test(NAME test_engine_reliability_${part}
+             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_reliability.sh $<TARGET_FILE:train_gpt>
+                     ${MPIEXEC_EXECUTABLE} ${part})
+    set_tests_properties(test_engine_reliability_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600)
+  endforeach()
+endif()

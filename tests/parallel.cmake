@@ -90,3 +90,17 @@ if(TARGET ct_parallel)
       ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
+if(TARGET ct_parallel)
+  # CT_COMM_TIMEOUT (2 s in the test): a worker that never comes (a), counts that differ between
+  # processes with check mode off (b); every worker must come back with an error within 10 s
+  foreach(shape "3x1;3;1;a" "3x1;3;1;b" "1x3;1;3;a" "2x2;2;2;a" "2x2;2;2;b")
+    list(GET shape 0 nm)
+    list(GET shape 1 nr)
+    list(GET shape 2 nt)
+    list(GET shape 3 part)
+    add_test(NAME parallel_timeout_${nm}_${part}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_errors> timeout ${nt} ${part})
+    set_tests_properties(parallel_timeout_${nm}_${part} PROPERTIES LABELS "mpi" TIMEOUT 60
+      ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+endif()

@@ -8,6 +8,7 @@
  *   test_parallel_errors nothread           MPI initialised without MPI_THREAD_MULTIPLE
  *   test_parallel_errors select             the selector table: parse errors, choices, overrides
  *   test_parallel_errors preinit            MPI initialised by the program with MULTIPLE: used
+ *   mpiexec -n R test_parallel_errors timeout D   CT_COMM_TIMEOUT turns hangs into errors
  */
 #include <mpi.h>
 #include <omp.h>
@@ -160,7 +161,92 @@ static int selector(int argc, char **argv) {
     return rc;
 }
 
+/* CT_COMM_TIMEOUT: a wait that cannot end ends with CT_ERR_TIMEOUT naming the collective and a
+ * peer, on every worker, within a few timeouts (2 s here), instead of hanging.
+ *   (a) the last worker never calls the collective the others are in (check mode on);
+ *   (b) with check mode off, workers in several processes pass different counts: MPI sees the
+ *       truncation on some, the others wait for a message that never comes.
+ * Every worker must come back with an error, none later than 10 s. */
+static double now_s(void) { return MPI_Wtime(); }
+
+static int timeouts(int argc, char **argv) {
+    int D = argc > 2 ? atoi(argv[2]) : 1;
+    /* one case per run: messages a timed-out call left in flight would meet the next call on a
+       new world handle (same comm id, same tags) */
+    int part_b = argc > 3 && !strcmp(argv[3], "b");
+    ct_topo *topo = NULL;
+    ct_err err = {0};
+    if (ct_topo_create(&topo, &argc, &argv, D, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 2;
+    }
+    double env = 2.0;
+    setenv("CT_COMM_TIMEOUT", "2.5", 1);
+    {
+        const char *ctx = "timeout env";
+        CHECK(ct_comm_timeout_env(&env, &err) == CT_OK && env == 2.5, "%g %s", env, err.msg);
+        setenv("CT_COMM_TIMEOUT", "soon", 1);
+        CHECK(ct_comm_timeout_env(&env, &err) == CT_ERR_ARG && HAS(err.msg, "CT_COMM_TIMEOUT"),
+              "%s", err.msg);
+        CHECK(ct_topo_timeout(topo) == CT_COMM_TIMEOUT_DEFAULT, "default %g", ct_topo_timeout(topo));
+    }
+    ct_topo_set_timeout(topo, 2.0);
+    int rank = ct_topo_rank(topo);
+#pragma omp parallel num_threads(D)
+    {
+        const char *ctx = "timeout";
+        int th = omp_get_thread_num();
+        float a[64] = {0}, b[64];
+        ct_comm *w = NULL;
+        ct_comm_world(topo, th, &w);
+        int r = ct_comm_rank(w), n = ct_comm_size(w);
+        ct_status st;
+        double t0;
+
+        ctx = "a worker that never comes";
+        t0 = now_s();
+        if (!part_b && r != n - 1) {
+            st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, "ring");
+            char m[CT_ERR_MSG_MAX];
+            snprintf(m, sizeof m, "%s", ct_comm_errmsg(w));
+            double dt = now_s() - t0;
+            CHECK(st == CT_ERR_TIMEOUT && HAS(m, "allreduce") && HAS(m, "CT_COMM_TIMEOUT") &&
+                      HAS(m, "group rank"), "%d %s", st, m);
+            CHECK(dt < 10, "came back after %.1f s", dt);
+            st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, "ring");
+            CHECK(st == CT_ERR_STATE && HAS(ct_comm_errmsg(w), "timeout"), "then refused: %d %s",
+                  st, ct_comm_errmsg(w));
+#pragma omp critical(print)
+            printf("ok: (a) worker %d after %.1f s: %s\n", r, dt, m);
+        }
+        ctx = "counts differ between processes, check mode off";
+        ct_comm_set_check(w, 0);
+        t0 = now_s();
+        if (!part_b) goto done;
+        st = ct_comm_allreduce(w, a, b, r == n - 1 ? 40 : 20, CT_F32, CT_OP_SUM, "ring");
+        double dt = now_s() - t0;
+        CHECK(n == 1 || st != CT_OK, "worker %d: %d", r, st);
+        CHECK(dt < 10, "worker %d came back after %.1f s", r, dt);
+        if (st == CT_ERR_TIMEOUT)
+            CHECK(HAS(ct_comm_errmsg(w), "allreduce (ring)"), "%s", ct_comm_errmsg(w));
+#pragma omp critical(print)
+        if (n > 1)
+            printf("ok: (b) worker %d after %.1f s: %s: %.300s\n", r, dt, ct_status_name(st),
+                   ct_comm_errmsg(w));
+    done:;
+#pragma omp barrier
+#pragma omp master
+        MPI_Barrier(MPI_COMM_WORLD);
+#pragma omp barrier
+        ct_comm_free(w);
+    }
+    int rc = finish("test_parallel_errors timeout", rank);
+    ct_topo_free(topo);
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "timeout")) return timeouts(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "nothread")) return nothread(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "select")) return selector(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "preinit")) return preinit(argc, argv);
