@@ -63,7 +63,7 @@ static ct_status bufs_alloc(ct_device *dev, attn_bufs *b, int gemm, int B, int T
     }
 #undef ALLOC
     /* inputs of a few units: softmax rows neither flat nor one-hot */
-    float *h = malloc(3 * BTC * sizeof(float));
+    float *h = ct_malloc(3 * BTC * sizeof(float));
     if (!h) {
         st = CT_ERR(ct_device_err(dev), CT_ERR_NOMEM, "attention timing: out of host memory");
         goto fail;
