@@ -290,7 +290,7 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
                     r->nchunks / p->pp > CT_MAX_CHUNKS ? " or more chunks per stage than 16" : "");
         goto fail;
     }
-    r->split = malloc(sizeof(int) * (size_t)r->nchunks);
+    r->split = ct_malloc(sizeof(int) * (size_t)r->nchunks);
     if (!r->split) {
         st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
         goto fail;
@@ -549,7 +549,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     {
         ct_sched_sim sim = {0};
         ct_sched_costs unit = ct_sched_costs_unit();
-        t->slots = malloc(sizeof(int) * (size_t)N);
+        t->slots = ct_malloc(sizeof(int) * (size_t)N);
         if (!t->slots) {
             st = terr(t, err, CT_ERR_NOMEM, "no memory");
             goto fail;
@@ -1113,7 +1113,7 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
     enum { F_PP, F_DP, F_STEPS, F_COMP, F_MAKE, F_FWD, F_BWD, F_BIN, F_BWT, F_SEND, F_RECV, F__N };
     ct_exec_timeline tl;
     ct_exec_timeline_get(t->x, &tl);
-    float mine[F__N], *all = malloc(sizeof(float) * F__N * (size_t)t->W);
+    float mine[F__N], *all = ct_malloc(sizeof(float) * F__N * (size_t)t->W);
     if (!all) return terr(t, NULL, CT_ERR_NOMEM, "no memory for the pipeline report");
     const ct_coords *at = ct_grid_coords(t->grid);
     mine[F_PP] = (float)at->pp_rank, mine[F_DP] = (float)(at->dp_rank + at->tp_rank);
@@ -1144,8 +1144,8 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
         return terr(t, NULL, st, "pipeline report: %s", ct_comm_errmsg(t->world));
     }
     lmax = li;
-    float *lmine = calloc((size_t)lmax + 2, sizeof(float));
-    float *lall = calloc(((size_t)lmax + 2) * (size_t)t->W, sizeof(float));
+    float *lmine = ct_calloc((size_t)lmax + 2, sizeof(float));
+    float *lall = ct_calloc(((size_t)lmax + 2) * (size_t)t->W, sizeof(float));
     if (!lmine || !lall) {
         free(all), free(lmine), free(lall);
         return terr(t, NULL, CT_ERR_NOMEM, "no memory for the pipeline report");
@@ -1177,13 +1177,13 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
         if (all[w * F__N + F_DP] != 0) continue;
         int q = (int)all[w * F__N + F_PP];
         const float *src = lall + (size_t)w * (lmax + 2);
-        if (!(dur[q] = calloc((size_t)lmax, sizeof(double)))) okr = 0;
+        if (!(dur[q] = ct_calloc((size_t)lmax, sizeof(double)))) okr = 0;
         for (int i = 0; okr && i < t->sched->n[q] && i < lmax; i++) dur[q][i] = src[2 + i];
         lcompute += src[0], lspan = src[1];
     }
     okr = okr && ct_sched_replay(t->sched, (const double *const *)dur, 0, 0, &sr, &e2) == CT_OK;
     double lmeas = lspan > 0 ? 1 - lcompute / (N * lspan) : NAN;
-    ct_sched_costs *c = calloc((size_t)N, sizeof *c), unit = ct_sched_costs_unit();
+    ct_sched_costs *c = ct_calloc((size_t)N, sizeof *c), unit = ct_sched_costs_unit();
     ct_sched_sim sm = {0}, su = {0};
     if (!c) {
         for (int q = 0; q < N; q++) free(dur[q]);
@@ -1246,7 +1246,7 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
             out->bwd_weight_ms[q] = x[F_BWT], out->send_ms[q] = x[F_SEND], out->recv_ms[q] = x[F_RECV];
         }
     }
-    char *rec = malloc(4096 + sizeof costs);
+    char *rec = ct_malloc(4096 + sizeof costs);
     if (rec) {
         snprintf(rec, 4096 + sizeof costs,
                  "\"schedule\":\"%s\",\"stages\":%d,\"micro_batches\":%d,\"steps_timed\":%d,"

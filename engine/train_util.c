@@ -185,8 +185,8 @@ ct_status ct_pp_split_balanced(const ct_gpt_config *c, int T, int K, int *layers
     ct_pp_costs(c, T, &blk, &emb, &head);
     /* best[k][l]: the least largest chunk work splitting blocks [0, l) into chunks 0..k-1;
      * cut[k][l]: where chunk k-1 starts in it */
-    double *best = malloc(sizeof(double) * (size_t)(K + 1) * (size_t)(L + 1));
-    int *cut = malloc(sizeof(int) * (size_t)(K + 1) * (size_t)(L + 1));
+    double *best = ct_malloc(sizeof(double) * (size_t)(K + 1) * (size_t)(L + 1));
+    int *cut = ct_malloc(sizeof(int) * (size_t)(K + 1) * (size_t)(L + 1));
     if (!best || !cut) {
         free(best), free(cut);
         return CT_ERR(err, CT_ERR_NOMEM, "pipeline split: out of memory");

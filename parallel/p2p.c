@@ -522,7 +522,7 @@ static ct_status nb_new(ct_comm *c, int send, int peer, const void *sbuf, void *
     if (bytes > (size_t)INT32_MAX * CT__SEG)
         return CT_ERR(&c->err, CT_ERR_ARG, "ct_comm_%s: %zu bytes is too large", send ? "isend" : "irecv",
                       bytes);
-    ct_request *r = calloc(1, sizeof *r);
+    ct_request *r = ct_calloc(1, sizeof *r);
     if (!r) return CT_ERR(&c->err, CT_ERR_NOMEM, "ct_comm_%s: out of host memory", send ? "isend" : "irecv");
     r->c = c, r->send = send, r->peer = peer, r->sbuf = sbuf, r->rbuf = rbuf, r->bytes = bytes;
     *out = r;
@@ -540,7 +540,7 @@ static ct_status nb_post_remote(ct_request *r) {
     ct_comm *c = r->c;
     const ct__member *p = &c->g->m[r->peer];
     size_t ns = nseg(r->bytes);
-    r->mreq = ns == 1 ? r->one : malloc(ns * sizeof(MPI_Request));
+    r->mreq = ns == 1 ? r->one : ct_malloc(ns * sizeof(MPI_Request));
     if (!r->mreq) return CT_ERR(&c->err, CT_ERR_NOMEM, "point-to-point requests");
     int tag = r->send ? nb_tag(c, c->thread, p->thread) : nb_tag(c, p->thread, c->thread);
     for (size_t k = 0; k < ns; k++) {
@@ -603,6 +603,17 @@ ct_status ct_comm_irecv(ct_comm *c, int src, void *buf, size_t bytes, ct_request
     }
     *req = r;
     return CT_OK;
+}
+
+/* Take a posted send off its channel's queue (ch->mu held): a send given up on (a timeout). */
+static void chan_unlink(ct__chan *ch, ct_request *r) {
+    ct_request *s = ch->head, *prev = NULL;
+    while (s && s != r) prev = s, s = s->next;
+    if (!s) return;
+    if (prev) prev->next = s->next;
+    else ch->head = s->next;
+    if (ch->tail == s) ch->tail = prev;
+    s->next = NULL;
 }
 
 /* A local receive (ch->mu held): take its send off the queue if it has been posted, copy outside
@@ -689,23 +700,43 @@ ct_status ct_comm_test(ct_request *r, int *done) {
 ct_status ct_comm_wait(ct_request *r) {
     if (!r) return CT_OK;
     ct_status st = CT_OK;
+    ct_comm *c = r->c;
+    ct__deadline dl = ct__deadline_in(c->topo->timeout);
+    const char *what = r->send ? "our message was not taken by" : "no message from";
+    snprintf(c->op, sizeof c->op, "wait for the %s %s group rank %d", r->send ? "isend" : "irecv",
+             r->send ? "to" : "from", r->peer);
     if (r->ch) {
         ct__chan *ch = r->ch;
+        int rc = 0, late = 0;
         pthread_mutex_lock(&ch->mu);
-        while (!(r->send ? r->done : local_try_recv(r))) pthread_cond_wait(&ch->cv, &ch->mu);
+        for (;;) {
+            if (r->send ? r->done : local_try_recv(r)) break;
+            int copying = r->send && r->taken; /* the receiver is copying it: moments away */
+            if (late && !copying) break;
+            rc = copying ? pthread_cond_wait(&ch->cv, &ch->mu) : ct__cond_wait(&ch->cv, &ch->mu, &dl);
+            if (rc == ETIMEDOUT) late = 1;
+        }
+        int timed_out = !r->done;
+        if (timed_out && r->send) { /* off the queue: nobody may copy from it after we return */
+            chan_unlink(ch, r);
+        }
         pthread_mutex_unlock(&ch->mu);
-        st = local_result(r);
+        st = timed_out ? ct__timeout(c, r->peer, what) : local_result(r);
     } else {
         st = r->st;
         for (; r->ndone < r->nreq; r->ndone++) {
             MPI_Request *q = &r->mreq[r->ndone];
-            if (st != CT_OK) { /* an earlier segment failed: drop the rest */
-                MPI_Cancel(q);
-                MPI_Request_free(q);
+            if (st != CT_OK) { /* an earlier segment failed (or timed out): drop the rest */
+                drop_request(q);
                 continue;
             }
             MPI_Status stt;
-            int rc = wait_yield(q, &stt);
+            int rc = wait_yield(q, &stt, &dl);
+            if (rc == -1) {
+                st = ct__timeout(c, r->peer, what);
+                drop_request(q);
+                continue;
+            }
             st = rc != MPI_SUCCESS ? remote_err(r, rc) : remote_seg_done(r, r->ndone, &stt);
         }
     }
