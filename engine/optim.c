@@ -41,7 +41,7 @@ static ct_status owned_runs(ct_optim *o) {
     const ct_gpt_config *c = ct_params_config(P);
     size_t lo, hi;
     ct_params_shard(P, &lo, &hi);
-    flat_run *r = malloc(sizeof *r * (size_t)(CT_GPT_NUM_TENSORS * (c->layers + 1)));
+    flat_run *r = ct_malloc(sizeof *r * (size_t)(CT_GPT_NUM_TENSORS * (c->layers + 1)));
     if (!r) return CT_ERR(&o->err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");
     int n = 0;
     for (int i = 0; i < CT_GPT_NUM_TENSORS && (lay->zero > 0 || at->dp_rank == 0); i++) {
@@ -63,8 +63,8 @@ static ct_status owned_runs(ct_optim *o) {
         if (m && r[m - 1].hi == r[k].lo) r[m - 1].hi = r[k].hi;
         else r[m++] = r[k];
     }
-    o->runs = malloc(sizeof *o->runs * (size_t)(m ? m : 1));
-    o->hcells = malloc(sizeof(float) * (size_t)(m ? m : 1));
+    o->runs = ct_malloc(sizeof *o->runs * (size_t)(m ? m : 1));
+    o->hcells = ct_malloc(sizeof(float) * (size_t)(m ? m : 1));
     if (!o->runs || !o->hcells) {
         free(r);
         return CT_ERR(&o->err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");

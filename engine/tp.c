@@ -55,7 +55,7 @@ ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_buffer *arena
     if (!c || !dev || !arena || max_floats == 0)
         return CT_ERR(err, CT_ERR_ARG, "ct_tp_create: a TP group, a device, an arena and a size "
                                        "are needed");
-    ct_tp *t = calloc(1, sizeof *t);
+    ct_tp *t = ct_calloc(1, sizeof *t);
     if (!t) return CT_ERR(err, CT_ERR_NOMEM, "ct_tp_create: out of host memory");
     t->c = c;
     t->n = ct_comm_size(c);
@@ -64,8 +64,8 @@ ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_buffer *arena
     t->arena = arena;
     t->o = o ? *o : ct_tp_opts_default();
     t->cap = max_floats;
-    t->stage[0] = malloc(max_floats * sizeof(float));
-    t->stage[1] = malloc(max_floats * sizeof(float));
+    t->stage[0] = ct_malloc(max_floats * sizeof(float));
+    t->stage[1] = ct_malloc(max_floats * sizeof(float));
     if (!t->stage[0] || !t->stage[1]) {
         ct_tp_free(t);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_tp_create: no host memory for TP staging (2 x %zu "
