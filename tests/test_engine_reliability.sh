@@ -5,7 +5,8 @@
 #                skipped with a warning and a "skipped":true record, the run stops at
 #                --max-skips in a row with exit 1 and one message naming the step and the first
 #                tensor that is not finite; --nonfinite stop stops at the first; the same under
-#                dp = 2 threads, dp = 2 ranks and pp = 2 ranks (the message printed once).
+#                dp = 2 threads, dp = 2 ranks, pp = 2 ranks and tp = 2 threads (the message printed
+#                once).
 #   checkpoints  temporaries of a writer that is gone are removed at start (and said so), those
 #                of a live process stay; --keep-last 2 leaves two checkpoints, latest among them,
 #                and the run resumes from it.
@@ -43,12 +44,13 @@ count() { grep -c -- "$1" "$2" 2>/dev/null || true; }
 
 if [ "$PART" = nonfinite ]; then
     BAD="$TINY --batch 4 --text $D/text.txt --lr 1e4 --grad-clip 0 --warmup 0 --steps 12"
-    for layout in one threads ranks pipeline; do
+    for layout in one threads ranks pipeline tensor; do
         case $layout in
         one) cmd="$TRAIN $BAD" ;;
         threads) cmd="env POCL_DEVICES=pthread\ pthread $TRAIN $BAD --dp 2 --devices-per-rank 2" ;;
         ranks) cmd="$MPIEXEC -n 2 $TRAIN $BAD --dp 2" ;;
         pipeline) cmd="$MPIEXEC -n 2 $TRAIN $BAD --layers 2 --pp 2 --total-batch 64" ;;
+        tensor) cmd="env POCL_DEVICES=pthread\ pthread $TRAIN $BAD --tp 2 --devices-per-rank 2" ;;
         esac
         # skip: 3 in a row stop the run
         run 120 "$D/out" "$D/err" sh -c "$cmd --max-skips 3 --metrics $D/m.jsonl"
