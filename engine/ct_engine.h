@@ -16,6 +16,7 @@
 #include "ct_engine_ops.h"
 #include "ct_engine_params.h"
 #include "ct_engine_tp.h"
+#include "ct_engine_moe.h"
 #include "ct_engine_model.h"
 #include "ct_engine_step.h"
 #include "ct_engine_io.h"

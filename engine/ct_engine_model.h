@@ -36,6 +36,7 @@
 #include "ct_cl.h"
 #include "ct_engine_ops.h"
 #include "ct_engine_params.h"
+#include "ct_engine_moe.h"
 #include "ct_engine_tp.h"
 #include "ct_gpt_config.h"
 
@@ -64,6 +65,12 @@ typedef struct ct_model_plan {
      * parallelism (1: activations outside the TP regions split over the group's rows). */
     ct_comm *tp;
     int sp;
+    /* A mixture-of-experts model (config experts > 0; engine/moe.c): the capacity factor F (0:
+     * no limit) and the auxiliary loss's weight alpha (0: none), and with expert parallelism
+     * (layout ep > 1) this worker's handle on its EP group (ct_grid_ep; the block's all-to-alls
+     * run on it). Not built with tp > 1 or split_backward. */
+    double moe_capacity, moe_aux;
+    ct_comm *ep;
 } ct_model_plan;
 
 /* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T
@@ -86,6 +93,8 @@ void ct_model_free(ct_model *m);
 ct_status ct_model_tp_check(const ct_gpt_config *cfg, int N, int sp, int T, ct_err *err);
 /* The model's TP pieces (NULL when tp = 1): counters, overlap and timing switches. */
 ct_tp *ct_model_tp(ct_model *m);
+/* The model's mixture-of-experts layer (NULL for a dense model): routing statistics, timing. */
+ct_moe *ct_model_moe(ct_model *m);
 /* Floats of one activation (B,T,C) as this worker holds it between blocks: B*T*C, or its
  * B*T*C/tp rows under sequence parallelism (pipeline transfers). */
 size_t ct_model_act_floats(const ct_model *m, int B, int T);
@@ -146,6 +155,10 @@ ct_status ct_model_slot_logits(ct_model *m, int slot, float *host, size_t n);
 /* grads += d(loss_scale * loss)/d(lnf, wte); the residual gradient (B,T,C) = the gradient of
  * the last block's output (ct_model_dres). */
 ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale);
+/* The scale of the slot's objective in its backward (what head_backward takes, and sets): blocks
+ * that add their own term to the objective (the MoE layer's auxiliary loss) read it. A stage
+ * without the head sets it before its blocks' backward; a forward resets it to 1. */
+ct_status ct_model_set_loss_scale(ct_model *m, int slot, float loss_scale);
 /* Block l's backward: reads the gradient of its output from ct_model_dres, adds its parameter
  * gradients, leaves the gradient of its input in ct_model_dres. */
 ct_status ct_model_block_backward(ct_model *m, int slot, int l);

@@ -52,7 +52,8 @@ static inline ct_view ct_view_none(void) {
     X(residual_fwd) X(matmul_fc_fwd) X(gelu_fwd) X(matmul_fcproj_fwd) X(matmul_logits_fwd)      \
     X(crossentropy_fwd) X(crossentropy_bwd) X(matmul_logits_bwd) X(layernorm_bwd)               \
     X(matmul_fcproj_bwd) X(gelu_bwd) X(matmul_fc_bwd) X(matmul_attproj_bwd) X(attention_bwd)    \
-    X(matmul_qkv_bwd) X(encoder_bwd) X(zero_grad) X(grad_norm) X(adamw) X(upload) X(readback)
+    X(matmul_qkv_bwd) X(encoder_bwd) X(zero_grad) X(grad_norm) X(adamw) X(upload) X(readback)    \
+    X(moe_fwd) X(moe_bwd)
 enum {
 #define CT__PROF_ENUM(n) CT_PROF_##n,
     CT_PROFILE_BUCKETS(CT__PROF_ENUM)
@@ -256,6 +257,51 @@ ct_status ct_crossentropy_vp_finish(ct_device *dev, ct_view losses /* (B,T) = */
 ct_status ct_crossentropy_vp_backward(ct_device *dev, ct_view dlogits /* (B,T,Vl) in place */,
                                       ct_view lse /* (B,T) */, ct_view targets /* (B,T) int32 */,
                                       float dloss, int B, int T, int Vl, int nreal, int lo);
+
+/* ---- mixture of experts (the layer is engine/moe.c; kernels in moe.cl). A choice is (token n,
+ * rank k) at n * K + k; index tensors (idx, slot, pos, off, kept, routed) are int32. */
+/* p = softmax over the E experts of each token's logits (fp32); idx, gate: its K largest p in
+ * descending order (equal p: the lower expert first) and those p. */
+ct_status ct_moe_route_forward(ct_device *dev, ct_view p /* (N,E) = */, ct_view idx /* (N,K) = */,
+                               ct_view gate /* (N,K) = */, ct_view logits /* (N,E) */, int N,
+                               int E, int K);
+/* Per row b and expert e, the row's choices of e taken by rank first, then position: the first
+ * cap get slots 0..cap-1, the rest -1 (dropped). kept: slots given; routed: choices before
+ * dropping. */
+ct_status ct_moe_capacity(ct_device *dev, ct_view slot /* (B,T,K) = */, ct_view kept /* (B,E) = */,
+                          ct_view routed /* (B,E) = */, ct_view idx /* (B,T,K) */, int B, int T,
+                          int E, int K, int cap);
+/* off[b, e]: where row b's kept choices of expert e begin in expert-major order (expert, row,
+ * slot). */
+ct_status ct_moe_offsets(ct_device *dev, ct_view off /* (B,E) = */, ct_view kept /* (B,E) */,
+                         int B, int E);
+/* pmean[b, e] = the mean of p[b, t, e] over t. */
+ct_status ct_moe_prob_mean(ct_device *dev, ct_view pmean /* (B,E) = */, ct_view p /* (B,T,E) */,
+                           int B, int T, int E);
+/* pos = off[b, idx] + slot for kept choices (-1 dropped); xs[pos] = x[token]. */
+ct_status ct_moe_dispatch(ct_device *dev, ct_view xs /* (kept,C) = */, ct_view pos /* (B,T,K) = */,
+                          ct_view x /* (B,T,C) */, ct_view idx /* (B,T,K) */,
+                          ct_view slot /* (B,T,K) */, ct_view off /* (B,E) */, int B, int T,
+                          int C, int E, int K);
+/* y[n] = sum over kept choices k (in order) of gate * ys[pos]. */
+ct_status ct_moe_combine_forward(ct_device *dev, ct_view y /* (N,C) = */, ct_view ys /* (kept,C) */,
+                                 ct_view gate /* (N,K) */, ct_view pos /* (N,K) */, size_t N,
+                                 int C, int K);
+/* dgate = dot(dy[n], ys[pos]) (0 for dropped choices); dys[pos] = gate * dy[n]. */
+ct_status ct_moe_combine_backward(ct_device *dev, ct_view dys /* (kept,C) = */,
+                                  ct_view dgate /* (N,K) = */, ct_view dy /* (N,C) */,
+                                  ct_view ys /* (kept,C) */, ct_view gate /* (N,K) */,
+                                  ct_view pos /* (N,K) */, size_t N, int C, int K);
+/* dp[e] = aux * routed[b, e] + the dgate of the token's kept choices of e; dlogits = the softmax
+ * backward p * (dp - sum p dp). aux: the auxiliary loss's gradient per routed choice and unit p. */
+ct_status ct_moe_router_backward(ct_device *dev, ct_view dlogits /* (B,T,E) = */,
+                                 ct_view p /* (B,T,E) */, ct_view idx /* (B,T,K) */,
+                                 ct_view pos /* (B,T,K) */, ct_view dgate /* (B,T,K) */,
+                                 ct_view routed /* (B,E) */, float aux, int B, int T, int E, int K);
+/* dx[n] = dxr[n] + the dxs rows of the token's kept choices (in order). */
+ct_status ct_moe_dispatch_backward(ct_device *dev, ct_view dx /* (N,C) = */, ct_view dxr /* (N,C) */,
+                                   ct_view dxs /* (kept,C) */, ct_view pos /* (N,K) */, size_t N,
+                                   int C, int K);
 
 /* ---- optimizer. The clip multiplier is PyTorch's clip_grad_norm_ one:
  * s = min(1, clip / (norm + 1e-6)), and s = 1 when clip <= 0 or norm is absent. */

@@ -6,14 +6,23 @@
  * Orders. Host arrays (set/get, files, checkpoints) are the WHOLE model in the table's llm.c
  * order (all layers' qkvw together, ...), whatever this worker holds. The device buffers are
  * "flat": this worker's pieces, layer-major:
- *     [wte (first or last stage) | wpe (first stage) | block l0 | block l0+1 | ... | lnfw lnfb (last)]
- * with each block's tensors [ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw
- * fcprojb] together, so a layer is one contiguous range and backward finishes the gradients
- * from the end of the buffer towards its start (reverse-layer-order buckets). For a single device
- * this is the whole model. Tensors cut over the TP group (ct_split) hold this rank's slice.
+ *     [experts | wte (first or last stage) | wpe (first stage) | block l0 | block l0+1 | ... |
+ *      lnfw lnfb (last)]
+ * with each block's tensors [ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b routerw fcw fcb
+ * fcprojw fcprojb] together, so a layer is one contiguous range and backward finishes the
+ * gradients from the end of the buffer towards its start (reverse-layer-order buckets). For a
+ * single device this is the whole model. Tensors cut over the TP group (ct_split) hold this
+ * rank's slice. A mixture-of-experts model (config experts > 0) keeps its expert tensors (fcw fcb
+ * fcprojw fcprojb, one slice per expert) apart, at the start: for each held block, each expert
+ * tensor's slices of this worker's experts (E / ep of them: experts [first, first + count) with
+ * first = (dp_rank % ep) * count), [fcw (count) | fcb | fcprojw | fcprojb]. Those differ between
+ * the workers of an EP group, are reduced over the expert-data-parallel group, and become final
+ * only with the stage's last backward. A dense model's region is empty (the layout is as before).
  *
  * ZeRO over the DP group (N workers): stage >= 1 pads the flat length to N * shard and keeps Adam
- * m, v only for this worker's shard [lo, hi). Stage 2: the gradient buffer becomes a WORKING
+ * m, v only for this worker's shard [lo, hi); the experts' region is padded to a multiple of
+ * dp / ep and sharded over the expert-data-parallel group instead (m, v = [expert shard | DP
+ * shard]: ct_params_shards). Stages 2 and 3 are refused with experts. Stage 2: the gradient buffer becomes a WORKING
  * buffer [wte wpe | layer slot 0 | layer slot 1 | lnf] (layer l in slot l % 2) and the averaged
  * gradients live in a shard buffer. Stage 3: the same for the parameters (the shard is the
  * storage; the working buffer is filled by gathers before each use). ct_params_pview/gview hide
@@ -76,12 +85,34 @@ void ct_params_chunk(const ct_params *P, int k, int *lo, int *hi);
 size_t ct_params_num_params(const ct_params *P);
 size_t ct_params_local_len(const ct_params *P);
 size_t ct_params_flat_len(const ct_params *P);
-/* This worker's optimizer shard [lo, hi) of the flat layout ([0, local) without ZeRO). */
+/* This worker's optimizer shard [lo, hi) of the flat layout ([0, local) without ZeRO): the DP
+ * shard of the dense tensors (the experts' shard, under ZeRO >= 1 with experts, is apart). */
 void ct_params_shard(const ct_params *P, size_t *lo, size_t *hi);
+/* The whole optimizer shard as runs of the flat layout, in the order Adam's m and v hold them
+ * (run k starts at the sum of the earlier runs' lengths): ZeRO >= 1 with experts [the expert
+ * shard over the expert-data-parallel group, the DP shard]; otherwise one run. Returns the
+ * count (1 or 2). */
+int ct_params_shards(const ct_params *P, size_t lo[2], size_t hi[2]);
+size_t ct_params_opt_len(const ct_params *P); /* floats of Adam's m (and v): the runs' total */
+/* Experts: this worker holds experts [first, first + count) of every held block (count 0 in a
+ * dense model); ct_params_is_expert(i): tensor i has one slice per expert (kept in the expert
+ * region [lo, hi) of the flat layout, padding included: [0, 0) in a dense model). */
+void ct_params_experts(const ct_params *P, int *first, int *count);
+int ct_params_is_expert(const ct_params *P, int i);
+void ct_params_expert_range(const ct_params *P, size_t *lo, size_t *hi);
+/* Ownership, so that a sum over every worker of the layout counts each parameter once (the
+ * gathered state, the global gradient norm): the flat range [lo, hi) within which this worker
+ * owns tensor i's elements (returns 0, [0, 0), when it owns none). A tensor replicated over TP
+ * belongs to TP rank 0, the tied wte of a pipeline to the first stage; sharded (the arrays kept
+ * as ZeRO shards): the shard's run that holds the tensor; otherwise the first of the workers
+ * holding the same copy (DP rank 0; for expert tensors the first of the expert-data-parallel
+ * group, dp_rank < ep). */
+int ct_params_owned(const ct_params *P, int i, int sharded, size_t *lo, size_t *hi);
 int ct_params_zero_stage(const ct_params *P);
 
 /* Flat offset and length of (tensor i, layer l) (l ignored for the non-block tensors; the
- * tensor must be held). */
+ * tensor must be held). An expert tensor's (i, l) is its slices of every held expert, one after
+ * another (slice_len / count each). */
 size_t ct_params_flat_off(const ct_params *P, int i, int l);
 size_t ct_params_slice_len(const ct_params *P, int i);
 /* Flat offset where block l begins (held); l = layers (or past the last held block): where the

@@ -64,7 +64,29 @@ double ct_ref_global_norm(const double *x, size_t n);
 void ct_ref_adamw(double *p, const double *g, double *m, double *v, size_t n, double gscale,
                   double lr, double b1, double b2, double eps, double wd, int t);
 
-/* The whole model: parameters in the table order of ct_gpt_config.h. Mean cross-entropy loss. */
+/* ---- the mixture-of-experts MLP (engine/moe.c): router logits x.Wr^T, p = softmax over E,
+ * the K largest p per token (descending; equal p: the lower expert), per-row capacity cap
+ * (ranks first, then positions; a choice past cap is dropped), y = sum of kept gate * MLP_e(x). */
+/* p (N,E), idx and gate (N,K) from logits (N,E). */
+void ct_ref_moe_route(double *p, int *idx, double *gate, const double *logits, int N, int E, int K);
+/* slot (B,T,K): the choice's slot in its expert within the row, or -1; kept, routed (B,E). */
+void ct_ref_moe_capacity(int *slot, int *kept, int *routed, const int *idx, int B, int T, int E,
+                         int K, int cap);
+/* y (B,T,C) "="; returns the auxiliary loss, the mean over rows of E sum_e f_e P_e (f_e: the
+ * row's choices routed to e before dropping / (K T); P_e: the row's mean p_e). Weights: wr (E,C),
+ * fcw (E,4C,C), fcb (E,4C), fpw (E,C,4C), fpb (E,C). */
+double ct_ref_moe_forward(double *y, const double *x, const double *wr, const double *fcw,
+                          const double *fcb, const double *fpw, const double *fpb, int B, int T,
+                          int C, int E, int K, int cap);
+/* The gradients of sum(y * dy) + aux_scale * aux: dx "=", parameter gradients "+=". */
+void ct_ref_moe_backward(double *dx, double *dwr, double *dfcw, double *dfcb, double *dfpw,
+                         double *dfpb, const double *dy, const double *x, const double *wr,
+                         const double *fcw, const double *fcb, const double *fpw,
+                         const double *fpb, int B, int T, int C, int E, int K, int cap,
+                         double aux_scale);
+
+/* The whole model: parameters in the table order of ct_gpt_config.h. Mean cross-entropy loss.
+ * Dense models only (a config with experts gives NaN). */
 double ct_ref_gpt_loss(const ct_gpt_config *cfg, const double *params, const int *tokens,
                        const int *targets, int B, int T);
 /* Loss, and grads "=" d loss / d params (all entries written). logits (B,T,Vp) optional out. */

@@ -136,12 +136,15 @@ void ct_grads_times_reset(ct_grads *g);
 /* ---------------------------------------------------------------- ZeRO parameters (zero.c) */
 
 typedef struct ct_zero ct_zero;
-/* dp: the group the shards are over. Under ZeRO-3 a second handle on the group is split for the
+/* dp: the group the shards are over; edp: the expert-data-parallel group (a mixture-of-experts
+ * model's expert region is sharded over it; NULL without experts or with one worker per expert
+ * set). Under ZeRO-3 a second handle on the group is split for the
  * prefetch thread, from `world` (every worker of the layout calls ct_zero_create together; each
  * DP group its own colour) or, world NULL, from dp itself (one DP group in the layout): sibling
  * groups that each split themselves alike would share an MPI tag (ct_comm_split). Stage 0: a
  * no-op object. */
-ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *world, ct_err *err);
+ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *edp, ct_comm *world,
+                         ct_err *err);
 void ct_zero_free(ct_zero *z);
 const char *ct_zero_errmsg(const ct_zero *z);
 /* After the optimizer (stages 1, 2): the updated shards all-gathered into the parameters. */

@@ -2,7 +2,7 @@
  * of parameter tensors (llm.c's order) from which offsets, sizes, file I/O and views are derived.
  *
  *     ct_gpt_config c = {.max_seq = 1024, .vocab = 50257, .padded_vocab = 50304,
- *                        .layers = 12, .heads = 12, .channels = 768};
+ *                        .layers = 12, .heads = 12, .channels = 768};  // .experts = 0: dense
  *     size_t sizes[CT_GPT_NUM_TENSORS]; size_t total = ct_gpt_param_sizes(&c, sizes);
  */
 #ifndef CT_GPT_CONFIG_H
@@ -17,6 +17,8 @@ typedef struct ct_gpt_config {
     int layers;       /* L */
     int heads;        /* NH */
     int channels;     /* C; C % NH == 0 */
+    int experts;      /* E: every block's MLP is a mixture of E experts; 0 = the dense MLP */
+    int top_k;        /* K: experts per token, 1..E (0 with a dense model) */
 } ct_gpt_config;
 
 /* The layout a model is built for (ct_layout, ct_coords) lives in parallel/ct_parallel.h. */
@@ -42,30 +44,35 @@ typedef enum ct_init {
 } ct_init;
 
 /* The one table of parameter tensors, in llm.c's order (host arrays, model files, checkpoints):
- * X(name, per_layer, rows, cols, split, decay, init). A per-layer tensor has one (rows, cols)
- * slice per block (stored for all L blocks together in table order); shapes are (out, in) for
- * linear weights, y = x W^T + b; decay: AdamW weight decay applies (the 2-D weights). */
+ * X(name, per_layer, expert, rows, cols, ndim, split, decay, init). A per-layer tensor has one
+ * (rows, cols) slice per block (stored for all L blocks together in table order); an expert
+ * tensor of a mixture-of-experts model (experts > 0) has one such slice per expert within each
+ * block ((L, E, rows, cols) in table order), divided over the expert-parallel group by experts
+ * (the TP split then applies within each expert); with experts = 0 it is the dense MLP's. Shapes
+ * are (out, in) for linear weights, y = x W^T + b; ndim: the slice as a file stores it (2: a
+ * (rows, cols) matrix, 1: a vector of rows*cols); decay: AdamW weight decay applies (the 2-D
+ * weights). The router routerw has E rows: none in a dense model. */
 #define CT_GPT_TABLE(X, c)                                                                         \
-    X(wte, 0, (c)->padded_vocab, (c)->channels, CT_SPLIT_VOCAB, 1, CT_INIT_NORMAL_VOCAB)           \
-    X(wpe, 0, (c)->max_seq, (c)->channels, CT_SPLIT_NONE, 1, CT_INIT_NORMAL)                       \
-    X(ln1w, 1, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ONE)                                    \
-    X(ln1b, 1, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                                   \
-    X(qkvw, 1, 3 * (c)->channels, (c)->channels, CT_SPLIT_QKV, 1, CT_INIT_NORMAL)                  \
-    X(qkvb, 1, 3 * (c)->channels, 1, CT_SPLIT_QKV, 0, CT_INIT_ZERO)                                \
-    X(attprojw, 1, (c)->channels, (c)->channels, CT_SPLIT_ROW, 1, CT_INIT_RESID)                   \
-    X(attprojb, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                               \
-    X(ln2w, 1, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ONE)                                    \
-    X(ln2b, 1, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                                   \
-    X(fcw, 1, 4 * (c)->channels, (c)->channels, CT_SPLIT_COL, 1, CT_INIT_NORMAL)                   \
-    X(fcb, 1, 4 * (c)->channels, 1, CT_SPLIT_COL, 0, CT_INIT_ZERO)                                 \
-    X(fcprojw, 1, (c)->channels, 4 * (c)->channels, CT_SPLIT_ROW, 1, CT_INIT_RESID)                \
-    X(fcprojb, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                                \
-    X(lnfw, 0, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ONE)                                    \
-    X(lnfb, 0, 1, (c)->channels, CT_SPLIT_NONE, 0, CT_INIT_ZERO)
-
+    X(wte, 0, 0, (c)->padded_vocab, (c)->channels, 2, CT_SPLIT_VOCAB, 1, CT_INIT_NORMAL_VOCAB)     \
+    X(wpe, 0, 0, (c)->max_seq, (c)->channels, 2, CT_SPLIT_NONE, 1, CT_INIT_NORMAL)                 \
+    X(ln1w, 1, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ONE)                              \
+    X(ln1b, 1, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                             \
+    X(qkvw, 1, 0, 3 * (c)->channels, (c)->channels, 2, CT_SPLIT_QKV, 1, CT_INIT_NORMAL)            \
+    X(qkvb, 1, 0, 3 * (c)->channels, 1, 1, CT_SPLIT_QKV, 0, CT_INIT_ZERO)                          \
+    X(attprojw, 1, 0, (c)->channels, (c)->channels, 2, CT_SPLIT_ROW, 1, CT_INIT_RESID)             \
+    X(attprojb, 1, 0, (c)->channels, 1, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                         \
+    X(ln2w, 1, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ONE)                              \
+    X(ln2b, 1, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                             \
+    X(routerw, 1, 0, (c)->experts, (c)->channels, 2, CT_SPLIT_NONE, 1, CT_INIT_NORMAL)             \
+    X(fcw, 1, 1, 4 * (c)->channels, (c)->channels, 2, CT_SPLIT_COL, 1, CT_INIT_NORMAL)             \
+    X(fcb, 1, 1, 4 * (c)->channels, 1, 1, CT_SPLIT_COL, 0, CT_INIT_ZERO)                           \
+    X(fcprojw, 1, 1, (c)->channels, 4 * (c)->channels, 2, CT_SPLIT_ROW, 1, CT_INIT_RESID)          \
+    X(fcprojb, 1, 1, (c)->channels, 1, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                          \
+    X(lnfw, 0, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ONE)                              \
+    X(lnfb, 0, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)
 
 enum {
-#define CT__GPT_ENUM(name, pl, rows, cols, split, decay, init) CT_GPT_##name,
+#define CT__GPT_ENUM(name, pl, ex, rows, cols, nd, split, decay, init) CT_GPT_##name,
     CT_GPT_TABLE(CT__GPT_ENUM, (const ct_gpt_config *)0)
 #undef CT__GPT_ENUM
     CT_GPT_NUM_TENSORS
@@ -75,7 +82,10 @@ enum {
 typedef struct ct_gpt_tensor_info {
     const char *name;
     int per_layer;    /* one slice per block */
+    int expert;       /* one slice per expert of each block (a mixture-of-experts model's MLP) */
+    int experts;      /* slices per block: E for an expert tensor of a MoE model, else 1 */
     size_t rows, cols; /* shape of one slice (of the whole tensor when !per_layer) */
+    int ndim;         /* the slice's dimensions in a file: 2 (rows, cols) or 1 (rows*cols) */
     ct_split split;
     int decay;
     ct_init init;
@@ -83,12 +93,13 @@ typedef struct ct_gpt_tensor_info {
 
 /* Row i of the table for config c. */
 static inline ct_gpt_tensor_info ct_gpt_tensor(const ct_gpt_config *c, int i) {
-    ct_gpt_tensor_info t = {"?", 0, 0, 0, CT_SPLIT_NONE, 0, CT_INIT_ZERO};
+    ct_gpt_tensor_info t = {"?", 0, 0, 1, 0, 0, 2, CT_SPLIT_NONE, 0, CT_INIT_ZERO};
     int k = 0;
-#define CT__GPT_INFO(name_, pl, rows_, cols_, split_, decay_, init_)                               \
+#define CT__GPT_INFO(name_, pl, ex_, rows_, cols_, nd_, split_, decay_, init_)                     \
     if (k++ == i) {                                                                                \
         t.name = #name_, t.per_layer = (pl), t.rows = (size_t)(rows_), t.cols = (size_t)(cols_);    \
-        t.split = (split_), t.decay = (decay_), t.init = (init_);                                  \
+        t.expert = (ex_) && c->experts > 0, t.experts = t.expert ? c->experts : 1;                 \
+        t.ndim = (nd_), t.split = (split_), t.decay = (decay_), t.init = (init_);                  \
     }
     CT_GPT_TABLE(CT__GPT_INFO, c)
 #undef CT__GPT_INFO
@@ -100,7 +111,7 @@ static inline size_t ct_gpt_param_sizes(const ct_gpt_config *c, size_t sizes[CT_
     size_t total = 0;
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
         ct_gpt_tensor_info t = ct_gpt_tensor(c, i);
-        sizes[i] = (t.per_layer ? (size_t)c->layers : 1) * t.rows * t.cols;
+        sizes[i] = (t.per_layer ? (size_t)c->layers : 1) * (size_t)t.experts * t.rows * t.cols;
         total += sizes[i];
     }
     return total;
@@ -109,7 +120,7 @@ static inline size_t ct_gpt_param_sizes(const ct_gpt_config *c, size_t sizes[CT_
 /* Tensor names in table order ("wte", "wpe", ...). */
 static inline const char *ct_gpt_tensor_name(int i) {
     static const char *const names[] = {
-#define CT__GPT_NAME(name, pl, rows, cols, split, decay, init) #name,
+#define CT__GPT_NAME(name, pl, ex, rows, cols, nd, split, decay, init) #name,
         CT_GPT_TABLE(CT__GPT_NAME, (const ct_gpt_config *)0)
 #undef CT__GPT_NAME
     };

@@ -16,12 +16,13 @@
  * up to `nb` blocks (the longest chunk). Per-block tensors are nb consecutive copies. */
 typedef struct slot_plan {
     size_t tokens, targets, in, ln1, ln1m, ln1r, qkvr, att, atty, res2, ln2, ln2m, ln2r, fch, fchg,
-        res3, wg, lnf, lnfm, lnfr, logits, losses, lse, loss, total;
+        res3, moe, wg, lnf, lnfm, lnfr, logits, losses, lse, loss, total;
 } slot_plan;
 /* The scratch shared by all slots (offsets from the arena's start). */
 typedef struct scratch_plan {
     size_t qkv, proj, vaccum, dres, dA, dB, dqkvr, datt, dvaccum;
     size_t xfull, dfull, stats; /* tensor parallelism: gathered rows (SP), loss statistics */
+    size_t moex;                /* the MoE layer's scratch */
     size_t total;
 } scratch_plan;
 
@@ -30,6 +31,7 @@ typedef struct slot_state {
     int chunk;        /* the chunk its activations belong to (-1: none yet) */
     int have_targets; /* head_forward computed a loss */
     int logits_valid; /* logits hold the last head_forward's values */
+    float loss_scale; /* of the objective in the slot's backward (the MoE auxiliary loss's) */
 } slot_state;
 
 struct ct_model {
@@ -42,6 +44,8 @@ struct ct_model {
     /* tensor parallelism: N workers, this one r; sequence parallelism sp. NULL tp: one worker */
     ct_tp *tp;
     int N, r, sp;
+    ct_moe *moe;        /* mixture of experts (NULL: the dense MLP) */
+    size_t lmoe, xmoe;  /* its floats per block in a slot, and its scratch */
     int *chunk_of;     /* [L]: chunk index of block l, -1 if not held */
     slot_plan s;
     scratch_plan x;
@@ -79,7 +83,7 @@ static ct_status dev_fail(ct_model *m, ct_status st, const char *what) {
 
 int ct_model_tensor_decays(int i) {
     static const int decays[] = {
-#define CT__GPT_DECAY(name, pl, rows, cols, split, decay, init) decay,
+#define CT__GPT_DECAY(name, pl, ex, rows, cols, nd, split, decay, init) decay,
         CT_GPT_TABLE(CT__GPT_DECAY, (const ct_gpt_config *)0)
 #undef CT__GPT_DECAY
     };
@@ -121,6 +125,7 @@ static void plan_arena(ct_model *m, int B, int T, int head) {
     REGION(x, xfull, spx * BTC);
     REGION(x, dfull, spx * BTC);
     REGION(x, stats, tpx * 3 * BT);
+    REGION(x, moex, m->xmoe);
     x->total = o;
     o = 0;
     slot_plan *s = &m->s;
@@ -137,9 +142,11 @@ static void plan_arena(ct_model *m, int B, int T, int head) {
     REGION(s, ln2, nb * rowC);
     REGION(s, ln2m, nb * BTl);
     REGION(s, ln2r, nb * BTl);
-    REGION(s, fch, nb * BT * F);
-    REGION(s, fchg, nb * BT * F);
+    size_t dense = m->cfg.experts > 0 ? 0 : 1; /* the MoE layer keeps its own tensors instead */
+    REGION(s, fch, dense * nb * BT * F);
+    REGION(s, fchg, dense * nb * BT * F);
     REGION(s, res3, nb * rowC);
+    REGION(s, moe, nb * m->lmoe);
     /* zero-bubble plans: what the deferred weight gradient needs beyond the saved activations,
      * per block [output gradient | dln2 | residual gradient after ln2 | dln1]; its other two
      * inputs (the gradients of fch and of qkv) go where fch and qkvr were, dead by then (not
@@ -250,6 +257,29 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                       "gathers again; use a schedule without the split (gpipe, 1f1b, "
                       "interleaved)",
                       N);
+    int E = cfg->experts, ep = layout->ep < 1 ? 1 : layout->ep;
+    if (E < 0 || (E == 0 && (cfg->top_k != 0 || ep > 1)))
+        return CT_ERR(err, CT_ERR_ARG,
+                      "ct_model_create: a dense model (experts %d) with top-k %d and ep %d: "
+                      "top-k and expert parallelism need experts",
+                      E, cfg->top_k, ep);
+    if (E > 0 && N > 1)
+        return CT_ERR(err, CT_ERR_UNSUPPORTED,
+                      "ct_model_create: experts with tensor parallelism (tp = %d) are not built: "
+                      "the experts would be split over the TP group as the dense MLP is (the "
+                      "table's column/row split within each expert); use --dp with --ep",
+                      N);
+    if (E > 0 && plan->split_backward)
+        return CT_ERR(err, CT_ERR_UNSUPPORTED,
+                      "ct_model_create: experts with the split backward of zero-bubble schedules "
+                      "are not built (the MoE layer's backward runs its all-to-alls as one piece); "
+                      "use gpipe, 1f1b or interleaved");
+    if (ep > 1 && (!plan->ep || ct_comm_size(plan->ep) != ep ||
+                   ct_comm_rank(plan->ep) != coords->dp_rank % ep))
+        return CT_ERR(err, CT_ERR_ARG,
+                      "ct_model_create: ep = %d needs the EP group in the plan (ct_grid_ep: %d "
+                      "workers, this one rank %d); got %s",
+                      ep, ep, coords->dp_rank % ep, plan->ep ? "a group of another size or rank" : "none");
     if (layout->zero < 0 || layout->zero > 3 || (layout->zero > 0 && layout->dp < 2))
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
                       "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
@@ -294,6 +324,15 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                     max_B, max_T);
         goto cleanup;
     }
+    ct_moe_cfg mc;
+    memset(&mc, 0, sizeof mc);
+    if (E > 0) {
+        mc.experts = E, mc.top_k = cfg->top_k, mc.capacity = plan->moe_capacity;
+        mc.aux = plan->moe_aux, mc.max_B = max_B, mc.max_T = max_T, mc.channels = cfg->channels;
+        mc.layers = cfg->layers, mc.slots = plan->slots, mc.blocks = m->nb > 0 ? m->nb : 1;
+        if ((st = ct_moe_check(&mc, ep, err)) != CT_OK) goto cleanup;
+        ct_moe_plan(&mc, ep, &m->lmoe, &m->xmoe);
+    }
     plan_arena(m, max_B, max_T, ct_params_has_head(m->P));
     size_t total = m->x.total + (size_t)plan->slots * m->s.total;
     if ((st = ct_buffer_alloc(dev, CT_MEM_ACTIVATIONS, "activations", total * sizeof(float),
@@ -309,6 +348,9 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
             CT_OK)
             goto cleanup;
     }
+    if (E > 0 && (st = ct_moe_create(&m->moe, &mc, ep > 1 ? plan->ep : NULL, dev, m->acts, err)) !=
+                     CT_OK)
+        goto cleanup;
     if ((st = ct_optim_create(&m->opt, m->P, &m->prof, err)) != CT_OK) goto cleanup;
     if ((st = ct_ops_warmup(dev)) != CT_OK ||
         (m->attn == CT_ATTN_FUSED &&
@@ -325,6 +367,7 @@ cleanup:
 
 void ct_model_free(ct_model *m) {
     if (!m) return;
+    ct_moe_free(m->moe);
     ct_tp_free(m->tp);
     ct_optim_free(m->opt);
     ct_buffer_free(m->acts);
@@ -336,6 +379,7 @@ void ct_model_free(ct_model *m) {
 
 const ct_gpt_config *ct_model_config(const ct_model *m) { return &m->cfg; }
 ct_tp *ct_model_tp(ct_model *m) { return m->tp; }
+ct_moe *ct_model_moe(ct_model *m) { return m->moe; }
 size_t ct_model_act_floats(const ct_model *m, int B, int T) {
     size_t n = (size_t)B * T * (size_t)m->cfg.channels;
     return m->sp ? n / (size_t)m->N : n;
@@ -502,6 +546,18 @@ static ct_status group_end(ct_model *m, const char *name, double t0) {
         tg_ = ct_time_now();                                                                     \
     } while (0)
 
+/* The MoE layer's parameters of block l in buffer `b` (params or grads, through `view`). */
+static ct_moe_weights moe_weights(const ct_model *m, cl_mem b, int l, int grads) {
+    size_t (*at)(const ct_params *, int, int) = grads ? ct_params_gview : ct_params_pview;
+    ct_moe_weights w;
+    w.routerw = ct_view_of(b, at(m->P, CT_GPT_routerw, l));
+    w.fcw = ct_view_of(b, at(m->P, CT_GPT_fcw, l));
+    w.fcb = ct_view_of(b, at(m->P, CT_GPT_fcb, l));
+    w.fcprojw = ct_view_of(b, at(m->P, CT_GPT_fcprojw, l));
+    w.fcprojb = ct_view_of(b, at(m->P, CT_GPT_fcprojb, l));
+    return w;
+}
+
 ct_view ct_model_dres(ct_model *m) { return ct_view_of(ct_buffer_mem(m->acts), m->x.dres); }
 
 /* ------------------------------------------------------------------ forward */
@@ -539,6 +595,7 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     if ((st = check_ids(m, tokens, BT, "tokens")) != CT_OK) return st;
     slot_state *ss = &m->st[slot];
     ss->B = B, ss->T = T, ss->chunk = 0, ss->have_targets = 0, ss->logits_valid = 0;
+    ss->loss_scale = 1.0f;
     size_t sb = slot_base(m, slot);
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
     RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->s.tokens) * sizeof(float), tokens,
@@ -562,6 +619,7 @@ ct_status ct_model_stage_input(ct_model *m, int slot, int chunk, int B, int T, c
     if ((st = check_sp(m, T, "ct_model_stage_input")) != CT_OK) return st;
     slot_state *ss = &m->st[slot];
     ss->B = B, ss->T = T, ss->chunk = chunk, ss->have_targets = 0, ss->logits_valid = 0;
+    ss->loss_scale = 1.0f;
     *in = ct_view_of(ct_buffer_mem(m->acts), slot_base(m, slot) + m->s.in);
     return CT_OK;
 }
@@ -620,11 +678,18 @@ ct_status ct_model_block_forward(ct_model *m, int slot, int l) {
     GROUP("attention");
     RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, ln2, BV(ln2m, bt), BV(ln2r, bt), res2,
                                                PV(ln2w, l), PV(ln2b, l), rb, rt, C));
-    RUN(CT_PROF_matmul_fc_fwd, ct_tp_col_forward(m->dev, m->tp, fch, ln2, XV(xfull), PV(fcw, l),
-                                            PV(fcb, l), B, T, C, 4 * Cl));
-    RUN(CT_PROF_gelu_fwd, ct_gelu_forward(m->dev, fchg, fch, BT * 4 * (size_t)Cl));
-    RUN(CT_PROF_matmul_fcproj_fwd, ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), fchg,
-                                                PV(fcprojw, l), PV(fcprojb, l), B, T, 4 * Cl, C));
+    if (m->moe) { /* the mixture of experts (its all-to-alls over the EP group inside) */
+        ct_moe_weights w = moe_weights(m, pm, l, 0);
+        RUN(CT_PROF_moe_fwd, ct_moe_forward(m->moe, slot, (int)k, l, XV(proj), BV(moe, k * m->lmoe),
+                                            XV(moex), ln2, &w, B, T));
+    } else {
+        RUN(CT_PROF_matmul_fc_fwd, ct_tp_col_forward(m->dev, m->tp, fch, ln2, XV(xfull), PV(fcw, l),
+                                                     PV(fcb, l), B, T, C, 4 * Cl));
+        RUN(CT_PROF_gelu_fwd, ct_gelu_forward(m->dev, fchg, fch, BT * 4 * (size_t)Cl));
+        RUN(CT_PROF_matmul_fcproj_fwd,
+            ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), fchg, PV(fcprojw, l),
+                              PV(fcprojb, l), B, T, 4 * Cl, C));
+    }
     RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res3, res2, XV(proj), rowC));
     GROUP("mlp");
 cleanup:
@@ -710,6 +775,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
     ct_view last = BV(res3, pos(m, last_layer(m)) * m->lrow);
     ss->logits_valid = 0; /* the logits become their gradient */
+    ss->loss_scale = loss_scale;
     double tg_ = ct_time_now();
     RUN(CT_PROF_crossentropy_bwd,
         ct_tp_crossentropy_backward(m->dev, m->tp, SV(logits), SV(lse), SV(targets),
@@ -723,6 +789,12 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     GROUP("logits and loss backward");
 cleanup:
     return dev_fail(m, st, "ct_model_head_backward");
+}
+
+ct_status ct_model_set_loss_scale(ct_model *m, int slot, float loss_scale) {
+    ct_status st = check_slot(m, slot, "ct_model_set_loss_scale");
+    if (st == CT_OK) m->st[slot].loss_scale = loss_scale;
+    return st;
 }
 
 ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
@@ -745,13 +817,20 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
     ct_view atty = BV(atty, k * m->latty), res2 = BV(res2, br), ln2 = BV(ln2, br);
     ct_view fch = BV(fch, k * m->lfc), fchg = BV(fchg, k * m->lfc);
     double tg_ = ct_time_now();
-    RUN(CT_PROF_matmul_fcproj_bwd,
-        ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(fcprojw, l), GV(fcprojb, l), XV(dres),
-                           XV(dfull), fchg, PV(fcprojw, l), B, T, 4 * Cl, C));
-    RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), BT * 4 * (size_t)Cl));
-    RUN(CT_PROF_matmul_fc_bwd,
-        ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(fcw, l), GV(fcb, l), XV(dB), ln2, XV(xfull),
-                           XV(dA), PV(fcw, l), B, T, C, 4 * Cl));
+    if (m->moe) { /* dA = the gradient of ln2's output */
+        ct_moe_weights w = moe_weights(m, pm, l, 0), dw = moe_weights(m, gm, l, 1);
+        RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)k, XV(dA), &dw, XV(dres),
+                                             BV(moe, k * m->lmoe), XV(moex), ln2, &w,
+                                             ss->loss_scale));
+    } else {
+        RUN(CT_PROF_matmul_fcproj_bwd,
+            ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(fcprojw, l), GV(fcprojb, l), XV(dres),
+                               XV(dfull), fchg, PV(fcprojw, l), B, T, 4 * Cl, C));
+        RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), BT * 4 * (size_t)Cl));
+        RUN(CT_PROF_matmul_fc_bwd,
+            ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(fcw, l), GV(fcb, l), XV(dB), ln2,
+                               XV(xfull), XV(dA), PV(fcw, l), B, T, C, 4 * Cl));
+    }
     RUN(CT_PROF_layernorm_bwd,
         ct_layernorm_backward(m->dev, XV(dres), GV(ln2w, l), GV(ln2b, l), XV(dA), res2,
                               PV(ln2w, l), BV(ln2m, bt), BV(ln2r, bt), rb, rt, C, 1));

@@ -718,3 +718,78 @@ ct_status ct_adamw_update(ct_device *dev, ct_view params, ct_view grads, ct_view
                 KF(eps),      KF(weight_decay), KF(bc1), KF(bc2)};
     return launch(dev, "optim", "adamw_update", n, 256, a, NARGS(a));
 }
+
+/* ------------------------------------------------------------------ mixture of experts */
+
+ct_status ct_moe_route_forward(ct_device *dev, ct_view p, ct_view idx, ct_view gate,
+                               ct_view logits, int N, int E, int K) {
+    NEED(dims_ok(N, E, 1) && K >= 1 && K <= E, "ct_moe_route_forward",
+         "N, E must be positive and 1 <= K <= E");
+    karg a[] = {KMEM(p), KMEM(idx), KMEM(gate), KMEM(logits), KINT(N), KINT(E), KINT(K)};
+    return launch(dev, "moe", "moe_route", (size_t)N, 64, a, NARGS(a));
+}
+
+ct_status ct_moe_capacity(ct_device *dev, ct_view slot, ct_view kept, ct_view routed, ct_view idx,
+                          int B, int T, int E, int K, int cap) {
+    NEED(dims_ok(B, T, (long long)E * K) && K <= E && cap >= 0, "ct_moe_capacity",
+         "B, T, E must be positive, 1 <= K <= E, cap >= 0");
+    karg a[] = {KMEM(slot), KMEM(kept), KMEM(routed), KMEM(idx), KINT(B), KINT(T),
+                KINT(E), KINT(K), KINT(cap)};
+    return launch(dev, "moe", "moe_capacity", (size_t)B * E, 64, a, NARGS(a));
+}
+
+ct_status ct_moe_offsets(ct_device *dev, ct_view off, ct_view kept, int B, int E) {
+    NEED(dims_ok(B, E, 1), "ct_moe_offsets", "B, E must be positive");
+    karg a[] = {KMEM(off), KMEM(kept), KINT(B), KINT(E)};
+    return launch(dev, "moe", "moe_offsets", 1, 1, a, NARGS(a));
+}
+
+ct_status ct_moe_prob_mean(ct_device *dev, ct_view pmean, ct_view p, int B, int T, int E) {
+    NEED(dims_ok(B, T, E), "ct_moe_prob_mean", "B, T, E must be positive");
+    karg a[] = {KMEM(pmean), KMEM(p), KINT(B), KINT(T), KINT(E)};
+    return launch(dev, "moe", "moe_prob_mean", (size_t)B * E, 64, a, NARGS(a));
+}
+
+ct_status ct_moe_dispatch(ct_device *dev, ct_view xs, ct_view pos, ct_view x, ct_view idx,
+                          ct_view slot, ct_view off, int B, int T, int C, int E, int K) {
+    NEED(dims_ok(B, T, (long long)C * K) && K <= E, "ct_moe_dispatch",
+         "B, T, C must be positive and 1 <= K <= E");
+    karg a[] = {KMEM(xs), KMEM(pos), KMEM(x), KMEM(idx), KMEM(slot), KMEM(off),
+                KINT((long long)B * T * K), KINT(T), KINT(C), KINT(E), KINT(K)};
+    return launch2(dev, "moe", "moe_dispatch", (size_t)C, (size_t)B * T * K, 256, a, NARGS(a));
+}
+
+ct_status ct_moe_combine_forward(ct_device *dev, ct_view y, ct_view ys, ct_view gate, ct_view pos,
+                                 size_t N, int C, int K) {
+    NEED(dims_ok((long long)N, C, K), "ct_moe_combine_forward", "N, C, K must be positive");
+    karg a[] = {KMEM(y), KMEM(ys), KMEM(gate), KMEM(pos), KINT(N), KINT(C), KINT(K)};
+    return launch2(dev, "moe", "moe_combine", (size_t)C, N, 256, a, NARGS(a));
+}
+
+ct_status ct_moe_combine_backward(ct_device *dev, ct_view dys, ct_view dgate, ct_view dy,
+                                  ct_view ys, ct_view gate, ct_view pos, size_t N, int C, int K) {
+    NEED(dims_ok((long long)N, C, K), "ct_moe_combine_backward", "N, C, K must be positive");
+    karg g[] = {KMEM(dgate), KMEM(dy), KMEM(ys), KMEM(pos), KINT(N * (size_t)K), KINT(C),
+                KINT(K)};
+    ct_status st = launch(dev, "moe", "moe_gate_backward", N * (size_t)K, 64, g, NARGS(g));
+    if (st != CT_OK) return st;
+    karg a[] = {KMEM(dys), KMEM(dy), KMEM(gate), KMEM(pos), KINT(N * (size_t)K), KINT(C), KINT(K)};
+    return launch2(dev, "moe", "moe_combine_backward", (size_t)C, N * (size_t)K, 256, a, NARGS(a));
+}
+
+ct_status ct_moe_router_backward(ct_device *dev, ct_view dlogits, ct_view p, ct_view idx,
+                                 ct_view pos, ct_view dgate, ct_view routed, float aux, int B,
+                                 int T, int E, int K) {
+    NEED(dims_ok(B, T, (long long)E * K) && K <= E, "ct_moe_router_backward",
+         "B, T, E must be positive and 1 <= K <= E");
+    karg a[] = {KMEM(dlogits), KMEM(p), KMEM(idx), KMEM(pos), KMEM(dgate), KMEM(routed),
+                KF(aux), KINT((long long)B * T), KINT(T), KINT(E), KINT(K)};
+    return launch(dev, "moe", "moe_router_backward", (size_t)B * T, 64, a, NARGS(a));
+}
+
+ct_status ct_moe_dispatch_backward(ct_device *dev, ct_view dx, ct_view dxr, ct_view dxs,
+                                   ct_view pos, size_t N, int C, int K) {
+    NEED(dims_ok((long long)N, C, K), "ct_moe_dispatch_backward", "N, C, K must be positive");
+    karg a[] = {KMEM(dx), KMEM(dxr), KMEM(dxs), KMEM(pos), KINT(N), KINT(C), KINT(K)};
+    return launch2(dev, "moe", "moe_dispatch_backward", (size_t)C, N, 256, a, NARGS(a));
+}

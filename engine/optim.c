@@ -31,23 +31,20 @@ static int run_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The owned runs (state.c's owner rule): within the optimizer shard (ZeRO >= 1: the DP shard;
- * else DP rank 0 owns everything), TP-split tensors' slices, replicated tensors on TP rank 0
- * only, the tied wte on the first pipeline stage only; adjacent pieces merged. */
+/* The owned runs (ct_params_owned, state.c's rule): within the optimizer shard (ZeRO >= 1: the
+ * DP shard, or the experts' shard over the expert-data-parallel group; else the first holder of
+ * each copy), TP-split tensors' slices, replicated tensors on TP rank 0 only, the tied wte on the
+ * first pipeline stage only; adjacent pieces merged. */
 static ct_status owned_runs(ct_optim *o) {
     ct_params *P = o->P;
     const ct_layout *lay = ct_params_layout(P);
-    const ct_coords *at = ct_params_coords(P);
     const ct_gpt_config *c = ct_params_config(P);
-    size_t lo, hi;
-    ct_params_shard(P, &lo, &hi);
     flat_run *r = ct_malloc(sizeof *r * (size_t)(CT_GPT_NUM_TENSORS * (c->layers + 1)));
     if (!r) return CT_ERR(&o->err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");
     int n = 0;
-    for (int i = 0; i < CT_GPT_NUM_TENSORS && (lay->zero > 0 || at->dp_rank == 0); i++) {
-        if (!ct_params_holds(P, i)) continue;
-        if (ct_gpt_tensor(c, i).split == CT_SPLIT_NONE && at->tp_rank != 0) continue;
-        if (i == CT_GPT_wte && lay->pp > 1 && at->pp_rank != 0) continue;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        size_t lo, hi;
+        if (!ct_params_owned(P, i, lay->zero > 0, &lo, &hi)) continue;
         int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
         for (int l = 0; l < (block ? c->layers : 1); l++) {
             if (block && !ct_params_holds_layer(P, l)) continue;
@@ -95,7 +92,8 @@ ct_status ct_optim_create(ct_optim **out, ct_params *P, ct_profile *prof, ct_err
         free(o);
         return st;
     }
-    if (ct_params_layout(P)->tp > 1 && (st = owned_runs(o)) != CT_OK) {
+    if ((ct_params_layout(P)->tp > 1 || ct_params_config(P)->experts > 0) &&
+        (st = owned_runs(o)) != CT_OK) {
         CT_ERR(err, st, "%s", o->err.msg);
         ct_optim_free(o);
         return st;
@@ -173,18 +171,22 @@ ct_status ct_optim_range_norm(ct_optim *o, size_t lo, size_t hi, float *norm) {
 }
 
 ct_status ct_optim_shard_sumsq(ct_optim *o, double *out) {
-    size_t lo, hi;
-    ct_params_shard(o->P, &lo, &hi);
+    size_t lo[2], hi[2], at = 0;
+    int nr = ct_params_shards(o->P, lo, hi);
     ct_buffer *g = ct_params_grad_shard(o->P);
-    size_t off = g ? 0 : lo, n = hi - lo;
-    if (!g) g = ct_params_grads(o->P);
-    float *h = ct_malloc((n ? n : 1) * sizeof(float));
-    if (!h) return CT_ERR(&o->err, CT_ERR_NOMEM, "gradient norm: out of host memory");
-    ct_status st = dev_fail(o, ct_buffer_read(g, off * sizeof(float), h, n * sizeof(float)),
-                            "gradient norm");
     double s = 0;
-    for (size_t i = 0; st == CT_OK && i < n; i++) s += (double)h[i] * h[i];
-    free(h);
+    ct_status st = CT_OK;
+    for (int k = 0; k < nr && st == CT_OK; k++) {
+        size_t off = g ? at : lo[k], n = hi[k] - lo[k];
+        at += n;
+        float *h = ct_malloc((n ? n : 1) * sizeof(float));
+        if (!h) return CT_ERR(&o->err, CT_ERR_NOMEM, "gradient norm: out of host memory");
+        st = dev_fail(o, ct_buffer_read(g ? g : ct_params_grads(o->P), off * sizeof(float), h,
+                                        n * sizeof(float)),
+                      "gradient norm");
+        for (size_t i = 0; st == CT_OK && i < n; i++) s += (double)h[i] * h[i];
+        free(h);
+    }
     *out = s;
     return st;
 }
@@ -193,8 +195,8 @@ ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
     *out = 0;
     if (!o->runs)
         return CT_ERR(&o->err, CT_ERR_STATE,
-                      "gradient norm: the owned runs are planned for tp > 1 only (a single "
-                      "worker or replicas use the local norm)");
+                      "gradient norm: the owned runs are planned for tp > 1 or experts only (a "
+                      "single worker or replicas use the local norm)");
     if (o->nruns == 0) return CT_OK; /* a DP replica under ZeRO-0: rank 0 counts */
     /* the device's norm of each run (in its cell), read back at once: one float per run */
     size_t lo, hi;
@@ -223,35 +225,38 @@ ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
 static ct_status apply(ct_optim *o, const ct_adamw_hp *hp, int t, int have_norm) {
     ct_status st = CT_OK;
     ct_params *P = o->P;
-    size_t lo, hi;
-    ct_params_shard(P, &lo, &hi);
+    size_t lo[2], hi[2];
+    int nr = ct_params_shards(P, lo, hi);
     ct_buffer *pb = ct_params_param_shard(P), *gb = ct_params_grad_shard(P);
-    size_t p0 = pb ? lo : 0, g0 = gb ? lo : 0; /* flat offset of each buffer's start */
+    int pshard = pb != NULL, gshard = gb != NULL; /* buffers holding the runs, not the flat */
     if (!pb) pb = ct_params_buffer(P);
     if (!gb) gb = ct_params_grads(P);
     cl_mem pm = ct_buffer_mem(pb), gm = ct_buffer_mem(gb), sm = ct_buffer_mem(o->scratch);
     cl_mem mm = ct_buffer_mem(ct_params_adam_m(P)), vm = ct_buffer_mem(ct_params_adam_v(P));
     double t0 = ct_time_now();
-    for (int i = 0; i < CT_GPT_NUM_TENSORS && st == CT_OK; i++) {
-        if (!ct_params_holds(P, i)) continue;
-        int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
-        size_t cnt = ct_params_slice_len(P, i);
-        for (int l = 0; l < (block ? ct_params_config(P)->layers : 1) && st == CT_OK; l++) {
-            if (block && !ct_params_holds_layer(P, l)) continue;
-            size_t a = ct_params_flat_off(P, i, l), b = a + cnt;
-            if (a < lo) a = lo;
-            if (b > hi) b = hi;
-            if (a >= b) continue;
-            size_t mo = a - lo;
-            st = ct_adamw_update(o->dev, ct_view_of(pm, a - p0), ct_view_of(gm, a - g0),
-                                 ct_view_of(mm, mo), ct_view_of(vm, mo),
-                                 have_norm ? ct_view_of(sm, NORM_OFF) : ct_view_none(),
-                                 hp->grad_clip, b - a, hp->lr, hp->beta1, hp->beta2, hp->eps,
-                                 ct_model_tensor_decays(i) ? hp->weight_decay : 0.0f, t);
-            st = timed(o, CT_PROF_adamw, t0, st);
-            t0 = ct_time_now();
+    size_t base = 0; /* the run's first float in the optimizer's buffers */
+    for (int k = 0; k < nr && st == CT_OK; base += hi[k] - lo[k], k++)
+        for (int i = 0; i < CT_GPT_NUM_TENSORS && st == CT_OK; i++) {
+            if (!ct_params_holds(P, i)) continue;
+            int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
+            size_t cnt = ct_params_slice_len(P, i);
+            for (int l = 0; l < (block ? ct_params_config(P)->layers : 1) && st == CT_OK; l++) {
+                if (block && !ct_params_holds_layer(P, l)) continue;
+                size_t a = ct_params_flat_off(P, i, l), b = a + cnt;
+                if (a < lo[k]) a = lo[k];
+                if (b > hi[k]) b = hi[k];
+                if (a >= b) continue;
+                size_t mo = base + (a - lo[k]);
+                st = ct_adamw_update(o->dev, ct_view_of(pm, pshard ? mo : a),
+                                     ct_view_of(gm, gshard ? mo : a), ct_view_of(mm, mo),
+                                     ct_view_of(vm, mo),
+                                     have_norm ? ct_view_of(sm, NORM_OFF) : ct_view_none(),
+                                     hp->grad_clip, b - a, hp->lr, hp->beta1, hp->beta2, hp->eps,
+                                     ct_model_tensor_decays(i) ? hp->weight_decay : 0.0f, t);
+                st = timed(o, CT_PROF_adamw, t0, st);
+                t0 = ct_time_now();
+            }
         }
-    }
     return st;
 }
 

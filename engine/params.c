@@ -15,6 +15,9 @@ struct ct_params {
     ct_coords at;
     ct_device *dev;
     int tp, tr; /* TP size and rank */
+    int el0, nel; /* experts held: [el0, el0 + nel) of each block (E / ep of them) */
+    int ne, nr;   /* the expert-data-parallel group: dp / ep workers holding the same experts;
+                     this worker's rank in it (dp_rank / ep) */
     ct_gpt_tensor_info t[CT_GPT_NUM_TENSORS];
     size_t toff[CT_GPT_NUM_TENSORS]; /* offset of the whole tensor in table order */
     size_t tsize[CT_GPT_NUM_TENSORS]; /* floats of the whole tensor (all layers) */
@@ -23,10 +26,17 @@ struct ct_params {
     int *local;   /* [L]: position of block l among the held blocks, or -1 */
     int nheld;    /* held blocks */
     int embed, head;
-    /* flat layout: [wte? | wpe? | held blocks (lstride each) | lnfw lnfb?] */
+    /* flat layout: [experts of the held blocks (estride each, padded to xpad) | wte? | wpe? |
+     * held blocks (lstride each) | lnfw lnfb?] */
     size_t foff[CT_GPT_NUM_TENSORS]; /* non-block tensors: flat offset; block tensors: offset
-                                        within a block */
+                                        within a block; expert tensors: within a block's experts */
+    size_t estride, xlen, xpad; /* experts: floats per held block, real, padded to ne * shard */
     size_t lbase, lstride, lnf_lo, local_len, flat, lo, hi, opt_len, wlen, nparams;
+    /* the optimizer's shard as runs of the flat layout, in the order Adam's m, v store them:
+     * ZeRO >= 1 with experts: [the expert shard over the expert-data-parallel group | the DP
+     * shard of the rest]; otherwise one run [lo, hi) */
+    int nsh;
+    size_t shlo[2], shhi[2];
     ct_buffer *params, *pshard, *grads, *gshard, *adam_m, *adam_v;
     ct_err err;
 };
@@ -34,7 +44,7 @@ struct ct_params {
 static int is_block(int i) { return i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb; }
 
 /* Floats of rank r's slice of one (rows, cols) slice of a tensor split `s` over tp. */
-static size_t slice_len(const ct_gpt_tensor_info *t, int tp) {
+static size_t split_len(const ct_gpt_tensor_info *t, int tp) {
     switch (t->split) {
     case CT_SPLIT_QKV:
     case CT_SPLIT_COL:
@@ -56,12 +66,17 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
                            ct_err *err) {
     ct_status st = CT_OK;
     *out = NULL;
-    int L = cfg->layers, tp = layout->tp < 1 ? 1 : layout->tp;
+    int L = cfg->layers, tp = layout->tp < 1 ? 1 : layout->tp, ep = layout->ep < 1 ? 1 : layout->ep;
+    int dp = layout->dp < 1 ? 1 : layout->dp;
     if (cfg->channels % tp || (cfg->heads % tp) || cfg->padded_vocab % tp)
         return CT_ERR(err, CT_ERR_ARG,
                       "tp = %d must divide the heads (%d), the channels (%d) and the padded "
                       "vocabulary (%d)",
                       tp, cfg->heads, cfg->channels, cfg->padded_vocab);
+    if (cfg->experts < 0 || (ep > 1 && (cfg->experts % ep || dp % ep)))
+        return CT_ERR(err, CT_ERR_ARG,
+                      "expert parallelism: ep = %d must divide the experts (%d) and dp (%d)", ep,
+                      cfg->experts, dp);
     ct_params *P = ct_calloc(1, sizeof *P);
     if (!P || !(P->local = ct_malloc(sizeof(int) * (size_t)L))) {
         free(P);
@@ -73,6 +88,10 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
     P->dev = dev;
     P->tp = tp;
     P->tr = coords->tp_rank;
+    P->nel = cfg->experts > 0 ? cfg->experts / ep : 0;
+    P->el0 = (coords->dp_rank % ep) * P->nel;
+    P->ne = dp / ep;
+    P->nr = coords->dp_rank / ep;
     /* chunks */
     if (!plan || plan->nchunks == 0) {
         P->nchunks = 1, P->clo[0] = 0, P->chi[0] = L;
@@ -99,40 +118,69 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
     size_t o = 0;
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
         P->t[i] = ct_gpt_tensor(cfg, i);
-        P->tsize[i] = (P->t[i].per_layer ? (size_t)L : 1) * P->t[i].rows * P->t[i].cols;
+        P->tsize[i] = (P->t[i].per_layer ? (size_t)L : 1) * (size_t)P->t[i].experts *
+                      P->t[i].rows * P->t[i].cols;
         P->toff[i] = o;
         o += P->tsize[i];
-        P->slen[i] = slice_len(&P->t[i], tp);
+        P->slen[i] = split_len(&P->t[i], tp) * (size_t)(P->t[i].expert ? P->nel : 1);
     }
     P->nparams = o;
-    /* the flat layout */
-    o = 0;
+    /* the flat layout: the experts first, so that the gradient ranges below each block (the
+     * executor's "final from here to the end") still end with the layers: the experts of every
+     * held block become final with the stage's last backward, and their range is reduced over
+     * another group (the expert-data-parallel one) and sharded over it under ZeRO */
+    P->estride = 0;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++)
+        if (P->t[i].expert) P->foff[i] = P->estride, P->estride += P->slen[i];
+    P->xlen = P->estride * (size_t)P->nheld;
+    P->xpad = P->xlen;
+    if (layout->zero >= 1 && P->xlen)
+        P->xpad = (P->xlen + (size_t)P->ne - 1) / (size_t)P->ne * (size_t)P->ne;
+    o = P->xpad;
     P->foff[CT_GPT_wte] = o, o += holds(P, CT_GPT_wte) ? P->slen[CT_GPT_wte] : 0;
     P->foff[CT_GPT_wpe] = o, o += holds(P, CT_GPT_wpe) ? P->slen[CT_GPT_wpe] : 0;
     P->lbase = o;
     P->lstride = 0;
-    for (int i = CT_GPT_ln1w; i <= CT_GPT_fcprojb; i++) P->foff[i] = P->lstride, P->lstride += P->slen[i];
+    for (int i = CT_GPT_ln1w; i <= CT_GPT_fcprojb; i++)
+        if (!P->t[i].expert) P->foff[i] = P->lstride, P->lstride += P->slen[i];
     o += P->lstride * (size_t)P->nheld;
     P->lnf_lo = o;
     P->foff[CT_GPT_lnfw] = o, o += P->head ? P->slen[CT_GPT_lnfw] : 0;
     P->foff[CT_GPT_lnfb] = o, o += P->head ? P->slen[CT_GPT_lnfb] : 0;
     P->local_len = o;
-    int N = layout->dp < 1 ? 1 : layout->dp;
+    int N = dp;
+    P->nsh = 0;
     if (layout->zero >= 1) {
-        size_t sh = (o + (size_t)N - 1) / (size_t)N;
-        P->flat = sh * (size_t)N;
-        P->lo = sh * (size_t)coords->dp_rank;
+        /* the experts sharded over the workers holding the same ones, the rest over DP */
+        if (P->xpad) {
+            size_t esh = P->xpad / (size_t)P->ne;
+            P->shlo[P->nsh] = esh * (size_t)P->nr, P->shhi[P->nsh] = P->shlo[P->nsh] + esh;
+            P->nsh++;
+        }
+        size_t d = o - P->xpad, sh = (d + (size_t)N - 1) / (size_t)N;
+        P->flat = P->xpad + sh * (size_t)N;
+        P->lo = P->xpad + sh * (size_t)coords->dp_rank;
         P->hi = P->lo + sh;
     } else {
         P->flat = o, P->lo = 0, P->hi = o;
     }
-    P->opt_len = P->hi - P->lo;
+    P->shlo[P->nsh] = P->lo, P->shhi[P->nsh] = P->hi, P->nsh++;
+    P->opt_len = 0;
+    for (int k = 0; k < P->nsh; k++) P->opt_len += P->shhi[k] - P->shlo[k];
+    int z2 = layout->zero >= 2, z3 = layout->zero >= 3;
     /* working buffer: [embeddings | slot 0 | slot 1 | lnf] */
     int slots = P->nheld < 2 ? P->nheld : 2;
     P->wlen = P->lbase + (size_t)slots * P->lstride + (P->local_len - P->lnf_lo);
     size_t pb = P->flat * sizeof(float), ob = P->opt_len * sizeof(float);
+    if (P->xlen && z2) {
+        ct_params_free(P);
+        return CT_ERR(err, CT_ERR_UNSUPPORTED,
+                      "ZeRO-%d with experts is not built (ZeRO-0 and 1 are): the gradient and "
+                      "parameter working buffers hold one block's dense tensors at a time, and "
+                      "the experts would need shards over the expert-data-parallel group there too",
+                      layout->zero);
+    }
     size_t wb = P->wlen * sizeof(float);
-    int z2 = layout->zero >= 2, z3 = layout->zero >= 3;
     if ((st = ct_buffer_alloc(dev, z3 ? CT_MEM_WORKSPACE : CT_MEM_PARAMS,
                               z3 ? "parameter working buffer" : "params", z3 ? wb : pb,
                               &P->params)) != CT_OK ||
@@ -188,6 +236,36 @@ void ct_params_shard(const ct_params *P, size_t *lo, size_t *hi) {
     if (lo) *lo = P->lo;
     if (hi) *hi = P->hi;
 }
+int ct_params_shards(const ct_params *P, size_t lo[2], size_t hi[2]) {
+    for (int k = 0; k < P->nsh; k++) lo[k] = P->shlo[k], hi[k] = P->shhi[k];
+    return P->nsh;
+}
+size_t ct_params_opt_len(const ct_params *P) { return P->opt_len; }
+void ct_params_experts(const ct_params *P, int *first, int *count) {
+    if (first) *first = P->el0;
+    if (count) *count = P->nel;
+}
+void ct_params_expert_range(const ct_params *P, size_t *lo, size_t *hi) {
+    *lo = 0;
+    *hi = P->xpad;
+}
+int ct_params_owned(const ct_params *P, int i, int sharded, size_t *lo, size_t *hi) {
+    *lo = *hi = 0;
+    if (!holds(P, i)) return 0;
+    if (P->t[i].split == CT_SPLIT_NONE && P->at.tp_rank != 0) return 0;
+    if (i == CT_GPT_wte && P->lay.pp > 1 && P->at.pp_rank != 0) return 0;
+    if (P->t[i].expert) {
+        if (sharded) *lo = P->shlo[0], *hi = P->shhi[0]; /* the expert shard is the first run */
+        else if (P->nr == 0) *lo = 0, *hi = P->xpad;
+    } else {
+        if (sharded) *lo = P->lo, *hi = P->hi;
+        else if (P->at.dp_rank == 0) *lo = P->xpad, *hi = P->local_len;
+    }
+    return *hi > *lo;
+}
+int ct_params_is_expert(const ct_params *P, int i) {
+    return i >= 0 && i < CT_GPT_NUM_TENSORS && P->t[i].expert;
+}
 int ct_params_zero_stage(const ct_params *P) { return P->lay.zero; }
 ct_buffer *ct_params_buffer(ct_params *P) { return P->params; }
 ct_buffer *ct_params_param_shard(ct_params *P) { return P->pshard; }
@@ -198,6 +276,7 @@ ct_buffer *ct_params_adam_v(ct_params *P) { return P->adam_v; }
 size_t ct_params_slice_len(const ct_params *P, int i) { return P->slen[i]; }
 
 size_t ct_params_flat_off(const ct_params *P, int i, int l) {
+    if (P->t[i].expert) return (size_t)P->local[l] * P->estride + P->foff[i];
     if (!is_block(i)) return P->foff[i];
     return P->lbase + (size_t)P->local[l] * P->lstride + P->foff[i];
 }
@@ -242,10 +321,10 @@ size_t ct_params_gview(const ct_params *P, int i, int l) {
 
 /* ------------------------------------------------------------------ table <-> flat */
 
-int ct_params_pieces(const ct_params *P, int i, int l, ct_params_piece_fn fn, void *user) {
-    const ct_gpt_tensor_info *t = &P->t[i];
-    size_t tb = P->toff[i] + (t->per_layer ? (size_t)l * t->rows * t->cols : 0);
-    size_t fb = ct_params_flat_off(P, i, l);
+/* The runs of one (rows, cols) slice of tensor t (table offset tb) that this TP rank holds, at
+ * flat offset fb on. */
+static int split_pieces(const ct_params *P, const ct_gpt_tensor_info *t, size_t tb, size_t fb,
+                        ct_params_piece_fn fn, void *user) {
     size_t r = (size_t)P->tr, n = (size_t)P->tp;
     switch (t->split) {
     case CT_SPLIT_QKV: {
@@ -276,6 +355,21 @@ int ct_params_pieces(const ct_params *P, int i, int l, ct_params_piece_fn fn, vo
     }
 }
 
+int ct_params_pieces(const ct_params *P, int i, int l, ct_params_piece_fn fn, void *user) {
+    const ct_gpt_tensor_info *t = &P->t[i];
+    size_t one = t->rows * t->cols; /* one slice in table order */
+    size_t tb = P->toff[i] + (t->per_layer ? (size_t)l * (size_t)t->experts * one : 0);
+    size_t fb = ct_params_flat_off(P, i, l);
+    if (!t->expert) return split_pieces(P, t, tb, fb, fn, user);
+    /* this worker's experts of block l, each split over TP as a dense tensor would be */
+    size_t per = P->slen[i] / (size_t)(P->nel ? P->nel : 1);
+    for (int e = 0; e < P->nel; e++) {
+        int rc = split_pieces(P, t, tb + (size_t)(P->el0 + e) * one, fb + (size_t)e * per, fn, user);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 typedef struct copy_ctx {
     const float *src;
     float *dst;
@@ -299,6 +393,7 @@ static int copy_piece(void *user, size_t toff, size_t foff, size_t n) {
 void ct_params_table_to_flat(const ct_params *P, const float *table, float *flat) {
     copy_ctx c = {table, flat, 1};
     FOR_HELD(P, i, l) ct_params_pieces(P, i, l, copy_piece, &c);
+    if (P->xpad > P->xlen) memset(flat + P->xlen, 0, (P->xpad - P->xlen) * sizeof(float));
     if (P->flat > P->local_len)
         memset(flat + P->local_len, 0, (P->flat - P->local_len) * sizeof(float));
 }
@@ -310,36 +405,53 @@ void ct_params_flat_to_table(const ct_params *P, const float *flat, float *table
 
 /* ------------------------------------------------------------------ host copies */
 
-/* Buffer b holds flat range [lo, lo + blen): writes set that range (from the whole table-order
- * array), reads fill only that range's pieces of the table-order array. */
-static ct_status copy_flat(ct_params *P, ct_buffer *b, size_t lo, size_t blen, const float *src,
-                           float *dst, size_t n, const char *what) {
+/* Buffer b holds the flat runs [lo[k], hi[k]) one after another: writes set them (from the
+ * whole table-order array), reads fill only those runs' pieces of the table-order array. */
+static ct_status copy_runs(ct_params *P, ct_buffer *b, int nr, const size_t *lo, const size_t *hi,
+                           const float *src, float *dst, size_t n, const char *what) {
     if (n != P->nparams)
         return CT_ERR(&P->err, CT_ERR_ARG, "%s: %zu floats given, the model has %zu", what, n,
                       P->nparams);
     float *flat = ct_malloc(P->flat * sizeof(float));
     if (!flat) return CT_ERR(&P->err, CT_ERR_NOMEM, "%s: out of host memory", what);
     ct_status st = CT_OK;
+    size_t at = 0, cover = 0;
+    for (int k = 0; k < nr; k++) cover += hi[k] - lo[k];
     if (src) {
         ct_params_table_to_flat(P, src, flat);
-        st = ct_buffer_write(b, 0, flat + lo, blen * sizeof(float));
+        for (int k = 0; k < nr && st == CT_OK; k++) {
+            st = ct_buffer_write(b, at * sizeof(float), flat + lo[k], (hi[k] - lo[k]) * sizeof(float));
+            at += hi[k] - lo[k];
+        }
     } else {
-        if (lo > 0 || blen < P->flat) ct_params_table_to_flat(P, dst, flat);
-        st = ct_buffer_read(b, 0, flat + lo, blen * sizeof(float));
+        if (cover < P->flat) ct_params_table_to_flat(P, dst, flat);
+        for (int k = 0; k < nr && st == CT_OK; k++) {
+            st = ct_buffer_read(b, at * sizeof(float), flat + lo[k], (hi[k] - lo[k]) * sizeof(float));
+            at += hi[k] - lo[k];
+        }
         if (st == CT_OK) ct_params_flat_to_table(P, flat, dst);
     }
     free(flat);
     if (st != CT_OK) CT_ERR(&P->err, st, "%s: %s", what, ct_device_errmsg(P->dev));
     return st;
 }
+static ct_status copy_flat(ct_params *P, ct_buffer *b, const float *src, float *dst, size_t n,
+                           const char *what) {
+    size_t lo = 0, hi = P->flat;
+    return copy_runs(P, b, 1, &lo, &hi, src, dst, n, what);
+}
+static ct_status copy_shard(ct_params *P, ct_buffer *b, const float *src, float *dst, size_t n,
+                            const char *what) {
+    return copy_runs(P, b, P->nsh, P->shlo, P->shhi, src, dst, n, what);
+}
 
 ct_status ct_params_set(ct_params *P, const float *h, size_t n) {
-    if (P->pshard) return copy_flat(P, P->pshard, P->lo, P->opt_len, h, NULL, n, "set_params");
-    return copy_flat(P, P->params, 0, P->flat, h, NULL, n, "set_params");
+    if (P->pshard) return copy_shard(P, P->pshard, h, NULL, n, "set_params");
+    return copy_flat(P, P->params, h, NULL, n, "set_params");
 }
 ct_status ct_params_get(ct_params *P, float *h, size_t n) {
-    if (P->pshard) return copy_flat(P, P->pshard, P->lo, P->opt_len, NULL, h, n, "get_params");
-    return copy_flat(P, P->params, 0, P->flat, NULL, h, n, "get_params");
+    if (P->pshard) return copy_shard(P, P->pshard, NULL, h, n, "get_params");
+    return copy_flat(P, P->params, NULL, h, n, "get_params");
 }
 static ct_status no_full_grads(ct_params *P, const char *what) {
     return CT_ERR(&P->err, CT_ERR_STATE,
@@ -347,24 +459,22 @@ static ct_status no_full_grads(ct_params *P, const char *what) {
 }
 ct_status ct_params_set_grads(ct_params *P, const float *h, size_t n) {
     if (P->gshard) return no_full_grads(P, "set_grads");
-    return copy_flat(P, P->grads, 0, P->flat, h, NULL, n, "set_grads");
+    return copy_flat(P, P->grads, h, NULL, n, "set_grads");
 }
 ct_status ct_params_get_grads(ct_params *P, float *h, size_t n) {
     if (P->gshard) return no_full_grads(P, "get_grads");
-    return copy_flat(P, P->grads, 0, P->flat, NULL, h, n, "get_grads");
+    return copy_flat(P, P->grads, NULL, h, n, "get_grads");
 }
 ct_status ct_params_set_optimizer(ct_params *P, const float *am, const float *av, size_t n) {
     ct_status st = CT_OK;
-    if (am) st = copy_flat(P, P->adam_m, P->lo, P->opt_len, am, NULL, n, "set_optimizer (m)");
-    if (st == CT_OK && av)
-        st = copy_flat(P, P->adam_v, P->lo, P->opt_len, av, NULL, n, "set_optimizer (v)");
+    if (am) st = copy_shard(P, P->adam_m, am, NULL, n, "set_optimizer (m)");
+    if (st == CT_OK && av) st = copy_shard(P, P->adam_v, av, NULL, n, "set_optimizer (v)");
     return st;
 }
 ct_status ct_params_get_optimizer(ct_params *P, float *am, float *av, size_t n) {
     ct_status st = CT_OK;
-    if (am) st = copy_flat(P, P->adam_m, P->lo, P->opt_len, NULL, am, n, "get_optimizer (m)");
-    if (st == CT_OK && av)
-        st = copy_flat(P, P->adam_v, P->lo, P->opt_len, NULL, av, n, "get_optimizer (v)");
+    if (am) st = copy_shard(P, P->adam_m, NULL, am, n, "get_optimizer (m)");
+    if (st == CT_OK && av) st = copy_shard(P, P->adam_v, NULL, av, n, "get_optimizer (v)");
     return st;
 }
 

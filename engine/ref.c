@@ -334,6 +334,7 @@ static double ref_forward(const ct_gpt_config *cfg, const double *const *P, cons
 
 double ct_ref_gpt_loss(const ct_gpt_config *cfg, const double *params, const int *tokens,
                        const int *targets, int B, int T) {
+    if (cfg->experts > 0) return NAN; /* the dense model only: MoE layers have ct_ref_moe_* */
     const double *P[CT_GPT_NUM_TENSORS];
     ref_views(cfg, params, P);
     ref_acts a;
@@ -345,6 +346,7 @@ double ct_ref_gpt_loss(const ct_gpt_config *cfg, const double *params, const int
 
 double ct_ref_gpt_grad(const ct_gpt_config *cfg, const double *params, const int *tokens,
                        const int *targets, int B, int T, double *grads, double *logits) {
+    if (cfg->experts > 0) return NAN; /* the dense model only: MoE layers have ct_ref_moe_* */
     int L = cfg->layers, C = cfg->channels, NH = cfg->heads, V = cfg->vocab;
     int Vp = cfg->padded_vocab;
     size_t BT = (size_t)B * T, BTC = BT * C;
@@ -406,4 +408,192 @@ done:
     free(d2);
     free(dln);
     return loss;
+}
+
+/* ------------------------------------------------------------------ mixture of experts */
+
+void ct_ref_moe_route(double *p, int *idx, double *gate, const double *logits, int N, int E, int K) {
+    for (int n = 0; n < N; n++) {
+        const double *l = logits + (size_t)n * E;
+        double *pr = p + (size_t)n * E, mx = l[0], s = 0;
+        for (int e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        for (int e = 0; e < E; e++) s += exp(l[e] - mx);
+        for (int e = 0; e < E; e++) pr[e] = exp(l[e] - mx) / s;
+        for (int k = 0; k < K; k++) { /* the k-th largest; equal p: the lower expert */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= idx[(size_t)n * K + j] == e;
+                if (!taken && (best < 0 || pr[e] > pr[best])) best = e;
+            }
+            idx[(size_t)n * K + k] = best;
+            gate[(size_t)n * K + k] = pr[best];
+        }
+    }
+}
+
+void ct_ref_moe_capacity(int *slot, int *kept, int *routed, const int *idx, int B, int T, int E,
+                         int K, int cap) {
+    for (int b = 0; b < B; b++) {
+        int *kp = kept + (size_t)b * E, *rt = routed + (size_t)b * E;
+        for (int e = 0; e < E; e++) kp[e] = rt[e] = 0;
+        for (int k = 0; k < K; k++) /* rank first, then position */
+            for (int t = 0; t < T; t++) {
+                size_t i = ((size_t)b * T + t) * K + k;
+                int e = idx[i];
+                rt[e]++;
+                slot[i] = kp[e] < cap ? kp[e]++ : -1;
+            }
+    }
+}
+
+/* The routing of x: p (B,T,E), idx/gate/slot (B,T,K), routed (B,E). */
+typedef struct ref_route {
+    double *p, *gate;
+    int *idx, *slot, *kept, *routed;
+} ref_route;
+
+static int ref_route_make(ref_route *r, const double *x, const double *wr, int B, int T, int C,
+                          int E, int K, int cap) {
+    size_t N = (size_t)B * T;
+    double *lg = malloc(N * E * sizeof(double));
+    r->p = malloc(N * E * sizeof(double));
+    r->gate = malloc(N * K * sizeof(double));
+    r->idx = malloc(N * K * sizeof(int));
+    r->slot = malloc(N * K * sizeof(int));
+    r->kept = malloc((size_t)B * E * sizeof(int));
+    r->routed = malloc((size_t)B * E * sizeof(int));
+    if (!lg || !r->p || !r->gate || !r->idx || !r->slot || !r->kept || !r->routed) {
+        free(lg);
+        return -1;
+    }
+    ct_ref_matmul_forward(lg, x, wr, NULL, B, T, C, E);
+    ct_ref_moe_route(r->p, r->idx, r->gate, lg, (int)N, E, K);
+    ct_ref_moe_capacity(r->slot, r->kept, r->routed, r->idx, B, T, E, K, cap);
+    free(lg);
+    return 0;
+}
+
+static void ref_route_free(ref_route *r) {
+    free(r->p), free(r->gate), free(r->idx), free(r->slot), free(r->kept), free(r->routed);
+}
+
+/* One expert's MLP on one token: h (4C) pre-GELU, a = gelu(h), o (C). */
+static void ref_expert(double *h, double *a, double *o, const double *x, const double *w1,
+                       const double *b1, const double *w2, const double *b2, int C) {
+    for (int j = 0; j < 4 * C; j++) {
+        double s = b1[j];
+        for (int c = 0; c < C; c++) s += w1[(size_t)j * C + c] * x[c];
+        h[j] = s;
+    }
+    ct_ref_gelu_forward(a, h, (size_t)4 * C);
+    for (int c = 0; c < C; c++) {
+        double s = b2[c];
+        for (int j = 0; j < 4 * C; j++) s += w2[(size_t)c * 4 * C + j] * a[j];
+        o[c] = s;
+    }
+}
+
+static double ref_aux(const ref_route *r, int B, int T, int E, int K) {
+    double aux = 0;
+    for (int b = 0; b < B; b++) {
+        double row = 0;
+        for (int e = 0; e < E; e++) {
+            double P = 0;
+            for (int t = 0; t < T; t++) P += r->p[((size_t)b * T + t) * E + e];
+            row += (double)r->routed[(size_t)b * E + e] / ((double)K * T) * (P / T);
+        }
+        aux += E * row;
+    }
+    return aux / B;
+}
+
+double ct_ref_moe_forward(double *y, const double *x, const double *wr, const double *fcw,
+                          const double *fcb, const double *fpw, const double *fpb, int B, int T,
+                          int C, int E, int K, int cap) {
+    ref_route r;
+    if (ref_route_make(&r, x, wr, B, T, C, E, K, cap)) return NAN;
+    double *h = malloc(4 * (size_t)C * sizeof(double)), *a = malloc(4 * (size_t)C * sizeof(double));
+    double *o = malloc((size_t)C * sizeof(double));
+    for (size_t n = 0; h && a && o && n < (size_t)B * T; n++) {
+        double *yn = y + n * C;
+        for (int c = 0; c < C; c++) yn[c] = 0;
+        for (int k = 0; k < K; k++) {
+            size_t i = n * K + k;
+            if (r.slot[i] < 0) continue;
+            size_t e = (size_t)r.idx[i];
+            ref_expert(h, a, o, x + n * C, fcw + e * 4 * C * C, fcb + e * 4 * C, fpw + e * 4 * C * C,
+                       fpb + e * C, C);
+            for (int c = 0; c < C; c++) yn[c] += r.gate[i] * o[c];
+        }
+    }
+    double aux = ref_aux(&r, B, T, E, K);
+    free(h), free(a), free(o);
+    ref_route_free(&r);
+    return aux;
+}
+
+void ct_ref_moe_backward(double *dx, double *dwr, double *dfcw, double *dfcb, double *dfpw,
+                         double *dfpb, const double *dy, const double *x, const double *wr,
+                         const double *fcw, const double *fcb, const double *fpw,
+                         const double *fpb, int B, int T, int C, int E, int K, int cap,
+                         double aux_scale) {
+    size_t N = (size_t)B * T, F = 4 * (size_t)C;
+    ref_route r;
+    if (ref_route_make(&r, x, wr, B, T, C, E, K, cap)) return;
+    double *h = malloc(F * sizeof(double)), *a = malloc(F * sizeof(double));
+    double *o = malloc((size_t)C * sizeof(double)), *da = malloc(F * sizeof(double));
+    double *dh = calloc(F, sizeof(double)), *dp = malloc((size_t)E * sizeof(double));
+    double *dl = malloc((size_t)E * sizeof(double));
+    if (!h || !a || !o || !da || !dh || !dp || !dl) goto done;
+    memset(dx, 0, N * C * sizeof(double));
+    for (size_t n = 0; n < N; n++) {
+        const double *xn = x + n * C, *dyn = dy + n * C;
+        double *dxn = dx + n * C;
+        size_t b = n / (size_t)T;
+        /* the auxiliary loss: d (aux_scale * mean_b E sum_e f_e P_e) / d p[n, e] */
+        for (int e = 0; e < E; e++)
+            dp[e] = aux_scale * E * r.routed[b * E + e] / ((double)B * K * T * T);
+        for (int k = 0; k < K; k++) {
+            size_t i = n * K + k;
+            if (r.slot[i] < 0) continue;
+            size_t e = (size_t)r.idx[i];
+            const double *w1 = fcw + e * F * C, *w2 = fpw + e * F * C;
+            ref_expert(h, a, o, xn, w1, fcb + e * F, w2, fpb + e * C, C);
+            double g = r.gate[i], dg = 0;
+            for (int c = 0; c < C; c++) dg += dyn[c] * o[c];
+            dp[e] += dg;
+            /* o = W2 a + b2, weighted by g */
+            for (size_t j = 0; j < F; j++) da[j] = 0;
+            for (int c = 0; c < C; c++) {
+                double d = g * dyn[c];
+                dfpb[e * C + c] += d;
+                for (size_t j = 0; j < F; j++) {
+                    dfpw[e * F * C + (size_t)c * F + j] += d * a[j];
+                    da[j] += w2[(size_t)c * F + j] * d;
+                }
+            }
+            for (size_t j = 0; j < F; j++) dh[j] = 0;
+            ct_ref_gelu_backward(dh, h, da, F);
+            for (size_t j = 0; j < F; j++) {
+                dfcb[e * F + j] += dh[j];
+                for (int c = 0; c < C; c++) {
+                    dfcw[e * F * C + j * C + c] += dh[j] * xn[c];
+                    dxn[c] += w1[j * C + c] * dh[j];
+                }
+            }
+        }
+        const double *pn = r.p + n * E;
+        double s = 0;
+        for (int e = 0; e < E; e++) s += pn[e] * dp[e];
+        for (int e = 0; e < E; e++) dl[e] = pn[e] * (dp[e] - s);
+        for (int e = 0; e < E; e++)
+            for (int c = 0; c < C; c++) {
+                dwr[(size_t)e * C + c] += dl[e] * xn[c];
+                dxn[c] += wr[(size_t)e * C + c] * dl[e];
+            }
+    }
+done:
+    free(h), free(a), free(o), free(da), free(dh), free(dp), free(dl);
+    ref_route_free(&r);
 }

@@ -3,10 +3,12 @@
  *
  * Gathering works for any layout the same way: for each table tensor every worker writes the
  * elements it OWNS into a zero-filled copy of that tensor and the copies are summed over the
- * world (x + 0 is x exactly, so the sum is a gather). Ownership: under ZeRO the DP shard that
- * holds an element ([lo, hi) of the flat layout: Adam's m and v for stages >= 1, the parameters
- * for stage 3); otherwise DP rank 0. A tensor replicated over the TP group belongs to TP rank 0,
- * and the tied wte of a pipeline to its first stage, so nothing is counted twice. */
+ * world (x + 0 is x exactly, so the sum is a gather). Ownership (ct_params_owned): under ZeRO the
+ * shard that holds an element (Adam's m and v for stages >= 1, the parameters for stage 3: the DP
+ * shard, or for experts the shard over the expert-data-parallel group); otherwise DP rank 0 (for
+ * experts, the first worker holding them: dp_rank < ep). A tensor replicated over the TP group
+ * belongs to TP rank 0, and the tied wte of a pipeline to its first stage, so nothing is counted
+ * twice. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,27 +28,15 @@ static int put_owned(void *user, size_t toff, size_t foff, size_t n) {
     return 0;
 }
 
-/* Whether this worker owns its copy of tensor i apart from the DP question. */
-static int owns_tensor(const ct_params *P, int i) {
-    const ct_layout *lay = ct_params_layout(P);
-    const ct_coords *at = ct_params_coords(P);
-    if (!ct_params_holds(P, i)) return 0;
-    ct_gpt_tensor_info t = ct_gpt_tensor(ct_params_config(P), i);
-    if (t.split == CT_SPLIT_NONE && at->tp_rank != 0) return 0;
-    if (i == CT_GPT_wte && lay->pp > 1 && at->pp_rank != 0) return 0;
-    return 1;
-}
-
 /* One array (which: 0 params, 1 m, 2 v) gathered into out (may be NULL). */
 static ct_status gather_one(ct_model *m, ct_comm *world, int which, float *out, float *flat,
                             float *tensor, ct_err *err) {
     ct_params *P = ct_model_params(m);
     const ct_gpt_config *c = ct_params_config(P);
-    size_t lo, hi, flen = ct_params_flat_len(P), local = ct_params_local_len(P);
-    ct_params_shard(P, &lo, &hi);
-    int zero = ct_params_zero_stage(P), dp0 = ct_params_coords(P)->dp_rank == 0;
+    size_t lo[2], hi[2], flen = ct_params_flat_len(P);
+    int nr = ct_params_shards(P, lo, hi);
+    int zero = ct_params_zero_stage(P);
     ct_buffer *b;
-    size_t boff = 0; /* flat offset of the buffer's first float */
     int sharded;
     if (which == 0) {
         sharded = zero >= 3;
@@ -55,20 +45,24 @@ static ct_status gather_one(ct_model *m, ct_comm *world, int which, float *out, 
         sharded = zero >= 1;
         b = which == 1 ? ct_params_adam_m(P) : ct_params_adam_v(P);
     }
-    if (sharded) boff = lo;
-    size_t blen = sharded ? hi - lo : flen;
-    ct_status st = ct_buffer_read(b, 0, flat + boff, blen * sizeof(float));
+    /* the buffer holds the flat layout, or (sharded) the shard's runs one after another */
+    ct_status st = CT_OK;
+    size_t at = 0;
+    for (int k = 0; k < (sharded ? nr : 1) && st == CT_OK; k++) {
+        size_t a = sharded ? lo[k] : 0, n = sharded ? hi[k] - lo[k] : flen;
+        st = ct_buffer_read(b, at * sizeof(float), flat + a, n * sizeof(float));
+        at += n;
+    }
     if (st != CT_OK)
         return CT_ERR(err, st, "gathering the model state: %s",
                       ct_device_errmsg(ct_model_device(m)));
-    own_ctx oc = {flat, tensor, 0, sharded ? lo : 0, sharded ? (hi < local ? hi : local) : local};
-    if (!sharded && !dp0) oc.ohi = 0;
+    own_ctx oc = {flat, tensor, 0, 0, 0};
     size_t sizes[CT_GPT_NUM_TENSORS], toff = 0;
     ct_gpt_param_sizes(c, sizes);
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
         memset(tensor, 0, sizes[i] * sizeof(float));
         oc.t0 = toff;
-        if (owns_tensor(P, i)) {
+        if (ct_params_owned(P, i, sharded, &oc.olo, &oc.ohi)) {
             int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
             for (int l = 0; l < (block ? c->layers : 1); l++)
                 if (!block || ct_params_holds_layer(P, l)) ct_params_pieces(P, i, l, put_owned, &oc);

@@ -49,6 +49,9 @@ struct ct_exec {
     ct_comm *world, *dp, *pp, *emb;
     ct_comm *tp;  /* the grid's TP group (the model's collectives; the logits gather) */
     ct_comm *tpg; /* a second handle on it for the gradient thread (sequence parallelism) */
+    ct_comm *ep, *edp; /* experts: the EP group (the model's all-to-alls) and the workers holding
+                          the same experts (their gradients' reduction, their ZeRO shards) */
+    int epsize, experts;
     int stage, nstages, dpsize, nchunks; /* nchunks: model chunks held (v) */
     int tpsize;
     ct_grad_range *ranges;
@@ -96,9 +99,10 @@ void ct_exec_set_trace(ct_exec *x, ct_trace *t) {
 
 static int multi(const ct_comm *c) { return c && ct_comm_size(c) > 1; }
 
-/* A held (tensor, layer) piece of the flat layout and how it is reduced beyond DP. */
+/* A held (tensor, layer) piece of the flat layout and how it is reduced. */
 typedef struct flat_piece {
     size_t lo, hi;
+    ct_comm *g0; /* the first group (AVG): DP, or the expert-data-parallel group, or none */
     ct_comm *g1; /* the second group (SUM): the embedding group, the TP group, or none */
     int norm_skip;
 } flat_piece;
@@ -108,7 +112,9 @@ static int piece_cmp(const void *a, const void *b) {
 }
 
 /* The gradient ranges of this worker's flat layout, consecutive pieces alike merged:
- * everything averaged over the DP group (when there is one); the tied wte of a pipeline then
+ * everything averaged over the DP group (when there is one), except a mixture-of-experts
+ * model's expert tensors: averaged over the workers holding the same experts (the
+ * expert-data-parallel group, dp / ep of them; none when dp = ep); the tied wte of a pipeline then
  * summed over the embedding group (the last stage's copy left out of ZeRO-2's norm); under
  * sequence parallelism the replicated LayerNorm parameters summed over the TP group. Every
  * other replicated tensor's gradient is already whole on every TP worker (wpe, attprojb and
@@ -117,21 +123,33 @@ static ct_status make_ranges(ct_exec *x, int tied, int sp, ct_err *err) {
     ct_params *P = x->P;
     const ct_gpt_config *c = ct_params_config(P);
     int n = 0;
-    flat_piece *pc = ct_malloc(sizeof *pc * (size_t)(CT_GPT_NUM_TENSORS * c->layers + 1));
+    flat_piece *pc = ct_malloc(sizeof *pc * (size_t)(CT_GPT_NUM_TENSORS * c->layers + 2));
     if (!pc) return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");
+    size_t xlo, xhi;
+    ct_params_expert_range(P, &xlo, &xhi);
+    ct_comm *dp = multi(x->dp) ? x->dp : NULL, *edp = multi(x->edp) ? x->edp : NULL;
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
-        if (!ct_params_holds(P, i)) continue;
+        if (!ct_params_holds(P, i) || ct_params_slice_len(P, i) == 0) continue;
         int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
         int ln = i == CT_GPT_ln1w || i == CT_GPT_ln1b || i == CT_GPT_ln2w || i == CT_GPT_ln2b ||
                  i == CT_GPT_lnfw || i == CT_GPT_lnfb;
+        int ex = ct_params_is_expert(P, i);
         for (int l = 0; l < (block ? c->layers : 1); l++) {
             if (block && !ct_params_holds_layer(P, l)) continue;
             pc[n].lo = ct_params_flat_off(P, i, l);
             pc[n].hi = pc[n].lo + ct_params_slice_len(P, i);
+            pc[n].g0 = ex ? edp : dp;
             pc[n].g1 = i == CT_GPT_wte && tied ? x->emb : sp && ln ? x->tpg : NULL;
             pc[n].norm_skip = i == CT_GPT_wte && tied && !ct_params_has_embed(P);
             n++;
         }
+    }
+    size_t xend = xlo; /* the experts' ZeRO padding joins their range (zeros: no effect) */
+    for (int k = 0; k < n; k++)
+        if (pc[k].hi <= xhi && pc[k].hi > xend) xend = pc[k].hi;
+    if (xhi > xend) {
+        pc[n].lo = xend, pc[n].hi = xhi, pc[n].g0 = edp, pc[n].g1 = NULL, pc[n].norm_skip = 0;
+        n++;
     }
     qsort(pc, (size_t)n, sizeof *pc, piece_cmp);
     x->ranges = ct_calloc((size_t)(n ? n : 1), sizeof *x->ranges);
@@ -142,13 +160,14 @@ static ct_status make_ranges(ct_exec *x, int tied, int sp, ct_err *err) {
     x->nranges = 0;
     for (int k = 0; k < n; k++) {
         ct_grad_range *r = x->nranges ? &x->ranges[x->nranges - 1] : NULL;
-        if (r && r->hi == pc[k].lo && r->groups[1] == pc[k].g1 && r->norm_skip == pc[k].norm_skip) {
+        if (r && r->hi == pc[k].lo && r->groups[0] == pc[k].g0 && r->groups[1] == pc[k].g1 &&
+            r->norm_skip == pc[k].norm_skip) {
             r->hi = pc[k].hi;
             continue;
         }
         r = &x->ranges[x->nranges++];
         r->lo = pc[k].lo, r->hi = pc[k].hi;
-        r->groups[0] = multi(x->dp) ? x->dp : NULL;
+        r->groups[0] = pc[k].g0;
         r->ops[0] = CT_OP_AVG;
         r->groups[1] = pc[k].g1;
         r->ops[1] = CT_OP_SUM;
@@ -179,12 +198,21 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     x->dpsize = x->dp ? ct_comm_size(x->dp) : 1;
     x->tp = grid ? ct_grid_tp(grid) : NULL;
     x->tpsize = x->tp ? ct_comm_size(x->tp) : 1;
+    x->experts = ct_params_config(x->P)->experts;
+    x->ep = grid && x->experts ? ct_grid_ep(grid) : NULL;
+    x->edp = grid && x->experts ? ct_grid_edp(grid) : NULL;
+    x->epsize = x->ep ? ct_comm_size(x->ep) : 1;
     ct_status st = CT_OK;
     const ct_layout *lay = ct_params_layout(x->P);
     if (grid) {
         const ct_layout *gl = ct_grid_layout(grid);
         const ct_coords *gc = ct_grid_coords(grid), *mc = ct_params_coords(x->P);
-        if (gl->dp != lay->dp || gl->tp != lay->tp || gl->pp != lay->pp || gc->dp_rank != mc->dp_rank ||
+        int gep = gl->ep < 1 ? 1 : gl->ep, mep = lay->ep < 1 ? 1 : lay->ep;
+        if (gep != mep)
+            st = CT_ERR(err, CT_ERR_ARG,
+                        "ct_exec_create: the model was built for ep %d, the grid has ep %d", mep,
+                        gep);
+        else if (gl->dp != lay->dp || gl->tp != lay->tp || gl->pp != lay->pp || gc->dp_rank != mc->dp_rank ||
             gc->tp_rank != mc->tp_rank || gc->pp_rank != mc->pp_rank)
             st = CT_ERR(err, CT_ERR_ARG,
                         "ct_exec_create: the model was built for dp %d tp %d pp %d at (%d, %d, "
@@ -221,7 +249,7 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     if (st == CT_OK && (multi(x->dp) || tied || sp)) st = make_ranges(x, tied, sp, err);
     if (st == CT_OK && x->nranges > 0)
         st = ct_grads_create(&x->g, m, x->ranges, x->nranges, &o->grads, err);
-    if (st == CT_OK) st = ct_zero_create(&x->z, m, x->dp, x->world, err);
+    if (st == CT_OK) st = ct_zero_create(&x->z, m, x->dp, x->edp, x->world, err);
     if (st == CT_OK) st = ct_optim_create(&x->o, x->P, ct_model_profile(m), err);
     if (st != CT_OK) {
         ct_exec_free(x);
@@ -583,6 +611,14 @@ static ct_status step_loss(ct_exec *x, int M, double *out) {
     return CT_OK;
 }
 
+/* Whether the global norm is the sum of owned parts over the world (workers holding different
+ * slices: tensor parallelism, different experts; or a pipeline with experts, whose stages'
+ * flat ranges put the experts before the tied wte); else each stage's range norm, summed over
+ * the pipeline. */
+static int owned_norm_needed(const ct_exec *x) {
+    return x->tpsize > 1 || (x->experts && (x->epsize > 1 || x->nstages > 1));
+}
+
 /* ------------------------------------------------------------------ one step */
 
 static int is_compute(ct_act_kind k) {
@@ -720,9 +756,11 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
             float norm = 0, given = 0;
             int z2 = ct_params_grad_shard(x->P) != NULL, have = z2;
             double ss = sumsq;
-            if (x->tpsize > 1) {
-                /* the workers hold different slices: every parameter counted once (its owner)
-                 * over the whole world, one all-reduce, so every worker clips alike */
+            if (owned_norm_needed(x)) {
+                /* the workers hold different slices (tensor parallelism, different experts, or
+                 * a pipeline's stages with the experts before the tied wte): every parameter
+                 * counted once (its owner) over the whole world, one all-reduce, so every
+                 * worker clips alike */
                 if ((st = owned_norm(x, &ss)) != CT_OK) break;
                 have = 1;
             } else if (!z2 && x->nstages > 1) {
@@ -734,7 +772,7 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
                 }
                 ss = (double)part * part, have = 1;
             }
-            if (have && x->nstages > 1 && x->tpsize == 1) {
+            if (have && x->nstages > 1 && !owned_norm_needed(x)) {
                 float fs = (float)ss;
                 if ((st = ct_comm_allreduce(x->pp, &fs, &fs, 1, CT_F32, CT_OP_SUM, NULL)) != CT_OK) {
                     CT_ERR(&x->err, st, "the gradient norm over the pipeline: %s",

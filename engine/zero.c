@@ -2,7 +2,8 @@
  *
  * Stages 1 and 2: after the optimizer updated this worker's shard of the parameters, the shards
  * are all-gathered into every worker's flat parameter buffer (a copy: bitwise the same
- * everywhere).
+ * everywhere). A mixture-of-experts model's expert region is sharded over the expert-data-parallel
+ * group (the workers holding the same experts) and all-gathered over it.
  *
  * Stage 3: the parameters are stored as the shard only; before the model uses a block the
  * executor asks for it here, and it is gathered into that block's slot of the parameter working
@@ -25,6 +26,8 @@ struct ct_zero {
     ct_params *P;
     ct_device *dev;
     ct_comm *c;  /* the DP group (the worker's handle; the gradient thread uses it too) */
+    ct_comm *ec; /* the expert-data-parallel group (experts' shards), or NULL */
+    size_t xlo, xhi; /* the experts' shard of the flat layout ([0, 0): none) */
     ct_comm *pc; /* ZeRO-3: a second handle for every parameter gather */
     int stage, N, rank;
     size_t flat, local, lo, hi;
@@ -116,7 +119,8 @@ static void *prefetch_main(void *arg) {
     return NULL;
 }
 
-ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *world, ct_err *err) {
+ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *edp, ct_comm *world,
+                         ct_err *err) {
     *out = NULL;
     ct_zero *z = ct_calloc(1, sizeof *z);
     if (!z) return CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory");
@@ -137,8 +141,23 @@ ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *world
         *out = z;
         return CT_OK;
     }
+    size_t slo[2], shi[2], x0, x1;
+    ct_params_expert_range(z->P, &x0, &x1);
+    if (ct_params_shards(z->P, slo, shi) == 2) {
+        z->xlo = slo[0], z->xhi = shi[0];
+        int ne = edp ? ct_comm_size(edp) : 1, er = edp ? ct_comm_rank(edp) : 0;
+        if ((ne > 1 && !edp) || x1 != (z->xhi - z->xlo) * (size_t)ne ||
+            z->xlo != (z->xhi - z->xlo) * (size_t)er) {
+            ct_zero_free(z);
+            return CT_ERR(err, CT_ERR_ARG,
+                          "ct_zero_create: the expert-data-parallel group (rank %d of %d) does not "
+                          "match the experts' shard [%zu, %zu) of %zu",
+                          er, ne, z->xlo, z->xhi, x1);
+        }
+        z->ec = edp && ne > 1 ? edp : NULL;
+    }
     const ct_layout *lay = ct_params_layout(z->P);
-    if (!dp || z->N != lay->dp || z->lo != (z->hi - z->lo) * (size_t)z->rank) {
+    if (!dp || z->N != lay->dp || z->lo - x1 != (z->hi - z->lo) * (size_t)z->rank) {
         ct_zero_free(z);
         return CT_ERR(err, CT_ERR_ARG,
                       "ct_zero_create: the DP group (rank %d of %d) does not match the model's "
@@ -198,16 +217,29 @@ void ct_zero_free(ct_zero *z) {
 ct_status ct_zero_after_step(ct_zero *z) {
     if (z->stage == 0 || z->stage >= 3) return CT_OK; /* stage 3 keeps the shard; gathers on use */
     ct_buffer *p = ct_params_buffer(z->P);
-    size_t sh = z->hi - z->lo;
+    size_t sh = z->hi - z->lo, xsh = z->xhi - z->xlo, x0 = z->lo - sh * (size_t)z->rank;
     ct_status st = dev_fail(z, ct_buffer_read(p, z->lo * sizeof(float), z->hostflat + z->lo,
                                               sh * sizeof(float)),
                             "reading the parameter shard");
     if (st == CT_OK)
-        st = comm_fail(z, z->c, ct_comm_allgather(z->c, z->hostflat + z->lo, z->hostflat, sh,
+        st = comm_fail(z, z->c, ct_comm_allgather(z->c, z->hostflat + z->lo, z->hostflat + x0, sh,
                                                   CT_F32, NULL),
                        "all-gather of parameter shards", &z->err);
+    /* the experts' shards over the workers holding the same experts (none to gather when each
+     * holds its own: dp = ep) */
+    if (st == CT_OK && xsh && z->ec)
+        st = dev_fail(z, ct_buffer_read(p, z->xlo * sizeof(float), z->hostflat + z->xlo,
+                                        xsh * sizeof(float)),
+                      "reading the experts' parameter shard");
+    if (st == CT_OK && xsh && z->ec)
+        st = comm_fail(z, z->ec, ct_comm_allgather(z->ec, z->hostflat + z->xlo, z->hostflat, xsh,
+                                                   CT_F32, NULL),
+                       "all-gather of the experts' parameter shards", &z->err);
+    /* without an expert group every expert here is this worker's own: the device has them */
+    size_t w0 = z->ec ? 0 : x0;
     if (st == CT_OK)
-        st = dev_fail(z, ct_buffer_write(p, 0, z->hostflat, z->flat * sizeof(float)),
+        st = dev_fail(z, ct_buffer_write(p, w0 * sizeof(float), z->hostflat + w0,
+                                         (z->flat - w0) * sizeof(float)),
                       "writing gathered parameters");
     return st;
 }

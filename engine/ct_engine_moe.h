@@ -1,0 +1,122 @@
+/* ct_engine_moe.h - the mixture-of-experts MLP of a block (engine/moe.c): a router, top-k
+ * selection with a per-row capacity, E GPT-2 MLPs, and, with expert parallelism, the
+ * all-to-all-v over the EP group that sends each kept choice to the worker holding its expert and
+ * brings the result back. The model's block calls it in place of the dense MLP (model.c); the
+ * layer calls parallel/ itself, as tp.c does for tensor parallelism.
+ *
+ * The layer, exactly (the PyTorch oracle, tests/torch_gpt2_ref.py, computes the same):
+ *   r = x Wr^T (x: the ln2 output (B,T,C), Wr (E,C)); p = softmax(r) over the experts, fp32;
+ *   per token the K largest p in descending order (equal p: the lower expert first), gate = p;
+ *   capacity per row: expert e takes at most c = min(T, ceil(F K T / E)) choices of a row (F = 0:
+ *   T, no limit), filled rank 0 choices in t order, then rank 1, ...; a choice past c is dropped;
+ *   y_t = sum over kept choices (e, g) of g MLP_e(x_t) (fc 4C x C + bias, tanh-GELU, fcproj
+ *   C x 4C + bias);
+ *   aux = the mean over rows of E sum_e f_e P_e (f_e: the row's choices routed to e before
+ *   dropping / (K T), a constant; P_e: the row's mean p_e); the objective adds alpha * aux.
+ *
+ * Expert parallelism (ep workers, E / ep experts each): every worker routes its own rows, reads
+ * the per-(row, expert) counts back (the host needs them for the GEMM sizes and the message
+ * sizes), exchanges the counts with an all-to-all, gathers its kept choices in expert-major order
+ * on the device, sends them through host staging with an all-to-all-v, runs each of its experts
+ * as one GEMM over every token it received (from worker 0, 1, ... in order: the single-device
+ * order of rows), and returns the outputs with the reverse all-to-all-v; backward mirrors both.
+ *
+ *     ct_moe_cfg c = {.experts = 8, .top_k = 2, .capacity = 1.25, .aux = 0.01, .max_B = B,
+ *                     .max_T = T, .channels = C, .layers = L, .slots = 1, .blocks = L};
+ *     size_t per_block, scratch; ct_moe_plan(&c, ep, &per_block, &scratch);   // arena regions
+ *     ct_moe *moe = NULL;
+ *     if (ct_moe_create(&moe, &c, ep_group, dev, arena, &err)) puts(err.msg);
+ *     ct_moe_forward(moe, slot, k, l, y, saved, scratch_view, x, &w, B, T);
+ *     ct_moe_backward(moe, slot, k, dx, &dw, dy, saved, scratch_view, x, &w, 1.0f);
+ */
+#ifndef CT_ENGINE_MOE_H
+#define CT_ENGINE_MOE_H
+
+#include <stddef.h>
+
+#include "ct_cl.h"
+#include "ct_engine_ops.h"
+#include "ct_parallel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_moe ct_moe;
+
+typedef struct ct_moe_cfg {
+    int experts, top_k; /* E, K (1 <= K <= E) */
+    double capacity;    /* F >= 0 (0: no limit) */
+    double aux;         /* alpha >= 0: the auxiliary loss's weight in the objective */
+    int max_B, max_T;   /* the largest micro-batch (this worker's rows, tokens per row) */
+    int channels;       /* C */
+    int layers;         /* statistics are kept per layer 0..layers-1 */
+    int slots, blocks;  /* routing records for the backward: per slot and block copy in it */
+} ct_moe_cfg;
+
+/* c = min(T, ceil(F K T / E)), or T when F = 0: the choices an expert takes from one row. */
+int ct_moe_row_capacity(const ct_moe_cfg *c, int T);
+/* Floats one block keeps in a slot for its backward and the layer's scratch (both int32 and
+ * float tensors), for an EP group of ep workers: sized for the worst case the capacity allows
+ * (with F = 0, every choice of the group's rows on one worker). */
+void ct_moe_plan(const ct_moe_cfg *c, int ep, size_t *block_floats, size_t *scratch_floats);
+/* The config checked (E, K, F, alpha, sizes) against an EP group of ep workers (ep divides E):
+ * CT_ERR_ARG naming the first problem. */
+ct_status ct_moe_check(const ct_moe_cfg *c, int ep, ct_err *err);
+
+/* ep: this worker's EP group (NULL or one worker: every expert here, no communication). arena:
+ * the buffer the views passed later point into (staged reads and writes go through it). Host
+ * memory: the routing records and, with ep > 1, two staging buffers of the largest exchange. */
+ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_device *dev,
+                        ct_buffer *arena, ct_err *err);
+void ct_moe_free(ct_moe *m);
+/* This worker's experts [first, first + count). */
+void ct_moe_experts(const ct_moe *m, int *first, int *count);
+size_t ct_moe_host_bytes(const ct_moe *m);
+
+/* The layer's parameters (or their gradients): the router (E,C) and this worker's experts one
+ * after another: fcw (El,4C,C), fcb (El,4C), fcprojw (El,C,4C), fcprojb (El,C). */
+typedef struct ct_moe_weights {
+    ct_view routerw, fcw, fcb, fcprojw, fcprojb;
+} ct_moe_weights;
+
+/* y (B,T,C) "=" the layer of x (B,T,C). saved: the block's region of the slot (block_floats),
+ * kept until its backward; scratch: the layer's scratch (scratch_floats, shared). The routing is
+ * recorded under (slot, block) for the backward and counted under layer in the statistics.
+ * Collective over the EP group. Reads the routing counts back (the device is waited for). */
+ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, ct_view saved,
+                         ct_view scratch, ct_view x, const ct_moe_weights *w, int B, int T);
+/* dx (B,T,C) "=" the gradient of x; dw "+=" the parameters' gradients, of the objective
+ * sum(y * dy) + loss_scale * alpha * aux given dy (B,T,C) (which carries the loss scale already:
+ * it comes from the head's backward), for the slot's last forward of the block. Collective over
+ * the EP group. */
+ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_moe_weights *dw,
+                          ct_view dy, ct_view saved, ct_view scratch, ct_view x,
+                          const ct_moe_weights *w, float loss_scale);
+
+/* What the forwards since the last reset routed (this worker's rows; counts summed over the
+ * forwards) and what its experts computed. */
+typedef struct ct_moe_stats {
+    int layers, experts;
+    const double *routed; /* [layers * experts]: choices routed to each expert, before dropping */
+    const double *kept;   /* [layers * experts]: choices each expert took */
+    double aux;           /* sum over forwards of the layer's aux (the mean over its rows) */
+    long forwards;        /* layer forwards */
+    double rows;          /* token rows this worker's experts computed (forward) */
+    /* with timing on (ct_moe_set_timing): wall time of each part, forward and backward, the
+     * device waited for around each */
+    double route_ms;      /* router GEMMs, routing kernels, the counts read back */
+    double gather_ms;     /* the device's gather into expert-major order and the weighted combine */
+    double alltoall_ms;   /* the exchanges: device reads and writes of the staging, all-to-all-v */
+    double expert_ms;     /* the experts' GEMMs and GELU */
+    double bytes;         /* bytes this worker sent in all-to-all-v's */
+} ct_moe_stats;
+void ct_moe_stats_get(const ct_moe *m, ct_moe_stats *out);
+void ct_moe_stats_reset(ct_moe *m);
+/* Timing on: the device is waited for around each part (a measurement; costs the overlap). */
+void ct_moe_set_timing(ct_moe *m, int on);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_ENGINE_MOE_H */

@@ -1,0 +1,20 @@
+# tests/engine_moe.cmake - mixture of experts and expert parallelism (issue 11).
+# test_engine_moe: the routing ops (softmax + top-k, capacity) and the MoE layer forward and
+# backward against the double reference, on one worker and over an EP group of N workers (each its
+# own rows and E / N experts): 1 worker, 2 threads, 2 ranks, 2 x 2 mixed.
+if(TARGET ct_engine)
+  add_executable(test_engine_moe test_engine_moe.c)
+  target_include_directories(test_engine_moe PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_link_libraries(test_engine_moe PRIVATE ct_engine m)
+  foreach(shape "1x1;1;1;pthread" "1x2;1;2;pthread pthread" "2x1;2;1;pthread"
+                "2x2;2;2;pthread pthread")
+    list(GET shape 0 nm)
+    list(GET shape 1 nr)
+    list(GET shape 2 nt)
+    list(GET shape 3 pd)
+    add_test(NAME test_engine_moe_${nm}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_engine_moe> ${nt})
+    set_tests_properties(test_engine_moe_${nm} PROPERTIES LABELS "mpi;opencl" TIMEOUT 300
+      ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=${pd}")
+  endforeach()
+endif()
