@@ -121,22 +121,41 @@ ct_status ct_loader_rows(ct_loader *ld, int64_t step, int row0, int nrows, int *
 size_t ct_loader_window_start(ct_loader *ld, int64_t step);
 int64_t ct_loader_windows(const ct_loader *ld);
 
-/* ---------------------------------------------------------------- llm.c model file (io_model.c) */
+/* ---------------------------------------------------------------- model files (io_model.c,
+ * io_safetensors.c): llm.c's GPT-2 file, or safetensors */
 
 #define CT_MODEL_MAGIC 20240326
 #define CT_MODEL_VERSION_FP32 3
 
-/* Read only the header: the config, validated. */
+/* Read only the header: the config, validated. llm.c or safetensors, by the content. */
 ct_status ct_model_file_read_config(const char *path, ct_gpt_config *cfg, ct_err *err);
-/* Read the config and all parameters (malloc'd, *nparams floats in ct_gpt_config.h order). The
- * file must be exactly header + params. */
+/* Read the config and all parameters (malloc'd, *nparams floats in ct_gpt_config.h order), from
+ * an llm.c file (exactly header + params) or a safetensors file (chosen by the content). */
 ct_status ct_model_file_read(const char *path, ct_gpt_config *cfg, float **params,
                              size_t *nparams, ct_err *err);
-/* Write header + params atomically. */
+/* Write the model atomically: safetensors when the name ends in ".safetensors", else llm.c's
+ * format (which refuses a model with experts, naming the suffix to use). */
 ct_status ct_model_file_write(const char *path, const ct_gpt_config *cfg, const float *params,
                               ct_err *err);
-/* Validate a config (sizes positive, C % NH == 0, V <= Vp); `what` names its source. */
+int ct_model_file_is_safetensors(const char *path);
+/* Validate a config (sizes positive, C % NH == 0, V <= Vp, experts 0 with top-k 0 or
+ * 1 <= top-k <= experts); `what` names its source. */
 ct_status ct_gpt_config_check(const ct_gpt_config *cfg, const char *what, ct_err *err);
+
+/* safetensors (io_safetensors.c): 8-byte little-endian header length, the JSON header (tensor ->
+ * {dtype F32, shape, data_offsets}; "__metadata__": format "cltrain-gpt", max_seq, vocab,
+ * padded_vocab, layers, heads, channels, experts, top_k as strings), the raw data. Tensor names
+ * and shapes are the table's: (L,) (E,) then (rows, cols) or (rows*cols) for vectors; tensors
+ * with no elements (a dense model's routerw) absent. Reading refuses, naming the tensor or field:
+ * a header that is not valid JSON, missing or malformed metadata, a missing, unexpected or
+ * misshapen tensor, a dtype other than F32, data_offsets out of the data or overlapping. */
+ct_status ct_safetensors_write(const char *path, const ct_gpt_config *cfg, const float *params,
+                               ct_err *err);
+ct_status ct_safetensors_read(const char *path, ct_gpt_config *cfg, float **params,
+                              size_t *nparams, ct_err *err);
+ct_status ct_safetensors_read_config(const char *path, ct_gpt_config *cfg, ct_err *err);
+/* 1 when the first n bytes look like a safetensors file (a plausible length, then '{'). */
+int ct_safetensors_sniff(const unsigned char *head, size_t n);
 
 /* ---------------------------------------------------------------- checkpoints (io_checkpoint.c) */
 

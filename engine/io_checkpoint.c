@@ -60,9 +60,12 @@ ct_status ct_checkpoint_write(const char *path, const ct_checkpoint *ck, ct_err 
     uint32_t head[2] = {CT_CKPT_VERSION, NSECTIONS};
     CT_CHECK(ct_atomic_file_write(&af, CT_CKPT_MAGIC, 8, err));
     CT_CHECK(ct_atomic_file_write(&af, head, sizeof head, err));
-    int32_t cfg[6] = {ck->cfg.max_seq, ck->cfg.vocab,    ck->cfg.padded_vocab,
-                      ck->cfg.layers,  ck->cfg.heads,    ck->cfg.channels};
-    CT_CHECK(write_section(&af, "CONFIG", cfg, sizeof cfg, err));
+    /* a dense model's CONFIG is the 6 sizes (as before experts existed); a mixture of experts
+     * adds the experts and top-k */
+    int32_t cfg[8] = {ck->cfg.max_seq, ck->cfg.vocab,    ck->cfg.padded_vocab, ck->cfg.layers,
+                      ck->cfg.heads,   ck->cfg.channels, ck->cfg.experts,      ck->cfg.top_k};
+    CT_CHECK(write_section(&af, "CONFIG", cfg, (ck->cfg.experts > 0 ? 8 : 6) * sizeof(int32_t),
+                           err));
     state_rec s;
     memset(&s, 0, sizeof s);
     s.step = ck->step;
@@ -177,8 +180,16 @@ ct_status ct_checkpoint_read(const char *path, ct_checkpoint *ck, ct_err *err) {
                     path, head[0], head[1], CT_CKPT_VERSION, NSECTIONS);
         goto cleanup;
     }
-    CT_CHECK(read_section(f, path, fsize, "CONFIG", 6 * sizeof(int32_t), &cfgp, NULL, err));
+    size_t cfgn = 0;
+    CT_CHECK(read_section(f, path, fsize, "CONFIG", SIZE_MAX, &cfgp, &cfgn, err));
+    if (cfgn != 6 * sizeof(int32_t) && cfgn != 8 * sizeof(int32_t)) {
+        st = CT_ERR(err, CT_ERR_FORMAT,
+                    "%s: corrupt checkpoint: section CONFIG has %zu bytes, 24 or 32 expected", path,
+                    cfgn);
+        goto cleanup;
+    }
     int32_t *c = (int32_t *)cfgp;
+    if (cfgn == 8 * sizeof(int32_t)) ck->cfg.experts = c[6], ck->cfg.top_k = c[7];
     ck->cfg.max_seq = c[0];
     ck->cfg.vocab = c[1];
     ck->cfg.padded_vocab = c[2];

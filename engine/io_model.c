@@ -1,7 +1,9 @@
-/* io_model.c - llm.c's GPT-2 model file: a 256-int32 header (magic 20240326, version 3 = fp32,
- * then maxT, V, L, NH, C, Vp) followed by every parameter tensor of ct_gpt_config.h's table as
- * fp32, in that order. Reads validate the header and that the file is exactly header + params;
- * writes are atomic. */
+/* io_model.c - model files: llm.c's GPT-2 model file (a 256-int32 header: magic 20240326, version
+ * 3 = fp32, then maxT, V, L, NH, C, Vp; followed by every parameter tensor of ct_gpt_config.h's
+ * table as fp32, in that order), or safetensors (io_safetensors.c). Reading picks the format by
+ * the content, writing by the name (*.safetensors). llm.c's format has no place for experts: a
+ * mixture-of-experts model is written as safetensors only. Reads validate the header and that the
+ * file is exactly header + params; writes are atomic. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +25,16 @@ ct_status ct_gpt_config_check(const ct_gpt_config *c, const char *what, ct_err *
     if (c->padded_vocab < c->vocab)
         return CT_ERR(err, CT_ERR_FORMAT, "%s: padded vocabulary %d is below the vocabulary %d",
                       what, c->padded_vocab, c->vocab);
+    if (c->experts < 0 || (c->experts == 0 && c->top_k != 0) ||
+        (c->experts > 0 && (c->top_k < 1 || c->top_k > c->experts)))
+        return CT_ERR(err, CT_ERR_FORMAT,
+                      "%s: %d experts with top-k %d (a dense model has experts 0 and top-k 0; a "
+                      "mixture of experts needs 1 <= top-k <= experts)",
+                      what, c->experts, c->top_k);
     /* Guard against sizes whose product overflows or is absurd (a corrupt header). */
+    double e = c->experts > 0 ? c->experts : 1;
     double total = (double)c->padded_vocab * c->channels + (double)c->max_seq * c->channels +
-                   12.0 * c->layers * (double)c->channels * c->channels;
+                   (4.0 + 8.0 * e) * c->layers * (double)c->channels * c->channels;
     if (total > 1e11)
         return CT_ERR(err, CT_ERR_FORMAT, "%s: the sizes imply %.3g parameters; not plausible",
                       what, total);
@@ -49,6 +58,7 @@ static ct_status read_header(FILE *f, const char *path, ct_gpt_config *cfg, ct_e
                       "%s: model file version %d is not supported (only %d = fp32; version 5 is "
                       "llm.c's bf16)",
                       path, h[1], CT_MODEL_VERSION_FP32);
+    memset(cfg, 0, sizeof *cfg); /* llm.c files hold dense models: experts 0, top-k 0 */
     cfg->max_seq = h[2];
     cfg->vocab = h[3];
     cfg->layers = h[4];
@@ -58,11 +68,33 @@ static ct_status read_header(FILE *f, const char *path, ct_gpt_config *cfg, ct_e
     return ct_gpt_config_check(cfg, path, err);
 }
 
+/* The format of an open file by its first bytes: 1 llm.c, 2 safetensors, 0 neither (rewound). */
+static int sniff(FILE *f) {
+    unsigned char b[9] = {0};
+    size_t n = fread(b, 1, sizeof b, f);
+    rewind(f);
+    int32_t magic;
+    memcpy(&magic, b, 4);
+    if (n >= 4 && magic == CT_MODEL_MAGIC) return 1;
+    return ct_safetensors_sniff(b, n) ? 2 : 0;
+}
+
+static ct_status neither(FILE *f, const char *path, ct_err *err) {
+    int32_t magic = 0;
+    size_t n = fread(&magic, 1, 4, f);
+    return CT_ERR(err, CT_ERR_FORMAT,
+                  "%s: bad magic %d%s: neither an llm.c GPT-2 model file (which starts with %d) "
+                  "nor a safetensors file (an 8-byte header length, then a JSON header)",
+                  path, magic, n < 4 ? " (the file is too short)" : "", CT_MODEL_MAGIC);
+}
+
 ct_status ct_model_file_read_config(const char *path, ct_gpt_config *cfg, ct_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return CT_ERR(err, CT_ERR_IO, "cannot open model file %s: %s", path, strerror(errno));
-    ct_status st = read_header(f, path, cfg, err);
+    int kind = sniff(f);
+    ct_status st = kind == 1 ? read_header(f, path, cfg, err) : kind ? CT_OK : neither(f, path, err);
     fclose(f);
+    if (kind == 2) return ct_safetensors_read_config(path, cfg, err);
     return st;
 }
 
@@ -74,6 +106,12 @@ ct_status ct_model_file_read(const char *path, ct_gpt_config *cfg, float **param
     float *p = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return CT_ERR(err, CT_ERR_IO, "cannot open model file %s: %s", path, strerror(errno));
+    int kind = sniff(f);
+    if (kind != 1) {
+        st = kind == 2 ? CT_OK : neither(f, path, err);
+        fclose(f);
+        return kind == 2 ? ct_safetensors_read(path, cfg, params, nparams, err) : st;
+    }
     CT_CHECK(read_header(f, path, cfg, err));
     size_t sizes[CT_GPT_NUM_TENSORS];
     size_t n = ct_gpt_param_sizes(cfg, sizes);
@@ -110,10 +148,21 @@ cleanup:
     return st;
 }
 
+int ct_model_file_is_safetensors(const char *path) {
+    size_t n = strlen(path), k = strlen(".safetensors");
+    return n >= k && !strcmp(path + n - k, ".safetensors");
+}
+
 ct_status ct_model_file_write(const char *path, const ct_gpt_config *cfg, const float *params,
                               ct_err *err) {
     ct_status st = CT_OK;
+    if (ct_model_file_is_safetensors(path)) return ct_safetensors_write(path, cfg, params, err);
     CT_CHECK(ct_gpt_config_check(cfg, "model to write", err));
+    if (cfg->experts > 0)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "%s: llm.c's model format has no place for experts (this model has %d); "
+                      "name the file *.safetensors",
+                      path, cfg->experts);
     int32_t h[HEADER_INTS] = {0};
     h[0] = CT_MODEL_MAGIC;
     h[1] = CT_MODEL_VERSION_FP32;

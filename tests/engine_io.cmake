@@ -3,7 +3,8 @@
 # and run even while the rest of the engine is being changed.
 set(CT_IO_HOST_SRC
   ${CMAKE_SOURCE_DIR}/engine/io_util.c ${CMAKE_SOURCE_DIR}/engine/io_data.c
-  ${CMAKE_SOURCE_DIR}/engine/io_model.c ${CMAKE_SOURCE_DIR}/engine/io_checkpoint.c
+  ${CMAKE_SOURCE_DIR}/engine/io_model.c ${CMAKE_SOURCE_DIR}/engine/io_safetensors.c
+  ${CMAKE_SOURCE_DIR}/engine/io_checkpoint.c
   ${CMAKE_SOURCE_DIR}/engine/io_tokenizer.c ${CMAKE_SOURCE_DIR}/engine/train_util.c)
 
 ct_add_test(NAME test_engine_io SOURCES test_engine_io.c ${CT_IO_HOST_SRC}
