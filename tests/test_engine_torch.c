@@ -8,7 +8,14 @@
  * path and the fused one), and the fused path's 10 steps twice, bitwise the same. Also the llm.c
  * file round trips:
  * ours -> file -> ours bit-exact, and a file PyTorch wrote is read, rewritten byte-identically,
- * and gives PyTorch's logits. */
+ * and gives PyTorch's logits.
+ *
+ * A mixture-of-experts model (E = 4 experts, K = 1 and 2, capacity factor 1 so that choices are
+ * dropped, and F = 0 with a larger auxiliary-loss weight), read by both from one safetensors file
+ * cltrain wrote (PyTorch reads it with json + numpy): the kept choices and the auxiliary loss, the
+ * logits, the loss and every gradient (of the cross-entropy + alpha aux) at fp32 tolerance, and the
+ * cross-entropy over 10 AdamW steps (weight decay on, clipping on in one case) within 1e-4
+ * relative; the safetensors file read back gives bitwise the parameters written. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +36,9 @@ static char dir[256];
 
 typedef struct ref_out {
     int64_t B, T, Vp, n, K, V;
+    int64_t kept, choices; /* a mixture of experts' first forward: choices kept, made */
     double *logits, loss, *grads, *losses;
+    double aux; /* its auxiliary loss */
 } ref_out;
 
 static void ref_free(ref_out *r) {
@@ -66,13 +75,16 @@ static int run_ref(const char *model, const char *batch, const char *extra, ref_
         r->n = h[5];
         r->K = h[6];
         r->V = h[7];
+        r->kept = h[8];
+        r->choices = h[9];
         size_t nl = (size_t)(r->B * r->T * r->Vp);
         r->logits = (double *)malloc(nl * 8);
         r->grads = (double *)malloc((size_t)r->n * 8);
         r->losses = (double *)malloc((size_t)(r->K + 1) * 8);
         ok = fread(r->logits, 8, nl, f) == nl && fread(&r->loss, 8, 1, f) == 1 &&
              fread(r->grads, 8, (size_t)r->n, f) == (size_t)r->n &&
-             fread(r->losses, 8, (size_t)r->K, f) == (size_t)r->K;
+             fread(r->losses, 8, (size_t)r->K, f) == (size_t)r->K &&
+             fread(&r->aux, 8, 1, f) == 1;
     }
     fclose(f);
     if (!ok) fprintf(stderr, "FAIL: malformed reference output %s\n", out);
@@ -114,6 +126,132 @@ static void write_batch(const char *path, int B, int T, const int *in, const int
 static unsigned lcg(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
     return *s >> 8;
+}
+
+/* The mixture-of-experts model against the oracle, through a safetensors file. */
+static void test_moe(ct_device *dev, const int *in, const int *tg, int B, int T) {
+    const struct {
+        int K;
+        double F, alpha, clip;
+    } cases[3] = {{1, 1.0, 0.01, 0.0}, {2, 1.0, 0.01, 0.5}, {2, 0.0, 0.1, 0.0}};
+    const int steps = 10;
+    for (int q = 0; q < 3; q++) {
+        ct_gpt_config cfg = {.max_seq = 16, .vocab = 50, .padded_vocab = 64, .layers = 2,
+                             .heads = 3, .channels = 24, .experts = 4, .top_k = cases[q].K};
+        ct_layout lay = {1, 1, 1, 0, 1};
+        ct_coords at = {0, 0, 0, 0};
+        ct_model_plan plan;
+        memset(&plan, 0, sizeof plan);
+        plan.max_B = B, plan.max_T = T, plan.slots = 1;
+        plan.moe_capacity = cases[q].F, plan.moe_aux = cases[q].alpha;
+        ct_model *m = NULL;
+        ct_err err = {0};
+        CT_ASSERT_OK(ct_model_create_plan(&m, &cfg, &lay, &at, dev, &plan, &err), err.msg);
+        if (!m) return;
+        size_t n = ct_model_num_params(m);
+        float *p0 = malloc(n * 4), *buf = malloc(n * 4);
+        float *logits = malloc((size_t)B * T * cfg.padded_vocab * 4);
+        CT_ASSERT_OK(ct_model_init_random(m, 42 + (uint64_t)q), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_get_params(m, p0, n), ct_model_errmsg(m));
+        unsigned s = 11 + (unsigned)q;
+        int perturb[] = {CT_GPT_ln1w, CT_GPT_ln1b, CT_GPT_qkvb, CT_GPT_attprojb, CT_GPT_ln2w,
+                         CT_GPT_ln2b, CT_GPT_fcb, CT_GPT_fcprojb, CT_GPT_lnfw, CT_GPT_lnfb};
+        for (size_t k = 0; k < sizeof perturb / sizeof perturb[0]; k++) {
+            size_t off, cnt;
+            ct_model_tensor(m, perturb[k], &off, &cnt);
+            for (size_t i = 0; i < cnt; i++)
+                p0[off + i] += 0.05f * ((float)(lcg(&s) % 2001) / 1000.0f - 1.0f);
+        }
+        { /* a router that decides: larger weights than the init's 0.02 */
+            size_t off, cnt;
+            ct_model_tensor(m, CT_GPT_routerw, &off, &cnt);
+            for (size_t i = 0; i < cnt; i++) p0[off + i] *= 25.0f;
+        }
+        char path[300], extra[400];
+        snprintf(path, sizeof path, "%s/moe_%d.safetensors", dir, q);
+        CT_ASSERT_OK(ct_model_file_write(path, &cfg, p0, &err), err.msg);
+        /* the round trip: bitwise the parameters written, the same config */
+        ct_gpt_config rc;
+        float *fp = NULL;
+        size_t fn = 0;
+        CT_ASSERT_OK(ct_model_file_read(path, &rc, &fp, &fn, &err), err.msg);
+        CT_ASSERT(fn == n && memcmp(&rc, &cfg, sizeof cfg) == 0);
+        CT_ASSERT_MSG(fp && fn == n && !memcmp(fp, p0, n * 4),
+                      "the safetensors file read back differs from the parameters written");
+        free(fp);
+        char batch[300];
+        snprintf(batch, sizeof batch, "%s/batch.bin", dir);
+        snprintf(extra, sizeof extra,
+                 "--steps %d --lr 1e-3 --weight-decay 0.1 --grad-clip %g --capacity-factor %g "
+                 "--aux-loss %g",
+                 steps, cases[q].clip, cases[q].F, cases[q].alpha);
+        ref_out r;
+        if (!run_ref(path, batch, extra, &r)) {
+            ct_model_free(m);
+            free(p0), free(buf), free(logits);
+            continue;
+        }
+        float loss = 0;
+        ct_moe_stats ms;
+        CT_ASSERT_OK(ct_model_set_params(m, p0, n), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
+        ct_moe_stats_reset(ct_model_moe(m));
+        CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
+        ct_moe_stats_get(ct_model_moe(m), &ms);
+        CT_ASSERT_OK(ct_model_logits(m, logits, (size_t)B * T * cfg.padded_vocab),
+                     ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_get_grads(m, buf, n), ct_model_errmsg(m));
+        double kept = 0;
+        for (int i = 0; i < cfg.layers * cfg.experts; i++) kept += ms.kept[i];
+        char what[120];
+        snprintf(what, sizeof what, "moe K=%d F=%g", cases[q].K, cases[q].F);
+        printf("%s: PyTorch keeps %lld of %lld choices, cltrain %.0f; aux %.9g vs %.9g\n", what,
+               (long long)r.kept, (long long)r.choices, kept, ms.aux, r.aux);
+        CT_ASSERT_EQ_INT((long long)kept, r.kept);
+        if (cases[q].F > 0) CT_ASSERT_MSG(r.kept < r.choices, "%s: no choice was dropped", what);
+        CT_ASSERT_NEAR(ms.aux, r.aux, 1e-5 * fabs(r.aux));
+        double el = compare(what, logits, r.logits, (size_t)B * T * cfg.padded_vocab, 1e-5, 1e-4);
+        printf("%s: logits max error %.3g x tolerance; loss %.9g vs %.9g\n", what, el, loss,
+               r.loss);
+        CT_ASSERT_NEAR(loss, r.loss, 1e-5 * fabs(r.loss));
+        double worst = 0;
+        for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
+            size_t off, cnt;
+            ct_model_tensor(m, t, &off, &cnt);
+            char w2[160];
+            snprintf(w2, sizeof w2, "%s: grad %s", what, ct_gpt_tensor_name(t));
+            worst = fmax(worst, compare(w2, buf + off, r.grads + off, cnt, 1e-5, 1e-4));
+        }
+        printf("%s: every gradient within %.3g x tolerance (1e-5*max + 1e-4 rel)\n", what, worst);
+        /* 10 AdamW steps from the same parameters */
+        float *zero = calloc(n, 4);
+        CT_ASSERT_OK(ct_model_set_params(m, p0, n), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_model_set_optimizer(m, zero, zero, n), ct_model_errmsg(m));
+        free(zero);
+        double wrel = 0;
+        for (int k = 0; k < steps; k++) {
+            float norm = 0;
+            CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
+            CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
+            CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
+            CT_ASSERT_OK(ct_model_adamw_step(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                                             (float)cases[q].clip, k + 1, &norm),
+                         ct_model_errmsg(m));
+            double rl = fabs(loss - r.losses[k]) / fabs(r.losses[k]);
+            wrel = fmax(wrel, rl);
+            CT_ASSERT_MSG(rl <= 1e-4, "%s step %d: loss %.9g vs PyTorch %.9g", what, k, loss,
+                          r.losses[k]);
+            if (k == 0 && cases[q].clip > 0)
+                CT_ASSERT_MSG(norm > cases[q].clip, "%s: the norm %g never exceeded the clip", what,
+                              norm);
+        }
+        printf("%s alpha %g clip %g: %d AdamW steps, max rel loss difference %.3g (%.6f -> %.6f)\n",
+               what, cases[q].alpha, cases[q].clip, steps, wrel, r.losses[0], r.losses[steps - 1]);
+        ref_free(&r);
+        ct_model_free(m);
+        free(p0), free(buf), free(logits);
+    }
 }
 
 int main(void) {
@@ -309,6 +447,8 @@ int main(void) {
             free(fp);
         }
     }
+
+    test_moe(dev, in, tg, B, T);
 
     free(p0);
     free(buf);

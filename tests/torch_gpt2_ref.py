@@ -1,18 +1,25 @@
 #!/usr/bin/python3
 """torch_gpt2_ref.py - the PyTorch oracle for cltrain's GPT-2 (run with Debian's /usr/bin/python3).
 
-Reads an llm.c GPT-2 model file (magic 20240326, version 3, fp32) and a batch file, computes with
-PyTorch in float64 (or float32) the logits, the loss, every parameter gradient, then the losses of
-K AdamW steps on the same batch, and writes them to an output file. It can also write an llm.c
-model file of its own (--make-model), so cltrain's reader is checked against a file PyTorch wrote.
+Reads a model file - llm.c's GPT-2 format (magic 20240326, version 3, fp32) or safetensors (read
+here with json + numpy, no safetensors package needed) - and a batch file, computes with PyTorch in
+float64 (or float32) the logits, the loss, every parameter gradient, then the losses of K AdamW
+steps on the same batch, and writes them to an output file. It can also write an llm.c model file
+of its own (--make-model), so cltrain's reader is checked against a file PyTorch wrote.
 
 The model is GPT-2 as llm.c's train_gpt2.py defines it, written out with plain tensor ops from the
-flat parameter list in llm.c's order (no nn.Module, so nothing hides a difference).
+flat parameter list in llm.c's order (no nn.Module, so nothing hides a difference). A safetensors
+file with experts > 0 holds a mixture-of-experts GPT (cltrain's engine/ct_engine_moe.h): every
+block's MLP is E experts, routed per token to the K most probable by a softmax router, with a
+per-row capacity (--capacity-factor F) and an auxiliary load-balancing loss (--aux-loss alpha)
+added to the objective; the losses written are the cross-entropy alone.
 
 Batch file: int32 B, int32 T, then B*T input ids, then B*T target ids (int32).
 Output file (little-endian): 16 int64 header
   [0] magic 20241121  [1] version 1  [2] B  [3] T  [4] Vp  [5] nparams  [6] K  [7] V
-then float64: logits (B*T*Vp), loss (1), grads (nparams, table order), K step losses.
+  [8] kept choices  [9] choices (the first forward's, summed over the blocks; 0 when dense)
+then float64: logits (B*T*Vp), loss (1), grads (nparams, table order; of the cross-entropy plus
+alpha times the auxiliary loss), K step losses (the cross-entropy), the first forward's aux.
 
 AdamW as llm.c and torch.optim.AdamW with bias correction: weight decay only on the 2-D weight
 matrices (wte, wpe, qkvw, attprojw, fcw, fcprojw), gradient clipping with
@@ -34,18 +41,53 @@ MODEL_MAGIC = 20240326
 OUT_MAGIC = 20241121
 
 NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
-         "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
-DECAY = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+         "routerw", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+DECAY = {"wte", "wpe", "qkvw", "attprojw", "routerw", "fcw", "fcprojw"}
 
 
-def shapes(maxT, V, L, NH, C, Vp):
+def shapes(maxT, V, L, NH, C, Vp, E=0):
+    """The table's shapes; a dense model (E = 0) has no router (zero elements)."""
+    x = (E,) if E else ()
     return [(Vp, C), (maxT, C), (L, C), (L, C), (L, 3 * C, C), (L, 3 * C), (L, C, C), (L, C),
-            (L, C), (L, C), (L, 4 * C, C), (L, 4 * C), (L, C, 4 * C), (L, C), (C,), (C,)]
+            (L, C), (L, C), (L, E, C), (L,) + x + (4 * C, C), (L,) + x + (4 * C,),
+            (L,) + x + (C, 4 * C), (L,) + x + (C,), (C,), (C,)]
+
+
+def read_safetensors(path, dtype):
+    """A safetensors file by hand: 8-byte little-endian header length, JSON header, raw data."""
+    import json
+    import numpy as np
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    meta = head.pop("__metadata__")
+    if meta.get("format") != "cltrain-gpt":
+        raise SystemExit("%s: metadata format %r" % (path, meta.get("format")))
+    cfg = tuple(int(meta[k]) for k in ("max_seq", "vocab", "layers", "heads", "channels",
+                                        "padded_vocab", "experts", "top_k"))
+    shp = shapes(*cfg[:7])
+    params = []
+    for name, s in zip(NAMES, shp):
+        if math.prod(s) == 0:
+            params.append(torch.zeros(s, dtype=dtype, requires_grad=True))
+            continue
+        t = head[name]
+        if t["dtype"] != "F32" or tuple(t["shape"]) != s:
+            raise SystemExit("%s: tensor %s is %s %s, expected F32 %s" % (path, name, t["dtype"],
+                                                                          t["shape"], s))
+        a, b = t["data_offsets"]
+        arr = np.frombuffer(raw, dtype="<f4", count=(b - a) // 4, offset=8 + n + a).reshape(s)
+        params.append(torch.from_numpy(arr.copy()).to(dtype).requires_grad_(True))
+    return cfg, params
 
 
 def read_model(path, dtype):
+    """cfg = (maxT, V, L, NH, C, Vp, E, K) and the parameters in table order."""
     with open(path, "rb") as f:
         raw = f.read()
+    if len(raw) > 8 and raw[8:9] == b"{":
+        return read_safetensors(path, dtype)
     if len(raw) < 1024:
         raise SystemExit("%s: too short for an llm.c model file" % path)
     h = struct.unpack("<256i", raw[:1024])
@@ -62,11 +104,11 @@ def read_model(path, dtype):
         k = math.prod(s)
         params.append(flat[at:at + k].view(*s).clone().requires_grad_(True))
         at += k
-    return (maxT, V, L, NH, C, Vp), params
+    return (maxT, V, L, NH, C, Vp, 0, 0), params
 
 
 def write_model(path, cfg, params):
-    maxT, V, L, NH, C, Vp = cfg
+    maxT, V, L, NH, C, Vp = cfg[:6]
     h = [0] * 256
     h[0:8] = [MODEL_MAGIC, 3, maxT, V, L, NH, C, Vp]
     with open(path + ".tmp", "wb") as f:
@@ -83,6 +125,9 @@ def make_model(cfg, seed):
     g = torch.Generator().manual_seed(seed)
     out = []
     for name, s in zip(NAMES, shapes(*cfg)):
+        if math.prod(s) == 0:
+            out.append(torch.zeros(s))
+            continue
         if name in ("ln1w", "ln2w", "lnfw"):
             t = torch.ones(s)
         elif name.endswith("b") and name not in ("wte",):
@@ -106,11 +151,43 @@ def gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward(cfg, P, idx, tgt):
-    maxT, V, L, NH, C, Vp = cfg
-    wte, wpe, ln1w, ln1b, qkvw, qkvb, apw, apb, ln2w, ln2b, fcw, fcb, fpw, fpb, lnfw, lnfb = P
+def moe(x, wr, fcw, fcb, fpw, fpb, E, K, F):
+    """The mixture-of-experts MLP of one block: (y, aux). Selection, capacity and the counts f are
+    decisions (no gradient); the gates p and the router's mean probabilities P carry gradients."""
+    B, T, C = x.shape
+    p = (x @ wr.t()).softmax(-1)  # (B, T, E)
+    # the K largest p per token, descending; equal p: the lower expert (a stable sort)
+    order = torch.sort(p.detach(), dim=-1, descending=True, stable=True).indices[..., :K]
+    gate = torch.gather(p, -1, order)  # (B, T, K)
+    cap = T if F == 0 else min(T, math.ceil(F * K * T / E))
+    keep = torch.zeros(B, T, K, dtype=torch.bool)
+    routed = torch.zeros(B, E, dtype=x.dtype)
+    for b in range(B):  # per row: rank 0 choices in t order, then rank 1, ...
+        cnt = [0] * E
+        for k in range(K):
+            for t in range(T):
+                e = int(order[b, t, k])
+                routed[b, e] += 1
+                if cnt[e] < cap:
+                    keep[b, t, k] = True
+                    cnt[e] += 1
+    y = torch.zeros_like(x)
+    for e in range(E):  # every expert on every token, weighted by its kept gate (0 elsewhere)
+        w = (gate * ((order == e) & keep).to(x.dtype)).sum(-1, keepdim=True)
+        y = y + w * (gelu(x @ fcw[e].t() + fcb[e]) @ fpw[e].t() + fpb[e])
+    f = routed / (K * T)
+    aux = (E * (f * p.mean(dim=1)).sum(-1)).mean()
+    return y, aux, int(keep.sum()), B * T * K
+
+
+def forward(cfg, P, idx, tgt, F=1.25, stats=None):
+    """(logits, the cross-entropy, the auxiliary loss summed over the blocks)."""
+    maxT, V, L, NH, C, Vp, E, K = cfg
+    (wte, wpe, ln1w, ln1b, qkvw, qkvb, apw, apb, ln2w, ln2b, wr, fcw, fcb, fpw, fpb, lnfw,
+     lnfb) = P
     B, T = idx.shape
     hs = C // NH
+    aux = torch.zeros((), dtype=wte.dtype)
     x = wte[idx] + wpe[:T]
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for l in range(L):
@@ -125,11 +202,19 @@ def forward(cfg, P, idx, tgt):
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         x = x + y @ apw[l].t() + apb[l]
         h = layernorm(x, ln2w[l], ln2b[l])
-        x = x + gelu(h @ fcw[l].t() + fcb[l]) @ fpw[l].t() + fpb[l]
+        if E:
+            y, a, kept, choices = moe(h, wr[l], fcw[l], fcb[l], fpw[l], fpb[l], E, K, F)
+            aux = aux + a
+            if stats is not None:
+                stats[0] += kept
+                stats[1] += choices
+            x = x + y
+        else:
+            x = x + gelu(h @ fcw[l].t() + fcb[l]) @ fpw[l].t() + fpb[l]
     x = layernorm(x, lnfw, lnfb)
     logits = x @ wte.t()  # (B, T, Vp)
     loss = torch.nn.functional.cross_entropy(logits[..., :V].reshape(-1, V), tgt.reshape(-1))
-    return logits, loss
+    return logits, loss, aux
 
 
 def main():
@@ -148,6 +233,8 @@ def main():
     ap.add_argument("--make-model", help="write a freshly initialised llm.c model file here")
     ap.add_argument("--config", help="maxT,V,L,NH,C,Vp for --make-model")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--capacity-factor", type=float, default=1.25)
+    ap.add_argument("--aux-loss", type=float, default=0.01)
     a = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -167,11 +254,12 @@ def main():
         raise SystemExit("%s: %d ids, expected %d" % (a.batch, ids.numel(), 2 * B * T))
     idx, tgt = ids[:B * T].view(B, T), ids[B * T:].view(B, T)
 
-    logits, loss = forward(cfg, P, idx, tgt)
-    loss.backward()
+    stats = [0, 0]
+    logits, loss, aux = forward(cfg, P, idx, tgt, a.capacity_factor, stats)
+    (loss + a.aux_loss * aux).backward()
     logits0 = logits.detach().clone()
     loss0 = loss.item()
-    grads0 = [p.grad.detach().clone() for p in P]
+    grads0 = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in P]
 
     # K AdamW steps on the same batch; loss k is measured before update k.
     for p in P:
@@ -184,8 +272,8 @@ def main():
     losses = []
     for _ in range(a.steps):
         opt.zero_grad(set_to_none=True)
-        _, l = forward(cfg, P, idx, tgt)
-        l.backward()
+        _, l, x = forward(cfg, P, idx, tgt, a.capacity_factor)
+        (l + a.aux_loss * x).backward()
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(P, a.grad_clip)
         opt.step()
@@ -194,12 +282,13 @@ def main():
     n = sum(p.numel() for p in P)
     with open(a.out + ".tmp", "wb") as f:
         f.write(struct.pack("<16q", OUT_MAGIC, 1, B, T, cfg[5], n, a.steps, cfg[1],
-                            0, 0, 0, 0, 0, 0, 0, 0))
+                            stats[0], stats[1], 0, 0, 0, 0, 0, 0))
         f.write(logits0.to(torch.float64).contiguous().numpy().tobytes())
         f.write(struct.pack("<d", loss0))
         for g in grads0:
             f.write(g.to(torch.float64).contiguous().numpy().tobytes())
         f.write(struct.pack("<%dd" % len(losses), *losses))
+        f.write(struct.pack("<d", float(aux)))
     import os
     os.replace(a.out + ".tmp", a.out)
 
