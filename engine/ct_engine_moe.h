@@ -88,8 +88,11 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
                          ct_view scratch, ct_view x, const ct_moe_weights *w, int B, int T);
 /* dx (B,T,C) "=" the gradient of x; dw "+=" the parameters' gradients, of the objective
  * sum(y * dy) + loss_scale * alpha * aux given dy (B,T,C) (which carries the loss scale already:
- * it comes from the head's backward), for the slot's last forward of the block. Collective over
- * the EP group. */
+ * it comes from the head's backward), for the slot's last forward of the block. The experts'
+ * weight gradients are of the EP group's mean objective (1 / ep times the sum over the group's
+ * workers' rows): averaged over the workers holding the same experts they are the data-parallel
+ * mean, as the router's and every dense gradient averaged over DP are. Collective over the EP
+ * group. */
 ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_moe_weights *dw,
                           ct_view dy, ct_view saved, ct_view scratch, ct_view x,
                           const ct_moe_weights *w, float loss_scale);

@@ -287,21 +287,21 @@ ct_status ct_moe_dispatch(ct_device *dev, ct_view xs /* (kept,C) = */, ct_view p
 ct_status ct_moe_combine_forward(ct_device *dev, ct_view y /* (N,C) = */, ct_view ys /* (kept,C) */,
                                  ct_view gate /* (N,K) */, ct_view pos /* (N,K) */, size_t N,
                                  int C, int K);
-/* dgate = dot(dy[n], ys[pos]) (0 for dropped choices); dys[pos] = gate * dy[n]. */
+/* dgate = dot(dy[n], ys[pos]) (0 for dropped choices); dys[pos] = scale * gate * dy[n]. */
 ct_status ct_moe_combine_backward(ct_device *dev, ct_view dys /* (kept,C) = */,
                                   ct_view dgate /* (N,K) = */, ct_view dy /* (N,C) */,
                                   ct_view ys /* (kept,C) */, ct_view gate /* (N,K) */,
-                                  ct_view pos /* (N,K) */, size_t N, int C, int K);
+                                  ct_view pos /* (N,K) */, size_t N, int C, int K, float scale);
 /* dp[e] = aux * routed[b, e] + the dgate of the token's kept choices of e; dlogits = the softmax
  * backward p * (dp - sum p dp). aux: the auxiliary loss's gradient per routed choice and unit p. */
 ct_status ct_moe_router_backward(ct_device *dev, ct_view dlogits /* (B,T,E) = */,
                                  ct_view p /* (B,T,E) */, ct_view idx /* (B,T,K) */,
                                  ct_view pos /* (B,T,K) */, ct_view dgate /* (B,T,K) */,
                                  ct_view routed /* (B,E) */, float aux, int B, int T, int E, int K);
-/* dx[n] = dxr[n] + the dxs rows of the token's kept choices (in order). */
+/* dx[n] = dxr[n] + unscale * the sum of the dxs rows of the token's kept choices (in order). */
 ct_status ct_moe_dispatch_backward(ct_device *dev, ct_view dx /* (N,C) = */, ct_view dxr /* (N,C) */,
                                    ct_view dxs /* (kept,C) */, ct_view pos /* (N,K) */, size_t N,
-                                   int C, int K);
+                                   int C, int K, float unscale);
 
 /* ---- optimizer. The clip multiplier is PyTorch's clip_grad_norm_ one:
  * s = min(1, clip / (norm + 1e-6)), and s = 1 when clip <= 0 or norm is absent. */

@@ -226,7 +226,23 @@ typedef struct ct_step_result {
                         a float when there are several replicas) */
     float grad_norm; /* pre-clip global gradient norm */
     int skipped;     /* 1: the norm or the loss was inf or NaN, nothing was updated */
+    /* a mixture of experts (the config's experts > 0), over the step and every worker: the
+     * auxiliary loss before its weight (summed over the blocks, the mean over rows), the fraction
+     * of the choices dropped by the capacity, and the busiest expert's routed choices over the
+     * mean (the largest over the blocks). 0 for a dense model. */
+    double aux_loss, drop_frac, max_load;
 } ct_step_result;
+
+/* A mixture of experts' routing in the last step, over every worker: per (block, expert) the
+ * choices routed and kept, and the token rows each worker's experts computed (its load under
+ * expert parallelism). Pointers into the executor, valid until its next step. Returns 0 (and
+ * nothing) for a dense model. */
+typedef struct ct_exec_moe {
+    int layers, experts, workers;
+    const int32_t *routed, *kept; /* [layers * experts] */
+    const int32_t *rows;          /* [workers], world order */
+} ct_exec_moe;
+int ct_exec_moe_get(const ct_exec *x, ct_exec_moe *out);
 
 /* One optimizer step: runs this worker's list of `s` (stage = its pipeline rank; s->stages and
  * s->virt must be the layout's pp and the chunks the model holds; a split-backward schedule, zb1,

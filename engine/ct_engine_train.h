@@ -68,7 +68,16 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, max_seq, "max-seq", "0", "positions maxT of a new model; 0 = --seq")                 \
     X(INT, vocab, "vocab", "0",                                                                 \
       "vocabulary V of a new model; 0 = 256 for text, 50257 (GPT-2) for token shards")          \
-    X(STR, init, "init", "", "start from this llm.c GPT-2 model file instead of random init")   \
+    X(INT, experts, "experts", "0",                                                             \
+      "mixture of experts: every block's MLP is E experts (new model); 0 = the dense MLP")     \
+    X(INT, top_k, "top-k", "2", "experts per token K, 1..E, of a mixture of experts (new model)") \
+    X(FLOAT, capacity_factor, "capacity-factor", "1.25",                                        \
+      "each expert takes at most ceil(F*K*T/E) choices of a row; the rest are dropped; 0 = no limit") \
+    X(FLOAT, aux_loss, "aux-loss", "0.01",                                                      \
+      "weight alpha of the load-balancing loss added to the objective (the logged loss stays the " \
+      "cross-entropy)")                                                                         \
+    X(STR, init, "init", "",                                                                    \
+      "start from this model file (llm.c's GPT-2 format or .safetensors) instead of random init") \
     X(STR, data, "data", "", "llm.c token shards (glob, sorted, concatenated)")                 \
     X(STR, text, "text", "", "a plain text file, trained on as bytes (vocabulary 256)")         \
     X(STR, val_data, "val-data", "", "validation token shards (glob); default: a held-out tail") \
@@ -98,7 +107,7 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, sample_every, "sample-every", "0", "print a sample every N steps; 0 = only at the end") \
     X(INT, sample_len, "sample-len", "256", "tokens to generate per sample")                    \
     X(FLOAT, temperature, "temperature", "0.8", "sampling temperature; 0 = greedy")             \
-    X(INT, top_k, "top-k", "40", "sample among the k most likely tokens; 0 = all")              \
+    X(INT, sample_top_k, "sample-top-k", "40", "sample among the k most likely tokens; 0 = all") \
     X(STR, prompt, "prompt", "", "text prompt of the samples (byte vocabulary); default: a newline") \
     X(STR, tokenizer, "tokenizer", "", "llm.c GPT-2 tokenizer file to print samples as text")   \
     X(STR, save, "save", "", "checkpoint directory (DIR/ckpt_<step>.bin and DIR/latest)")      \
@@ -106,7 +115,9 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, keep_last, "keep-last", "0",                                                         \
       "keep only the newest N checkpoints in --save DIR (never the one DIR/latest names); 0 = all") \
     X(STR, resume, "resume", "", "resume from a checkpoint directory or file")                 \
-    X(STR, save_model, "save-model", "", "write the final model as an llm.c GPT-2 model file") \
+    X(STR, save_model, "save-model", "",                                                        \
+      "write the final model: safetensors for a *.safetensors name, else llm.c's GPT-2 format "  \
+      "(dense models only)")                                                                    \
     X(STR, metrics, "metrics", "", "write JSON Lines metrics (one object per step) here")      \
     X(STR, device, "device", "", "OpenCL device: auto, an index, P:D, gpu, cpu or a name part; default $CT_DEVICE or auto") \
     X(FLOAT, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU; 0 = measure the device's GEMM rate at start") \
@@ -120,6 +131,9 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "1 = LayerNorm/residual activations split over the TP group's tokens (needs --tp >= 2)") \
     X(INT, tp_overlap, "tp-overlap", "1",                                                       \
       "1 = reduce a column-parallel layer's input gradient while its weight gradient computes") \
+    X(INT, ep, "ep", "1",                                                                       \
+      "expert-parallel degree: each block's experts divided over ep consecutive DP workers "    \
+      "(divides --dp and --experts)")                                                           \
     X(INT, devices_per_rank, "devices-per-rank", "1", "devices (worker threads) per process")  \
     X(INT, pp, "pp", "1",                                                                       \
       "pipeline stages N: the blocks cut into N contiguous stages; --dp x --pp = workers")      \
@@ -175,9 +189,12 @@ double ct_lr_at(ct_lr_schedule s, double lr, int warmup, int steps, double min_f
 /* Training FLOPs per token: 6*N + 12*L*C*T. 6*N counts forward (2N) and backward (4N) of every
  * parameter's multiply-add, the tied wte included (its logits matmul); 12*L*C*T is the attention
  * score and value matmuls (2*2*C*T per token and layer forward, times 3 with backward), counted
- * over the full T x T square as PaLM's appendix does (a causal kernel may skip half). */
+ * over the full T x T square as PaLM's appendix does (a causal kernel may skip half). For a
+ * mixture of experts N counts the active parameters: K of the E experts of each block (and the
+ * router), so MFU is of the work a token does. */
 double ct_train_flops_per_token(const ct_gpt_config *c, int T);
 size_t ct_gpt_param_count(const ct_gpt_config *c);
+size_t ct_gpt_active_param_count(const ct_gpt_config *c);
 
 /* ---------------------------------------------------------------- pipeline split */
 
@@ -204,6 +221,11 @@ typedef struct ct_step_metrics {
     uint64_t mem_bytes;
     int skipped;   /* the loss or the norm was not finite: nothing was updated */
     int skips_run; /* consecutive skipped steps up to this one */
+    /* a mixture of experts (moe != 0): the auxiliary loss (before alpha), the fraction of
+     * choices dropped, the busiest expert's routed choices over the mean (the largest over the
+     * blocks) */
+    int moe;
+    double aux_loss, drop_frac, max_load;
 } ct_step_metrics;
 
 /* Open (truncate, or append when `append`) a JSON Lines file; path NULL or "" gives a writer
@@ -211,8 +233,9 @@ typedef struct ct_step_metrics {
 ct_status ct_metrics_open(ct_metrics **out, const char *path, int append, ct_err *err);
 void ct_metrics_close(ct_metrics *m);
 /* {"type":"train","step":..,"loss":..,"lr":..,"grad_norm":..,"ms":..,"tokens_per_s":..,
- *  "tflops":..,"mfu":..,"mem_bytes":..} followed by a newline, flushed; a skipped step adds
- *  "skipped":true (a number that is not finite is written null). */
+ *  "tflops":..,"mfu":..,"mem_bytes":..} followed by a newline, flushed; with moe set also
+ *  "aux_loss", "drop_frac", "max_load"; a skipped step adds "skipped":true (a number that is not
+ *  finite is written null). */
 ct_status ct_metrics_train(ct_metrics *m, const ct_step_metrics *s);
 /* {"type":"<type>", <fields>}: fields is a JSON object body ("\"step\":3,\"loss\":2.5") built by
  * the caller; NULL or "" for none. Strings from outside go through ct_json_escape. */

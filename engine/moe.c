@@ -444,9 +444,14 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
     int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el, B = r->B, T = r->T;
     size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C;
     double t0 = ct_time_now();
-    /* 1. the combine: the gates' gradients and the rows' (to the experts' workers) */
+    /* 1. the combine: the gates' gradients and the rows' (to the experts' workers). The rows'
+     * gradients are scaled by 1 / ep: an expert's weight gradient then is that of the EP group's
+     * mean objective, and averaging it over the workers holding the same experts gives the
+     * data-parallel mean, as every other gradient is (without it the experts' would be ep times
+     * too large). The returned input gradients are scaled back. */
     ct_view dys = m->ep ? X(xs) : X(dye);
-    TRY(ct_moe_combine_backward(m->dev, dys, X(dg), dy, S(ys), S(gate), S(pos), N, C, K),
+    TRY(ct_moe_combine_backward(m->dev, dys, X(dg), dy, S(ys), S(gate), S(pos), N, C, K,
+                                1.0f / (float)m->n),
         "combine backward");
     if ((st = lap(m, &m->st.gather_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     if (m->ep && (st = ep_dispatch(m, r, dys, X(dye))) != CT_OK) return st;
@@ -485,7 +490,8 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
                            C, E),
         "router GEMMs backward");
     if ((st = lap(m, &m->st.route_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
-    TRY(ct_moe_dispatch_backward(m->dev, dx, X(dxr), dxs, S(pos), N, C, K), "gather backward");
+    TRY(ct_moe_dispatch_backward(m->dev, dx, X(dxr), dxs, S(pos), N, C, K, (float)m->n),
+        "gather backward");
     if ((st = lap(m, &m->st.gather_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     return CT_OK;
 }

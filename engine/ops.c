@@ -767,13 +767,15 @@ ct_status ct_moe_combine_forward(ct_device *dev, ct_view y, ct_view ys, ct_view 
 }
 
 ct_status ct_moe_combine_backward(ct_device *dev, ct_view dys, ct_view dgate, ct_view dy,
-                                  ct_view ys, ct_view gate, ct_view pos, size_t N, int C, int K) {
+                                  ct_view ys, ct_view gate, ct_view pos, size_t N, int C, int K,
+                                  float scale) {
     NEED(dims_ok((long long)N, C, K), "ct_moe_combine_backward", "N, C, K must be positive");
     karg g[] = {KMEM(dgate), KMEM(dy), KMEM(ys), KMEM(pos), KINT(N * (size_t)K), KINT(C),
                 KINT(K)};
     ct_status st = launch(dev, "moe", "moe_gate_backward", N * (size_t)K, 64, g, NARGS(g));
     if (st != CT_OK) return st;
-    karg a[] = {KMEM(dys), KMEM(dy), KMEM(gate), KMEM(pos), KINT(N * (size_t)K), KINT(C), KINT(K)};
+    karg a[] = {KMEM(dys), KMEM(dy),  KMEM(gate), KMEM(pos), KINT(N * (size_t)K),
+                KINT(C),   KINT(K),   KF(scale)};
     return launch2(dev, "moe", "moe_combine_backward", (size_t)C, N * (size_t)K, 256, a, NARGS(a));
 }
 
@@ -788,8 +790,8 @@ ct_status ct_moe_router_backward(ct_device *dev, ct_view dlogits, ct_view p, ct_
 }
 
 ct_status ct_moe_dispatch_backward(ct_device *dev, ct_view dx, ct_view dxr, ct_view dxs,
-                                   ct_view pos, size_t N, int C, int K) {
+                                   ct_view pos, size_t N, int C, int K, float unscale) {
     NEED(dims_ok((long long)N, C, K), "ct_moe_dispatch_backward", "N, C, K must be positive");
-    karg a[] = {KMEM(dx), KMEM(dxr), KMEM(dxs), KMEM(pos), KINT(N), KINT(C), KINT(K)};
+    karg a[] = {KMEM(dx), KMEM(dxr), KMEM(dxs), KMEM(pos), KINT(N), KINT(C), KINT(K), KF(unscale)};
     return launch2(dev, "moe", "moe_dispatch_backward", (size_t)C, N, 256, a, NARGS(a));
 }

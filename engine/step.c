@@ -52,6 +52,7 @@ struct ct_exec {
     ct_comm *ep, *edp; /* experts: the EP group (the model's all-to-alls) and the workers holding
                           the same experts (their gradients' reduction, their ZeRO shards) */
     int epsize, experts;
+    int32_t *moe_counts; /* the last step's [routed (L E) | kept (L E) | rows per worker (W)] */
     int stage, nstages, dpsize, nchunks; /* nchunks: model chunks held (v) */
     int tpsize;
     ct_grad_range *ranges;
@@ -202,6 +203,15 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     x->ep = grid && x->experts ? ct_grid_ep(grid) : NULL;
     x->edp = grid && x->experts ? ct_grid_edp(grid) : NULL;
     x->epsize = x->ep ? ct_comm_size(x->ep) : 1;
+    if (x->experts) {
+        const ct_gpt_config *c = ct_params_config(x->P);
+        int W = x->world ? ct_comm_size(x->world) : 1;
+        x->moe_counts = calloc(2 * (size_t)c->layers * c->experts + (size_t)W, sizeof(int32_t));
+        if (!x->moe_counts) {
+            free(x);
+            return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");
+        }
+    }
     ct_status st = CT_OK;
     const ct_layout *lay = ct_params_layout(x->P);
     if (grid) {
@@ -278,6 +288,7 @@ void ct_exec_free(ct_exec *x) {
     ct_optim_free(x->o);
     if (x->m) ct_model_set_trace(x->m, NULL);
     free(x->slots);
+    free(x->moe_counts);
     free(x->losses);
     free(x->tl_dur);
     free(x);
@@ -345,6 +356,12 @@ static ct_status before_zero_wait(ct_exec *x, int stage) {
     return ct_params_zero_stage(x->P) >= stage && x->nxf ? xfer_pump(x, 1) : CT_OK;
 }
 
+/* Expert parallelism blocks inside the forward and backward (the MoE layer's all-to-alls over the
+ * EP group): every send this worker has reached is posted first. */
+static ct_status before_ep_wait(ct_exec *x) {
+    return x->epsize > 1 && x->nxf ? xfer_pump(x, 1) : CT_OK;
+}
+
 static ct_status forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int mb, int chunk,
                                const int *tokens, const int *targets, int rows, int T,
                                double *loss) {
@@ -352,7 +369,7 @@ static ct_status forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int m
     int lc = local_chunk(x, chunk), lo, hi;
     (void)mb;
     ct_params_chunk(x->P, lc, &lo, &hi);
-    if ((st = before_zero_wait(x, 3)) != CT_OK) return st;
+    if ((st = before_zero_wait(x, 3)) != CT_OK || (st = before_ep_wait(x)) != CT_OK) return st;
     if ((st = ct_zero_begin_pass(x->z)) != CT_OK)
         return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
     if (chunk == 0 && (st = ct_model_embed_forward(x->m, slot, tokens, rows, T)) != CT_OK)
@@ -392,7 +409,11 @@ static ct_status backward_chunk(ct_exec *x, const ct_schedule *s, int slot, int 
     ct_status st = CT_OK;
     int lc = local_chunk(x, chunk), lo, hi;
     ct_params_chunk(x->P, lc, &lo, &hi);
-    if ((st = before_zero_wait(x, 2)) != CT_OK || (st = grads_begin(x, final)) != CT_OK) return st;
+    if ((st = before_zero_wait(x, 2)) != CT_OK || (st = before_ep_wait(x)) != CT_OK ||
+        (st = grads_begin(x, final)) != CT_OK)
+        return st;
+    /* the blocks' own terms of the objective (the MoE auxiliary loss) take the head's scale */
+    if ((st = ct_model_set_loss_scale(x->m, slot, scale)) != CT_OK) return fail_model(x, st);
     if (kind != CT_ACT_BWD_WEIGHT && last_chunk(x, s, chunk)) {
         if ((st = ct_model_head_backward(x->m, slot, scale)) != CT_OK) return fail_model(x, st);
         size_t a, b;
@@ -619,6 +640,55 @@ static int owned_norm_needed(const ct_exec *x) {
     return x->tpsize > 1 || (x->experts && (x->epsize > 1 || x->nstages > 1));
 }
 
+/* A mixture of experts' routing over the step, from every worker (collective over the world):
+ * the counts summed (each token's choices are counted by the worker holding its row, each block's
+ * by its stage), the rows each worker's experts computed gathered, the auxiliary loss averaged
+ * over the replicas of each block (DP, and TP) and summed over the pipeline's blocks. */
+static ct_status moe_step_stats(ct_exec *x, int M, ct_step_result *out) {
+    ct_moe_stats ms;
+    ct_moe_stats_get(ct_model_moe(x->m), &ms);
+    int L = ms.layers, E = ms.experts, W = x->world ? ct_comm_size(x->world) : 1;
+    int me = x->world ? ct_comm_rank(x->world) : 0;
+    size_t LE = (size_t)L * E, n = 2 * LE + (size_t)W;
+    int32_t *c = x->moe_counts;
+    for (size_t i = 0; i < LE; i++) c[i] = (int32_t)ms.routed[i], c[LE + i] = (int32_t)ms.kept[i];
+    for (int w = 0; w < W; w++) c[2 * LE + (size_t)w] = w == me ? (int32_t)ms.rows : 0;
+    float aux = (float)(ms.aux / (M > 0 ? M : 1));
+    ct_status st = CT_OK;
+    if (W > 1 && ((st = ct_comm_allreduce(x->world, c, c, n, CT_I32, CT_OP_SUM, NULL)) != CT_OK ||
+                  (st = ct_comm_allreduce(x->world, &aux, &aux, 1, CT_F32, CT_OP_SUM, NULL)) !=
+                      CT_OK))
+        return CT_ERR(&x->err, st, "the experts' routing counts over the workers: %s",
+                      ct_comm_errmsg(x->world));
+    if (!out) return CT_OK;
+    out->aux_loss = aux / (double)(x->dpsize * x->tpsize);
+    double routed = 0, kept = 0, worst = 0;
+    for (int l = 0; l < L; l++) {
+        double sum = 0, mx = 0;
+        for (int e = 0; e < E; e++) {
+            double r = c[(size_t)l * E + e];
+            sum += r, mx = r > mx ? r : mx;
+            kept += c[LE + (size_t)l * E + e];
+        }
+        routed += sum;
+        if (sum > 0 && mx / (sum / E) > worst) worst = mx / (sum / E);
+    }
+    out->drop_frac = routed > 0 ? 1.0 - kept / routed : 0;
+    out->max_load = worst;
+    return CT_OK;
+}
+
+int ct_exec_moe_get(const ct_exec *x, ct_exec_moe *out) {
+    memset(out, 0, sizeof *out);
+    if (!x->experts) return 0;
+    const ct_gpt_config *c = ct_params_config(x->P);
+    size_t LE = (size_t)c->layers * c->experts;
+    out->layers = c->layers, out->experts = c->experts;
+    out->workers = x->world ? ct_comm_size(x->world) : 1;
+    out->routed = x->moe_counts, out->kept = x->moe_counts + LE, out->rows = x->moe_counts + 2 * LE;
+    return 1;
+}
+
 /* ------------------------------------------------------------------ one step */
 
 static int is_compute(ct_act_kind k) {
@@ -644,6 +714,8 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
     double t_step = ct_time_now(), t_act;
     ct_tp_stats ts0;
     ct_tp_stats_get(ct_model_tp(x->m), &ts0);
+    if (ct_model_moe(x->m)) ct_moe_stats_reset(ct_model_moe(x->m));
+    if (out) out->aux_loss = out->drop_frac = out->max_load = 0;
     int virt = s && s->virt > 1 ? s->virt : 1;
     if (!s || x->stage >= s->stages || s->stages != x->nstages || virt != x->nchunks)
         return CT_ERR(&x->err, CT_ERR_ARG,
@@ -840,6 +912,7 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
     if ((st = ct_device_finish(x->dev)) != CT_OK) return dev_err(x, st);
     if (!have_loss && (st = step_loss(x, M, &loss)) != CT_OK) return st;
     if (out) out->loss = loss, out->skipped = skipped;
+    if (x->experts && (st = moe_step_stats(x, M, out)) != CT_OK) return st;
     if (x->timeline) { /* the pipeline's span: the longest stage's */
         float span_ms = (float)(1e3 * (tl_end - t_step)), mk = span_ms;
         if (multi(x->pp) &&

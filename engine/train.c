@@ -66,7 +66,18 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(p->sample_every >= 0, "--sample-every must be >= 0 (got %d)", p->sample_every);
     NEED(p->sample_len >= 0, "--sample-len must be >= 0 (got %d)", p->sample_len);
     NEED(p->temperature >= 0, "--temperature must be >= 0 (got %g)", p->temperature);
-    NEED(p->top_k >= 0, "--top-k must be >= 0 (got %d)", p->top_k);
+    NEED(p->sample_top_k >= 0, "--sample-top-k must be >= 0 (got %d)", p->sample_top_k);
+    NEED(p->experts >= 0, "--experts must be >= 0 (0 = the dense MLP; got %d)", p->experts);
+    NEED(p->top_k >= 1, "--top-k must be >= 1 (experts per token; got %d)", p->top_k);
+    NEED(p->capacity_factor >= 0 && isfinite(p->capacity_factor),
+         "--capacity-factor must be >= 0 (0 = no limit; got %g)", p->capacity_factor);
+    NEED(p->aux_loss >= 0 && isfinite(p->aux_loss), "--aux-loss must be >= 0 (got %g)",
+         p->aux_loss);
+    NEED(p->ep >= 1, "--ep must be >= 1 (got %d)", p->ep);
+    NEED(p->dp % p->ep == 0,
+         "--ep %d does not divide --dp %d: an expert-parallel group is ep consecutive data-parallel "
+         "workers",
+         p->ep, p->dp);
     NEED(p->save_every >= 0, "--save-every must be >= 0 (got %d)", p->save_every);
     NEED(!(p->save_every > 0 && !p->save[0]), "--save-every needs --save DIR");
     NEED(p->keep_last >= 0, "--keep-last must be >= 0 (0 = keep all; got %d)", p->keep_last);
@@ -246,6 +257,14 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
         cfg->heads = p->heads;
         cfg->channels = p->dim;
         cfg->max_seq = p->max_seq ? p->max_seq : p->seq;
+        cfg->experts = p->experts;
+        cfg->top_k = p->experts > 0 ? p->top_k : 0;
+        if (p->experts > 0 && p->top_k > p->experts) {
+            st = CT_ERR(err, CT_ERR_ARG, "--top-k %d is above --experts %d (each token goes to K "
+                                         "distinct experts)",
+                        p->top_k, p->experts);
+            goto fail;
+        }
         if (p->dim % p->heads != 0) {
             st = CT_ERR(err, CT_ERR_ARG,
                         "--heads %d does not divide --dim %d (the head size must be whole)",
@@ -261,7 +280,8 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
             int given, file;
         } f[] = {{"layers", p->layers, cfg->layers}, {"heads", p->heads, cfg->heads},
                  {"dim", p->dim, cfg->channels},     {"vocab", p->vocab, cfg->vocab},
-                 {"max-seq", p->max_seq, cfg->max_seq}};
+                 {"max-seq", p->max_seq, cfg->max_seq}, {"experts", p->experts, cfg->experts},
+                 {"top-k", p->top_k, cfg->top_k}};
         for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
             if (flag_given(argc, argv, f[i].flag) && f[i].given != f[i].file) {
                 st = CT_ERR(err, CT_ERR_ARG, "--%s %d contradicts the model of %s (%d); leave it out",
@@ -281,6 +301,35 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
     /* the pipeline: the schedule, and the blocks of each model chunk */
     r->kind = CT_SCHED_TRIVIAL;
     if (p->pp > 1) TRY(ct_sched_parse(p->schedule, &r->kind, err));
+    /* mixture of experts: what the layouts support */
+    {
+        const char *why = NULL;
+        char m[400];
+        if (cfg->experts == 0 && p->ep > 1)
+            why = "--ep needs a mixture of experts (--experts E, or a model file with experts)";
+        else if (cfg->experts > 0 && cfg->experts % p->ep)
+            snprintf(m, sizeof m, "--ep %d does not divide the %d experts (each worker of an EP "
+                                  "group holds E / ep of them)", p->ep, cfg->experts), why = m;
+        else if (cfg->experts > 0 && p->tp > 1)
+            snprintf(m, sizeof m, "experts with --tp %d are not built: the experts would be split "
+                                  "over the TP group as the dense MLP is; spread them with --ep "
+                                  "over --dp instead", p->tp), why = m;
+        else if (cfg->experts > 0 && p->zero >= 2)
+            snprintf(m, sizeof m, "experts with --zero %d are not built (ZeRO-0 and 1 are): the "
+                                  "working buffers hold one block's dense tensors at a time",
+                     p->zero), why = m;
+        else if (cfg->experts > 0 && r->kind == CT_SCHED_ZB1)
+            why = "experts with --schedule zb1 are not built (the MoE layer's backward runs its "
+                  "all-to-alls in one piece, not split in two halves); use gpipe, 1f1b or "
+                  "interleaved";
+        else if (cfg->experts > 0 && p->save_model[0] && !ct_model_file_is_safetensors(p->save_model))
+            snprintf(m, sizeof m, "--save-model %s: llm.c's model format has no place for experts; "
+                                  "name the file *.safetensors", p->save_model), why = m;
+        if (why) {
+            st = CT_ERR(err, CT_ERR_ARG, "%s", why);
+            goto fail;
+        }
+    }
     r->nchunks = p->pp * (r->kind == CT_SCHED_INTERLEAVED ? p->virtual_stages : 1);
     if (r->nchunks > cfg->layers || r->nchunks > CT_MAX_CHUNKS * p->pp) {
         st = CT_ERR(err, CT_ERR_ARG,
@@ -511,7 +560,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     t->thread = thread;
     t->W = r->W;
     /* 1. The world and the grid (a single worker is the 1x1x1 grid without MPI). */
-    ct_layout lay = {p->dp, p->tp, p->pp, p->zero, 1};
+    ct_layout lay = {p->dp, p->tp, p->pp, p->zero, p->ep};
     if (r->topo) {
         if ((st = ct_comm_world(r->topo, thread, &t->world)) != CT_OK) {
             terr(t, err, st, "worker %d: no communicator", thread);
@@ -591,6 +640,9 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     }
     plan.tp = t->grid ? ct_grid_tp(t->grid) : NULL;
     plan.sp = p->sequence_parallel;
+    plan.moe_capacity = p->capacity_factor;
+    plan.moe_aux = p->aux_loss;
+    plan.ep = t->grid && p->ep > 1 ? ct_grid_ep(t->grid) : NULL;
     if (N > 1) {
         plan.chunks.nchunks = v;
         for (int j = 0, lo = 0, c = 0; c < r->nchunks; lo += r->split[c], c++)
@@ -723,15 +775,17 @@ ct_metrics *ct_trainer_metrics(ct_trainer *t) { return t->mx; }
 
 /* Parameters one worker holds: its pipeline stage's tensors (its blocks, the embeddings on the
  * first stage, wte and the final LayerNorm on the last: the tied wte on both), each TP-split
- * tensor's 1/tp (the table's split column), replicated ones whole. */
-static double worker_params(const ct_train_run *r, int q, int pp, int tp) {
+ * tensor's 1/tp (the table's split column), replicated ones whole; a mixture of experts' expert
+ * tensors apart (*experts: its E / ep experts of each held block). */
+static double worker_params(const ct_train_run *r, int q, int pp, int tp, int ep, double *experts) {
     size_t sizes[CT_GPT_NUM_TENSORS];
     ct_gpt_param_sizes(&r->cfg, sizes);
-    double n = 0;
+    double n = 0, x = 0;
     int held = 0;
     for (int c = q; c < r->nchunks; c += pp) held += r->split[c];
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
-        double k = 0, f = ct_gpt_tensor(&r->cfg, i).split == CT_SPLIT_NONE ? 1.0 : 1.0 / tp;
+        ct_gpt_tensor_info ti = ct_gpt_tensor(&r->cfg, i);
+        double k = 0, f = ti.split == CT_SPLIT_NONE ? 1.0 : 1.0 / tp;
         if (i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb)
             k = (double)(sizes[i] / (size_t)r->cfg.layers) * held;
         else if (i == CT_GPT_wte && (q == 0 || q == pp - 1))
@@ -740,8 +794,10 @@ static double worker_params(const ct_train_run *r, int q, int pp, int tp) {
             k = (double)sizes[i];
         else if ((i == CT_GPT_lnfw || i == CT_GPT_lnfb) && q == pp - 1)
             k = (double)sizes[i];
-        n += k * f;
+        if (ti.expert) x += k * f / ep;
+        else n += k * f;
     }
+    if (experts) *experts = x;
     return n;
 }
 
@@ -789,6 +845,19 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                 p->tp, cfg->heads / p->tp, cfg->heads, 4 * cfg->channels / p->tp,
                 4 * cfg->channels, cfg->padded_vocab / p->tp, cfg->padded_vocab,
                 p->sequence_parallel ? "on" : "off", p->tp_overlap ? "on" : "off");
+    if (cfg->experts > 0)
+        fprintf(f,
+                "  experts        = %d per block, top-k %d, capacity factor %g (an expert takes at "
+                "most %d of a row's %d tokens' choices), aux-loss weight %g; ep %d: %d experts per "
+                "worker, their gradients averaged over the %d workers holding the same ones; "
+                "%zu of %zu parameters active per token\n",
+                cfg->experts, cfg->top_k, p->capacity_factor,
+                p->capacity_factor > 0
+                    ? (int)fmin(p->seq, ceil(p->capacity_factor * cfg->top_k * (double)p->seq /
+                                             cfg->experts))
+                    : p->seq,
+                p->seq, p->aux_loss, p->ep, cfg->experts / p->ep, p->dp / p->ep,
+                ct_gpt_active_param_count(cfg), np);
     if (lines) fprintf(f, "%s", lines);
     free(lines);
     if (p->pp == 1 && strcmp(p->schedule, "1f1b"))
@@ -844,7 +913,8 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
     fprintf(f, "\n  attention path = %s\n", ct_model_attention_note(t->model));
     fprintf(f, "  activations    = %.1f MiB per micro-batch slot, %.1f MiB of it per layer\n",
             ct_model_slot_bytes(t->model) / 1048576.0, ct_model_layer_bytes(t->model) / 1048576.0);
-    fprintf(f, "  flops/token    = %.4g (6*N + 12*L*C*T)\n", t->flops_tok);
+    fprintf(f, "  flops/token    = %.4g (6*N + 12*L*C*T%s)\n", t->flops_tok,
+            cfg->experts > 0 ? ", N the active parameters" : "");
     fprintf(f, "  peak           = %.4g TFLOP/s (%s)\n", t->peak, t->peak_src);
     fprintf(f, "  start step     = %lld\n", (long long)t->start);
     if (t->tr)
@@ -853,15 +923,19 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
     snprintf(cfgline, sizeof cfgline,
              "\"params\":%zu,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"seq\":%d,"
              "\"tokens_per_step\":%d,\"peak_tflops\":%.6g,\"workers\":%d,\"zero\":%d,"
-             "\"dp\":%d,\"tp\":%d,\"sequence_parallel\":%d",
+             "\"dp\":%d,\"tp\":%d,\"sequence_parallel\":%d,\"experts\":%d,\"top_k\":%d,"
+             "\"ep\":%d",
              np, cfg->layers, cfg->heads, cfg->channels, cfg->vocab, p->seq,
-             p->batch * p->seq * accum, t->peak, N, p->zero, p->dp, p->tp, p->sequence_parallel);
+             p->batch * p->seq * accum, t->peak, N, p->zero, p->dp, p->tp, p->sequence_parallel,
+             cfg->experts, cfg->top_k, p->ep);
     ct_metrics_record(t->mx, "config", cfgline);
     if (N > 1) { /* the memory report: one line and one record per worker */
         /* a worker holds psi = its stage's parameters with each TP-split tensor's 1/tp
          * (psi_tp); ZeRO shards that over its DP group of dp workers */
-        double psi = worker_params(r, 0, p->pp, p->tp);
-        double want = expected_model_state(psi, p->dp, p->zero);
+        /* experts: their share over ep, sharded over the dp / ep workers holding them */
+        double psx = 0, psi = worker_params(r, 0, p->pp, p->tp, p->ep, &psx);
+        double want = expected_model_state(psi, p->dp, p->zero) +
+                      expected_model_state(psx, p->dp / p->ep, p->zero);
         if (p->pp > 1)
             fprintf(f,
                     "  memory per worker (device bytes; comm = host staging), model state "
@@ -880,8 +954,9 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                 ct_layout lay = {p->dp, p->tp, p->pp, p->zero, 1};
                 int q = ct_layout_coords(&lay, w).pp_rank;
                 snprintf(stage, sizeof stage, " (stage %d, %d slots)", q, t->slots[q]);
-                psi = worker_params(r, q, p->pp, p->tp);
-                want = expected_model_state(psi, p->dp, p->zero);
+                psi = worker_params(r, q, p->pp, p->tp, p->ep, &psx);
+                want = expected_model_state(psi, p->dp, p->zero) +
+                       expected_model_state(psx, p->dp / p->ep, p->zero);
             }
             fprintf(f,
                     "    worker %d: params %llu grads %llu optimizer %llu activations %llu%s "
@@ -903,8 +978,9 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                      (unsigned long long)state, want, np);
             {
                 size_t l = strlen(rec);
-                snprintf(rec + l, sizeof rec - l, ",\"psi_tp\":%.0f,\"tp\":%d,\"dp\":%d", psi,
-                         p->tp, p->dp);
+                snprintf(rec + l, sizeof rec - l,
+                         ",\"psi_tp\":%.0f,\"tp\":%d,\"dp\":%d,\"psi_experts\":%.0f,\"ep\":%d", psi,
+                         p->tp, p->dp, psx, p->ep);
             }
             if (p->pp > 1) { /* the stage and its activation slots */
                 size_t l = strlen(rec);
@@ -918,6 +994,40 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
     }
     fflush(f);
     return CT_OK;
+}
+
+/* The "moe" record of a step: tokens (choices kept) per block and expert, routed choices, the
+ * rows each worker's experts computed. */
+static ct_status moe_record(ct_trainer *t, int64_t step) {
+    ct_exec_moe mo;
+    if (!ct_exec_moe_get(t->x, &mo)) return CT_OK;
+    size_t LE = (size_t)mo.layers * mo.experts, cap = 256 + 24 * (2 * LE + (size_t)mo.workers);
+    char *b = malloc(cap);
+    if (!b) return terr(t, NULL, CT_ERR_NOMEM, "no memory for the moe record");
+    long long kept = 0, routed = 0;
+    for (size_t i = 0; i < LE; i++) kept += mo.kept[i], routed += mo.routed[i];
+    size_t at = (size_t)snprintf(b, cap, "\"step\":%lld,\"choices\":%lld,\"dropped\":%lld,",
+                                 (long long)step, routed, routed - kept);
+    for (int pass = 0; pass < 2; pass++) {
+        const int32_t *a = pass ? mo.routed : mo.kept;
+        at += (size_t)snprintf(b + at, cap - at, "\"%s\":[", pass ? "routed_per_expert"
+                                                                  : "tokens_per_expert");
+        for (int l = 0; l < mo.layers; l++) {
+            at += (size_t)snprintf(b + at, cap - at, "%s[", l ? "," : "");
+            for (int e = 0; e < mo.experts; e++)
+                at += (size_t)snprintf(b + at, cap - at, "%s%d", e ? "," : "",
+                                       (int)a[(size_t)l * mo.experts + e]);
+            at += (size_t)snprintf(b + at, cap - at, "]");
+        }
+        at += (size_t)snprintf(b + at, cap - at, "],");
+    }
+    at += (size_t)snprintf(b + at, cap - at, "\"tokens_per_worker\":[");
+    for (int w = 0; w < mo.workers; w++)
+        at += (size_t)snprintf(b + at, cap - at, "%s%d", w ? "," : "", (int)mo.rows[w]);
+    snprintf(b + at, cap - at, "]");
+    ct_status st = ct_metrics_record(t->mx, "moe", b);
+    free(b);
+    return st;
 }
 
 ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm) {
@@ -960,7 +1070,10 @@ ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm) {
     t->skips_run = res.skipped ? t->skips_run + 1 : 0;
     sm->skipped = res.skipped;
     sm->skips_run = t->skips_run;
+    sm->moe = t->r->cfg.experts > 0;
+    sm->aux_loss = res.aux_loss, sm->drop_frac = res.drop_frac, sm->max_load = res.max_load;
     if (t->leader) ct_metrics_train(t->mx, sm);
+    if (t->leader && sm->moe && (st = moe_record(t, step)) != CT_OK) return st;
     t->step++;
     ct_trace_enable(t->tr, 0);
     ct_exec_set_timeline(t->x, 0);
@@ -1022,9 +1135,10 @@ static ct_status trainer_logits(void *user, const int *ctx, int n, float *logits
 }
 
 /* Every forward is collective under ZeRO-3 (parameter gathers), tensor parallelism (the
- * block's own collectives) and a pipeline (it passes through every stage). */
+ * block's own collectives), expert parallelism (the MoE layer's all-to-alls) and a pipeline (it
+ * passes through every stage). */
 int ct_trainer_sample_collective(const ct_trainer *t) {
-    return t->p.zero >= 3 || t->p.tp > 1 || t->p.pp > 1;
+    return t->p.zero >= 3 || t->p.tp > 1 || t->p.pp > 1 || t->p.ep > 1;
 }
 
 ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n) {
@@ -1040,7 +1154,7 @@ ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n) {
     /* every worker that samples draws the same tokens (same RNG, same logits) */
     if (st == CT_OK)
         st = ct_generate(trainer_logits, t, c, tok, np, np + p->sample_len, p->seq, p->temperature,
-                         p->top_k, &t->rng, &t->err);
+                         p->sample_top_k, &t->rng, &t->err);
     if (st != CT_OK) {
         free(tok);
         return st;

@@ -162,15 +162,29 @@ size_t ct_gpt_param_count(const ct_gpt_config *c) {
     return ct_gpt_param_sizes(c, sizes);
 }
 
+size_t ct_gpt_active_param_count(const ct_gpt_config *c) {
+    size_t sizes[CT_GPT_NUM_TENSORS], n = 0;
+    ct_gpt_param_sizes(c, sizes);
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        ct_gpt_tensor_info t = ct_gpt_tensor(c, i);
+        /* a token passes through K of the E experts of each block */
+        n += t.expert ? sizes[i] / (size_t)t.experts * (size_t)c->top_k : sizes[i];
+    }
+    return n;
+}
+
 double ct_train_flops_per_token(const ct_gpt_config *c, int T) {
-    return 6.0 * (double)ct_gpt_param_count(c) + 12.0 * c->layers * (double)c->channels * T;
+    return 6.0 * (double)ct_gpt_active_param_count(c) + 12.0 * c->layers * (double)c->channels * T;
 }
 
 /* ---------------------------------------------------------------- pipeline split */
 
 void ct_pp_costs(const ct_gpt_config *c, int T, double *block, double *embed, double *head) {
     double C = c->channels;
-    if (block) *block = 72.0 * C * C + 12.0 * C * T;
+    /* 6 x a block's active parameters (attention 4C^2, the MLP 8C^2, or the router EC and K
+     * experts' 8C^2 each), + 12CT */
+    double mlp = c->experts > 0 ? (double)c->experts * C + 8.0 * c->top_k * C * C : 8.0 * C * C;
+    if (block) *block = 6.0 * (4.0 * C * C + mlp) + 12.0 * C * T;
     if (embed) *embed = 3.0 * C;
     if (head) *head = 6.0 * C * c->padded_vocab;
 }
@@ -294,11 +308,21 @@ ct_status ct_metrics_train(ct_metrics *m, const ct_step_metrics *s) {
     jnum(tps, sizeof tps, s->tokens_per_s);
     jnum(tf, sizeof tf, s->tflops);
     jnum(mfu, sizeof mfu, s->mfu);
-    snprintf(line, sizeof line,
-             "{\"type\":\"train\",\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"ms\":%s,"
-             "\"tokens_per_s\":%s,\"tflops\":%s,\"mfu\":%s,\"mem_bytes\":%llu%s}\n",
-             (long long)s->step, loss, lr, gn, ms, tps, tf, mfu, (unsigned long long)s->mem_bytes,
-             s->skipped ? ",\"skipped\":true" : "");
+    int k = snprintf(line, sizeof line,
+                     "{\"type\":\"train\",\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,"
+                     "\"ms\":%s,\"tokens_per_s\":%s,\"tflops\":%s,\"mfu\":%s,\"mem_bytes\":%llu",
+                     (long long)s->step, loss, lr, gn, ms, tps, tf, mfu,
+                     (unsigned long long)s->mem_bytes);
+    if (s->moe && k > 0 && (size_t)k < sizeof line) { /* a mixture of experts */
+        char aux[40], drop[40], load[40];
+        jnum(aux, sizeof aux, s->aux_loss);
+        jnum(drop, sizeof drop, s->drop_frac);
+        jnum(load, sizeof load, s->max_load);
+        k += snprintf(line + k, sizeof line - (size_t)k,
+                      ",\"aux_loss\":%s,\"drop_frac\":%s,\"max_load\":%s", aux, drop, load);
+    }
+    if (k > 0 && (size_t)k < sizeof line - 20)
+        snprintf(line + k, sizeof line - (size_t)k, "%s}\n", s->skipped ? ",\"skipped\":true" : "");
     return metrics_line(m, line);
 }
 

@@ -112,7 +112,7 @@ static void print_sample(ct_trainer *t, const ct_train_params *p, int64_t step) 
     }
     if (leader) {
         printf("---- sample at step %lld (temperature %g, top-k %d) ----\n", (long long)step,
-               p->temperature, p->top_k);
+               p->temperature, p->sample_top_k);
         ct_print_tokens(stdout, tokens, n, ct_model_config(ct_trainer_model(t))->vocab,
                         ct_trainer_tokenizer(t));
         printf("----\n");
@@ -159,11 +159,16 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
                     "finite); parameters and optimizer state unchanged (%d in a row; --max-skips "
                     "%d)\n",
                     (long long)step + 1, sm.grad_norm, sm.loss, sm.skips_run, p.max_skips);
-        if (leader && (step % p.log_every == 0 || step + 1 == p.steps))
+        if (leader && (step % p.log_every == 0 || step + 1 == p.steps)) {
+            char moe[96] = "";
+            if (sm.moe)
+                snprintf(moe, sizeof moe, " | aux %.4f drop %.3f max load %.2f", sm.aux_loss,
+                         sm.drop_frac, sm.max_load);
             printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | %8.0f tok/s | "
-                   "%.4f TFLOP/s | MFU %5.2f%% | mem %.1f MiB\n",
+                   "%.4f TFLOP/s | MFU %5.2f%% | mem %.1f MiB%s\n",
                    (long long)step + 1, p.steps, sm.loss, sm.lr, sm.grad_norm, sm.ms,
-                   sm.tokens_per_s, sm.tflops, 100 * sm.mfu, sm.mem_bytes / 1048576.0);
+                   sm.tokens_per_s, sm.tflops, 100 * sm.mfu, sm.mem_bytes / 1048576.0, moe);
+        }
         int64_t done = step + 1;
         int last = done == p.steps;
         if (p.eval_every > 0 && (done % p.eval_every == 0 || last)) {
@@ -207,7 +212,9 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
     /* The end: the model file, a sample, the trace. */
     if (p.save_model[0]) {
         if (ct_trainer_save_model(t) != CT_OK) die(1, "model not written: %s", ct_trainer_errmsg(t));
-        if (leader) printf("saved model %s (llm.c GPT-2 format, fp32)\n", p.save_model);
+        if (leader)
+            printf("saved model %s (%s, fp32)\n", p.save_model,
+                   ct_model_file_is_safetensors(p.save_model) ? "safetensors" : "llm.c GPT-2 format");
     }
     if (sampler && p.sample_len > 0) print_sample(t, &p, p.steps);
     if (ct_trainer_finish(t) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));

@@ -11,7 +11,8 @@
  * On every group size, the whole layer forward and backward: each worker owns B rows of a batch
  * of N x B rows drawn from one seed and E / N experts; its output, its input gradient, its router
  * gradient and its auxiliary loss equal the reference on its own rows, and its experts' weight
- * gradients (accumulated onto random values) equal the reference over all N x B rows, for
+ * gradients (accumulated onto random values) equal the reference over all N x B rows divided by
+ * N (the EP group's mean objective), for
  * K = 1, 2, K = E, capacity factors that drop choices, F = 0 (no limit), a router with two
  * identical rows (exact ties), and one that sends almost everything to expert 0. Then refusals:
  * top-k outside 1..E, E not divisible by ep, a backward without its forward. */
@@ -280,6 +281,8 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
                             lc->alpha * lc->scale);
     }
     for (size_t i = 0; i < (size_t)E * C; i++) rwr[i] += scr_wr[i];
+    /* the experts' gradients are of the EP group's mean objective */
+    for (size_t i = (size_t)E * C; i < ng; i++) rg[i] = g0[i] + (rg[i] - g0[i]) / N;
     float *y = get(c, vy, BT * C), *dx = get(c, vdx, BT * C);
     CLOSE(y, ry, BT * C, 2e-5, "%s (ep %d, worker %d): y", lc->name, N, r);
     CLOSE(dx, rdx + mine, BT * C, 5e-5, "%s (ep %d, worker %d): dx", lc->name, N, r);

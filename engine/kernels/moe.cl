@@ -124,15 +124,17 @@ __kernel void moe_gate_backward(__global float *dgate, ulong dg_off, __global co
     dgate[dg_off + i] = s;
 }
 
-/* 2-D (c, choice i): dys[pos, c] = gate * dy[n, c] for a kept choice. */
+/* 2-D (c, choice i): dys[pos, c] = scale * gate * dy[n, c] for a kept choice. */
 __kernel void moe_combine_backward(__global float *dys, ulong dys_off, __global const float *dy,
                                    ulong dy_off, __global const float *gate, ulong gate_off,
-                                   __global const int *pos, ulong pos_off, int NK, int C, int K) {
+                                   __global const int *pos, ulong pos_off, int NK, int C, int K,
+                                   float scale) {
     int c = (int)get_global_id(0);
     size_t i = get_global_id(1);
     if (c >= C || i >= (size_t)NK) return;
     int q = pos[pos_off + i];
-    if (q >= 0) dys[dys_off + (size_t)q * C + c] = gate[gate_off + i] * dy[dy_off + (i / K) * C + c];
+    if (q >= 0)
+        dys[dys_off + (size_t)q * C + c] = scale * gate[gate_off + i] * dy[dy_off + (i / K) * C + c];
 }
 
 /* Per token: dp[e] = aux * routed[b, e] + the dgate of each kept choice of e; then the softmax
@@ -158,17 +160,19 @@ __kernel void moe_router_backward(__global float *dl, ulong dl_off, __global con
     for (int e = 0; e < E; e++) d[e] = pr[e] * (d[e] - s);
 }
 
-/* 2-D (c, token n): dx[n, c] = dxr[n, c] + the dxs rows of the token's kept choices, k in order. */
+/* 2-D (c, token n): dx[n, c] = dxr[n, c] + unscale * the dxs rows of the token's kept choices
+ * (k in order). */
 __kernel void moe_dispatch_backward(__global float *dx, ulong dx_off, __global const float *dxr,
                                     ulong dxr_off, __global const float *dxs, ulong dxs_off,
-                                    __global const int *pos, ulong pos_off, int N, int C, int K) {
+                                    __global const int *pos, ulong pos_off, int N, int C, int K,
+                                    float unscale) {
     int c = (int)get_global_id(0);
     size_t n = get_global_id(1);
     if (c >= C || n >= (size_t)N) return;
-    float s = dxr[dxr_off + n * C + c];
+    float s = 0.0f;
     for (int k = 0; k < K; k++) {
         int q = pos[pos_off + n * K + k];
         if (q >= 0) s += dxs[dxs_off + (size_t)q * C + c];
     }
-    dx[dx_off + n * C + c] = s;
+    dx[dx_off + n * C + c] = dxr[dxr_off + n * C + c] + unscale * s;
 }
