@@ -283,7 +283,8 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
                  {"max-seq", p->max_seq, cfg->max_seq}, {"experts", p->experts, cfg->experts},
                  {"top-k", p->top_k, cfg->top_k}};
         for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-            if (flag_given(argc, argv, f[i].flag) && f[i].given != f[i].file) {
+            if (flag_given(argc, argv, f[i].flag) && f[i].given != f[i].file &&
+                !(!strcmp(f[i].flag, "top-k") && cfg->experts == 0)) { /* no K without experts */
                 st = CT_ERR(err, CT_ERR_ARG, "--%s %d contradicts the model of %s (%d); leave it out",
                             f[i].flag, f[i].given, r->origin, f[i].file);
                 goto fail;

@@ -18,3 +18,15 @@ if(TARGET ct_engine)
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=${pd}")
   endforeach()
 endif()
+# test_engine_moe.sh: MoE layouts through train_gpt against the single device (ep 2 and 4, ep 2
+# inside dp 4, ZeRO 0 and 1; threads, ranks, mixed; pipelines), memory records, resume across
+# layouts, safetensors files (round trips, Python's reader, damaged files), refusals.
+if(TARGET train_gpt)
+  foreach(part threads ranks mixed resume files refuse)
+    add_test(NAME test_engine_moe_layout_${part}
+             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_moe.sh $<TARGET_FILE:train_gpt>
+                     ${MPIEXEC_EXECUTABLE} ${part})
+    set_tests_properties(test_engine_moe_layout_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+                         ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+endif()

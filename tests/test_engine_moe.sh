@@ -1,0 +1,289 @@
+#!/bin/sh
+# test_engine_moe.sh TRAIN_GPT MPIEXEC [part] - mixture of experts and expert parallelism (issue 11)
+# through train_gpt.
+#
+# 1. Layouts against the single-device MoE run (E = 4 experts, top-k 2, capacity factor 1 so that
+#    choices are dropped, aux-loss 0.05, 2 micro-batches, clipping active): ep = 2 (dp 2), ep = 4
+#    (dp 4) and ep = 2 inside dp = 4, each with ZeRO 0 and 1, as threads, as MPI ranks and mixed:
+#    the 20 losses within 1e-5 relative, the auxiliary losses within 1e-5, the drop fractions and
+#    busiest-expert loads the same; the "moe" records' tokens per worker add up to the choices
+#    kept; the "memory" records within 5 % of the ZeRO formulas (experts over dp / ep).
+#    With a pipeline: pp 2, and dp 2 (ep 2) x pp 2 with ZeRO-1.
+# 2. A checkpoint written under dp 4 (ep 2) ZeRO-1 resumes on one device, under dp 2 (ep 2) and
+#    under 4 ranks (ep 4), continuing the reference curve.
+# 3. Model files: --save-model *.safetensors after an expert-parallel run; Python reads it with
+#    json + numpy (no safetensors package); --init from it and --save-model again gives the same
+#    bytes; a dense model saved in both formats: --init from the safetensors one and saving as
+#    llm.c gives the llm.c file's bytes; Python's reader agrees with the llm.c file. Damaged files
+#    (not JSON, a missing tensor, a wrong shape, F16, overlapping or out-of-range offsets, a
+#    missing metadata field) are refused with status 2 naming the tensor or field.
+# 4. Impossible combinations are refused with status 2 and a message before any work.
+# part: "all" (default), "threads", "ranks", "mixed", "resume", "files", "refuse".
+set -u
+TRAIN=$1
+MPIEXEC=$2
+PART=${3:-all}
+D=$(mktemp -d /tmp/ct_test_moe.XXXXXX)
+trap 'rm -rf "$D"' EXIT
+PY=/usr/bin/python3
+export OMP_WAIT_POLICY=passive
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
+
+$PY -c "open('$D/text.txt','w').write('the quick brown fox jumps over the lazy dog. ' * 300)"
+ARGS="--layers 2 --heads 2 --dim 32 --seq 16 --batch 8 --total-batch 256 --steps 20 \
+      --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 --eval-every 0 \
+      --peak-tflops 1 --experts 4 --top-k 2 --capacity-factor 1.0 --aux-loss 0.05"
+
+# compare REF.jsonl OTHER.jsonl "what" [first_step]: losses within 1e-5 relative, the same routing
+# (aux within 1e-5, drop fraction and max load equal), the moe records consistent.
+compare() {
+    if $PY - "$1" "$2" "$3" "${4:-0}" <<'EOF'; then :; else fail "$3"; fi
+import json, sys
+def recs(p, t):
+    return {r["step"]: r for r in map(json.loads, open(p)) if r.get("type") == t}
+a, b, what, first = recs(sys.argv[1], "train"), recs(sys.argv[2], "train"), sys.argv[3], int(sys.argv[4])
+steps = [s for s in sorted(a) if s >= first]
+if not steps or any(s not in b for s in steps):
+    print("missing steps in", what, sorted(b)); sys.exit(1)
+worst = max(abs(a[s]["loss"] - b[s]["loss"]) / abs(a[s]["loss"]) for s in steps)
+waux = max(abs(a[s]["aux_loss"] - b[s]["aux_loss"]) / abs(a[s]["aux_loss"]) for s in steps)
+route = all(a[s]["drop_frac"] == b[s]["drop_frac"] and a[s]["max_load"] == b[s]["max_load"]
+            for s in steps)
+clipped = sum(1 for s in steps if a[s]["grad_norm"] > 0.3)
+drops = sum(1 for s in steps if b[s]["drop_frac"] > 0)
+moe = recs(sys.argv[2], "moe")
+ok = worst <= 1e-5 and waux <= 1e-5 and route and drops > 0
+for s in steps:
+    m = moe.get(s)
+    if not m or sum(m["tokens_per_worker"]) != m["choices"] - m["dropped"] or \
+       sum(map(sum, m["tokens_per_expert"])) != m["choices"] - m["dropped"]:
+        print("moe record of step", s, "inconsistent:", m); ok = False; break
+print("%s: %-44s %d steps, worst relative loss difference %.2e, aux %.2e, routing %s, %d steps "
+      "clipped, drops in %d steps, tokens per worker %s" %
+      ("ok" if ok else "FAIL", what, len(steps), worst, waux, "same" if route else "DIFFERS",
+       clipped, drops, moe[steps[-1]]["tokens_per_worker"]))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+# memcheck FILE N EP ZERO: every worker's model state within 5 % of the formula: the dense
+# parameters under ZeRO over N, the experts (E / ep of them per worker) over N / ep.
+memcheck() {
+    if $PY - "$1" "$2" "$3" "$4" <<'EOF'; then :; else fail "memory records $1"; fi
+import json, sys
+path, n, ep, zero = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+mem = [r for r in map(json.loads, open(path)) if r.get("type") == "memory"]
+def f(psi, n):
+    return {0: 16 * psi, 1: 8 * psi + 8 * psi / n}[zero]
+ok = len(mem) == n
+for r in mem:
+    want = f(r["psi_tp"], n) + f(r["psi_experts"], n // ep)
+    st = r["params"] + r["grads"] + r["optimizer"]
+    ok &= abs(st - want) <= 0.05 * want and r["psi_experts"] > 0
+print("%s: memory N=%d ep=%d ZeRO-%d: %d records, model state %s vs formula %.0f" %
+      ("ok" if ok else "FAIL", n, ep, zero, len(mem), [r["params"] + r["grads"] + r["optimizer"]
+                                                       for r in mem], want))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+# run NAME RANKS DEVICES_PER_RANK POCL_COUNT args...
+run() {
+    name=$1; nr=$2; dpr=$3; npocl=$4; shift 4
+    pd=$(for i in $(seq "$npocl"); do printf 'pthread '; done)
+    if [ "$nr" -gt 1 ]; then
+        POCL_DEVICES="$pd" "$MPIEXEC" -n "$nr" "$TRAIN" $ARGS --metrics "$D/$name.jsonl" "$@" \
+            >"$D/$name.log" 2>&1
+    else
+        POCL_DEVICES="$pd" "$TRAIN" $ARGS --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1
+    fi
+    rc=$?
+    if [ $rc -ne 0 ]; then fail "$name: exit status $rc"; tail -n 5 "$D/$name.log"; return 1; fi
+    return 0
+}
+
+need_ref() {
+    [ -f "$D/ref.jsonl" ] || run ref 1 1 1 || { echo "FAIL: no reference"; exit 1; }
+}
+
+# layouts KIND RANKS DEVICES_PER_RANK: dp 2 ep 2, dp 4 ep 4, dp 4 ep 2, each ZeRO 0 and 1
+layouts() {
+    kind=$1; nr=$2; dpr=$3
+    for shape in "2 2" "4 4" "4 2"; do
+        set -- $shape
+        dp=$1; ep=$2
+        [ $((nr * dpr)) -eq "$dp" ] || continue
+        for z in 0 1; do
+            name="${kind}_dp${dp}_ep${ep}_z${z}"
+            run "$name" "$nr" "$dpr" "$dpr" --dp "$dp" --ep "$ep" --devices-per-rank "$dpr" \
+                --zero "$z" &&
+                compare "$D/ref.jsonl" "$D/$name.jsonl" "$kind ${nr}x${dpr} dp $dp ep $ep ZeRO-$z" &&
+                memcheck "$D/$name.jsonl" "$dp" "$ep" "$z"
+        done
+    done
+}
+
+if want threads; then
+    need_ref
+    layouts threads 1 2
+    layouts threads 1 4
+    run pp2 1 2 2 --pp 2 --devices-per-rank 2 && compare "$D/ref.jsonl" "$D/pp2.jsonl" "threads pp 2"
+    run pp2dp2 1 4 4 --pp 2 --dp 2 --ep 2 --zero 1 --devices-per-rank 4 &&
+        compare "$D/ref.jsonl" "$D/pp2dp2.jsonl" "threads dp 2 (ep 2) x pp 2 ZeRO-1"
+fi
+if want ranks; then
+    need_ref
+    layouts ranks 2 1
+    layouts ranks 4 1
+fi
+if want mixed; then
+    need_ref
+    layouts mixed 2 2
+fi
+if want resume; then
+    need_ref
+    if run w4 1 4 4 --dp 4 --ep 2 --zero 1 --devices-per-rank 4 --save "$D/ck" --save-every 10; then
+        run res1 1 1 1 --resume "$D/ck/ckpt_00000010.bin" &&
+            compare "$D/ref.jsonl" "$D/res1.jsonl" "resume dp 4 ep 2 ZeRO-1 -> 1 device" 10
+        run res2 1 2 2 --dp 2 --ep 2 --devices-per-rank 2 --resume "$D/ck/ckpt_00000010.bin" &&
+            compare "$D/ref.jsonl" "$D/res2.jsonl" "resume -> threads dp 2 ep 2" 10
+        run res4 4 1 1 --dp 4 --ep 4 --zero 1 --resume "$D/ck/ckpt_00000010.bin" &&
+            compare "$D/ref.jsonl" "$D/res4.jsonl" "resume -> ranks dp 4 ep 4 ZeRO-1" 10
+    fi
+fi
+if want files; then
+    # an expert-parallel run's model, with evaluation and samples (collective under EP)
+    if run f1 1 2 2 --dp 2 --ep 2 --devices-per-rank 2 --steps 4 --eval-every 2 --sample-len 8 \
+           --sample-every 2 --save-model "$D/moe.safetensors"; then
+        if grep -q "val loss" "$D/f1.log" && grep -q -- "---- sample at step 2" "$D/f1.log"; then
+            echo "ok: evaluation and sampling under expert parallelism"
+        else
+            fail "ep 2: evaluation or sampling output missing"; tail -n 5 "$D/f1.log"
+        fi
+        if $PY - "$D/moe.safetensors" <<'EOF'; then :; else fail "python reading moe.safetensors"; fi
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+meta = head.pop("__metadata__")
+t = {k: np.frombuffer(raw, "<f4", (v["data_offsets"][1] - v["data_offsets"][0]) // 4,
+                      8 + n + v["data_offsets"][0]).reshape(v["shape"]) for k, v in head.items()}
+ok = meta["format"] == "cltrain-gpt" and meta["experts"] == "4" and meta["top_k"] == "2"
+ok &= t["fcw"].shape == (2, 4, 128, 32) and t["routerw"].shape == (2, 4, 32)
+ok &= t["fcprojb"].shape == (2, 4, 32) and all(np.isfinite(a).all() for a in t.values())
+ok &= len(raw) == 8 + n + sum(a.size * 4 for a in t.values())
+print("%s: python reads moe.safetensors with json + numpy: %d tensors, fcw %s, metadata %s" %
+      ("ok" if ok else "FAIL", len(t), t["fcw"].shape, meta))
+sys.exit(0 if ok else 1)
+EOF
+        # --init from it, save again: the same bytes
+        run f2 1 1 1 --init "$D/moe.safetensors" --steps 0 --save-model "$D/moe2.safetensors" &&
+            if cmp -s "$D/moe.safetensors" "$D/moe2.safetensors"; then
+                echo "ok: --init moe.safetensors then --save-model gives the same bytes"
+            else fail "moe safetensors round trip changed the file"; fi
+    fi
+    # a dense model in both formats
+    DENSE="--experts 0"
+    if run d1 1 1 1 $DENSE --steps 3 --save-model "$D/dense.safetensors" &&
+       run d2 1 1 1 $DENSE --steps 3 --save-model "$D/dense.bin"; then
+        run d3 1 1 1 $DENSE --init "$D/dense.safetensors" --steps 0 --save-model "$D/dense2.bin" &&
+            if cmp -s "$D/dense.bin" "$D/dense2.bin"; then
+                echo "ok: a dense model: safetensors -> --init -> llm.c file, the same bytes"
+            else fail "dense safetensors -> llm.c changed the parameters"; fi
+        if $PY - "$D/dense.safetensors" "$D/dense.bin" <<'EOF'; then :; else fail "python dense"; fi
+import json, struct, sys
+import numpy as np
+def load_file(path):  # safetensors.numpy.load_file's result, in ten lines of json + numpy
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    head.pop("__metadata__", None)
+    return {k: np.frombuffer(raw, "<f4", (v["data_offsets"][1] - v["data_offsets"][0]) // 4,
+                             8 + n + v["data_offsets"][0]).reshape(v["shape"])
+            for k, v in head.items()}
+t = load_file(sys.argv[1])
+flat = np.fromfile(sys.argv[2], "<f4", offset=1024)
+order = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
+         "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+ok = sorted(t) == sorted(order) and np.array_equal(np.concatenate([t[k].ravel() for k in order]), flat)
+print("%s: a dense safetensors file read in python equals the llm.c file (%d floats)" %
+      ("ok" if ok else "FAIL", flat.size))
+sys.exit(0 if ok else 1)
+EOF
+    fi
+    # damaged files: refused, naming the tensor or field
+    $PY - "$D/moe.safetensors" "$D" <<'EOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+data = raw[8 + n:]
+def write(name, h, d=data, text=None):
+    b = (text if text is not None else json.dumps(h)).encode()
+    open("%s/%s.safetensors" % (sys.argv[2], name), "wb").write(struct.pack("<Q", len(b)) + b + d)
+def edit(f):
+    h = json.loads(json.dumps(head)); f(h); return h
+write("notjson", None, text=json.dumps(head)[:-5] + " ,}")
+write("missing", edit(lambda h: h.pop("qkvb")))
+write("shape", edit(lambda h: h["fcw"].__setitem__("shape", [2, 4, 32, 128])))
+write("dtype", edit(lambda h: h["lnfw"].__setitem__("dtype", "F16")))
+write("overlap", edit(lambda h: h["lnfb"].__setitem__("data_offsets", h["lnfw"]["data_offsets"])))
+write("range", edit(lambda h: h["lnfb"].__setitem__("data_offsets", [len(data) - 64, len(data) + 64])))
+write("meta", edit(lambda h: h["__metadata__"].pop("top_k")))
+EOF
+    bad_file() {
+        what=$1; msg=$2
+        "$TRAIN" $ARGS --init "$D/$what.safetensors" --metrics "$D/bad.jsonl" >"$D/stdout" 2>"$D/stderr"
+        rc=$?
+        if [ $rc -ne 2 ]; then fail "damaged file $what: status $rc"; cat "$D/stderr"; return; fi
+        if ! grep -qF -- "$msg" "$D/stderr"; then fail "damaged file $what: message lacks '$msg'"; cat "$D/stderr"; return; fi
+        echo "ok: refused $what (status 2): $(head -n 1 "$D/stderr" | cut -c1-160)"
+    }
+    bad_file notjson "not valid JSON"
+    bad_file missing 'tensor "qkvb"'
+    bad_file shape 'tensor "fcw" has shape (2, 4, 32, 128)'
+    bad_file dtype 'tensor "lnfw" has dtype F16'
+    bad_file overlap 'overlap'
+    bad_file range 'tensor "lnfb": data_offsets'
+    bad_file meta '"top_k"'
+fi
+if want refuse; then
+    # expect_bad "what" "message part" RANKS POCL args...
+    expect_bad() {
+        what=$1; msg=$2; nr=$3; npocl=$4; shift 4
+        pd=$(for i in $(seq "$npocl"); do printf 'pthread '; done)
+        if [ "$nr" -gt 1 ]; then
+            POCL_DEVICES="$pd" "$MPIEXEC" -n "$nr" "$TRAIN" $ARGS --metrics "$D/bad.jsonl" "$@" \
+                >"$D/stdout" 2>"$D/stderr"
+        else
+            POCL_DEVICES="$pd" "$TRAIN" $ARGS --metrics "$D/bad.jsonl" "$@" >"$D/stdout" 2>"$D/stderr"
+        fi
+        rc=$?
+        # status 2 (mpiexec passes on a non-zero status of its own)
+        if [ $rc -eq 0 ] || { [ "$nr" -eq 1 ] && [ $rc -ne 2 ]; }; then
+            fail "$what: status $rc"; cat "$D/stderr"; return
+        fi
+        if ! grep -qF -- "$msg" "$D/stderr"; then fail "$what: message lacks '$msg'"; cat "$D/stderr"; return; fi
+        if [ -s "$D/bad.jsonl" ]; then fail "$what: metrics written (work started)"; return; fi
+        rm -f "$D/bad.jsonl"
+        echo "ok: refused $what (status $rc): $(grep -F -- "$msg" "$D/stderr" | head -n 1 | cut -c1-150)"
+    }
+    expect_bad "ep not dividing dp" "--ep 3 does not divide --dp 4" 1 4 --dp 4 --ep 3 --devices-per-rank 4
+    expect_bad "ep not dividing E" "--ep 4 does not divide the 6 experts" 1 4 --dp 4 --ep 4 --experts 6 --devices-per-rank 4
+    expect_bad "ep without experts" "--ep needs a mixture of experts" 1 2 --dp 2 --ep 2 --experts 0 --devices-per-rank 2
+    expect_bad "top-k above E" "--top-k 5 is above --experts 4" 1 1 --top-k 5
+    expect_bad "top-k 0" "--top-k must be >= 1" 1 1 --top-k 0
+    expect_bad "negative capacity" "--capacity-factor must be >= 0" 1 1 --capacity-factor -1
+    expect_bad "negative aux" "--aux-loss must be >= 0" 1 1 --aux-loss -0.5
+    expect_bad "experts with tp" "experts with --tp 2 are not built" 1 2 --tp 2 --devices-per-rank 2
+    expect_bad "experts with ZeRO-2" "experts with --zero 2 are not built" 1 2 --dp 2 --zero 2 --devices-per-rank 2
+    expect_bad "experts with zb1" "experts with --schedule zb1 are not built" 1 2 --pp 2 --schedule zb1 --devices-per-rank 2
+    expect_bad "experts into an llm.c file" "llm.c's model format has no place for experts" 1 1 --save-model "$D/x.bin"
+    expect_bad "ranks: ep not dividing dp" "--ep 4 does not divide --dp 2" 2 1 --dp 2 --ep 4
+fi
+
+if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
+echo "all passed"
