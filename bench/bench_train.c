@@ -32,8 +32,8 @@ typedef struct bench_cfg {
 } bench_cfg;
 
 static const bench_cfg CONFIGS[] = {
-    {"tiny", {1024, 50257, 50304, 4, 4, 256}, 4, 256},
-    {"124m", {1024, 50257, 50304, 12, 12, 768}, 4, 64},
+    {"tiny", {1024, 50257, 50304, 4, 4, 256, 0, 0}, 4, 256},
+    {"124m", {1024, 50257, 50304, 12, 12, 768, 0, 0}, 4, 64},
 };
 
 /* Best SGEMM rate in TFLOP/s over NN, NT, TN at 1024^3 (after one warm-up call each). */
@@ -86,7 +86,7 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     ct_exec *x = NULL;
     ct_schedule *sched = NULL;
     ct_adamw_hp hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    ct_step_result res = {0, 0, 0};
+    ct_step_result res = {0};
     int B = bc->B, T = bc->T, rc = 1;
     int *tok = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     double t0 = now_s();

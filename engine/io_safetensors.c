@@ -68,7 +68,7 @@ static int jstring(jparser *p, char **out) {
     if (p->at >= p->n || p->s[p->at] != '"') return jfail(p, "expected a string");
     p->at++;
     size_t cap = 16, len = 0;
-    char *b = malloc(cap);
+    char *b = ct_malloc(cap);
     if (!b) return jfail(p, "out of memory");
     for (;;) {
         if (p->at >= p->n) {
@@ -113,7 +113,7 @@ static int jstring(jparser *p, char **out) {
             }
         }
         if (len + 2 > cap) {
-            char *nb = realloc(b, cap *= 2);
+            char *nb = ct_realloc(b, cap *= 2);
             if (!nb) {
                 free(b);
                 return jfail(p, "out of memory");
@@ -148,12 +148,12 @@ static int jnumber(jparser *p, jval *v) {
 }
 
 static int jpush(jval *v, char *key) {
-    jval *ni = realloc(v->items, sizeof *ni * (size_t)(v->n + 1));
+    jval *ni = ct_realloc(v->items, sizeof *ni * (size_t)(v->n + 1));
     if (!ni) return -1;
     v->items = ni;
     memset(&v->items[v->n], 0, sizeof *ni);
     if (v->t == J_OBJ) {
-        char **nk = realloc(v->keys, sizeof *nk * (size_t)(v->n + 1));
+        char **nk = ct_realloc(v->keys, sizeof *nk * (size_t)(v->n + 1));
         if (!nk) return -1;
         v->keys = nk;
         v->keys[v->n] = key;
@@ -269,13 +269,13 @@ ct_status ct_safetensors_write(const char *path, const ct_gpt_config *cfg, const
     size_t sizes[CT_GPT_NUM_TENSORS];
     ct_gpt_param_sizes(cfg, sizes);
     size_t cap = 4096, len = 0;
-    char *h = malloc(cap);
+    char *h = ct_malloc(cap);
     if (!h) return CT_ERR(err, CT_ERR_NOMEM, "safetensors: out of memory for the header");
 #define APPEND(...)                                                                                \
     do {                                                                                           \
         int k_ = snprintf(h + len, cap - len, __VA_ARGS__);                                        \
         while (k_ >= 0 && (size_t)k_ >= cap - len) {                                               \
-            char *nh_ = realloc(h, cap *= 2);                                                      \
+            char *nh_ = ct_realloc(h, cap *= 2);                                                      \
             if (!nh_) {                                                                            \
                 free(h);                                                                           \
                 return CT_ERR(err, CT_ERR_NOMEM, "safetensors: out of memory for the header");     \
@@ -377,7 +377,7 @@ static ct_status read_header(FILE *f, const char *path, long fsize, jval *root, 
         return CT_ERR(err, CT_ERR_FORMAT,
                       "%s: the safetensors header length %llu does not fit the file of %ld bytes",
                       path, (unsigned long long)*hl, fsize);
-    char *h = malloc((size_t)*hl + 1);
+    char *h = ct_malloc((size_t)*hl + 1);
     if (!h) return CT_ERR(err, CT_ERR_NOMEM, "%s: out of memory for the header", path);
     if (fread(h, 1, (size_t)*hl, f) != (size_t)*hl) {
         free(h);
@@ -470,8 +470,8 @@ ct_status ct_safetensors_read(const char *path, ct_gpt_config *cfg, float **para
             goto done;
         }
     }
-    p = malloc((n ? n : 1) * sizeof *p);
-    used = calloc(CT_GPT_NUM_TENSORS, sizeof *used);
+    p = ct_malloc((n ? n : 1) * sizeof *p);
+    used = ct_calloc(CT_GPT_NUM_TENSORS, sizeof *used);
     if (!p || !used) {
         st = CT_ERR(err, CT_ERR_NOMEM, "no memory for %zu parameters of %s", n, path);
         goto done;

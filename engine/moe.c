@@ -139,7 +139,7 @@ ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_devic
     ct_status st = ct_moe_check(c, n, err);
     if (st != CT_OK) return st;
     if (!dev || !arena) return CT_ERR(err, CT_ERR_ARG, "ct_moe_create: a device and an arena");
-    ct_moe *m = calloc(1, sizeof *m);
+    ct_moe *m = ct_calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_moe_create: out of host memory");
     m->c = *c;
     m->n = n;
@@ -151,21 +151,21 @@ ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_devic
     regions(c, n, &m->o, &m->nmax, &m->mmax);
     size_t nrec = (size_t)c->slots * c->blocks, E = (size_t)c->experts;
     size_t LE = (size_t)c->layers * E;
-    m->rec = calloc(nrec, sizeof *m->rec);
-    m->rbuf = malloc(3 * (size_t)c->max_B * E * sizeof(int));
-    m->routed = calloc(LE, sizeof(double));
-    m->kept = calloc(LE, sizeof(double));
+    m->rec = ct_calloc(nrec, sizeof *m->rec);
+    m->rbuf = ct_malloc(3 * (size_t)c->max_B * E * sizeof(int));
+    m->routed = ct_calloc(LE, sizeof(double));
+    m->kept = ct_calloc(LE, sizeof(double));
     int ok = m->rec && m->rbuf && m->routed && m->kept;
     for (size_t i = 0; ok && i < nrec; i++) {
-        m->rec[i].sent = malloc(E * sizeof(int));
-        m->rec[i].recv = malloc(E * sizeof(int)); /* ep * El = E */
+        m->rec[i].sent = ct_malloc(E * sizeof(int));
+        m->rec[i].recv = ct_malloc(E * sizeof(int)); /* ep * El = E */
         ok = m->rec[i].sent && m->rec[i].recv;
     }
     if (ok && m->ep) {
         size_t f = m->mmax * (size_t)c->channels;
-        m->sa = malloc((f ? f : 1) * sizeof(float));
-        m->sb = malloc((f ? f : 1) * sizeof(float));
-        m->cnt = malloc((4 * (size_t)n + (size_t)m->el) * sizeof(size_t));
+        m->sa = ct_malloc((f ? f : 1) * sizeof(float));
+        m->sb = ct_malloc((f ? f : 1) * sizeof(float));
+        m->cnt = ct_malloc((4 * (size_t)n + (size_t)m->el) * sizeof(size_t));
         ok = m->sa && m->sb && m->cnt;
     }
     if (!ok) {

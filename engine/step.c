@@ -206,7 +206,7 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
     if (x->experts) {
         const ct_gpt_config *c = ct_params_config(x->P);
         int W = x->world ? ct_comm_size(x->world) : 1;
-        x->moe_counts = calloc(2 * (size_t)c->layers * c->experts + (size_t)W, sizeof(int32_t));
+        x->moe_counts = ct_calloc(2 * (size_t)c->layers * c->experts + (size_t)W, sizeof(int32_t));
         if (!x->moe_counts) {
             free(x);
             return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");

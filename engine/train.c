@@ -1003,7 +1003,7 @@ static ct_status moe_record(ct_trainer *t, int64_t step) {
     ct_exec_moe mo;
     if (!ct_exec_moe_get(t->x, &mo)) return CT_OK;
     size_t LE = (size_t)mo.layers * mo.experts, cap = 256 + 24 * (2 * LE + (size_t)mo.workers);
-    char *b = malloc(cap);
+    char *b = ct_malloc(cap);
     if (!b) return terr(t, NULL, CT_ERR_NOMEM, "no memory for the moe record");
     long long kept = 0, routed = 0;
     for (size_t i = 0; i < LE; i++) kept += mo.kept[i], routed += mo.routed[i];

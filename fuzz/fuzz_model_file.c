@@ -1,6 +1,8 @@
-/* fuzz_model_file.c - fuzz target: llm.c's GPT-2 model file (engine/io_model.c).
- * Any bytes: either a refusal with a message, or a config that passes ct_gpt_config_check with
- * exactly header + parameters, which writes back and reads again to the same parameters. */
+/* fuzz_model_file.c - fuzz target: model files (engine/io_model.c, io_safetensors.c): llm.c's
+ * GPT-2 format or safetensors, told apart by the content. Any bytes: either a refusal with a
+ * message, or a config that passes ct_gpt_config_check with every parameter (an llm.c file:
+ * exactly header + parameters; safetensors: the data inside the file), which writes back in the
+ * same format and reads again to the same parameters. */
 #include "ct_engine_io.h"
 #include "fuzz_util.h"
 
@@ -23,9 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CT_FUZZ_REQUIRE(st == CT_OK && !memcmp(&cfg, &cfg2, sizeof cfg));
     size_t sizes[CT_GPT_NUM_TENSORS];
     CT_FUZZ_REQUIRE(n == ct_gpt_param_sizes(&cfg, sizes));
-    CT_FUZZ_REQUIRE(size == 1024 + 4 * n);
+    int safetensors = ct_safetensors_sniff(data, size);
+    CT_FUZZ_REQUIRE(safetensors ? size >= 8 + 4 * n : size == 1024 + 4 * n);
     char out[600];
-    snprintf(out, sizeof out, "%s.out", path);
+    snprintf(out, sizeof out, "%s.out%s", path, safetensors ? ".safetensors" : "");
     CT_FUZZ_REQUIRE(ct_model_file_write(out, &cfg, p, &err) == CT_OK);
     CT_FUZZ_REQUIRE(ct_model_file_read(out, &cfg2, &q, &n2, &err) == CT_OK);
     CT_FUZZ_REQUIRE(n2 == n && !memcmp(&cfg, &cfg2, sizeof cfg) && !memcmp(p, q, 4 * n));

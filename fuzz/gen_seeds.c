@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     mkdir(root, 0755);
     snprintf(tmp, sizeof tmp, "%s/.gen_seeds.tmp", root);
     /* a tiny model: L=1, C=4, NH=2, V=6, Vp=8, maxT=4 (300 parameters) */
-    ct_gpt_config cfg = {4, 6, 8, 1, 2, 4};
+    ct_gpt_config cfg = {4, 6, 8, 1, 2, 4, 0, 0};
     size_t sizes[CT_GPT_NUM_TENSORS], np = ct_gpt_param_sizes(&cfg, sizes);
     float *p = malloc(np * 4), *m = malloc(np * 4), *v = malloc(np * 4);
     for (size_t i = 0; i < np; i++) p[i] = (float)i / 64 - 2, m[i] = 1e-3f * i, v[i] = 1e-6f * i;
@@ -57,6 +57,24 @@ int main(int argc, char **argv) {
     put(dir, "tiny.bin", b, n);
     put(dir, "header_only.bin", b, 1024);
     free(b);
+    /* the same model as safetensors, and a mixture of experts (E = 2, K = 1) */
+    snprintf(tmp, sizeof tmp, "%s/.gen_seeds.tmp.safetensors", root);
+    if (ct_model_file_write(tmp, &cfg, p, &err)) die("model", &err);
+    b = slurp(tmp, &n);
+    put(dir, "tiny.safetensors", b, n);
+    free(b);
+    ct_gpt_config moe = cfg;
+    moe.experts = 2, moe.top_k = 1;
+    size_t nm = ct_gpt_param_sizes(&moe, sizes);
+    float *pm = malloc(nm * 4);
+    for (size_t i = 0; i < nm; i++) pm[i] = (float)i / 128 - 1;
+    if (ct_model_file_write(tmp, &moe, pm, &err)) die("model", &err);
+    free(pm);
+    b = slurp(tmp, &n);
+    put(dir, "tiny_moe.safetensors", b, n);
+    free(b);
+    remove(tmp);
+    snprintf(tmp, sizeof tmp, "%s/.gen_seeds.tmp", root);
     /* checkpoints of the same model */
     sub(dir, sizeof dir, root, "checkpoint");
     ct_checkpoint ck;

@@ -3,7 +3,8 @@
 set(CT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/fuzz)
 set(CT_FUZZ_IO_SRC
   ${CMAKE_SOURCE_DIR}/engine/io_util.c ${CMAKE_SOURCE_DIR}/engine/io_data.c
-  ${CMAKE_SOURCE_DIR}/engine/io_model.c ${CMAKE_SOURCE_DIR}/engine/io_checkpoint.c
+  ${CMAKE_SOURCE_DIR}/engine/io_model.c ${CMAKE_SOURCE_DIR}/engine/io_safetensors.c
+  ${CMAKE_SOURCE_DIR}/engine/io_checkpoint.c
   ${CMAKE_SOURCE_DIR}/engine/io_tokenizer.c ${CMAKE_SOURCE_DIR}/engine/train_util.c)
 set(CT_FUZZ_TARGETS model_file shards checkpoint tokenizer tune select)
 
