@@ -396,6 +396,7 @@ static void test_init_and_create_errors(ct_device *dev) {
     for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
         size_t off, cnt;
         ct_model_tensor(a, t, &off, &cnt);
+        if (cnt == 0) continue; /* a dense model's router: no elements */
         if (t == CT_GPT_wte) cnt = (size_t)c.vocab * c.channels;
         double s = 0, s2 = 0;
         for (size_t i = 0; i < cnt; i++) s += pa[off + i], s2 += (double)pa[off + i] * pa[off + i];

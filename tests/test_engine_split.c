@@ -113,7 +113,8 @@ static void run(ct_device *dev, ct_attn_path attn) {
         }
         CT_ASSERT_MSG(diff == 0, "attention %d, tensor %d: %zu of %zu gradient entries differ "
                       "from the whole backward", (int)attn, t, diff, cnt);
-        CT_ASSERT_MSG(mx > 0 || t == CT_GPT_wpe, "tensor %d has no gradient at all", t);
+        CT_ASSERT_MSG(mx > 0 || t == CT_GPT_wpe || cnt == 0, /* cnt 0: a dense model's router */
+                      "tensor %d has no gradient at all", t);
     }
     free(p), free(g1), free(g2);
 
