@@ -143,7 +143,12 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(STR, attention, "attention", "gemm",                                                      \
       "attention path: gemm (batched GEMMs, keeps the (B,NH,T,T) scores), fused (online softmax, " \
       "activation memory linear in T) or auto (the faster, measured at start)")                  \
-    X(STR, trace_steps, "trace-steps", "", "steps A:B to trace (0-based, inclusive); default the last three")
+    X(STR, trace_steps, "trace-steps", "", "steps A:B to trace (0-based, inclusive); default the last three") \
+    X(STR, recompute, "recompute", "none",                                                      \
+      "activation recomputation: none | attention (drop the (B,NH,T,T) probabilities and the "   \
+      "LayerNorm and GELU outputs, recompute them before each block's backward) | block (keep "   \
+      "only each block's input, run its forward again before its backward); same losses, less "  \
+      "activation memory, more time")
 
 #define CT__TP_INT int
 #define CT__TP_FLOAT double

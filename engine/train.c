@@ -114,6 +114,22 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
          "for tensor parallelism (its weight half would need the TP gathers again); use gpipe, "
          "1f1b or interleaved",
          p->tp);
+    {
+        ct_recompute rc;
+        NEED(ct_recompute_parse(p->recompute, &rc) == CT_OK,
+             "--recompute must be none, attention or block (got '%s')", p->recompute);
+        ct_attn_path ap = CT_ATTN_GEMM;
+        ct_attn_path_parse(p->attention, &ap);
+        /* auto resolves on the device; only a path given by name is checked here */
+        if (ap != CT_ATTN_AUTO &&
+            (st = ct_model_recompute_check(rc, ap, p->pp > 1 && kind == CT_SCHED_ZB1, err)) !=
+                CT_OK) {
+            char m[CT_ERR_MSG_MAX];
+            snprintf(m, sizeof m, "%s", err->msg);
+            return CT_ERR(err, CT_ERR_ARG, "--recompute %s with --schedule %s: %s", p->recompute,
+                          p->schedule, m);
+        }
+    }
     NEED(!(p->pp > 1 && p->zero >= 2 && (kind == CT_SCHED_INTERLEAVED || kind == CT_SCHED_ZB1)),
          "--zero %d with --schedule %s: ZeRO-2 and 3 send each block's gradient to its DP group "
          "after every backward, through a gradient working buffer of two blocks; the interleaved "
@@ -591,6 +607,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     }
     plan.tp = t->grid ? ct_grid_tp(t->grid) : NULL;
     plan.sp = p->sequence_parallel;
+    ct_recompute_parse(p->recompute, &plan.recompute); /* checked by ct_train_params_check */
     if (N > 1) {
         plan.chunks.nchunks = v;
         for (int j = 0, lo = 0, c = 0; c < r->nchunks; lo += r->split[c], c++)
