@@ -11,6 +11,7 @@
 
 #include "ct_engine_model.h"
 #include "ct_engine_step.h"
+#include "engine_impl.h"
 
 /* The tensors a block saves for its backward, in slot order. Each is kept in the slot (nb
  * consecutive copies, one per block of the longest chunk) or, when the plan's recompute mode
@@ -246,6 +247,75 @@ ct_status ct_model_tp_check(const ct_gpt_config *c, int N, int sp, int T, ct_err
     return CT_OK;
 }
 
+/* Floats of each of the TP pieces' two host staging buffers: the largest transfer, a (B,T,C)
+ * activation or the loss statistics (3 per token). */
+static size_t tp_staging_floats(const ct_gpt_config *cfg, int B, int T) {
+    size_t BTC = (size_t)B * T * (size_t)cfg->channels, BT3 = 3 * (size_t)B * T;
+    return BTC > BT3 ? BTC : BT3;
+}
+
+/* Every check of a plan that needs no device (with_group: the TP group must be in the plan). */
+static ct_status plan_check(const ct_gpt_config *cfg, const ct_layout *layout,
+                            const ct_coords *coords, const ct_model_plan *plan, int with_group,
+                            const char *what, ct_err *err) {
+    ct_status st;
+#define PFAIL(code, fmt, ...) CT_ERR(err, code, fmt, what, __VA_ARGS__)
+    int max_B = plan->max_B, max_T = plan->max_T;
+    if (cfg->layers < 1 || cfg->heads < 1 || cfg->channels < 1 || cfg->vocab < 1 ||
+        cfg->max_seq < 1 || cfg->padded_vocab < cfg->vocab)
+        return PFAIL(CT_ERR_ARG,
+                      "%s: bad config (L=%d NH=%d C=%d V=%d Vp=%d maxT=%d): all must "
+                      "be positive and Vp >= V",
+                      cfg->layers, cfg->heads, cfg->channels, cfg->vocab, cfg->padded_vocab,
+                      cfg->max_seq);
+    if (cfg->channels % cfg->heads != 0)
+        return PFAIL(CT_ERR_ARG, "%s: heads (%d) must divide channels (%d)",
+                      cfg->heads, cfg->channels);
+    if (max_B < 1 || max_T < 1 || max_T > cfg->max_seq || plan->slots < 1)
+        return PFAIL(CT_ERR_ARG,
+                      "%s: batch %d, sequence %d and slots %d must be positive, "
+                      "sequence <= max_seq %d",
+                      max_B, max_T, plan->slots, cfg->max_seq);
+    if ((double)max_B * max_T * cfg->padded_vocab >= 2147483647.0 ||
+        (double)max_B * max_T * 4 * cfg->channels >= 2147483647.0 ||
+        (plan->attention == CT_ATTN_GEMM &&
+         (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0))
+        return PFAIL(CT_ERR_UNSUPPORTED,
+                      "%s: batch %d x sequence %d is too large (a tensor would exceed "
+                      "2^31 elements)",
+                      max_B, max_T);
+    if (layout->dp < 1 || layout->tp < 1 || layout->pp < 1 || coords->dp_rank < 0 ||
+        coords->dp_rank >= layout->dp || coords->tp_rank < 0 || coords->tp_rank >= layout->tp ||
+        coords->pp_rank < 0 || coords->pp_rank >= layout->pp)
+        return PFAIL(CT_ERR_ARG,
+                      "%s: coordinates (dp %d, tp %d, pp %d) outside the layout "
+                      "dp=%d tp=%d pp=%d",
+                      coords->dp_rank, coords->tp_rank, coords->pp_rank, layout->dp, layout->tp,
+                      layout->pp);
+    int N = layout->tp;
+    if ((st = ct_model_tp_check(cfg, N, plan->sp, max_T, err)) != CT_OK) return st;
+    if (with_group && N > 1 && (!plan->tp || ct_comm_size(plan->tp) != N ||
+                  ct_comm_rank(plan->tp) != coords->tp_rank))
+        return PFAIL(CT_ERR_ARG,
+                      "%s: tp = %d needs the TP group in the plan (ct_grid_tp: %d "
+                      "workers, this one rank %d); got %s",
+                      N, N, coords->tp_rank, plan->tp ? "a group of another size or rank" : "none");
+    if (N > 1 && plan->split_backward)
+        return PFAIL(CT_ERR_UNSUPPORTED,
+                      "%s: the split backward of zero-bubble schedules is not built "
+                      "for tensor parallelism (tp = %d): its weight half would need the TP "
+                      "gathers again; use a schedule without the split (gpipe, 1f1b, "
+                      "interleaved)",
+                      N);
+    if (layout->zero < 0 || layout->zero > 3 || (layout->zero > 0 && layout->dp < 2))
+        return PFAIL(CT_ERR_UNSUPPORTED,
+                      "%s: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
+                      "are built; a ZeRO stage needs dp >= 2)",
+                      layout->zero, layout->dp);
+#undef PFAIL
+    return CT_OK;
+}
+
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
                           const ct_coords *coords, ct_device *dev, int max_B, int max_T,
                           ct_err *err) {
@@ -264,58 +334,9 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     if (!cfg || !layout || !coords || !dev || !plan)
         return CT_ERR(err, CT_ERR_ARG,
                       "ct_model_create: config, layout, coords, device and plan needed");
-    int max_B = plan->max_B, max_T = plan->max_T;
-    if (cfg->layers < 1 || cfg->heads < 1 || cfg->channels < 1 || cfg->vocab < 1 ||
-        cfg->max_seq < 1 || cfg->padded_vocab < cfg->vocab)
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: bad config (L=%d NH=%d C=%d V=%d Vp=%d maxT=%d): all must "
-                      "be positive and Vp >= V",
-                      cfg->layers, cfg->heads, cfg->channels, cfg->vocab, cfg->padded_vocab,
-                      cfg->max_seq);
-    if (cfg->channels % cfg->heads != 0)
-        return CT_ERR(err, CT_ERR_ARG, "ct_model_create: heads (%d) must divide channels (%d)",
-                      cfg->heads, cfg->channels);
-    if (max_B < 1 || max_T < 1 || max_T > cfg->max_seq || plan->slots < 1)
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: batch %d, sequence %d and slots %d must be positive, "
-                      "sequence <= max_seq %d",
-                      max_B, max_T, plan->slots, cfg->max_seq);
-    if ((double)max_B * max_T * cfg->padded_vocab >= 2147483647.0 ||
-        (double)max_B * max_T * 4 * cfg->channels >= 2147483647.0 ||
-        (plan->attention == CT_ATTN_GEMM &&
-         (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0))
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: batch %d x sequence %d is too large (a tensor would exceed "
-                      "2^31 elements)",
-                      max_B, max_T);
-    if (layout->dp < 1 || layout->tp < 1 || layout->pp < 1 || coords->dp_rank < 0 ||
-        coords->dp_rank >= layout->dp || coords->tp_rank < 0 || coords->tp_rank >= layout->tp ||
-        coords->pp_rank < 0 || coords->pp_rank >= layout->pp)
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: coordinates (dp %d, tp %d, pp %d) outside the layout "
-                      "dp=%d tp=%d pp=%d",
-                      coords->dp_rank, coords->tp_rank, coords->pp_rank, layout->dp, layout->tp,
-                      layout->pp);
-    int N = layout->tp;
-    if ((st = ct_model_tp_check(cfg, N, plan->sp, max_T, err)) != CT_OK) return st;
-    if (N > 1 && (!plan->tp || ct_comm_size(plan->tp) != N ||
-                  ct_comm_rank(plan->tp) != coords->tp_rank))
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: tp = %d needs the TP group in the plan (ct_grid_tp: %d "
-                      "workers, this one rank %d); got %s",
-                      N, N, coords->tp_rank, plan->tp ? "a group of another size or rank" : "none");
-    if (N > 1 && plan->split_backward)
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: the split backward of zero-bubble schedules is not built "
-                      "for tensor parallelism (tp = %d): its weight half would need the TP "
-                      "gathers again; use a schedule without the split (gpipe, 1f1b, "
-                      "interleaved)",
-                      N);
-    if (layout->zero < 0 || layout->zero > 3 || (layout->zero > 0 && layout->dp < 2))
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
-                      "are built; a ZeRO stage needs dp >= 2)",
-                      layout->zero, layout->dp);
+    if ((st = plan_check(cfg, layout, coords, plan, 1, "ct_model_create", err)) != CT_OK)
+        return st;
+    int max_B = plan->max_B, max_T = plan->max_T, N = layout->tp;
     m = ct_calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
     m->cfg = *cfg;
@@ -369,9 +390,8 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     if (N > 1) {
         ct_tp_opts to = ct_tp_opts_default();
         to.sp = m->sp;
-        size_t BTC = (size_t)max_B * max_T * (size_t)cfg->channels, BT3 = 3 * (size_t)max_B * max_T;
-        if ((st = ct_tp_create(&m->tp, plan->tp, dev, m->acts, BTC > BT3 ? BTC : BT3, &to, err)) !=
-            CT_OK)
+        if ((st = ct_tp_create(&m->tp, plan->tp, dev, m->acts, tp_staging_floats(cfg, max_B, max_T),
+                               &to, err)) != CT_OK)
             goto cleanup;
     }
     if ((st = ct_optim_create(&m->opt, m->P, &m->prof, err)) != CT_OK) goto cleanup;
@@ -386,6 +406,36 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
 cleanup:
     ct_model_free(m);
     return st;
+}
+
+ct_status ct__model_arena_plan(const ct_gpt_config *cfg, const ct_params *P,
+                               const ct_model_plan *plan, ct__arena *out, ct_err *err) {
+    ct_status st;
+    const ct_layout *lay = ct_params_layout(P);
+    memset(out, 0, sizeof *out);
+    if ((st = plan_check(cfg, lay, ct_params_coords(P), plan, 0, "ct_model_mem_predict", err)) !=
+        CT_OK)
+        return st;
+    /* auto is settled on the device at creation; the GEMM path's arena is never the smaller */
+    ct_attn_path attn = plan->attention == CT_ATTN_FUSED ? CT_ATTN_FUSED : CT_ATTN_GEMM;
+    if ((st = ct_model_recompute_check(plan->recompute, attn, plan->split_backward, err)) != CT_OK)
+        return st;
+    int N = lay->tp, nb = 0;
+    for (int k = 0; k < ct_params_nchunks(P); k++) {
+        int lo, hi;
+        ct_params_chunk(P, k, &lo, &hi);
+        if (hi - lo > nb) nb = hi - lo;
+    }
+    arena_plan a;
+    plan_arena(&a, cfg, N, N > 1 && plan->sp, nb, ct_params_has_head(P), attn, plan->max_B,
+               plan->max_T, plan->split_backward, plan->recompute);
+    out->slot = a.s.total, out->scratch = a.x.total;
+    out->layer = (a.s.lnf - a.s.blk[0]) / (size_t)(nb ? nb : 1);
+    out->recompute = a.x.rc_hi - a.x.rc_lo;
+    out->blocks = nb;
+    out->attention = attn;
+    out->tp_staging = N > 1 ? tp_staging_floats(cfg, plan->max_B, plan->max_T) : 0;
+    return CT_OK;
 }
 
 void ct_model_free(ct_model *m) {
