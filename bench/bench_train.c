@@ -2,7 +2,8 @@
  * achieved TFLOP/s and MFU for fixed configurations, then a per-op time split.
  *
  *   bench_train [--config tiny|124m|all] [--steps N] [--warmup N] [--peak-tflops X]
- *               [--profile-steps N] [--device SPEC]
+ *               [--profile-steps N] [--device SPEC] [--recompute none|attention|block|all]
+ *               [--attention gemm|fused] [--seq T] [--batch B] [--layers L]
  *
  * Configurations (GPT-2 vocabulary: V=50257, Vp=50304, maxT=1024):
  *   tiny: L=4, C=256, NH=4, T=256, B=4;     124m: L=12, C=768, NH=12, T=64, B=4.
@@ -14,7 +15,16 @@
  * "peak" says which. The time split runs extra steps with a device finish after every op (host
  * timers), so its total is a little above the plain step time; GEMM buckets also show their
  * achieved GFLOP/s (attention counts the full T x T products the batched GEMMs compute). Each result also goes out as one
- * JSON line prefixed "JSON " for scripts. */
+ * JSON line prefixed "JSON " for scripts.
+ *
+ * --recompute MODE runs the configurations with that activation recomputation (all: none,
+ * attention and block one after the other, then a table of each mode's step time and activation
+ * memory against none's). Activation memory is the arena the model allocated (device category
+ * "activations": slots x slot + scratch, checked against the memory model's prediction), and
+ * its layers' part: L x the bytes a block keeps + the recompute scratch (one block's dropped
+ * tensors), which is what recomputation changes; the rest (the head's logits, the backward's
+ * scratch) is the same in every mode. --seq, --batch, --layers override the configuration's
+ * (e.g. --seq 1024 --batch 1 for the long-sequence figures). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,8 +87,15 @@ static double bucket_flops(const char *name, const ct_gpt_config *c, int B, int 
     return f;
 }
 
+/* What one run measured, for the recompute table. */
+typedef struct run_fig {
+    double ms, best_ms;
+    double act, act_layers; /* bytes: the arena; L x layer + the recompute scratch */
+} run_fig;
+
 static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup, int psteps,
-                      double peak, const char *peak_src) {
+                      double peak, const char *peak_src, ct_recompute rcm, ct_attn_path ap,
+                      run_fig *fig) {
     ct_err err = {0};
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
@@ -90,8 +107,28 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     int B = bc->B, T = bc->T, rc = 1;
     int *tok = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     double t0 = now_s();
-    if (ct_model_create(&m, &bc->cfg, &lay, &at, dev, B, T, &err)) {
+    ct_model_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.max_B = B, plan.max_T = T, plan.slots = 1, plan.attention = ap, plan.recompute = rcm;
+    ct_mem_stats m0;
+    ct_device_mem_stats(dev, &m0);
+    if (ct_model_create_plan(&m, &bc->cfg, &lay, &at, dev, &plan, &err)) {
         fprintf(stderr, "%s: %s\n", bc->name, err.msg);
+        goto done;
+    }
+    ct_mem_predict mp;
+    ct_mem_stats m1;
+    ct_device_mem_stats(dev, &m1);
+    if (ct_model_mem_predict(&bc->cfg, &lay, &at, &plan, NULL, &mp, &err)) {
+        fprintf(stderr, "%s: memory model: %s\n", bc->name, err.msg);
+        goto done;
+    }
+    double act = (double)(m1.current[CT_MEM_ACTIVATIONS] - m0.current[CT_MEM_ACTIVATIONS]);
+    double layers = (double)bc->cfg.layers * (double)ct_model_layer_bytes(m) +
+                    (double)ct_model_recompute_bytes(m);
+    if (act != (double)mp.device[CT_MEM_ACTIVATIONS]) {
+        fprintf(stderr, "%s: activation bytes allocated %.0f, predicted %llu\n", bc->name, act,
+                (unsigned long long)mp.device[CT_MEM_ACTIVATIONS]);
         goto done;
     }
     /* the engine's own step: the executor on the 1x1x1 layout with the trivial list */
@@ -129,9 +166,16 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     ct_model_grad_norm(m, &norm);
     ct_mem_stats ms_;
     ct_device_mem_stats(dev, &ms_);
-    printf("\n== %s: L=%d C=%d NH=%d T=%d B=%d V=%d Vp=%d, %.2fM parameters (setup %.1f s)\n",
+    printf("\n== %s: L=%d C=%d NH=%d T=%d B=%d V=%d Vp=%d, %.2fM parameters (setup %.1f s), "
+           "attention %s, recompute %s\n",
            bc->name, bc->cfg.layers, bc->cfg.channels, bc->cfg.heads, T, B, bc->cfg.vocab,
-           bc->cfg.padded_vocab, ct_model_num_params(m) / 1e6, setup);
+           bc->cfg.padded_vocab, ct_model_num_params(m) / 1e6, setup,
+           ct_attn_path_name(ct_model_attention(m, NULL)), ct_recompute_name(rcm));
+    printf("activations: %.1f MiB allocated (= predicted), of which the layers %.1f MiB (%d x %.2f "
+           "MiB + %.2f MiB recompute scratch); slot %.1f MiB, scratch %.1f MiB\n",
+           act / 1048576.0, layers / 1048576.0, bc->cfg.layers,
+           ct_model_layer_bytes(m) / 1048576.0, ct_model_recompute_bytes(m) / 1048576.0,
+           ct_model_slot_bytes(m) / 1048576.0, ct_model_scratch_bytes(m) / 1048576.0);
     printf("%d steps after %d warm-up: %.1f ms/step (best %.1f), %.0f tokens/s (best %.0f), "
            "%.3f TFLOP/s, MFU %.1f%% (best %.1f%%) of %.3f TFLOP/s (%s); loss %.4f -> %.4f; "
            "device memory peak %.1f MiB\n",
@@ -139,8 +183,13 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
            peak_src, first, loss, ms_.total_peak / 1048576.0);
     printf("JSON {\"config\":\"%s\",\"impl\":\"cltrain\",\"ms_per_step\":%.2f,"
            "\"best_ms_per_step\":%.2f,\"tokens_per_s\":%.1f,\"best_tokens_per_s\":%.1f,"
-           "\"tflops\":%.4f,\"mfu\":%.4f,\"best_mfu\":%.4f,\"peak_tflops\":%.4f,\"steps\":%d}\n",
-           bc->name, ms, best_ms, tps, best_tps, tflops, mfu, best_mfu, peak, steps);
+           "\"tflops\":%.4f,\"mfu\":%.4f,\"best_mfu\":%.4f,\"peak_tflops\":%.4f,\"steps\":%d,"
+           "\"T\":%d,\"B\":%d,\"L\":%d,\"attention\":\"%s\",\"recompute\":\"%s\","
+           "\"act_bytes\":%.0f,\"act_layer_bytes\":%.0f}\n",
+           bc->name, ms, best_ms, tps, best_tps, tflops, mfu, best_mfu, peak, steps, T, B,
+           bc->cfg.layers, ct_attn_path_name(ct_model_attention(m, NULL)), ct_recompute_name(rcm),
+           act, layers);
+    if (fig) fig->ms = ms, fig->best_ms = best_ms, fig->act = act, fig->act_layers = layers;
     if (psteps > 0) {
         ct_model_profile_enable(m, 1);
         ct_model_profile_reset(m);
@@ -183,14 +232,16 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const char *config = "all", *spec = NULL;
-    int steps = 5, warmup = 2, psteps = 2;
+    const char *config = "all", *spec = NULL, *recompute = "none", *attention = "gemm";
+    int steps = 5, warmup = 2, psteps = 2, seq = 0, batch = 0, layers = 0;
     double peak = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: bench_train [--config tiny|124m|all (all)] [--steps N (5)] [--warmup N "
-                   "(2)] [--profile-steps N (2)] [--peak-tflops X (0: measure)] [--device SPEC]\n");
+                   "(2)] [--profile-steps N (2)] [--peak-tflops X (0: measure)] [--device SPEC] "
+                   "[--recompute none|attention|block|all (none)] [--attention gemm|fused "
+                   "(gemm)] [--seq T] [--batch B] [--layers L] (0: the configuration's)\n");
             return 0;
         }
         if (!v) {
@@ -203,15 +254,31 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--profile-steps")) psteps = atoi(v);
         else if (!strcmp(a, "--peak-tflops")) peak = atof(v);
         else if (!strcmp(a, "--device")) spec = v;
+        else if (!strcmp(a, "--recompute")) recompute = v;
+        else if (!strcmp(a, "--attention")) attention = v;
+        else if (!strcmp(a, "--seq")) seq = atoi(v);
+        else if (!strcmp(a, "--batch")) batch = atoi(v);
+        else if (!strcmp(a, "--layers")) layers = atoi(v);
         else {
             fprintf(stderr, "bench_train: unknown flag '%s' (see --help)\n", a);
             return 2;
         }
         i++;
     }
-    if (steps < 1 || warmup < 0 || psteps < 0 ||
+    ct_recompute rcm = CT_RECOMPUTE_NONE;
+    ct_attn_path ap = CT_ATTN_GEMM;
+    int all_modes = !strcmp(recompute, "all");
+    if (steps < 1 || warmup < 0 || psteps < 0 || seq < 0 || batch < 0 || layers < 0 ||
         (strcmp(config, "all") && strcmp(config, "tiny") && strcmp(config, "124m"))) {
-        fprintf(stderr, "bench_train: bad --config/--steps/--warmup/--profile-steps value\n");
+        fprintf(stderr, "bench_train: bad --config/--steps/--warmup/--profile-steps/--seq/--batch/"
+                        "--layers value\n");
+        return 2;
+    }
+    if ((!all_modes && ct_recompute_parse(recompute, &rcm) != CT_OK) ||
+        ct_attn_path_parse(attention, &ap) != CT_OK || ap == CT_ATTN_AUTO) {
+        fprintf(stderr, "bench_train: --recompute must be none, attention, block or all, "
+                        "--attention gemm or fused (got '%s', '%s')\n",
+                recompute, attention);
         return 2;
     }
     ct_err err = {0};
@@ -233,9 +300,30 @@ int main(int argc, char **argv) {
     }
     printf("peak: %.3f TFLOP/s (%s)\n", peak, src);
     int rc = 0;
-    for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++)
-        if (!strcmp(config, "all") || !strcmp(config, CONFIGS[i].name))
-            rc |= run_config(dev, &CONFIGS[i], steps, warmup, psteps, peak, src);
+    for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++) {
+        if (strcmp(config, "all") && strcmp(config, CONFIGS[i].name)) continue;
+        bench_cfg bc = CONFIGS[i];
+        if (seq) bc.T = seq;
+        if (batch) bc.B = batch;
+        if (layers) bc.cfg.layers = layers;
+        if (bc.T > bc.cfg.max_seq) bc.cfg.max_seq = bc.T;
+        run_fig fig[3];
+        int lo = all_modes ? CT_RECOMPUTE_NONE : (int)rcm, hi = all_modes ? CT_RECOMPUTE_BLOCK : (int)rcm;
+        for (int k = lo; k <= hi; k++)
+            rc |= run_config(dev, &bc, steps, warmup, psteps, peak, src, (ct_recompute)k, ap,
+                             &fig[k - lo]);
+        if (all_modes && !rc) {
+            printf("\n%s (T=%d B=%d L=%d, %s): recompute | ms/step (best) | x none | activations "
+                   "MiB | none / it | layers MiB | none / it\n",
+                   bc.name, bc.T, bc.B, bc.cfg.layers, attention);
+            for (int k = 0; k < 3; k++)
+                printf("  %-9s | %8.1f (%8.1f) | %5.3f | %8.1f | %5.2f | %8.1f | %5.2f\n",
+                       ct_recompute_name((ct_recompute)k), fig[k].ms, fig[k].best_ms,
+                       fig[k].best_ms / fig[0].best_ms, fig[k].act / 1048576.0,
+                       fig[0].act / fig[k].act, fig[k].act_layers / 1048576.0,
+                       fig[0].act_layers / fig[k].act_layers);
+        }
+    }
     ct_device_free(dev);
     ct_device_list_free(list);
     return rc ? 1 : 0;
