@@ -17,9 +17,9 @@
  * achieved GFLOP/s (attention counts the full T x T products the batched GEMMs compute). Each result also goes out as one
  * JSON line prefixed "JSON " for scripts.
  *
- * --recompute MODE runs the configurations with that activation recomputation (all: none,
- * attention and block one after the other, then a table of each mode's step time and activation
- * memory against none's). Activation memory is the arena the model allocated (device category
+ * --recompute MODE runs the configurations with that activation recomputation (all: the three
+ * modes' models built side by side and their steps interleaved, then a table of each mode's
+ * step time and activation memory against none's; their losses must agree bitwise). Activation memory is the arena the model allocated (device category
  * "activations": slots x slot + scratch, checked against the memory model's prediction), and
  * its layers' part: L x the bytes a block keeps + the recompute scratch (one block's dropped
  * tensors), which is what recomputation changes; the rest (the head's logits, the backward's
@@ -87,15 +87,8 @@ static double bucket_flops(const char *name, const ct_gpt_config *c, int B, int 
     return f;
 }
 
-/* What one run measured, for the recompute table. */
-typedef struct run_fig {
-    double ms, best_ms;
-    double act, act_layers; /* bytes: the arena; L x layer + the recompute scratch */
-} run_fig;
-
 static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup, int psteps,
-                      double peak, const char *peak_src, ct_recompute rcm, ct_attn_path ap,
-                      run_fig *fig) {
+                      double peak, const char *peak_src, ct_recompute rcm, ct_attn_path ap) {
     ct_err err = {0};
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
@@ -189,7 +182,6 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
            bc->name, ms, best_ms, tps, best_tps, tflops, mfu, best_mfu, peak, steps, T, B,
            bc->cfg.layers, ct_attn_path_name(ct_model_attention(m, NULL)), ct_recompute_name(rcm),
            act, layers);
-    if (fig) fig->ms = ms, fig->best_ms = best_ms, fig->act = act, fig->act_layers = layers;
     if (psteps > 0) {
         ct_model_profile_enable(m, 1);
         ct_model_profile_reset(m);
@@ -226,6 +218,103 @@ done:
     ct_sched_free(sched);
     ct_exec_free(x);
     ct_model_free(m);
+    free(tok);
+    free(tg);
+    return rc;
+}
+
+/* --recompute all: the three modes' models side by side on the device, their steps interleaved
+ * (none, attention, block, none, ...) so that a change of the machine's load between them
+ * touches every mode alike; the same tokens, so the losses must agree bitwise. */
+static int compare_modes(ct_device *dev, const bench_cfg *bc, int steps, int warmup,
+                         ct_attn_path ap) {
+    enum { NM = 3 };
+    ct_err err = {0};
+    ct_layout lay = {1, 1, 1, 0, 1};
+    ct_coords at = {0, 0, 0, 0};
+    ct_model *m[NM] = {0};
+    ct_exec *x[NM] = {0};
+    ct_schedule *sched = NULL;
+    ct_adamw_hp hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    double act[NM], layers[NM], best[NM], sum[NM], loss[NM];
+    int B = bc->B, T = bc->T, rc = 1;
+    int *tok = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    if (ct_sched_make(CT_SCHED_TRIVIAL, 1, 1, 1, &sched, &err)) goto fail_err;
+    for (int k = 0; k < NM; k++) {
+        ct_model_plan plan;
+        memset(&plan, 0, sizeof plan);
+        plan.max_B = B, plan.max_T = T, plan.slots = 1, plan.attention = ap;
+        plan.recompute = (ct_recompute)k;
+        ct_mem_stats m0, m1;
+        ct_mem_predict mp;
+        ct_device_mem_stats(dev, &m0);
+        if (ct_model_create_plan(&m[k], &bc->cfg, &lay, &at, dev, &plan, &err) ||
+            ct_model_mem_predict(&bc->cfg, &lay, &at, &plan, NULL, &mp, &err))
+            goto fail_err;
+        ct_device_mem_stats(dev, &m1);
+        act[k] = (double)(m1.current[CT_MEM_ACTIVATIONS] - m0.current[CT_MEM_ACTIVATIONS]);
+        if (act[k] != (double)mp.device[CT_MEM_ACTIVATIONS]) {
+            fprintf(stderr, "%s: activation bytes allocated %.0f, predicted %llu\n", bc->name,
+                    act[k], (unsigned long long)mp.device[CT_MEM_ACTIVATIONS]);
+            goto done;
+        }
+        layers[k] = (double)bc->cfg.layers * (double)ct_model_layer_bytes(m[k]) +
+                    (double)ct_model_recompute_bytes(m[k]);
+        if (ct_exec_create(&x[k], m[k], NULL, NULL, &err)) goto fail_err;
+        if (ct_model_init_random(m[k], 1337)) {
+            fprintf(stderr, "%s: %s\n", bc->name, ct_model_errmsg(m[k]));
+            goto done;
+        }
+        best[k] = 1e30, sum[k] = 0;
+    }
+    uint64_t s = 42;
+    for (int i = 0; i < B * T + 1; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int v = (int)((s >> 33) % (uint64_t)bc->cfg.vocab);
+        if (i < B * T) tok[i] = v;
+        if (i > 0) tg[i - 1] = v;
+    }
+    for (int i = 0; i < warmup + steps; i++)
+        for (int k = 0; k < NM; k++) {
+            ct_step_result res;
+            double t0 = now_s();
+            if (ct_exec_step(x[k], sched, tok, tg, B, T, &hp, i + 1, &res)) {
+                fprintf(stderr, "%s: %s\n", bc->name, ct_exec_errmsg(x[k]));
+                goto done;
+            }
+            double dt = now_s() - t0;
+            loss[k] = res.loss;
+            if (i >= warmup) {
+                sum[k] += dt;
+                if (dt < best[k]) best[k] = dt;
+            }
+        }
+    printf("\n== %s: L=%d C=%d NH=%d T=%d B=%d, attention %s: the three modes interleaved, %d "
+           "steps each after %d warm-up; last losses %.7f %.7f %.7f (%s)\n",
+           bc->name, bc->cfg.layers, bc->cfg.channels, bc->cfg.heads, T, B,
+           ct_attn_path_name(ct_model_attention(m[0], NULL)), steps, warmup, loss[0], loss[1],
+           loss[2], loss[0] == loss[1] && loss[0] == loss[2] ? "bitwise equal" : "DIFFER");
+    printf("  recompute | ms/step mean (best) | best x none | activations MiB | none / it | "
+           "layers MiB | none / it\n");
+    for (int k = 0; k < NM; k++) {
+        printf("  %-9s | %9.1f (%9.1f) | %6.3f | %9.1f | %5.2f | %9.1f | %5.2f\n",
+               ct_recompute_name((ct_recompute)k), 1e3 * sum[k] / steps, 1e3 * best[k],
+               best[k] / best[0], act[k] / 1048576.0, act[0] / act[k], layers[k] / 1048576.0,
+               layers[0] / layers[k]);
+        printf("JSON {\"config\":\"%s\",\"T\":%d,\"B\":%d,\"L\":%d,\"attention\":\"%s\","
+               "\"recompute\":\"%s\",\"ms_per_step\":%.2f,\"best_ms_per_step\":%.2f,"
+               "\"act_bytes\":%.0f,\"act_layer_bytes\":%.0f,\"loss\":%.9g}\n",
+               bc->name, T, B, bc->cfg.layers, ct_attn_path_name(ct_model_attention(m[k], NULL)),
+               ct_recompute_name((ct_recompute)k), 1e3 * sum[k] / steps, 1e3 * best[k], act[k],
+               layers[k], loss[k]);
+    }
+    rc = loss[0] == loss[1] && loss[0] == loss[2] ? 0 : 1;
+    goto done;
+fail_err:
+    fprintf(stderr, "%s: %s\n", bc->name, err.msg);
+done:
+    for (int k = 0; k < NM; k++) ct_exec_free(x[k]), ct_model_free(m[k]);
+    ct_sched_free(sched);
     free(tok);
     free(tg);
     return rc;
@@ -307,22 +396,8 @@ int main(int argc, char **argv) {
         if (batch) bc.B = batch;
         if (layers) bc.cfg.layers = layers;
         if (bc.T > bc.cfg.max_seq) bc.cfg.max_seq = bc.T;
-        run_fig fig[3];
-        int lo = all_modes ? CT_RECOMPUTE_NONE : (int)rcm, hi = all_modes ? CT_RECOMPUTE_BLOCK : (int)rcm;
-        for (int k = lo; k <= hi; k++)
-            rc |= run_config(dev, &bc, steps, warmup, psteps, peak, src, (ct_recompute)k, ap,
-                             &fig[k - lo]);
-        if (all_modes && !rc) {
-            printf("\n%s (T=%d B=%d L=%d, %s): recompute | ms/step (best) | x none | activations "
-                   "MiB | none / it | layers MiB | none / it\n",
-                   bc.name, bc.T, bc.B, bc.cfg.layers, attention);
-            for (int k = 0; k < 3; k++)
-                printf("  %-9s | %8.1f (%8.1f) | %5.3f | %8.1f | %5.2f | %8.1f | %5.2f\n",
-                       ct_recompute_name((ct_recompute)k), fig[k].ms, fig[k].best_ms,
-                       fig[k].best_ms / fig[0].best_ms, fig[k].act / 1048576.0,
-                       fig[0].act / fig[k].act, fig[k].act_layers / 1048576.0,
-                       fig[0].act_layers / fig[k].act_layers);
-        }
+        if (all_modes) rc |= compare_modes(dev, &bc, steps, warmup, ap);
+        else rc |= run_config(dev, &bc, steps, warmup, psteps, peak, src, rcm, ap);
     }
     ct_device_free(dev);
     ct_device_list_free(list);
