@@ -128,7 +128,7 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     ct_device_opts dopts = ct_device_opts_default();
     if (ct_device_open(&dev, &list[picks[k]], &dopts, &err)) DIE("%s", err.msg);
     int Vp = (o->V + 127) / 128 * 128;
-    ct_gpt_config cfg = {o->T, o->V, Vp, o->L, o->NH, o->C};
+    ct_gpt_config cfg = {o->T, o->V, Vp, o->L, o->NH, o->C, 0, 0};
     int sp = N > 1 && o->sp;
     if (ct_model_tp_check(&cfg, N, sp, o->T, &err)) DIE("%s", err.msg);
     ct_layout lay = {1, N, 1, 0, 1};

@@ -2,7 +2,8 @@
  * achieved TFLOP/s and MFU for fixed configurations, then a per-op time split.
  *
  *   bench_train [--config tiny|124m|all] [--steps N] [--warmup N] [--peak-tflops X]
- *               [--profile-steps N] [--device SPEC]
+ *               [--profile-steps N] [--device SPEC] [--recompute none|attention|block|all]
+ *               [--attention gemm|fused] [--seq T] [--batch B] [--layers L]
  *
  * Configurations (GPT-2 vocabulary: V=50257, Vp=50304, maxT=1024):
  *   tiny: L=4, C=256, NH=4, T=256, B=4;     124m: L=12, C=768, NH=12, T=64, B=4.
@@ -14,7 +15,16 @@
  * "peak" says which. The time split runs extra steps with a device finish after every op (host
  * timers), so its total is a little above the plain step time; GEMM buckets also show their
  * achieved GFLOP/s (attention counts the full T x T products the batched GEMMs compute). Each result also goes out as one
- * JSON line prefixed "JSON " for scripts. */
+ * JSON line prefixed "JSON " for scripts.
+ *
+ * --recompute MODE runs the configurations with that activation recomputation (all: the three
+ * modes' models built side by side and their steps interleaved, then a table of each mode's
+ * step time and activation memory against none's; their losses must agree bitwise). Activation memory is the arena the model allocated (device category
+ * "activations": slots x slot + scratch, checked against the memory model's prediction), and
+ * its layers' part: L x the bytes a block keeps + the recompute scratch (one block's dropped
+ * tensors), which is what recomputation changes; the rest (the head's logits, the backward's
+ * scratch) is the same in every mode. --seq, --batch, --layers override the configuration's
+ * (e.g. --seq 1024 --batch 1 for the long-sequence figures). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,7 +88,7 @@ static double bucket_flops(const char *name, const ct_gpt_config *c, int B, int 
 }
 
 static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup, int psteps,
-                      double peak, const char *peak_src) {
+                      double peak, const char *peak_src, ct_recompute rcm, ct_attn_path ap) {
     ct_err err = {0};
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
@@ -90,8 +100,28 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     int B = bc->B, T = bc->T, rc = 1;
     int *tok = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     double t0 = now_s();
-    if (ct_model_create(&m, &bc->cfg, &lay, &at, dev, B, T, &err)) {
+    ct_model_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.max_B = B, plan.max_T = T, plan.slots = 1, plan.attention = ap, plan.recompute = rcm;
+    ct_mem_stats m0;
+    ct_device_mem_stats(dev, &m0);
+    if (ct_model_create_plan(&m, &bc->cfg, &lay, &at, dev, &plan, &err)) {
         fprintf(stderr, "%s: %s\n", bc->name, err.msg);
+        goto done;
+    }
+    ct_mem_predict mp;
+    ct_mem_stats m1;
+    ct_device_mem_stats(dev, &m1);
+    if (ct_model_mem_predict(&bc->cfg, &lay, &at, &plan, NULL, &mp, &err)) {
+        fprintf(stderr, "%s: memory model: %s\n", bc->name, err.msg);
+        goto done;
+    }
+    double act = (double)(m1.current[CT_MEM_ACTIVATIONS] - m0.current[CT_MEM_ACTIVATIONS]);
+    double layers = (double)bc->cfg.layers * (double)ct_model_layer_bytes(m) +
+                    (double)ct_model_recompute_bytes(m);
+    if (act != (double)mp.device[CT_MEM_ACTIVATIONS]) {
+        fprintf(stderr, "%s: activation bytes allocated %.0f, predicted %llu\n", bc->name, act,
+                (unsigned long long)mp.device[CT_MEM_ACTIVATIONS]);
         goto done;
     }
     /* the engine's own step: the executor on the 1x1x1 layout with the trivial list */
@@ -129,9 +159,16 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     ct_model_grad_norm(m, &norm);
     ct_mem_stats ms_;
     ct_device_mem_stats(dev, &ms_);
-    printf("\n== %s: L=%d C=%d NH=%d T=%d B=%d V=%d Vp=%d, %.2fM parameters (setup %.1f s)\n",
+    printf("\n== %s: L=%d C=%d NH=%d T=%d B=%d V=%d Vp=%d, %.2fM parameters (setup %.1f s), "
+           "attention %s, recompute %s\n",
            bc->name, bc->cfg.layers, bc->cfg.channels, bc->cfg.heads, T, B, bc->cfg.vocab,
-           bc->cfg.padded_vocab, ct_model_num_params(m) / 1e6, setup);
+           bc->cfg.padded_vocab, ct_model_num_params(m) / 1e6, setup,
+           ct_attn_path_name(ct_model_attention(m, NULL)), ct_recompute_name(rcm));
+    printf("activations: %.1f MiB allocated (= predicted), of which the layers %.1f MiB (%d x %.2f "
+           "MiB + %.2f MiB recompute scratch); slot %.1f MiB, scratch %.1f MiB\n",
+           act / 1048576.0, layers / 1048576.0, bc->cfg.layers,
+           ct_model_layer_bytes(m) / 1048576.0, ct_model_recompute_bytes(m) / 1048576.0,
+           ct_model_slot_bytes(m) / 1048576.0, ct_model_scratch_bytes(m) / 1048576.0);
     printf("%d steps after %d warm-up: %.1f ms/step (best %.1f), %.0f tokens/s (best %.0f), "
            "%.3f TFLOP/s, MFU %.1f%% (best %.1f%%) of %.3f TFLOP/s (%s); loss %.4f -> %.4f; "
            "device memory peak %.1f MiB\n",
@@ -139,8 +176,12 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
            peak_src, first, loss, ms_.total_peak / 1048576.0);
     printf("JSON {\"config\":\"%s\",\"impl\":\"cltrain\",\"ms_per_step\":%.2f,"
            "\"best_ms_per_step\":%.2f,\"tokens_per_s\":%.1f,\"best_tokens_per_s\":%.1f,"
-           "\"tflops\":%.4f,\"mfu\":%.4f,\"best_mfu\":%.4f,\"peak_tflops\":%.4f,\"steps\":%d}\n",
-           bc->name, ms, best_ms, tps, best_tps, tflops, mfu, best_mfu, peak, steps);
+           "\"tflops\":%.4f,\"mfu\":%.4f,\"best_mfu\":%.4f,\"peak_tflops\":%.4f,\"steps\":%d,"
+           "\"T\":%d,\"B\":%d,\"L\":%d,\"attention\":\"%s\",\"recompute\":\"%s\","
+           "\"act_bytes\":%.0f,\"act_layer_bytes\":%.0f}\n",
+           bc->name, ms, best_ms, tps, best_tps, tflops, mfu, best_mfu, peak, steps, T, B,
+           bc->cfg.layers, ct_attn_path_name(ct_model_attention(m, NULL)), ct_recompute_name(rcm),
+           act, layers);
     if (psteps > 0) {
         ct_model_profile_enable(m, 1);
         ct_model_profile_reset(m);
@@ -182,15 +223,114 @@ done:
     return rc;
 }
 
+/* --recompute all: the three modes' models side by side on the device, their steps interleaved
+ * (none, attention, block, none, ...) so that a change of the machine's load between them
+ * touches every mode alike; the same tokens, so the losses must agree bitwise. */
+static int compare_modes(ct_device *dev, const bench_cfg *bc, int steps, int warmup,
+                         ct_attn_path ap) {
+    enum { NM = 3 };
+    ct_err err = {0};
+    ct_layout lay = {1, 1, 1, 0, 1};
+    ct_coords at = {0, 0, 0, 0};
+    ct_model *m[NM] = {0};
+    ct_exec *x[NM] = {0};
+    ct_schedule *sched = NULL;
+    ct_adamw_hp hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    double act[NM], layers[NM], best[NM], sum[NM], loss[NM];
+    int B = bc->B, T = bc->T, rc = 1;
+    int *tok = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    if (ct_sched_make(CT_SCHED_TRIVIAL, 1, 1, 1, &sched, &err)) goto fail_err;
+    for (int k = 0; k < NM; k++) {
+        ct_model_plan plan;
+        memset(&plan, 0, sizeof plan);
+        plan.max_B = B, plan.max_T = T, plan.slots = 1, plan.attention = ap;
+        plan.recompute = (ct_recompute)k;
+        ct_mem_stats m0, m1;
+        ct_mem_predict mp;
+        ct_device_mem_stats(dev, &m0);
+        if (ct_model_create_plan(&m[k], &bc->cfg, &lay, &at, dev, &plan, &err) ||
+            ct_model_mem_predict(&bc->cfg, &lay, &at, &plan, NULL, &mp, &err))
+            goto fail_err;
+        ct_device_mem_stats(dev, &m1);
+        act[k] = (double)(m1.current[CT_MEM_ACTIVATIONS] - m0.current[CT_MEM_ACTIVATIONS]);
+        if (act[k] != (double)mp.device[CT_MEM_ACTIVATIONS]) {
+            fprintf(stderr, "%s: activation bytes allocated %.0f, predicted %llu\n", bc->name,
+                    act[k], (unsigned long long)mp.device[CT_MEM_ACTIVATIONS]);
+            goto done;
+        }
+        layers[k] = (double)bc->cfg.layers * (double)ct_model_layer_bytes(m[k]) +
+                    (double)ct_model_recompute_bytes(m[k]);
+        if (ct_exec_create(&x[k], m[k], NULL, NULL, &err)) goto fail_err;
+        if (ct_model_init_random(m[k], 1337)) {
+            fprintf(stderr, "%s: %s\n", bc->name, ct_model_errmsg(m[k]));
+            goto done;
+        }
+        best[k] = 1e30, sum[k] = 0;
+    }
+    uint64_t s = 42;
+    for (int i = 0; i < B * T + 1; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int v = (int)((s >> 33) % (uint64_t)bc->cfg.vocab);
+        if (i < B * T) tok[i] = v;
+        if (i > 0) tg[i - 1] = v;
+    }
+    for (int i = 0; i < warmup + steps; i++)
+        for (int k = 0; k < NM; k++) {
+            ct_step_result res;
+            double t0 = now_s();
+            if (ct_exec_step(x[k], sched, tok, tg, B, T, &hp, i + 1, &res)) {
+                fprintf(stderr, "%s: %s\n", bc->name, ct_exec_errmsg(x[k]));
+                goto done;
+            }
+            double dt = now_s() - t0;
+            loss[k] = res.loss;
+            if (i >= warmup) {
+                sum[k] += dt;
+                if (dt < best[k]) best[k] = dt;
+            }
+        }
+    printf("\n== %s: L=%d C=%d NH=%d T=%d B=%d, attention %s: the three modes interleaved, %d "
+           "steps each after %d warm-up; last losses %.7f %.7f %.7f (%s)\n",
+           bc->name, bc->cfg.layers, bc->cfg.channels, bc->cfg.heads, T, B,
+           ct_attn_path_name(ct_model_attention(m[0], NULL)), steps, warmup, loss[0], loss[1],
+           loss[2], loss[0] == loss[1] && loss[0] == loss[2] ? "bitwise equal" : "DIFFER");
+    printf("  recompute | ms/step mean (best) | best x none | activations MiB | none / it | "
+           "layers MiB | none / it\n");
+    for (int k = 0; k < NM; k++) {
+        printf("  %-9s | %9.1f (%9.1f) | %6.3f | %9.1f | %5.2f | %9.1f | %5.2f\n",
+               ct_recompute_name((ct_recompute)k), 1e3 * sum[k] / steps, 1e3 * best[k],
+               best[k] / best[0], act[k] / 1048576.0, act[0] / act[k], layers[k] / 1048576.0,
+               layers[0] / layers[k]);
+        printf("JSON {\"config\":\"%s\",\"T\":%d,\"B\":%d,\"L\":%d,\"attention\":\"%s\","
+               "\"recompute\":\"%s\",\"ms_per_step\":%.2f,\"best_ms_per_step\":%.2f,"
+               "\"act_bytes\":%.0f,\"act_layer_bytes\":%.0f,\"loss\":%.9g}\n",
+               bc->name, T, B, bc->cfg.layers, ct_attn_path_name(ct_model_attention(m[k], NULL)),
+               ct_recompute_name((ct_recompute)k), 1e3 * sum[k] / steps, 1e3 * best[k], act[k],
+               layers[k], loss[k]);
+    }
+    rc = loss[0] == loss[1] && loss[0] == loss[2] ? 0 : 1;
+    goto done;
+fail_err:
+    fprintf(stderr, "%s: %s\n", bc->name, err.msg);
+done:
+    for (int k = 0; k < NM; k++) ct_exec_free(x[k]), ct_model_free(m[k]);
+    ct_sched_free(sched);
+    free(tok);
+    free(tg);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    const char *config = "all", *spec = NULL;
-    int steps = 5, warmup = 2, psteps = 2;
+    const char *config = "all", *spec = NULL, *recompute = "none", *attention = "gemm";
+    int steps = 5, warmup = 2, psteps = 2, seq = 0, batch = 0, layers = 0;
     double peak = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: bench_train [--config tiny|124m|all (all)] [--steps N (5)] [--warmup N "
-                   "(2)] [--profile-steps N (2)] [--peak-tflops X (0: measure)] [--device SPEC]\n");
+                   "(2)] [--profile-steps N (2)] [--peak-tflops X (0: measure)] [--device SPEC] "
+                   "[--recompute none|attention|block|all (none)] [--attention gemm|fused "
+                   "(gemm)] [--seq T] [--batch B] [--layers L] (0: the configuration's)\n");
             return 0;
         }
         if (!v) {
@@ -203,15 +343,31 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--profile-steps")) psteps = atoi(v);
         else if (!strcmp(a, "--peak-tflops")) peak = atof(v);
         else if (!strcmp(a, "--device")) spec = v;
+        else if (!strcmp(a, "--recompute")) recompute = v;
+        else if (!strcmp(a, "--attention")) attention = v;
+        else if (!strcmp(a, "--seq")) seq = atoi(v);
+        else if (!strcmp(a, "--batch")) batch = atoi(v);
+        else if (!strcmp(a, "--layers")) layers = atoi(v);
         else {
             fprintf(stderr, "bench_train: unknown flag '%s' (see --help)\n", a);
             return 2;
         }
         i++;
     }
-    if (steps < 1 || warmup < 0 || psteps < 0 ||
+    ct_recompute rcm = CT_RECOMPUTE_NONE;
+    ct_attn_path ap = CT_ATTN_GEMM;
+    int all_modes = !strcmp(recompute, "all");
+    if (steps < 1 || warmup < 0 || psteps < 0 || seq < 0 || batch < 0 || layers < 0 ||
         (strcmp(config, "all") && strcmp(config, "tiny") && strcmp(config, "124m"))) {
-        fprintf(stderr, "bench_train: bad --config/--steps/--warmup/--profile-steps value\n");
+        fprintf(stderr, "bench_train: bad --config/--steps/--warmup/--profile-steps/--seq/--batch/"
+                        "--layers value\n");
+        return 2;
+    }
+    if ((!all_modes && ct_recompute_parse(recompute, &rcm) != CT_OK) ||
+        ct_attn_path_parse(attention, &ap) != CT_OK || ap == CT_ATTN_AUTO) {
+        fprintf(stderr, "bench_train: --recompute must be none, attention, block or all, "
+                        "--attention gemm or fused (got '%s', '%s')\n",
+                recompute, attention);
         return 2;
     }
     ct_err err = {0};
@@ -233,9 +389,16 @@ int main(int argc, char **argv) {
     }
     printf("peak: %.3f TFLOP/s (%s)\n", peak, src);
     int rc = 0;
-    for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++)
-        if (!strcmp(config, "all") || !strcmp(config, CONFIGS[i].name))
-            rc |= run_config(dev, &CONFIGS[i], steps, warmup, psteps, peak, src);
+    for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++) {
+        if (strcmp(config, "all") && strcmp(config, CONFIGS[i].name)) continue;
+        bench_cfg bc = CONFIGS[i];
+        if (seq) bc.T = seq;
+        if (batch) bc.B = batch;
+        if (layers) bc.cfg.layers = layers;
+        if (bc.T > bc.cfg.max_seq) bc.cfg.max_seq = bc.T;
+        if (all_modes) rc |= compare_modes(dev, &bc, steps, warmup, ap);
+        else rc |= run_config(dev, &bc, steps, warmup, psteps, peak, src, rcm, ap);
+    }
     ct_device_free(dev);
     ct_device_list_free(list);
     return rc ? 1 : 0;

@@ -1,7 +1,7 @@
 /* ct_engine.h - the engine's public header: the GPT-2 config and parameter table, the device ops,
  * the parameter layout, tensor parallelism's pieces and the model's stage entry points, the step
- * executor and what it drives (gradients, ZeRO, the optimizer, state, traces), training I/O and
- * the trainer.
+ * executor and what it drives (gradients, ZeRO, the optimizer, state, traces), the memory model,
+ * training I/O and the trainer.
  *
  *     #include "ct_engine.h"
  *     ct_model *m = NULL;
@@ -19,6 +19,7 @@
 #include "ct_engine_moe.h"
 #include "ct_engine_model.h"
 #include "ct_engine_step.h"
+#include "ct_engine_mem.h"
 #include "ct_engine_io.h"
 #include "ct_engine_train.h"
 

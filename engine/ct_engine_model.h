@@ -46,6 +46,34 @@ extern "C" {
 
 typedef struct ct_model ct_model;
 
+/* Activation recomputation: what a block drops after its forward and runs again right before
+ * its backward (the same kernels on the same inputs, so the results are bitwise those of the
+ * run without it; only memory and time change).
+ *   NONE       every block keeps all it saves for its backward.
+ *   ATTENTION  selective (Korthikanti et al. 2022): the attention probabilities (B,NH,T,T) of
+ *              the GEMM path, which grow with T^2, and the tensors that are cheap to get back
+ *              (the two LayerNorm outputs and the GELU output, (B,T,C) + (B,T,C) + (B,T,4C))
+ *              are dropped; the scores' GEMM, the softmax, the LayerNorms and the GELU are run
+ *              again. The fused path keeps no scores (its (B,NH,T) log-sum-exp is kept), so there
+ *              only the cheap tensors go. With the split backward (zb1) the deferred weight half
+ *              reads the cheap tensors, so only the probabilities go (fused + zb1: refused, it
+ *              would drop nothing).
+ *   BLOCK      a block keeps only its output (the next block's input; the first keeps the
+ *              chunk's input); before its backward its forward runs again up to the GELU into
+ *              one block's worth of shared scratch. Refused with the split backward (zb1). */
+typedef enum ct_recompute {
+    CT_RECOMPUTE_NONE = 0,
+    CT_RECOMPUTE_ATTENTION,
+    CT_RECOMPUTE_BLOCK
+} ct_recompute;
+const char *ct_recompute_name(ct_recompute r); /* "none", "attention", "block" */
+/* "none", "attention" or "block"; anything else is CT_ERR_ARG (no message: the caller names
+ * the flag). */
+ct_status ct_recompute_parse(const char *s, ct_recompute *out);
+/* Whether mode rc can run with attention path attn (gemm or fused) and the split backward:
+ * CT_ERR_UNSUPPORTED with the reason for block + split and attention + split + fused. */
+ct_status ct_model_recompute_check(ct_recompute rc, ct_attn_path attn, int split, ct_err *err);
+
 /* What the activation arena is planned for. */
 typedef struct ct_model_plan {
     int max_B, max_T; /* the largest micro-batch (rows, tokens per row) */
@@ -71,6 +99,7 @@ typedef struct ct_model_plan {
      * run on it). Not built with tp > 1 or split_backward. */
     double moe_capacity, moe_aux;
     ct_comm *ep;
+    ct_recompute recompute; /* what blocks drop and recompute (default none) */
 } ct_model_plan;
 
 /* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T
@@ -117,6 +146,8 @@ size_t ct_model_slot_bytes(const ct_model *m);
 size_t ct_model_scratch_bytes(const ct_model *m);
 /* Activation bytes one block keeps in a slot for its backward (the per-layer part of a slot). */
 size_t ct_model_layer_bytes(const ct_model *m);
+/* The part of the scratch that holds one block's dropped tensors (0 with recompute none). */
+size_t ct_model_recompute_bytes(const ct_model *m);
 /* The attention path the model runs (gemm or fused; auto is resolved at creation), the fused
  * block shapes (cfg may be NULL), and one line saying what was chosen and why. */
 ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg);

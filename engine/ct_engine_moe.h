@@ -63,6 +63,9 @@ void ct_moe_plan(const ct_moe_cfg *c, int ep, size_t *block_floats, size_t *scra
 /* The config checked (E, K, F, alpha, sizes) against an EP group of ep workers (ep divides E):
  * CT_ERR_ARG naming the first problem. */
 ct_status ct_moe_check(const ct_moe_cfg *c, int ep, ct_err *err);
+/* Floats of each of the two host staging buffers ct_moe_create allocates for an EP group of ep
+ * workers (0 for ep = 1): what the memory model counts (ct_moe_host_bytes once created). */
+size_t ct_moe_staging_floats(const ct_moe_cfg *c, int ep);
 
 /* ep: this worker's EP group (NULL or one worker: every expert here, no communication). arena:
  * the buffer the views passed later point into (staged reads and writes go through it). Host
@@ -72,6 +75,7 @@ ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_devic
 void ct_moe_free(ct_moe *m);
 /* This worker's experts [first, first + count). */
 void ct_moe_experts(const ct_moe *m, int *first, int *count);
+/* Host bytes of the EP staging (0 without expert parallelism); the memory report's comm. */
 size_t ct_moe_host_bytes(const ct_moe *m);
 
 /* The layer's parameters (or their gradients): the router (E,C) and this worker's experts one

@@ -50,7 +50,7 @@ static inline ct_view ct_view_none(void) {
 #define CT_PROFILE_BUCKETS(X)                                                                   \
     X(encoder_fwd) X(layernorm_fwd) X(matmul_qkv_fwd) X(attention_fwd) X(matmul_attproj_fwd)    \
     X(residual_fwd) X(matmul_fc_fwd) X(gelu_fwd) X(matmul_fcproj_fwd) X(matmul_logits_fwd)      \
-    X(crossentropy_fwd) X(crossentropy_bwd) X(matmul_logits_bwd) X(layernorm_bwd)               \
+    X(crossentropy_fwd) X(crossentropy_bwd) X(matmul_logits_bwd) X(layernorm_bwd) X(recompute) \
     X(matmul_fcproj_bwd) X(gelu_bwd) X(matmul_fc_bwd) X(matmul_attproj_bwd) X(attention_bwd)    \
     X(matmul_qkv_bwd) X(encoder_bwd) X(zero_grad) X(grad_norm) X(adamw) X(upload) X(readback)    \
     X(moe_fwd) X(moe_bwd)
@@ -117,6 +117,10 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
                                ct_view qkvr /* (3,B,NH,T,hs) = */, ct_view att /* (B,NH,T,T) = */,
                                ct_view inp /* (B,T,3C) */, ct_view vaccum /* (B,NH,T,hs) scratch */,
                                int B, int T, int C, int NH);
+/* The probabilities alone from the head-major q, k: the forward's own GEMM and softmax calls,
+ * so a recomputation before the backward (ct_model_plan.recompute) gives the forward's bits. */
+ct_status ct_attention_probs(ct_device *dev, ct_view att /* (B,NH,T,T) = */,
+                             ct_view qkvr /* (3,B,NH,T,hs) */, int B, int T, int C, int NH);
 /* Scratch: dqkvr (3,B,NH,T,hs), datt (2,B,NH,T,T) (the score gradient and a transposed copy),
  * dvaccum (B,NH,T,hs). */
 ct_status ct_attention_backward(ct_device *dev, ct_view dinp /* (B,T,3C) = */,

@@ -60,11 +60,23 @@ typedef struct ct_params_plan {
 
 /* The worker's layout (tp > 1: this TP rank's slice of every split tensor, engine/tp.c)
  * and its pipeline chunks. A config or layout that cannot be is CT_ERR_ARG / CT_ERR_UNSUPPORTED
- * with a message; device memory that cannot be had is CT_ERR_DEVICE_MEM naming the buffer. */
+ * with a message; device memory that cannot be had is CT_ERR_DEVICE_MEM naming the buffer.
+ * dev NULL: the layout only, no device buffer (what the memory model reads: every query below
+ * works except the buffers, host copies and initialisation). */
 ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_layout *layout,
                            const ct_coords *coords, const ct_params_plan *plan, ct_device *dev,
                            ct_err *err);
 void ct_params_free(ct_params *P);
+
+/* The device buffers this worker's layout takes (ct_params_create allocates exactly these):
+ * category, name, bytes; returns how many (<= CT_PARAMS_MAX_BUFFERS). */
+#define CT_PARAMS_MAX_BUFFERS 8
+typedef struct ct_params_buf {
+    ct_mem_category category;
+    const char *name;
+    size_t bytes;
+} ct_params_buf;
+int ct_params_buffers(const ct_params *P, ct_params_buf out[CT_PARAMS_MAX_BUFFERS]);
 const char *ct_params_errmsg(const ct_params *P);
 
 const ct_gpt_config *ct_params_config(const ct_params *P);

@@ -46,6 +46,8 @@ typedef struct ct_optim ct_optim;
  * prof (may be NULL): where its time goes in profiling mode (the model's buckets). */
 ct_status ct_optim_create(ct_optim **out, ct_params *P, ct_profile *prof, ct_err *err);
 void ct_optim_free(ct_optim *o);
+/* Device bytes ct_optim_create allocates for P's layout (workspace; P may be layout-only). */
+ct_status ct_optim_workspace_bytes(const ct_params *P, size_t *bytes, ct_err *err);
 const char *ct_optim_errmsg(const ct_optim *o);
 /* The L2 norm of this worker's whole gradient buffer, computed on the device and read back. */
 ct_status ct_optim_local_norm(ct_optim *o, float *norm);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ct_engine_mem.h"
 #include "ct_gpt_config.h"
 #include "ct_status.h"
 
@@ -157,7 +158,12 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(STR, attention, "attention", "gemm",                                                      \
       "attention path: gemm (batched GEMMs, keeps the (B,NH,T,T) scores), fused (online softmax, " \
       "activation memory linear in T) or auto (the faster, measured at start)")                  \
-    X(STR, trace_steps, "trace-steps", "", "steps A:B to trace (0-based, inclusive); default the last three")
+    X(STR, trace_steps, "trace-steps", "", "steps A:B to trace (0-based, inclusive); default the last three") \
+    X(STR, recompute, "recompute", "none",                                                      \
+      "activation recomputation: none | attention (drop the (B,NH,T,T) probabilities and the "   \
+      "LayerNorm and GELU outputs, recompute them before each block's backward) | block (keep "   \
+      "only each block's input, run its forward again before its backward); same losses, less "  \
+      "activation memory, more time")
 
 #define CT__TP_INT int
 #define CT__TP_FLOAT double
@@ -293,7 +299,22 @@ ct_status ct_prompt_parse(const char *prompt, int vocab, int eot, int *tokens, i
  * directories that must exist); the LR schedule is parsed into *sched. CT_ERR_ARG naming it. */
 ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched, ct_err *err);
 
-typedef struct ct_exec ct_exec; /* ct_engine_step.h */
+/* What the trainer builds for worker `worker` (world rank) of the run p (checked by
+ * ct_train_params_check) on a model of shape cfg: the layout, the worker's coordinates, and its
+ * model plan (micro-batch rows batch/dp, the sequence, the schedule's peak live micro-batches on
+ * its stage as slots, its chunks of blocks from --pp-split or the FLOP-balanced split, the split
+ * backward under zb1, attention path, sequence parallelism, recompute mode; plan.tp NULL: the
+ * trainer puts its TP group there). Pure: ct_trainer_create plans its model with it, so a
+ * prediction from it is the trainer's. */
+ct_status ct_train_worker_plan(const ct_train_params *p, const ct_gpt_config *cfg, int worker,
+                               ct_layout *lay, ct_coords *at, ct_model_plan *plan, ct_err *err);
+/* The executor options of the run (--bucket-mb, --overlap). */
+ct_exec_opts ct_train_exec_opts(const ct_train_params *p);
+/* The memory model (ct_engine_mem.h) for worker `worker` of the run, model + executor as the
+ * trainer builds them: what its memory report will show (--attention auto: the GEMM path's
+ * figures, flagged attention_bound). Pure: no device, no MPI. */
+ct_status ct_train_mem_predict(const ct_train_params *p, const ct_gpt_config *cfg, int worker,
+                               ct_mem_predict *out, ct_err *err);
 
 /* What the workers of one process share, read-only once they start: the model's shape (from a
  * checkpoint, an llm.c file or the flags), the data (corpus: the text used without --data or

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ct_engine_step.h"
+#include "engine_impl.h"
 
 typedef struct bucket {
     size_t lo, hi; /* flat range */
@@ -182,6 +183,41 @@ static ct_status cut_buckets(ct_grads *g, size_t bucket_floats) {
     return st;
 }
 
+/* Host staging floats once the buckets are cut: the whole local layout with overlap (bucket k
+ * at its own offset, several in flight), else the biggest bucket. */
+static size_t stage_floats(const ct_grads *g) {
+    size_t biggest = 0;
+    for (int k = 0; k < g->nb; k++)
+        if (g->b[k].hi - g->b[k].lo > biggest) biggest = g->b[k].hi - g->b[k].lo;
+    return g->overlap ? g->local : biggest;
+}
+
+ct_status ct__grads_host_bytes_plan(const ct_params *P, const ct_grad_range *ranges, int n,
+                                    const ct_grads_opts *o, size_t *bytes, ct_err *err) {
+    ct_grads_opts def = ct_grads_opts_default();
+    if (!o) o = &def;
+    *bytes = 0;
+    if (n <= 0) return CT_OK; /* nothing to reduce: the executor makes no ct_grads */
+    ct_grads g;
+    memset(&g, 0, sizeof g);
+    g.P = (ct_params *)P;
+    g.zero = ct_params_zero_stage(P);
+    g.overlap = o->overlap;
+    g.local = ct_params_local_len(P);
+    ct_params_shard(P, &g.lo, &g.hi);
+    g.ranges = (ct_grad_range *)ranges;
+    g.nranges = n;
+    size_t bf = o->bucket_bytes / sizeof(float);
+    if (bf < 1024) bf = 1024;
+    ct_status st = cut_buckets(&g, bf);
+    if (st == CT_OK)
+        *bytes = (stage_floats(&g) + (g.zero >= 2 ? g.hi - g.lo : 0)) * sizeof(float);
+    else
+        CT_ERR(err, st, "%s", g.err.msg);
+    free(g.b);
+    return st;
+}
+
 ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *ranges, int n,
                           const ct_grads_opts *o, ct_err *err) {
     *out = NULL;
@@ -233,10 +269,7 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
         ct_grads_free(g);
         return st;
     }
-    size_t biggest = 0;
-    for (int k = 0; k < g->nb; k++)
-        if (g->b[k].hi - g->b[k].lo > biggest) biggest = g->b[k].hi - g->b[k].lo;
-    g->stage_floats = g->overlap ? g->local : biggest;
+    g->stage_floats = stage_floats(g);
     g->ev = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->ev);
     g->order = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->order);
     g->stage = ct_malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));

@@ -11,20 +11,45 @@
 
 #include "ct_engine_model.h"
 #include "ct_engine_step.h"
+#include "engine_impl.h"
+
+/* The tensors a block saves for its backward, in slot order. Each is kept in the slot (nb
+ * consecutive copies, one per block of the longest chunk) or, when the plan's recompute mode
+ * drops it, lives in the shared recompute scratch (one copy: the block being run forward, or
+ * recomputed before its backward). */
+enum {
+    B_LN1, B_LN1M, B_LN1R, B_QKVR, B_ATT, B_ATTY, B_RES2, B_LN2, B_LN2M, B_LN2R, B_FCH, B_FCHG,
+    B_RES3, B__COUNT
+};
 
 /* One slot's regions (offsets in floats from the slot's start), planned for (max_B, max_T) and
  * up to `nb` blocks (the longest chunk). Per-block tensors are nb consecutive copies. */
 typedef struct slot_plan {
-    size_t tokens, targets, in, ln1, ln1m, ln1r, qkvr, att, atty, res2, ln2, ln2m, ln2r, fch, fchg,
-        res3, moe, wg, lnf, lnfm, lnfr, logits, losses, lse, loss, total;
+    size_t tokens, targets, in, blk[B__COUNT], moe, wg, lnf, lnfm, lnfr, logits, losses, lse, loss,
+        total;
 } slot_plan;
 /* The scratch shared by all slots (offsets from the arena's start). */
 typedef struct scratch_plan {
     size_t qkv, proj, vaccum, dres, dA, dB, dqkvr, datt, dvaccum;
     size_t xfull, dfull, stats; /* tensor parallelism: gathered rows (SP), loss statistics */
     size_t moex;                /* the MoE layer's scratch */
+    size_t rc[B__COUNT];        /* recomputation: one block's dropped tensors */
+    size_t rc_lo, rc_hi;        /* their extent */
     size_t total;
 } scratch_plan;
+
+/* The whole arena plan: a pure function of (config, plan, layout, held blocks, path), shared by
+ * the model (which allocates it) and the memory model (which predicts it). */
+typedef struct arena_plan {
+    slot_plan s;
+    scratch_plan x;
+    int kept[B__COUNT];   /* 1: in the slot; 0: dropped (recompute scratch) */
+    size_t bsz[B__COUNT]; /* floats of one block's copy */
+    /* per-block strides within a slot (floats): rows outside the TP regions (BTl x C, BTl),
+     * this worker's QKV, attention output and MLP columns (BT x 3C/N, C/N, 4C/N), scores */
+    size_t lrow, lst, lqkv, latty, lfc, attL;
+    size_t lmoe; /* the MoE layer's floats per block (0: dense) */
+} arena_plan;
 
 typedef struct slot_state {
     int B, T;         /* shape of the slot's micro-batch */
@@ -45,13 +70,8 @@ struct ct_model {
     ct_tp *tp;
     int N, r, sp;
     ct_moe *moe;        /* mixture of experts (NULL: the dense MLP) */
-    size_t lmoe, xmoe;  /* its floats per block in a slot, and its scratch */
     int *chunk_of;     /* [L]: chunk index of block l, -1 if not held */
-    slot_plan s;
-    scratch_plan x;
-    /* per-block strides within a slot (floats): rows outside the TP regions (BTl x C, BTl),
-     * this worker's QKV, attention output and MLP columns (BT x 3C/N, C/N, 4C/N), scores */
-    size_t lrow, lst, lqkv, latty, lfc, attL;
+    arena_plan ar;
     ct_attn_path attn;      /* the attention path this model runs (gemm or fused) */
     ct_attn_cfg acfg;       /* the fused kernels' block shapes */
     char attn_note[1800];   /* why (for the start-up log) */
@@ -95,23 +115,43 @@ int ct_model_tensor_decays(int i) {
  * log-sum-exp and outputs, 4C/N of the MLP, Vp/N logits) for all B*T rows; with sequence
  * parallelism the rest (the residual stream, LayerNorms, dres) holds only this worker's BT/N
  * rows, the gathered LayerNorm output lives in scratch (xfull) and is gathered again in
- * backward. N = 1 is the plain model's arena, region for region. */
-static void plan_arena(ct_model *m, int B, int T, int head) {
-    const ct_gpt_config *c = &m->cfg;
-    size_t nb = (size_t)m->nb, C = (size_t)c->channels, N = (size_t)m->N;
+ * backward. N = 1 is the plain model's arena, region for region. Recomputation (rc) moves the
+ * tensors it drops from the slot's per-block regions into one shared copy at the end of the
+ * scratch; with rc none the arena is exactly what it was before recomputation existed. A
+ * mixture of experts (c->experts > 0) has no fch/fchg: its layer keeps its own tensors, lmoe
+ * floats per block in the slot (ct_moe_plan), and xmoe floats of scratch. Those are kept under
+ * every recompute mode: recomputing them would repeat the layer's routing and its all-to-alls
+ * over the EP group (block mode recomputes the block up to ln2, the MoE layer's input). */
+static void plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, int nbw, int head,
+                       ct_attn_path attn, int B, int T, int split, ct_recompute rc, size_t lmoe,
+                       size_t xmoe) {
+    size_t nb = (size_t)nbw, C = (size_t)c->channels, N = (size_t)Nw;
     size_t NHl = (size_t)c->heads / N;
     size_t BT = (size_t)B * T, BTC = BT * C;
-    size_t BTl = m->sp ? BT / N : BT, rowC = BTl * C; /* rows outside the TP regions */
+    size_t BTl = spw ? BT / N : BT, rowC = BTl * C; /* rows outside the TP regions */
     size_t Cq = 3 * C / N, Ca = C / N, F = 4 * C / N, Vl = (size_t)c->padded_vocab / N;
-    size_t tpx = m->N > 1 ? 1 : 0, spx = m->sp ? 1 : 0;
+    size_t tpx = Nw > 1 ? 1 : 0, spx = spw ? 1 : 0;
     /* The GEMM path keeps the scores (B,NH,T,T) per block and permutes q, k, v into qkvr; the
      * fused path keeps the log-sum-exp (B,NH,T) in the same place, and the QKV matmul writes
      * (B,T,3C) straight into qkvr, so it needs none of the GEMM path's scratch. */
-    int fused = m->attn == CT_ATTN_FUSED;
+    int fused = attn == CT_ATTN_FUSED;
     size_t att = fused ? B * NHl * T : B * NHl * T * T, g = fused ? 0 : 1;
+    size_t dense = c->experts > 0 ? 0 : 1; /* the MoE layer keeps its own tensors instead */
+    size_t bsz[B__COUNT] = {rowC, BTl,     BTl,           BT * Cq,       att, BT * Ca, rowC,
+                            rowC, BTl,     BTl,           dense * BT * F, dense * BT * F, rowC};
+    for (int t = 0; t < B__COUNT; t++) a->bsz[t] = bsz[t], a->kept[t] = 1;
+    if (rc == CT_RECOMPUTE_BLOCK) /* a block keeps only its output (the next one's input) */
+        for (int t = 0; t < B__COUNT; t++) a->kept[t] = t == B_RES3;
+    if (rc == CT_RECOMPUTE_ATTENTION) {
+        /* the probabilities (GEMM path; the fused path's log-sum-exp is no cheaper to get back
+         * than the whole attention forward) and, when no deferred weight half reads them later
+         * (split backward), the cheap ones: the LayerNorm outputs and the GELU output */
+        a->kept[B_ATT] = fused;
+        if (!split) a->kept[B_LN1] = a->kept[B_LN2] = a->kept[B_FCHG] = 0;
+    }
     size_t o = 0;
 #define REGION(p, f, n) ((p)->f = o, o += ((size_t)(n) + 15) / 16 * 16) /* 64-byte aligned */
-    scratch_plan *x = &m->x;
+    scratch_plan *x = &a->x;
     REGION(x, qkv, g * BT * Cq);
     REGION(x, proj, BTC);
     REGION(x, vaccum, g * BT * Ca);
@@ -125,33 +165,23 @@ static void plan_arena(ct_model *m, int B, int T, int head) {
     REGION(x, xfull, spx * BTC);
     REGION(x, dfull, spx * BTC);
     REGION(x, stats, tpx * 3 * BT);
-    REGION(x, moex, m->xmoe);
+    REGION(x, moex, xmoe);
+    x->rc_lo = o;
+    for (int t = 0; t < B__COUNT; t++) REGION(x, rc[t], a->kept[t] ? 0 : bsz[t]);
+    x->rc_hi = o;
     x->total = o;
     o = 0;
-    slot_plan *s = &m->s;
+    slot_plan *s = &a->s;
     REGION(s, tokens, BT);
     REGION(s, targets, BT);
     REGION(s, in, rowC);
-    REGION(s, ln1, nb * rowC);
-    REGION(s, ln1m, nb * BTl);
-    REGION(s, ln1r, nb * BTl);
-    REGION(s, qkvr, nb * BT * Cq);
-    REGION(s, att, nb * att); /* scores, or the fused path's log-sum-exp */
-    REGION(s, atty, nb * BT * Ca);
-    REGION(s, res2, nb * rowC);
-    REGION(s, ln2, nb * rowC);
-    REGION(s, ln2m, nb * BTl);
-    REGION(s, ln2r, nb * BTl);
-    size_t dense = m->cfg.experts > 0 ? 0 : 1; /* the MoE layer keeps its own tensors instead */
-    REGION(s, fch, dense * nb * BT * F);
-    REGION(s, fchg, dense * nb * BT * F);
-    REGION(s, res3, nb * rowC);
-    REGION(s, moe, nb * m->lmoe);
+    for (int t = 0; t < B__COUNT; t++) REGION(s, blk[t], a->kept[t] ? nb * bsz[t] : 0);
+    REGION(s, moe, nb * lmoe);
     /* zero-bubble plans: what the deferred weight gradient needs beyond the saved activations,
      * per block [output gradient | dln2 | residual gradient after ln2 | dln1]; its other two
      * inputs (the gradients of fch and of qkv) go where fch and qkvr were, dead by then (not
      * planned under tensor parallelism, which refuses the split) */
-    REGION(s, wg, m->plan.split_backward ? nb * 4 * BTC : 0);
+    REGION(s, wg, split ? nb * 4 * BTC : 0);
     size_t h = head ? 1 : 0;
     REGION(s, lnf, h * rowC);
     REGION(s, lnfm, h * BTl);
@@ -162,8 +192,46 @@ static void plan_arena(ct_model *m, int B, int T, int head) {
     REGION(s, loss, 1);
 #undef REGION
     s->total = o;
-    m->lrow = rowC, m->lst = BTl, m->lqkv = BT * Cq, m->latty = BT * Ca, m->lfc = BT * F;
-    m->attL = att;
+    a->lrow = rowC, a->lst = BTl, a->lqkv = BT * Cq, a->latty = BT * Ca, a->lfc = BT * F;
+    a->attL = att;
+    a->lmoe = lmoe;
+}
+
+const char *ct_recompute_name(ct_recompute r) {
+    switch (r) {
+    case CT_RECOMPUTE_NONE: return "none";
+    case CT_RECOMPUTE_ATTENTION: return "attention";
+    case CT_RECOMPUTE_BLOCK: return "block";
+    }
+    return "?";
+}
+
+ct_status ct_recompute_parse(const char *s, ct_recompute *out) {
+    for (int r = CT_RECOMPUTE_NONE; r <= CT_RECOMPUTE_BLOCK; r++)
+        if (s && !strcmp(s, ct_recompute_name((ct_recompute)r))) {
+            *out = (ct_recompute)r;
+            return CT_OK;
+        }
+    return CT_ERR_ARG;
+}
+
+ct_status ct_model_recompute_check(ct_recompute rc, ct_attn_path attn, int split, ct_err *err) {
+    if (rc < CT_RECOMPUTE_NONE || rc > CT_RECOMPUTE_BLOCK)
+        return CT_ERR(err, CT_ERR_ARG, "recompute mode %d is not none, attention or block", (int)rc);
+    if (rc == CT_RECOMPUTE_BLOCK && split)
+        return CT_ERR(err, CT_ERR_UNSUPPORTED,
+                      "recompute block with the split backward (zb1): the deferred weight half "
+                      "reads the block's activations after its input half, while the other "
+                      "blocks' recomputations reuse the one scratch copy; keeping them until then "
+                      "is what block recomputation drops. Use --recompute attention, or a "
+                      "schedule without the split (gpipe, 1f1b, interleaved)");
+    if (rc == CT_RECOMPUTE_ATTENTION && split && attn == CT_ATTN_FUSED)
+        return CT_ERR(err, CT_ERR_UNSUPPORTED,
+                      "recompute attention with the fused attention path and the split backward "
+                      "(zb1) would drop nothing: the fused path keeps no scores, and zb1's "
+                      "deferred weight half reads the cheap tensors (LayerNorm and GELU outputs) "
+                      "late; use --recompute none or block, or --attention gemm");
+    return CT_OK;
 }
 
 ct_status ct_model_tp_check(const ct_gpt_config *c, int N, int sp, int T, ct_err *err) {
@@ -192,6 +260,117 @@ ct_status ct_model_tp_check(const ct_gpt_config *c, int N, int sp, int T, ct_err
     return CT_OK;
 }
 
+/* Floats of each of the TP pieces' two host staging buffers: the largest transfer, a (B,T,C)
+ * activation or the loss statistics (3 per token). */
+static size_t tp_staging_floats(const ct_gpt_config *cfg, int B, int T) {
+    size_t BTC = (size_t)B * T * (size_t)cfg->channels, BT3 = 3 * (size_t)B * T;
+    return BTC > BT3 ? BTC : BT3;
+}
+
+/* The MoE layer's configuration for this model (cfg->experts > 0), nb blocks per slot, checked
+ * against ep; its arena regions in *lmoe (per block, in a slot) and *xmoe (scratch). */
+static ct_status moe_config(const ct_gpt_config *cfg, const ct_layout *layout,
+                            const ct_model_plan *plan, int nb, ct_moe_cfg *mc, size_t *lmoe,
+                            size_t *xmoe, ct_err *err) {
+    int ep = layout->ep < 1 ? 1 : layout->ep;
+    memset(mc, 0, sizeof *mc);
+    *lmoe = *xmoe = 0;
+    if (cfg->experts <= 0) return CT_OK;
+    mc->experts = cfg->experts, mc->top_k = cfg->top_k, mc->capacity = plan->moe_capacity;
+    mc->aux = plan->moe_aux, mc->max_B = plan->max_B, mc->max_T = plan->max_T;
+    mc->channels = cfg->channels, mc->layers = cfg->layers, mc->slots = plan->slots;
+    mc->blocks = nb > 0 ? nb : 1;
+    ct_status st = ct_moe_check(mc, ep, err);
+    if (st == CT_OK) ct_moe_plan(mc, ep, lmoe, xmoe);
+    return st;
+}
+
+/* Every check of a plan that needs no device (with_group: the TP group must be in the plan). */
+static ct_status plan_check(const ct_gpt_config *cfg, const ct_layout *layout,
+                            const ct_coords *coords, const ct_model_plan *plan, int with_group,
+                            const char *what, ct_err *err) {
+    ct_status st;
+#define PFAIL(code, fmt, ...) CT_ERR(err, code, fmt, what, __VA_ARGS__)
+    int max_B = plan->max_B, max_T = plan->max_T;
+    if (cfg->layers < 1 || cfg->heads < 1 || cfg->channels < 1 || cfg->vocab < 1 ||
+        cfg->max_seq < 1 || cfg->padded_vocab < cfg->vocab)
+        return PFAIL(CT_ERR_ARG,
+                      "%s: bad config (L=%d NH=%d C=%d V=%d Vp=%d maxT=%d): all must "
+                      "be positive and Vp >= V",
+                      cfg->layers, cfg->heads, cfg->channels, cfg->vocab, cfg->padded_vocab,
+                      cfg->max_seq);
+    if (cfg->channels % cfg->heads != 0)
+        return PFAIL(CT_ERR_ARG, "%s: heads (%d) must divide channels (%d)",
+                      cfg->heads, cfg->channels);
+    if (max_B < 1 || max_T < 1 || max_T > cfg->max_seq || plan->slots < 1)
+        return PFAIL(CT_ERR_ARG,
+                      "%s: batch %d, sequence %d and slots %d must be positive, "
+                      "sequence <= max_seq %d",
+                      max_B, max_T, plan->slots, cfg->max_seq);
+    if ((double)max_B * max_T * cfg->padded_vocab >= 2147483647.0 ||
+        (double)max_B * max_T * 4 * cfg->channels >= 2147483647.0 ||
+        (plan->attention == CT_ATTN_GEMM &&
+         (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0))
+        return PFAIL(CT_ERR_UNSUPPORTED,
+                      "%s: batch %d x sequence %d is too large (a tensor would exceed "
+                      "2^31 elements)",
+                      max_B, max_T);
+    if (layout->dp < 1 || layout->tp < 1 || layout->pp < 1 || coords->dp_rank < 0 ||
+        coords->dp_rank >= layout->dp || coords->tp_rank < 0 || coords->tp_rank >= layout->tp ||
+        coords->pp_rank < 0 || coords->pp_rank >= layout->pp)
+        return PFAIL(CT_ERR_ARG,
+                      "%s: coordinates (dp %d, tp %d, pp %d) outside the layout "
+                      "dp=%d tp=%d pp=%d",
+                      coords->dp_rank, coords->tp_rank, coords->pp_rank, layout->dp, layout->tp,
+                      layout->pp);
+    int N = layout->tp;
+    if ((st = ct_model_tp_check(cfg, N, plan->sp, max_T, err)) != CT_OK) return st;
+    if (with_group && N > 1 && (!plan->tp || ct_comm_size(plan->tp) != N ||
+                  ct_comm_rank(plan->tp) != coords->tp_rank))
+        return PFAIL(CT_ERR_ARG,
+                      "%s: tp = %d needs the TP group in the plan (ct_grid_tp: %d "
+                      "workers, this one rank %d); got %s",
+                      N, N, coords->tp_rank, plan->tp ? "a group of another size or rank" : "none");
+    if (N > 1 && plan->split_backward)
+        return PFAIL(CT_ERR_UNSUPPORTED,
+                      "%s: the split backward of zero-bubble schedules is not built "
+                      "for tensor parallelism (tp = %d): its weight half would need the TP "
+                      "gathers again; use a schedule without the split (gpipe, 1f1b, "
+                      "interleaved)",
+                      N);
+    int E = cfg->experts, ep = layout->ep < 1 ? 1 : layout->ep;
+    if (E < 0 || (E == 0 && (cfg->top_k != 0 || ep > 1)))
+        return PFAIL(CT_ERR_ARG,
+                     "%s: a dense model (experts %d) with top-k %d and ep %d: top-k and expert "
+                     "parallelism need experts",
+                     E, cfg->top_k, ep);
+    if (E > 0 && N > 1)
+        return PFAIL(CT_ERR_UNSUPPORTED,
+                     "%s: experts with tensor parallelism (tp = %d) are not built: the experts "
+                     "would be split over the TP group as the dense MLP is (the table's column/row "
+                     "split within each expert); use --dp with --ep",
+                     N);
+    if (E > 0 && plan->split_backward)
+        return PFAIL(CT_ERR_UNSUPPORTED,
+                     "%s: experts with the split backward of zero-bubble schedules are not built "
+                     "(the MoE layer's backward runs its all-to-alls as one piece)%s",
+                     "; use gpipe, 1f1b or interleaved");
+    if (with_group && ep > 1 &&
+        (!plan->ep || ct_comm_size(plan->ep) != ep || ct_comm_rank(plan->ep) != coords->dp_rank % ep))
+        return PFAIL(CT_ERR_ARG,
+                     "%s: ep = %d needs the EP group in the plan (ct_grid_ep: %d workers, this one "
+                     "rank %d); got %s",
+                     ep, ep, coords->dp_rank % ep,
+                     plan->ep ? "a group of another size or rank" : "none");
+    if (layout->zero < 0 || layout->zero > 3 || (layout->zero > 0 && layout->dp < 2))
+        return PFAIL(CT_ERR_UNSUPPORTED,
+                      "%s: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
+                      "are built; a ZeRO stage needs dp >= 2)",
+                      layout->zero, layout->dp);
+#undef PFAIL
+    return CT_OK;
+}
+
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
                           const ct_coords *coords, ct_device *dev, int max_B, int max_T,
                           ct_err *err) {
@@ -210,81 +389,9 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     if (!cfg || !layout || !coords || !dev || !plan)
         return CT_ERR(err, CT_ERR_ARG,
                       "ct_model_create: config, layout, coords, device and plan needed");
-    int max_B = plan->max_B, max_T = plan->max_T;
-    if (cfg->layers < 1 || cfg->heads < 1 || cfg->channels < 1 || cfg->vocab < 1 ||
-        cfg->max_seq < 1 || cfg->padded_vocab < cfg->vocab)
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: bad config (L=%d NH=%d C=%d V=%d Vp=%d maxT=%d): all must "
-                      "be positive and Vp >= V",
-                      cfg->layers, cfg->heads, cfg->channels, cfg->vocab, cfg->padded_vocab,
-                      cfg->max_seq);
-    if (cfg->channels % cfg->heads != 0)
-        return CT_ERR(err, CT_ERR_ARG, "ct_model_create: heads (%d) must divide channels (%d)",
-                      cfg->heads, cfg->channels);
-    if (max_B < 1 || max_T < 1 || max_T > cfg->max_seq || plan->slots < 1)
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: batch %d, sequence %d and slots %d must be positive, "
-                      "sequence <= max_seq %d",
-                      max_B, max_T, plan->slots, cfg->max_seq);
-    if ((double)max_B * max_T * cfg->padded_vocab >= 2147483647.0 ||
-        (double)max_B * max_T * 4 * cfg->channels >= 2147483647.0 ||
-        (plan->attention == CT_ATTN_GEMM &&
-         (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0))
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: batch %d x sequence %d is too large (a tensor would exceed "
-                      "2^31 elements)",
-                      max_B, max_T);
-    if (layout->dp < 1 || layout->tp < 1 || layout->pp < 1 || coords->dp_rank < 0 ||
-        coords->dp_rank >= layout->dp || coords->tp_rank < 0 || coords->tp_rank >= layout->tp ||
-        coords->pp_rank < 0 || coords->pp_rank >= layout->pp)
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: coordinates (dp %d, tp %d, pp %d) outside the layout "
-                      "dp=%d tp=%d pp=%d",
-                      coords->dp_rank, coords->tp_rank, coords->pp_rank, layout->dp, layout->tp,
-                      layout->pp);
-    int N = layout->tp;
-    if ((st = ct_model_tp_check(cfg, N, plan->sp, max_T, err)) != CT_OK) return st;
-    if (N > 1 && (!plan->tp || ct_comm_size(plan->tp) != N ||
-                  ct_comm_rank(plan->tp) != coords->tp_rank))
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: tp = %d needs the TP group in the plan (ct_grid_tp: %d "
-                      "workers, this one rank %d); got %s",
-                      N, N, coords->tp_rank, plan->tp ? "a group of another size or rank" : "none");
-    if (N > 1 && plan->split_backward)
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: the split backward of zero-bubble schedules is not built "
-                      "for tensor parallelism (tp = %d): its weight half would need the TP "
-                      "gathers again; use a schedule without the split (gpipe, 1f1b, "
-                      "interleaved)",
-                      N);
-    int E = cfg->experts, ep = layout->ep < 1 ? 1 : layout->ep;
-    if (E < 0 || (E == 0 && (cfg->top_k != 0 || ep > 1)))
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: a dense model (experts %d) with top-k %d and ep %d: "
-                      "top-k and expert parallelism need experts",
-                      E, cfg->top_k, ep);
-    if (E > 0 && N > 1)
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: experts with tensor parallelism (tp = %d) are not built: "
-                      "the experts would be split over the TP group as the dense MLP is (the "
-                      "table's column/row split within each expert); use --dp with --ep",
-                      N);
-    if (E > 0 && plan->split_backward)
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: experts with the split backward of zero-bubble schedules "
-                      "are not built (the MoE layer's backward runs its all-to-alls as one piece); "
-                      "use gpipe, 1f1b or interleaved");
-    if (ep > 1 && (!plan->ep || ct_comm_size(plan->ep) != ep ||
-                   ct_comm_rank(plan->ep) != coords->dp_rank % ep))
-        return CT_ERR(err, CT_ERR_ARG,
-                      "ct_model_create: ep = %d needs the EP group in the plan (ct_grid_ep: %d "
-                      "workers, this one rank %d); got %s",
-                      ep, ep, coords->dp_rank % ep, plan->ep ? "a group of another size or rank" : "none");
-    if (layout->zero < 0 || layout->zero > 3 || (layout->zero > 0 && layout->dp < 2))
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ct_model_create: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
-                      "are built; a ZeRO stage needs dp >= 2)",
-                      layout->zero, layout->dp);
+    if ((st = plan_check(cfg, layout, coords, plan, 1, "ct_model_create", err)) != CT_OK)
+        return st;
+    int max_B = plan->max_B, max_T = plan->max_T, N = layout->tp;
     m = ct_calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
     m->cfg = *cfg;
@@ -324,17 +431,15 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                     max_B, max_T);
         goto cleanup;
     }
+    if ((st = ct_model_recompute_check(plan->recompute, m->attn, plan->split_backward, err)) !=
+        CT_OK)
+        goto cleanup;
     ct_moe_cfg mc;
-    memset(&mc, 0, sizeof mc);
-    if (E > 0) {
-        mc.experts = E, mc.top_k = cfg->top_k, mc.capacity = plan->moe_capacity;
-        mc.aux = plan->moe_aux, mc.max_B = max_B, mc.max_T = max_T, mc.channels = cfg->channels;
-        mc.layers = cfg->layers, mc.slots = plan->slots, mc.blocks = m->nb > 0 ? m->nb : 1;
-        if ((st = ct_moe_check(&mc, ep, err)) != CT_OK) goto cleanup;
-        ct_moe_plan(&mc, ep, &m->lmoe, &m->xmoe);
-    }
-    plan_arena(m, max_B, max_T, ct_params_has_head(m->P));
-    size_t total = m->x.total + (size_t)plan->slots * m->s.total;
+    size_t lmoe, xmoe;
+    if ((st = moe_config(cfg, layout, plan, m->nb, &mc, &lmoe, &xmoe, err)) != CT_OK) goto cleanup;
+    plan_arena(&m->ar, cfg, N, m->sp, m->nb, ct_params_has_head(m->P), m->attn, max_B, max_T,
+               plan->split_backward, plan->recompute, lmoe, xmoe);
+    size_t total = m->ar.x.total + (size_t)plan->slots * m->ar.s.total;
     if ((st = ct_buffer_alloc(dev, CT_MEM_ACTIVATIONS, "activations", total * sizeof(float),
                               &m->acts)) != CT_OK) {
         CT_ERR(err, st, "ct_model_create: %s", ct_device_errmsg(dev));
@@ -343,13 +448,13 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     if (N > 1) {
         ct_tp_opts to = ct_tp_opts_default();
         to.sp = m->sp;
-        size_t BTC = (size_t)max_B * max_T * (size_t)cfg->channels, BT3 = 3 * (size_t)max_B * max_T;
-        if ((st = ct_tp_create(&m->tp, plan->tp, dev, m->acts, BTC > BT3 ? BTC : BT3, &to, err)) !=
-            CT_OK)
+        if ((st = ct_tp_create(&m->tp, plan->tp, dev, m->acts, tp_staging_floats(cfg, max_B, max_T),
+                               &to, err)) != CT_OK)
             goto cleanup;
     }
-    if (E > 0 && (st = ct_moe_create(&m->moe, &mc, ep > 1 ? plan->ep : NULL, dev, m->acts, err)) !=
-                     CT_OK)
+    if (cfg->experts > 0 &&
+        (st = ct_moe_create(&m->moe, &mc, layout->ep > 1 ? plan->ep : NULL, dev, m->acts, err)) !=
+            CT_OK)
         goto cleanup;
     if ((st = ct_optim_create(&m->opt, m->P, &m->prof, err)) != CT_OK) goto cleanup;
     if ((st = ct_ops_warmup(dev)) != CT_OK ||
@@ -363,6 +468,40 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
 cleanup:
     ct_model_free(m);
     return st;
+}
+
+ct_status ct__model_arena_plan(const ct_gpt_config *cfg, const ct_params *P,
+                               const ct_model_plan *plan, ct__arena *out, ct_err *err) {
+    ct_status st;
+    const ct_layout *lay = ct_params_layout(P);
+    memset(out, 0, sizeof *out);
+    if ((st = plan_check(cfg, lay, ct_params_coords(P), plan, 0, "ct_model_mem_predict", err)) !=
+        CT_OK)
+        return st;
+    /* auto is settled on the device at creation; the GEMM path's arena is never the smaller */
+    ct_attn_path attn = plan->attention == CT_ATTN_FUSED ? CT_ATTN_FUSED : CT_ATTN_GEMM;
+    if ((st = ct_model_recompute_check(plan->recompute, attn, plan->split_backward, err)) != CT_OK)
+        return st;
+    int N = lay->tp, nb = 0;
+    for (int k = 0; k < ct_params_nchunks(P); k++) {
+        int lo, hi;
+        ct_params_chunk(P, k, &lo, &hi);
+        if (hi - lo > nb) nb = hi - lo;
+    }
+    ct_moe_cfg mc;
+    size_t lmoe, xmoe;
+    if ((st = moe_config(cfg, lay, plan, nb, &mc, &lmoe, &xmoe, err)) != CT_OK) return st;
+    arena_plan a;
+    plan_arena(&a, cfg, N, N > 1 && plan->sp, nb, ct_params_has_head(P), attn, plan->max_B,
+               plan->max_T, plan->split_backward, plan->recompute, lmoe, xmoe);
+    out->moe_staging = cfg->experts > 0 ? ct_moe_staging_floats(&mc, lay->ep) : 0;
+    out->slot = a.s.total, out->scratch = a.x.total;
+    out->layer = (a.s.lnf - a.s.blk[0]) / (size_t)(nb ? nb : 1);
+    out->recompute = a.x.rc_hi - a.x.rc_lo;
+    out->blocks = nb;
+    out->attention = attn;
+    out->tp_staging = N > 1 ? tp_staging_floats(cfg, plan->max_B, plan->max_T) : 0;
+    return CT_OK;
 }
 
 void ct_model_free(ct_model *m) {
@@ -389,17 +528,20 @@ ct_params *ct_model_params(ct_model *m) { return m->P; }
 const ct_model_plan *ct_model_plan_of(const ct_model *m) { return &m->plan; }
 const char *ct_model_errmsg(const ct_model *m) { return m->err.msg; }
 size_t ct_model_num_params(const ct_model *m) { return ct_params_num_params(m->P); }
-size_t ct_model_slot_bytes(const ct_model *m) { return m->s.total * sizeof(float); }
+size_t ct_model_slot_bytes(const ct_model *m) { return m->ar.s.total * sizeof(float); }
 size_t ct_model_layer_bytes(const ct_model *m) {
     /* the per-block regions of a slot: everything between the input and the head's tensors */
-    return (m->s.lnf - m->s.ln1) / (m->nb ? (size_t)m->nb : 1) * sizeof(float);
+    return (m->ar.s.lnf - m->ar.s.blk[0]) / (m->nb ? (size_t)m->nb : 1) * sizeof(float);
+}
+size_t ct_model_recompute_bytes(const ct_model *m) {
+    return (m->ar.x.rc_hi - m->ar.x.rc_lo) * sizeof(float);
 }
 ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg) {
     if (cfg) *cfg = m->acfg;
     return m->attn;
 }
 const char *ct_model_attention_note(const ct_model *m) { return m->attn_note; }
-size_t ct_model_scratch_bytes(const ct_model *m) { return m->x.total * sizeof(float); }
+size_t ct_model_scratch_bytes(const ct_model *m) { return m->ar.x.total * sizeof(float); }
 
 void ct_model_tensor(const ct_model *m, int i, size_t *offset, size_t *count) {
     size_t sizes[CT_GPT_NUM_TENSORS], o = 0;
@@ -475,7 +617,7 @@ static ct_status check_ids(ct_model *m, const int *ids, size_t n, const char *wh
 }
 
 /* Float offset of slot s in the arena. */
-static size_t slot_base(const ct_model *m, int s) { return m->x.total + (size_t)s * m->s.total; }
+static size_t slot_base(const ct_model *m, int s) { return m->ar.x.total + (size_t)s * m->ar.s.total; }
 /* Position of block l within its chunk (its copy in a slot's per-block regions). */
 static size_t pos(const ct_model *m, int l) {
     int lo;
@@ -490,9 +632,26 @@ static int chunk_first(const ct_model *m, int l) {
 
 #define PV(t, l) ct_view_of(pm, ct_params_pview(m->P, CT_GPT_##t, l))
 #define GV(t, l) ct_view_of(gm, ct_params_gview(m->P, CT_GPT_##t, l))
-#define SV(f) ct_view_of(am, sb + m->s.f)         /* the slot's region */
-#define BV(f, k) ct_view_of(am, sb + m->s.f + (k)) /* ... at offset k within it */
-#define XV(f) ct_view_of(am, m->x.f)              /* shared scratch */
+#define SV(f) ct_view_of(am, sb + m->ar.s.f)         /* the slot's region */
+#define BV(f, k) ct_view_of(am, sb + m->ar.s.f + (k)) /* ... at offset k within it */
+#define XV(f) ct_view_of(am, m->ar.x.f)              /* shared scratch */
+
+/* The tensors block l saves, as views: in slot `slot` (its copy at position pos(l) in the
+ * chunk) or, where the recompute mode drops them, the shared recompute scratch; res is the
+ * block's input (the slot's chunk input, or block l-1's output). */
+typedef struct bviews {
+    ct_view res, t[B__COUNT], wg;
+} bviews;
+static void block_views(const ct_model *m, int slot, int l, bviews *v) {
+    cl_mem am = ct_buffer_mem(m->acts);
+    size_t sb = slot_base(m, slot), k = pos(m, l);
+    for (int t = 0; t < B__COUNT; t++)
+        v->t[t] = m->ar.kept[t] ? ct_view_of(am, sb + m->ar.s.blk[t] + k * m->ar.bsz[t])
+                                : ct_view_of(am, m->ar.x.rc[t]);
+    v->res = chunk_first(m, l) ? ct_view_of(am, sb + m->ar.s.in)
+                               : ct_view_of(am, sb + m->ar.s.blk[B_RES3] + (k - 1) * m->ar.lrow);
+    v->wg = ct_view_of(am, sb + m->ar.s.wg + 4 * k * m->ar.lrow);
+}
 
 static ct_status view_check(ct_model *m, ct_view v, size_t bytes, const char *what) {
     if (v.mem != ct_buffer_mem(m->acts) || v.off * sizeof(float) + bytes > ct_buffer_bytes(m->acts))
@@ -558,7 +717,7 @@ static ct_moe_weights moe_weights(const ct_model *m, cl_mem b, int l, int grads)
     return w;
 }
 
-ct_view ct_model_dres(ct_model *m) { return ct_view_of(ct_buffer_mem(m->acts), m->x.dres); }
+ct_view ct_model_dres(ct_model *m) { return ct_view_of(ct_buffer_mem(m->acts), m->ar.x.dres); }
 
 /* ------------------------------------------------------------------ forward */
 
@@ -598,7 +757,7 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     ss->loss_scale = 1.0f;
     size_t sb = slot_base(m, slot);
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
-    RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->s.tokens) * sizeof(float), tokens,
+    RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->ar.s.tokens) * sizeof(float), tokens,
                                    BT * sizeof(int)));
     RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SV(in), XV(proj), SV(tokens),
                                             PV(wte, 0), PV(wpe, 0), B, T, m->cfg.channels,
@@ -620,7 +779,7 @@ ct_status ct_model_stage_input(ct_model *m, int slot, int chunk, int B, int T, c
     slot_state *ss = &m->st[slot];
     ss->B = B, ss->T = T, ss->chunk = chunk, ss->have_targets = 0, ss->logits_valid = 0;
     ss->loss_scale = 1.0f;
-    *in = ct_view_of(ct_buffer_mem(m->acts), slot_base(m, slot) + m->s.in);
+    *in = ct_view_of(ct_buffer_mem(m->acts), slot_base(m, slot) + m->ar.s.in);
     return CT_OK;
 }
 
@@ -629,71 +788,122 @@ ct_status ct_model_block_output(ct_model *m, int slot, int l, ct_view *out) {
     if ((st = check_slot(m, slot, "ct_model_block_output")) != CT_OK ||
         (st = check_layer(m, l, "ct_model_block_output")) != CT_OK)
         return st;
-    *out = ct_view_of(ct_buffer_mem(m->acts), slot_base(m, slot) + m->s.res3 + pos(m, l) * m->lrow);
+    *out = ct_view_of(ct_buffer_mem(m->acts),
+                      slot_base(m, slot) + m->ar.s.blk[B_RES3] + pos(m, l) * m->ar.lrow);
     return CT_OK;
 }
 
 /* Block l: under tensor parallelism QKV is column-parallel by heads (this worker's NH/N heads'
  * Q, K and V), attention runs on those heads, attproj is row-parallel (all-reduce, bias once),
  * fc column-parallel, GELU local, fcproj row-parallel: two all-reduces (SP: all-gathers before
- * the column-parallel matmuls, reduce-scatters after the row-parallel ones). */
+ * the column-parallel matmuls, reduce-scatters after the row-parallel ones).
+ *
+ * recompute = 1: the same ops again before the backward, only those whose outputs the plan's
+ * mode dropped, into the recompute scratch (the same kernels on the same inputs: the same bits).
+ * Block mode runs the block up to the GELU (fcproj and the last residual add make the block's
+ * output, which is kept): under TP that repeats the QKV gather (SP), the attproj all-reduce and
+ * the fc gather. Attention mode runs the LayerNorms (their statistics rewritten with the same
+ * values), the scores' GEMM and softmax (GEMM path) and the GELU. A mixture-of-experts block
+ * recomputes up to ln2 (its layer's input); the layer's own tensors stay in the slot. */
+static ct_status block_run(ct_model *m, int slot, int l, int recompute) {
+    ct_status st = CT_OK;
+    slot_state *ss = &m->st[slot];
+    int B = ss->B, T = ss->T, C = m->cfg.channels, N = m->N, rb, rt;
+    int Cl = C / N, NHl = m->cfg.heads / N; /* this worker's attention channels and heads */
+    row_shape(m, B, T, &rb, &rt);
+    size_t rowC = (size_t)rb * rt * C, BT = (size_t)B * T;
+    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
+    bviews v;
+    block_views(m, slot, l, &v);
+    const int *kept = m->ar.kept;
+    /* which steps run: all of them forward; recomputing, those whose outputs were dropped */
+    int all = !recompute;
+    int do_ln1 = all || !kept[B_LN1] || !kept[B_LN1M];
+    int do_attn = all || !kept[B_QKVR] || !kept[B_ATTY]; /* QKV matmul + the whole attention */
+    int do_probs = !do_attn && !kept[B_ATT];             /* the probabilities alone (GEMM path) */
+    int do_res2 = all || !kept[B_RES2];
+    int do_ln2 = all || !kept[B_LN2] || !kept[B_LN2M];
+    int do_fc = !m->moe && (all || !kept[B_FCH]);
+    int do_gelu = !m->moe && (all || !kept[B_FCHG]);
+    ct_view res = v.res, ln1 = v.t[B_LN1], qkvr = v.t[B_QKVR], att = v.t[B_ATT];
+    ct_view atty = v.t[B_ATTY], res2 = v.t[B_RES2], ln2 = v.t[B_LN2], fch = v.t[B_FCH];
+    ct_view fchg = v.t[B_FCHG];
+    int P_ln = recompute ? CT_PROF_recompute : CT_PROF_layernorm_fwd;
+    int P_qkv = recompute ? CT_PROF_recompute : CT_PROF_matmul_qkv_fwd;
+    int P_att = recompute ? CT_PROF_recompute : CT_PROF_attention_fwd;
+    int P_proj = recompute ? CT_PROF_recompute : CT_PROF_matmul_attproj_fwd;
+    int P_res = recompute ? CT_PROF_recompute : CT_PROF_residual_fwd;
+    int P_fc = recompute ? CT_PROF_recompute : CT_PROF_matmul_fc_fwd;
+    int P_gelu = recompute ? CT_PROF_recompute : CT_PROF_gelu_fwd;
+    double tg_ = ct_time_now();
+    if (do_ln1)
+        RUN(P_ln, ct_layernorm_forward(m->dev, ln1, v.t[B_LN1M], v.t[B_LN1R], res, PV(ln1w, l),
+                                       PV(ln1b, l), rb, rt, C));
+    if (do_attn && m->attn == CT_ATTN_FUSED) { /* qkv (B,T,3C/N) itself is what the backward reads */
+        RUN(P_qkv, ct_tp_col_forward(m->dev, m->tp, qkvr, ln1, XV(xfull), PV(qkvw, l),
+                                     PV(qkvb, l), B, T, C, 3 * Cl));
+        RUN(P_att, ct_attention_fused_forward(m->dev, &m->acfg, atty, att, qkvr, B, T, Cl, NHl));
+    } else if (do_attn) {
+        RUN(P_qkv, ct_tp_col_forward(m->dev, m->tp, XV(qkv), ln1, XV(xfull), PV(qkvw, l),
+                                     PV(qkvb, l), B, T, C, 3 * Cl));
+        RUN(P_att, ct_attention_forward(m->dev, atty, qkvr, att, XV(qkv), XV(vaccum), B, T, Cl,
+                                        NHl));
+    } else if (do_probs) {
+        RUN(P_att, ct_attention_probs(m->dev, att, qkvr, B, T, Cl, NHl));
+    }
+    if (do_res2) {
+        RUN(P_proj, ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), atty, PV(attprojw, l),
+                                      PV(attprojb, l), B, T, Cl, C));
+        RUN(P_res, ct_residual_forward(m->dev, res2, res, XV(proj), rowC));
+    }
+    if (!recompute) GROUP("attention");
+    if (do_ln2)
+        RUN(P_ln, ct_layernorm_forward(m->dev, ln2, v.t[B_LN2M], v.t[B_LN2R], res2, PV(ln2w, l),
+                                       PV(ln2b, l), rb, rt, C));
+    if (do_fc)
+        RUN(P_fc, ct_tp_col_forward(m->dev, m->tp, fch, ln2, XV(xfull), PV(fcw, l), PV(fcb, l), B,
+                                    T, C, 4 * Cl));
+    if (do_gelu) RUN(P_gelu, ct_gelu_forward(m->dev, fchg, fch, BT * 4 * (size_t)Cl));
+    if (!recompute && m->moe) { /* the mixture of experts (its all-to-alls over the EP group) */
+        ct_moe_weights w = moe_weights(m, pm, l, 0);
+        size_t k = pos(m, l);
+        RUN(CT_PROF_moe_fwd,
+            ct_moe_forward(m->moe, slot, (int)k, l, XV(proj),
+                           ct_view_of(am, slot_base(m, slot) + m->ar.s.moe + k * m->ar.lmoe),
+                           XV(moex), ln2, &w, B, T));
+    } else if (!recompute) {
+        RUN(CT_PROF_matmul_fcproj_fwd,
+            ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), fchg, PV(fcprojw, l),
+                              PV(fcprojb, l), B, T, 4 * Cl, C));
+    }
+    if (!recompute) {
+        RUN(CT_PROF_residual_fwd,
+            ct_residual_forward(m->dev, v.t[B_RES3], res2, XV(proj), rowC));
+        GROUP("mlp");
+    } else {
+        GROUP("recompute");
+    }
+cleanup:
+    return st;
+}
+
 ct_status ct_model_block_forward(ct_model *m, int slot, int l) {
     ct_status st = CT_OK;
     if ((st = check_slot(m, slot, "ct_model_block_forward")) != CT_OK ||
         (st = check_layer(m, l, "ct_model_block_forward")) != CT_OK)
         return st;
-    slot_state *ss = &m->st[slot];
-    int B = ss->B, T = ss->T, C = m->cfg.channels, N = m->N, rb, rt;
-    int Cl = C / N, NHl = m->cfg.heads / N; /* this worker's attention channels and heads */
-    if (B < 1)
+    if (m->st[slot].B < 1)
         return CT_ERR(&m->err, CT_ERR_STATE,
                       "ct_model_block_forward: slot %d has no input (embed_forward or "
                       "stage_input first)",
                       slot);
-    row_shape(m, B, T, &rb, &rt);
-    size_t rowC = (size_t)rb * rt * C, BT = (size_t)B * T, k = pos(m, l), sb = slot_base(m, slot);
-    size_t br = k * m->lrow, bt = k * m->lst;
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
-    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, br - m->lrow);
-    ct_view ln1 = BV(ln1, br), qkvr = BV(qkvr, k * m->lqkv), att = BV(att, k * m->attL);
-    ct_view atty = BV(atty, k * m->latty), res2 = BV(res2, br), ln2 = BV(ln2, br);
-    ct_view fch = BV(fch, k * m->lfc), fchg = BV(fchg, k * m->lfc), res3 = BV(res3, br);
-    double tg_ = ct_time_now();
-    RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, ln1, BV(ln1m, bt), BV(ln1r, bt), res,
-                                               PV(ln1w, l), PV(ln1b, l), rb, rt, C));
-    if (m->attn == CT_ATTN_FUSED) { /* qkv (B,T,3C/N) itself is what the backward reads */
-        RUN(CT_PROF_matmul_qkv_fwd, ct_tp_col_forward(m->dev, m->tp, qkvr, ln1, XV(xfull),
-                                                      PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * Cl));
-        RUN(CT_PROF_attention_fwd,
-            ct_attention_fused_forward(m->dev, &m->acfg, atty, att, qkvr, B, T, Cl, NHl));
-    } else {
-        RUN(CT_PROF_matmul_qkv_fwd, ct_tp_col_forward(m->dev, m->tp, XV(qkv), ln1, XV(xfull),
-                                                      PV(qkvw, l), PV(qkvb, l), B, T, C, 3 * Cl));
-        RUN(CT_PROF_attention_fwd,
-            ct_attention_forward(m->dev, atty, qkvr, att, XV(qkv), XV(vaccum), B, T, Cl, NHl));
-    }
-    RUN(CT_PROF_matmul_attproj_fwd, ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), atty,
-                                                 PV(attprojw, l), PV(attprojb, l), B, T, Cl, C));
-    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res2, res, XV(proj), rowC));
-    GROUP("attention");
-    RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, ln2, BV(ln2m, bt), BV(ln2r, bt), res2,
-                                               PV(ln2w, l), PV(ln2b, l), rb, rt, C));
-    if (m->moe) { /* the mixture of experts (its all-to-alls over the EP group inside) */
-        ct_moe_weights w = moe_weights(m, pm, l, 0);
-        RUN(CT_PROF_moe_fwd, ct_moe_forward(m->moe, slot, (int)k, l, XV(proj), BV(moe, k * m->lmoe),
-                                            XV(moex), ln2, &w, B, T));
-    } else {
-        RUN(CT_PROF_matmul_fc_fwd, ct_tp_col_forward(m->dev, m->tp, fch, ln2, XV(xfull), PV(fcw, l),
-                                                     PV(fcb, l), B, T, C, 4 * Cl));
-        RUN(CT_PROF_gelu_fwd, ct_gelu_forward(m->dev, fchg, fch, BT * 4 * (size_t)Cl));
-        RUN(CT_PROF_matmul_fcproj_fwd,
-            ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), fchg, PV(fcprojw, l),
-                              PV(fcprojb, l), B, T, 4 * Cl, C));
-    }
-    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res3, res2, XV(proj), rowC));
-    GROUP("mlp");
-cleanup:
-    return dev_fail(m, st, "ct_model_block_forward");
+    return dev_fail(m, block_run(m, slot, l, 0), "ct_model_block_forward");
+}
+
+/* Before a block's backward: what the plan's recompute mode dropped, back into the scratch. */
+static ct_status recompute_block(ct_model *m, int slot, int l) {
+    if (m->plan.recompute == CT_RECOMPUTE_NONE) return CT_OK;
+    return block_run(m, slot, l, 1);
 }
 
 /* The last block of the model, as held (the head reads its output). */
@@ -713,10 +923,10 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
     if (targets && (st = check_ids(m, targets, BT, "targets")) != CT_OK) return st;
     row_shape(m, B, T, &rb, &rt);
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
-    ct_view last = BV(res3, pos(m, last_layer(m)) * m->lrow);
+    ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     double tg_ = ct_time_now();
     if (targets)
-        RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->s.targets) * sizeof(float), targets,
+        RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->ar.s.targets) * sizeof(float), targets,
                                        BT * sizeof(int)));
     RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SV(lnf), SV(lnfm), SV(lnfr), last,
                                                PV(lnfw, 0), PV(lnfb, 0), rb, rt, C));
@@ -731,7 +941,7 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
                                        SV(targets), B, T, m->cfg.vocab, Vp));
         RUN(CT_PROF_crossentropy_fwd, ct_mean_forward(m->dev, SV(loss), SV(losses), BT));
         if (loss)
-            RUN(CT_PROF_readback, ct_buffer_read(m->acts, (sb + m->s.loss) * sizeof(float), loss,
+            RUN(CT_PROF_readback, ct_buffer_read(m->acts, (sb + m->ar.s.loss) * sizeof(float), loss,
                                             sizeof *loss));
     }
     GROUP("logits and loss");
@@ -753,7 +963,7 @@ ct_status ct_model_slot_logits(ct_model *m, int slot, float *host, size_t n) {
                       "ct_model_logits: %zu floats given, this worker's logits are %zu (B x T x "
                       "Vp/tp)",
                       n, want);
-    return dev_fail(m, ct_buffer_read(m->acts, (slot_base(m, slot) + m->s.logits) * sizeof(float),
+    return dev_fail(m, ct_buffer_read(m->acts, (slot_base(m, slot) + m->ar.s.logits) * sizeof(float),
                                       host, n * sizeof(float)),
                     "ct_model_logits");
 }
@@ -773,7 +983,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     row_shape(m, B, T, &rb, &rt);
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
     cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
-    ct_view last = BV(res3, pos(m, last_layer(m)) * m->lrow);
+    ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     ss->logits_valid = 0; /* the logits become their gradient */
     ss->loss_scale = loss_scale;
     double tg_ = ct_time_now();
@@ -808,20 +1018,21 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
     if (B < 1)
         return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_block_backward: slot %d is empty", slot);
     row_shape(m, B, T, &rb, &rt);
-    size_t BT = (size_t)B * T, k = pos(m, l), sb = slot_base(m, slot);
-    size_t br = k * m->lrow, bt = k * m->lst;
+    size_t BT = (size_t)B * T;
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
     cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
-    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, br - m->lrow);
-    ct_view ln1 = BV(ln1, br), qkvr = BV(qkvr, k * m->lqkv), att = BV(att, k * m->attL);
-    ct_view atty = BV(atty, k * m->latty), res2 = BV(res2, br), ln2 = BV(ln2, br);
-    ct_view fch = BV(fch, k * m->lfc), fchg = BV(fchg, k * m->lfc);
+    bviews v;
+    block_views(m, slot, l, &v);
+    ct_view res = v.res, ln1 = v.t[B_LN1], qkvr = v.t[B_QKVR], att = v.t[B_ATT];
+    ct_view atty = v.t[B_ATTY], res2 = v.t[B_RES2], ln2 = v.t[B_LN2], fch = v.t[B_FCH];
+    ct_view fchg = v.t[B_FCHG];
+    if ((st = recompute_block(m, slot, l)) != CT_OK) goto cleanup;
     double tg_ = ct_time_now();
     if (m->moe) { /* dA = the gradient of ln2's output */
         ct_moe_weights w = moe_weights(m, pm, l, 0), dw = moe_weights(m, gm, l, 1);
-        RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)k, XV(dA), &dw, XV(dres),
-                                             BV(moe, k * m->lmoe), XV(moex), ln2, &w,
-                                             ss->loss_scale));
+        ct_view saved = ct_view_of(am, slot_base(m, slot) + m->ar.s.moe + pos(m, l) * m->ar.lmoe);
+        RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)pos(m, l), XV(dA), &dw, XV(dres),
+                                             saved, XV(moex), ln2, &w, ss->loss_scale));
     } else {
         RUN(CT_PROF_matmul_fcproj_bwd,
             ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(fcprojw, l), GV(fcprojb, l), XV(dres),
@@ -833,7 +1044,7 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
     }
     RUN(CT_PROF_layernorm_bwd,
         ct_layernorm_backward(m->dev, XV(dres), GV(ln2w, l), GV(ln2b, l), XV(dA), res2,
-                              PV(ln2w, l), BV(ln2m, bt), BV(ln2r, bt), rb, rt, C, 1));
+                              PV(ln2w, l), v.t[B_LN2M], v.t[B_LN2R], rb, rt, C, 1));
     GROUP("mlp backward");
     RUN(CT_PROF_matmul_attproj_bwd,
         ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(attprojw, l), GV(attprojb, l), XV(dres),
@@ -851,7 +1062,7 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
                            XV(dA), PV(qkvw, l), B, T, C, 3 * Cl));
     RUN(CT_PROF_layernorm_bwd,
         ct_layernorm_backward(m->dev, XV(dres), GV(ln1w, l), GV(ln1b, l), XV(dA), res,
-                              PV(ln1w, l), BV(ln1m, bt), BV(ln1r, bt), rb, rt, C, 1));
+                              PV(ln1w, l), v.t[B_LN1M], v.t[B_LN1R], rb, rt, C, 1));
     GROUP("attention backward");
 cleanup:
     return dev_fail(m, st, "ct_model_block_backward");
@@ -881,16 +1092,19 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
     if ((st = split_views(m, slot, l, "ct_model_block_backward_input")) != CT_OK) return st;
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels, NH = m->cfg.heads;
-    size_t BTC = (size_t)B * T * C, k = pos(m, l), sb = slot_base(m, slot);
-    size_t bc = k * m->lrow, bt = k * m->lst;
+    size_t BTC = (size_t)B * T * C;
     cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
-    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lrow);
-    ct_view ln1 = BV(ln1, bc), qkvr = BV(qkvr, k * m->lqkv), att = BV(att, k * m->attL);
-    ct_view atty = BV(atty, bc), res2 = BV(res2, bc), ln2 = BV(ln2, bc);
-    ct_view fch = BV(fch, k * m->lfc), fchg = BV(fchg, k * m->lfc), wg = BV(wg, 4 * bc);
-    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->lrow), wdres2 = ct_view_at(wg, 2 * m->lrow);
-    ct_view wdln1 = ct_view_at(wg, 3 * m->lrow), none = ct_view_none();
+    bviews v;
+    block_views(m, slot, l, &v);
+    ct_view res = v.res, ln1 = v.t[B_LN1], qkvr = v.t[B_QKVR], att = v.t[B_ATT];
+    ct_view atty = v.t[B_ATTY], res2 = v.t[B_RES2], ln2 = v.t[B_LN2], fch = v.t[B_FCH];
+    ct_view fchg = v.t[B_FCHG], wg = v.wg;
+    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->ar.lrow), wdres2 = ct_view_at(wg, 2 * m->ar.lrow);
+    ct_view wdln1 = ct_view_at(wg, 3 * m->ar.lrow), none = ct_view_none();
     size_t f4 = sizeof(float);
+    /* attention mode under the split drops only the probabilities (the weight half reads the
+     * rest later); block mode is refused with the split */
+    if ((st = recompute_block(m, slot, l)) != CT_OK) goto cleanup;
     double tg_ = ct_time_now();
     RUN(CT_PROF_matmul_fcproj_bwd,
         ct_mem_copy(m->dev, am, XV(dres).off * f4, am, wdout.off * f4, BTC * f4));
@@ -901,7 +1115,7 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
     RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, wdln2, none, none, XV(dB), ln2, PV(fcw, l), B,
                                              T, C, 4 * C));
     RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln2, res2,
-                                                PV(ln2w, l), BV(ln2m, bt), BV(ln2r, bt), B, T, C, 1));
+                                                PV(ln2w, l), v.t[B_LN2M], v.t[B_LN2R], B, T, C, 1));
     GROUP("mlp backward (input)");
     RUN(CT_PROF_matmul_attproj_bwd,
         ct_mem_copy(m->dev, am, XV(dres).off * f4, am, wdres2.off * f4, BTC * f4));
@@ -920,7 +1134,7 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
     RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, wdln1, none, none, XV(dB), ln1, PV(qkvw, l), B,
                                               T, C, 3 * C));
     RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln1, res,
-                                                PV(ln1w, l), BV(ln1m, bt), BV(ln1r, bt), B, T, C, 1));
+                                                PV(ln1w, l), v.t[B_LN1M], v.t[B_LN1R], B, T, C, 1));
     GROUP("attention backward (input)");
 cleanup:
     return dev_fail(m, st, "ct_model_block_backward_input");
@@ -931,27 +1145,27 @@ ct_status ct_model_block_backward_weight(ct_model *m, int slot, int l) {
     if ((st = split_views(m, slot, l, "ct_model_block_backward_weight")) != CT_OK) return st;
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels;
-    size_t k = pos(m, l), sb = slot_base(m, slot);
-    size_t bc = k * m->lrow, bt = k * m->lst;
-    cl_mem am = ct_buffer_mem(m->acts), gm = ct_buffer_mem(ct_params_grads(m->P));
-    ct_view res = chunk_first(m, l) ? SV(in) : BV(res3, bc - m->lrow);
-    ct_view ln1 = BV(ln1, bc), dqkv = BV(qkvr, k * m->lqkv), atty = BV(atty, bc), res2 = BV(res2, bc);
-    ct_view ln2 = BV(ln2, bc), dfch = BV(fch, k * m->lfc), fchg = BV(fchg, k * m->lfc), wg = BV(wg, 4 * bc);
-    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->lrow), wdres2 = ct_view_at(wg, 2 * m->lrow);
-    ct_view wdln1 = ct_view_at(wg, 3 * m->lrow), none = ct_view_none();
+    cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
+    bviews v;
+    block_views(m, slot, l, &v);
+    ct_view res = v.res, ln1 = v.t[B_LN1], dqkv = v.t[B_QKVR], atty = v.t[B_ATTY];
+    ct_view res2 = v.t[B_RES2], ln2 = v.t[B_LN2], dfch = v.t[B_FCH], fchg = v.t[B_FCHG];
+    ct_view wg = v.wg;
+    ct_view wdout = wg, wdln2 = ct_view_at(wg, m->ar.lrow), wdres2 = ct_view_at(wg, 2 * m->ar.lrow);
+    ct_view wdln1 = ct_view_at(wg, 3 * m->ar.lrow), none = ct_view_none();
     double tg_ = ct_time_now();
     RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, none, GV(fcprojw, l), GV(fcprojb, l),
                                                  wdout, fchg, none, B, T, 4 * C, C));
     RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, none, GV(fcw, l), GV(fcb, l), dfch, ln2, none,
                                              B, T, C, 4 * C));
     RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, none, GV(ln2w, l), GV(ln2b, l), wdln2, res2,
-                                                none, BV(ln2m, bt), BV(ln2r, bt), B, T, C, 0));
+                                                none, v.t[B_LN2M], v.t[B_LN2R], B, T, C, 0));
     RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, none, GV(attprojw, l),
                                                   GV(attprojb, l), wdres2, atty, none, B, T, C, C));
     RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, none, GV(qkvw, l), GV(qkvb, l), dqkv, ln1,
                                               none, B, T, C, 3 * C));
     RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, none, GV(ln1w, l), GV(ln1b, l), wdln1, res,
-                                                none, BV(ln1m, bt), BV(ln1r, bt), B, T, C, 0));
+                                                none, v.t[B_LN1M], v.t[B_LN1R], B, T, C, 0));
     GROUP("weight gradients");
 cleanup:
     return dev_fail(m, st, "ct_model_block_backward_weight");

@@ -103,6 +103,15 @@ void ct_moe_plan(const ct_moe_cfg *c, int ep, size_t *block_floats, size_t *scra
     if (scratch_floats) *scratch_floats = o.scratch;
 }
 
+size_t ct_moe_staging_floats(const ct_moe_cfg *c, int ep) {
+    if (ep <= 1) return 0;
+    moe_regions o;
+    size_t mm = 0;
+    regions(c, ep, &o, NULL, &mm);
+    size_t f = mm * (size_t)c->channels;
+    return f ? f : 1;
+}
+
 ct_status ct_moe_check(const ct_moe_cfg *c, int ep, ct_err *err) {
     if (c->experts < 1)
         return CT_ERR(err, CT_ERR_ARG, "mixture of experts: %d experts (need >= 1)", c->experts);
@@ -162,9 +171,9 @@ ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_devic
         ok = m->rec[i].sent && m->rec[i].recv;
     }
     if (ok && m->ep) {
-        size_t f = m->mmax * (size_t)c->channels;
-        m->sa = ct_malloc((f ? f : 1) * sizeof(float));
-        m->sb = ct_malloc((f ? f : 1) * sizeof(float));
+        size_t f = ct_moe_staging_floats(c, n);
+        m->sa = ct_malloc(f * sizeof(float));
+        m->sb = ct_malloc(f * sizeof(float));
         m->cnt = ct_malloc((4 * (size_t)n + (size_t)m->el) * sizeof(size_t));
         ok = m->sa && m->sb && m->cnt;
     }
@@ -202,7 +211,7 @@ void ct_moe_experts(const ct_moe *m, int *first, int *count) {
     if (count) *count = m->el;
 }
 size_t ct_moe_host_bytes(const ct_moe *m) {
-    return m && m->sa ? 2 * m->mmax * (size_t)m->c.channels * sizeof(float) : 0;
+    return m && m->sa ? 2 * ct_moe_staging_floats(&m->c, m->n) * sizeof(float) : 0;
 }
 void ct_moe_stats_get(const ct_moe *m, ct_moe_stats *out) { *out = m->st; }
 void ct_moe_stats_reset(ct_moe *m) {

@@ -306,6 +306,26 @@ static ct_status gemm_tn_square_batched(ct_device *dev, size_t T, size_t n, ct_v
                                    b.mem, b.off, ldb, sb, 0.0f, c.mem, c.off, ldc, sc, BNH, NULL);
 }
 
+/* The forward's probabilities alone: the same GEMM and softmax calls ct_attention_forward makes
+ * (it calls this), so a recomputation gives bitwise the tensor the forward kept. */
+ct_status ct_attention_probs(ct_device *dev, ct_view att, ct_view qkvr, int B, int T, int C,
+                             int NH) {
+    NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
+         "ct_attention_probs", "B, T, C, NH must be positive with NH dividing C");
+    int hs = C / NH;
+    size_t BNH = (size_t)B * NH, TT = (size_t)T * T, Ths = (size_t)T * hs;
+    size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
+    /* att (T,T) = q (T,hs) . k^T per (b,h) */
+    ct_status st = ct_gemm_strided_batched(dev, 0, 1, (size_t)T, (size_t)T, (size_t)hs, 1.0f,
+                                           qkvr.mem, qkvr.off, (size_t)hs, Ths, qkvr.mem,
+                                           qkvr.off + part, (size_t)hs, Ths, 0.0f, att.mem,
+                                           att.off, (size_t)T, TT, BNH, NULL);
+    if (st != CT_OK) return st;
+    float scale = 1.0f / sqrtf((float)hs);
+    karg a[] = {KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
+    return launch(dev, "attention", "softmax_causal_forward", BNH * T, 64, a, NARGS(a));
+}
+
 ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_view att, ct_view inp,
                                ct_view vaccum, int B, int T, int C, int NH) {
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
@@ -319,17 +339,7 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_vie
         st = launch2(dev, "attention", "qkv_to_heads", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
         if (st != CT_OK) return st;
     }
-    /* att (T,T) = q (T,hs) . k^T per (b,h) */
-    st = ct_gemm_strided_batched(dev, 0, 1, (size_t)T, (size_t)T, (size_t)hs, 1.0f, qkvr.mem,
-                                 qkvr.off, (size_t)hs, Ths, qkvr.mem, qkvr.off + part, (size_t)hs,
-                                 Ths, 0.0f, att.mem, att.off, (size_t)T, TT, BNH, NULL);
-    if (st != CT_OK) return st;
-    {
-        float scale = 1.0f / sqrtf((float)hs);
-        karg a[] = {KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
-        st = launch(dev, "attention", "softmax_causal_forward", BNH * T, 64, a, NARGS(a));
-        if (st != CT_OK) return st;
-    }
+    if ((st = ct_attention_probs(dev, att, qkvr, B, T, C, NH)) != CT_OK) return st;
     /* vaccum (T,hs) = att (T,T) . v (T,hs) per (b,h) */
     st = ct_gemm_strided_batched(dev, 0, 0, (size_t)T, (size_t)hs, (size_t)T, 1.0f, att.mem,
                                  att.off, (size_t)T, TT, qkvr.mem, qkvr.off + 2 * part, (size_t)hs,

@@ -34,13 +34,15 @@ static int run_cmp(const void *a, const void *b) {
 /* The owned runs (ct_params_owned, state.c's rule): within the optimizer shard (ZeRO >= 1: the
  * DP shard, or the experts' shard over the expert-data-parallel group; else the first holder of
  * each copy), TP-split tensors' slices, replicated tensors on TP rank 0 only, the tied wte on the
- * first pipeline stage only; adjacent pieces merged. */
-static ct_status owned_runs(ct_optim *o) {
-    ct_params *P = o->P;
+ * first pipeline stage only; adjacent pieces merged. Pure (a layout-only ct_params will do): the
+ * memory model counts the runs' device cells from it. *out is malloc'd (at least one entry);
+ * returns the count, -1 without host memory. */
+static int owned_runs_plan(const ct_params *P, flat_run **out) {
     const ct_layout *lay = ct_params_layout(P);
     const ct_gpt_config *c = ct_params_config(P);
     flat_run *r = ct_malloc(sizeof *r * (size_t)(CT_GPT_NUM_TENSORS * (c->layers + 1)));
-    if (!r) return CT_ERR(&o->err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");
+    *out = r;
+    if (!r) return -1;
     int n = 0;
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
         size_t lo, hi;
@@ -60,6 +62,37 @@ static ct_status owned_runs(ct_optim *o) {
         if (m && r[m - 1].hi == r[k].lo) r[m - 1].hi = r[k].hi;
         else r[m++] = r[k];
     }
+    return m;
+}
+
+/* Device bytes of the optimizer's buffers (category workspace): the norm scratch, and with
+ * tp > 1 or experts one cell per owned run. What ct_optim_create allocates. */
+/* The norm from owned runs: tp > 1 (each worker's slice) or experts (a replica per expert-data-
+ * parallel group, and no expert on every worker) */
+static int owns_runs(const ct_params *P) {
+    return ct_params_layout(P)->tp > 1 || ct_params_config(P)->experts > 0;
+}
+static size_t cells_bytes(int runs) { return (size_t)(runs ? runs : 1) * sizeof(float); }
+#define NORM_OFF 0
+#define PARTIALS_OFF 16
+static size_t scratch_bytes(void) { return (PARTIALS_OFF + CT_NORM_PARTIALS) * sizeof(float); }
+
+ct_status ct_optim_workspace_bytes(const ct_params *P, size_t *bytes, ct_err *err) {
+    *bytes = scratch_bytes();
+    if (owns_runs(P)) {
+        flat_run *r = NULL;
+        int m = owned_runs_plan(P, &r);
+        free(r);
+        if (m < 0) return CT_ERR(err, CT_ERR_NOMEM, "the optimizer's owned runs: out of host memory");
+        *bytes += cells_bytes(m);
+    }
+    return CT_OK;
+}
+
+static ct_status owned_runs(ct_optim *o) {
+    flat_run *r = NULL;
+    int m = owned_runs_plan(o->P, &r);
+    if (m < 0) return CT_ERR(&o->err, CT_ERR_NOMEM, "ct_optim_create: out of host memory");
     o->runs = ct_malloc(sizeof *o->runs * (size_t)(m ? m : 1));
     o->hcells = ct_malloc(sizeof(float) * (size_t)(m ? m : 1));
     if (!o->runs || !o->hcells) {
@@ -70,13 +103,11 @@ static ct_status owned_runs(ct_optim *o) {
     o->nruns = m;
     free(r);
     ct_status st = ct_buffer_alloc(o->dev, CT_MEM_WORKSPACE, "owned-gradient norm cells",
-                                   (size_t)(m ? m : 1) * sizeof(float), &o->cells);
+                                   cells_bytes(m), &o->cells);
     if (st != CT_OK) CT_ERR(&o->err, st, "ct_optim_create: %s", ct_device_errmsg(o->dev));
     return st;
 }
 
-#define NORM_OFF 0
-#define PARTIALS_OFF 16
 
 ct_status ct_optim_create(ct_optim **out, ct_params *P, ct_profile *prof, ct_err *err) {
     *out = NULL;
@@ -86,14 +117,13 @@ ct_status ct_optim_create(ct_optim **out, ct_params *P, ct_profile *prof, ct_err
     o->P = P;
     o->dev = ct_params_device(P);
     ct_status st = ct_buffer_alloc(o->dev, CT_MEM_WORKSPACE, "optimizer norm scratch",
-                                   (PARTIALS_OFF + CT_NORM_PARTIALS) * sizeof(float), &o->scratch);
+                                   scratch_bytes(), &o->scratch);
     if (st != CT_OK) {
         CT_ERR(err, st, "ct_optim_create: %s", ct_device_errmsg(o->dev));
         free(o);
         return st;
     }
-    if ((ct_params_layout(P)->tp > 1 || ct_params_config(P)->experts > 0) &&
-        (st = owned_runs(o)) != CT_OK) {
+    if (owns_runs(P) && (st = owned_runs(o)) != CT_OK) {
         CT_ERR(err, st, "%s", o->err.msg);
         ct_optim_free(o);
         return st;

@@ -61,6 +61,37 @@ static int holds(const ct_params *P, int i) {
     return P->nheld > 0;
 }
 
+/* The device buffers of this worker's layout, in allocation order: what ct_params_create
+ * allocates and what the memory model (ct_engine_mem.h) counts, from this one table. Under
+ * ZeRO-3 the parameters are a working buffer (workspace) plus the shard (params); under ZeRO >= 2
+ * the gradients likewise; Adam m and v hold the optimizer shard. dst (may be NULL) receives
+ * where each buffer's handle goes. */
+static int buffer_table(ct_params *P, ct_params_buf *b, ct_buffer ***dst) {
+    size_t pb = P->flat * sizeof(float), ob = P->opt_len * sizeof(float);
+    size_t wb = P->wlen * sizeof(float);
+    int z2 = P->lay.zero >= 2, z3 = P->lay.zero >= 3, n = 0;
+#define BUF(cat, nm, by, where)                                                                  \
+    do {                                                                                         \
+        b[n].category = (cat), b[n].name = (nm), b[n].bytes = (by);                              \
+        if (dst) dst[n] = (where);                                                               \
+        n++;                                                                                     \
+    } while (0)
+    BUF(z3 ? CT_MEM_WORKSPACE : CT_MEM_PARAMS, z3 ? "parameter working buffer" : "params",
+        z3 ? wb : pb, &P->params);
+    if (z3) BUF(CT_MEM_PARAMS, "parameter shard", ob, &P->pshard);
+    BUF(z2 ? CT_MEM_WORKSPACE : CT_MEM_GRADS, z2 ? "gradient working buffer" : "grads",
+        z2 ? wb : pb, &P->grads);
+    if (z2) BUF(CT_MEM_GRADS, "gradient shard", ob, &P->gshard);
+    BUF(CT_MEM_OPTIMIZER, "adam_m", ob, &P->adam_m);
+    BUF(CT_MEM_OPTIMIZER, "adam_v", ob, &P->adam_v);
+#undef BUF
+    return n;
+}
+
+int ct_params_buffers(const ct_params *P, ct_params_buf out[CT_PARAMS_MAX_BUFFERS]) {
+    return buffer_table((ct_params *)P, out, NULL);
+}
+
 ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_layout *layout,
                            const ct_coords *coords, const ct_params_plan *plan, ct_device *dev,
                            ct_err *err) {
@@ -167,11 +198,10 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
     P->shlo[P->nsh] = P->lo, P->shhi[P->nsh] = P->hi, P->nsh++;
     P->opt_len = 0;
     for (int k = 0; k < P->nsh; k++) P->opt_len += P->shhi[k] - P->shlo[k];
-    int z2 = layout->zero >= 2, z3 = layout->zero >= 3;
+    int z2 = layout->zero >= 2;
     /* working buffer: [embeddings | slot 0 | slot 1 | lnf] */
     int slots = P->nheld < 2 ? P->nheld : 2;
     P->wlen = P->lbase + (size_t)slots * P->lstride + (P->local_len - P->lnf_lo);
-    size_t pb = P->flat * sizeof(float), ob = P->opt_len * sizeof(float);
     if (P->xlen && z2) {
         ct_params_free(P);
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
@@ -180,23 +210,20 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
                       "the experts would need shards over the expert-data-parallel group there too",
                       layout->zero);
     }
-    size_t wb = P->wlen * sizeof(float);
-    if ((st = ct_buffer_alloc(dev, z3 ? CT_MEM_WORKSPACE : CT_MEM_PARAMS,
-                              z3 ? "parameter working buffer" : "params", z3 ? wb : pb,
-                              &P->params)) != CT_OK ||
-        (z3 && (st = ct_buffer_alloc(dev, CT_MEM_PARAMS, "parameter shard", ob, &P->pshard)) !=
-                   CT_OK) ||
-        (st = ct_buffer_alloc(dev, z2 ? CT_MEM_WORKSPACE : CT_MEM_GRADS,
-                              z2 ? "gradient working buffer" : "grads", z2 ? wb : pb,
-                              &P->grads)) != CT_OK ||
-        (z2 && (st = ct_buffer_alloc(dev, CT_MEM_GRADS, "gradient shard", ob, &P->gshard)) !=
-                   CT_OK) ||
-        (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_m", ob, &P->adam_m)) != CT_OK ||
-        (st = ct_buffer_alloc(dev, CT_MEM_OPTIMIZER, "adam_v", ob, &P->adam_v)) != CT_OK) {
-        CT_ERR(err, st, "%s", ct_device_errmsg(dev));
-        ct_params_free(P);
-        return st;
+    if (!dev) { /* the layout only: what the memory model reads (ct_params_buffers) */
+        *out = P;
+        return CT_OK;
     }
+    ct_params_buf bufs[CT_PARAMS_MAX_BUFFERS];
+    ct_buffer **dst[CT_PARAMS_MAX_BUFFERS];
+    int nb = buffer_table(P, bufs, dst);
+    for (int k = 0; k < nb; k++)
+        if ((st = ct_buffer_alloc(dev, bufs[k].category, bufs[k].name, bufs[k].bytes, dst[k])) !=
+            CT_OK) {
+            CT_ERR(err, st, "%s", ct_device_errmsg(dev));
+            ct_params_free(P);
+            return st;
+        }
     *out = P;
     return CT_OK;
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ct_engine_step.h"
+#include "engine_impl.h"
 
 typedef struct slot_use {
     int mb, chunk; /* -1: free */
@@ -113,22 +114,23 @@ static int piece_cmp(const void *a, const void *b) {
 }
 
 /* The gradient ranges of this worker's flat layout, consecutive pieces alike merged:
- * everything averaged over the DP group (when there is one), except a mixture-of-experts
- * model's expert tensors: averaged over the workers holding the same experts (the
- * expert-data-parallel group, dp / ep of them; none when dp = ep); the tied wte of a pipeline then
- * summed over the embedding group (the last stage's copy left out of ZeRO-2's norm); under
- * sequence parallelism the replicated LayerNorm parameters summed over the TP group. Every
- * other replicated tensor's gradient is already whole on every TP worker (wpe, attprojb and
- * fcprojb are computed from the gathered output gradient). */
-static ct_status make_ranges(ct_exec *x, int tied, int sp, ct_err *err) {
-    ct_params *P = x->P;
+ * everything averaged over the DP group dp (NULL: none), except a mixture-of-experts model's
+ * expert tensors: averaged over the workers holding the same experts, edp (the
+ * expert-data-parallel group, dp / ep of them; NULL when dp = ep); the tied wte of a pipeline
+ * then summed over the embedding group emb (the last stage's copy left out of ZeRO-2's norm);
+ * under sequence parallelism (tpg not NULL) the replicated LayerNorm parameters summed over the
+ * TP group. Every other replicated tensor's gradient is already whole on every TP worker (wpe,
+ * attprojb and fcprojb are computed from the gathered output gradient). Pure: the groups are
+ * only stored and compared, so the memory model calls it with stand-ins (ct__exec_ranges). */
+ct_status ct__exec_ranges(const ct_params *P, ct_comm *dp, ct_comm *edp, ct_comm *emb,
+                          ct_comm *tpg, ct_grad_range **out, int *nout, ct_err *err) {
     const ct_gpt_config *c = ct_params_config(P);
     int n = 0;
+    *out = NULL, *nout = 0;
     flat_piece *pc = ct_malloc(sizeof *pc * (size_t)(CT_GPT_NUM_TENSORS * c->layers + 2));
     if (!pc) return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");
     size_t xlo, xhi;
     ct_params_expert_range(P, &xlo, &xhi);
-    ct_comm *dp = multi(x->dp) ? x->dp : NULL, *edp = multi(x->edp) ? x->edp : NULL;
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
         if (!ct_params_holds(P, i) || ct_params_slice_len(P, i) == 0) continue;
         int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
@@ -140,8 +142,8 @@ static ct_status make_ranges(ct_exec *x, int tied, int sp, ct_err *err) {
             pc[n].lo = ct_params_flat_off(P, i, l);
             pc[n].hi = pc[n].lo + ct_params_slice_len(P, i);
             pc[n].g0 = ex ? edp : dp;
-            pc[n].g1 = i == CT_GPT_wte && tied ? x->emb : sp && ln ? x->tpg : NULL;
-            pc[n].norm_skip = i == CT_GPT_wte && tied && !ct_params_has_embed(P);
+            pc[n].g1 = i == CT_GPT_wte && emb ? emb : tpg && ln ? tpg : NULL;
+            pc[n].norm_skip = i == CT_GPT_wte && emb && !ct_params_has_embed(P);
             n++;
         }
     }
@@ -153,20 +155,20 @@ static ct_status make_ranges(ct_exec *x, int tied, int sp, ct_err *err) {
         n++;
     }
     qsort(pc, (size_t)n, sizeof *pc, piece_cmp);
-    x->ranges = ct_calloc((size_t)(n ? n : 1), sizeof *x->ranges);
-    if (!x->ranges) {
+    ct_grad_range *rg = ct_calloc((size_t)(n ? n : 1), sizeof *rg);
+    if (!rg) {
         free(pc);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_exec_create: out of host memory");
     }
-    x->nranges = 0;
+    int nr = 0;
     for (int k = 0; k < n; k++) {
-        ct_grad_range *r = x->nranges ? &x->ranges[x->nranges - 1] : NULL;
+        ct_grad_range *r = nr ? &rg[nr - 1] : NULL;
         if (r && r->hi == pc[k].lo && r->groups[0] == pc[k].g0 && r->groups[1] == pc[k].g1 &&
             r->norm_skip == pc[k].norm_skip) {
             r->hi = pc[k].hi;
             continue;
         }
-        r = &x->ranges[x->nranges++];
+        r = &rg[nr++];
         r->lo = pc[k].lo, r->hi = pc[k].hi;
         r->groups[0] = pc[k].g0;
         r->ops[0] = CT_OP_AVG;
@@ -175,6 +177,7 @@ static ct_status make_ranges(ct_exec *x, int tied, int sp, ct_err *err) {
         r->norm_skip = pc[k].norm_skip;
     }
     free(pc);
+    *out = rg, *nout = nr;
     return CT_OK;
 }
 
@@ -256,7 +259,10 @@ ct_status ct_exec_create(ct_exec **out, ct_model *m, ct_grid *grid, const ct_exe
             CT_ERR(err, st, "ct_exec_create: a second handle on the TP group: %s",
                    ct_comm_errmsg(x->world));
     }
-    if (st == CT_OK && (multi(x->dp) || tied || sp)) st = make_ranges(x, tied, sp, err);
+    if (st == CT_OK && (multi(x->dp) || tied || sp))
+        st = ct__exec_ranges(x->P, multi(x->dp) ? x->dp : NULL, multi(x->edp) ? x->edp : NULL,
+                             tied ? x->emb : NULL, sp ? x->tpg : NULL, &x->ranges, &x->nranges,
+                             err);
     if (st == CT_OK && x->nranges > 0)
         st = ct_grads_create(&x->g, m, x->ranges, x->nranges, &o->grads, err);
     if (st == CT_OK) st = ct_zero_create(&x->z, m, x->dp, x->edp, x->world, err);
@@ -1050,7 +1056,8 @@ ct_status ct_exec_gather_state(ct_exec *x, float *params, float *adam_m, float *
 }
 
 ct_status ct_exec_mem_gather(ct_exec *x, uint64_t *out) {
-    size_t host = (x->g ? ct_grads_host_bytes(x->g) : 0) + ct_zero_host_bytes(x->z);
+    size_t host = (x->g ? ct_grads_host_bytes(x->g) : 0) + ct_zero_host_bytes(x->z) +
+                  ct_tp_host_bytes(ct_model_tp(x->m)) + ct_moe_host_bytes(ct_model_moe(x->m));
     return ct_state_mem_gather(x->dev, x->world, host, out, &x->err);
 }
 

@@ -125,6 +125,22 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
          "for tensor parallelism (its weight half would need the TP gathers again); use gpipe, "
          "1f1b or interleaved",
          p->tp);
+    {
+        ct_recompute rc;
+        NEED(ct_recompute_parse(p->recompute, &rc) == CT_OK,
+             "--recompute must be none, attention or block (got '%s')", p->recompute);
+        ct_attn_path ap = CT_ATTN_GEMM;
+        ct_attn_path_parse(p->attention, &ap);
+        /* auto resolves on the device; only a path given by name is checked here */
+        if (ap != CT_ATTN_AUTO &&
+            (st = ct_model_recompute_check(rc, ap, p->pp > 1 && kind == CT_SCHED_ZB1, err)) !=
+                CT_OK) {
+            char m[CT_ERR_MSG_MAX];
+            snprintf(m, sizeof m, "%s", err->msg);
+            return CT_ERR(err, CT_ERR_ARG, "--recompute %s with --schedule %s: %s", p->recompute,
+                          p->schedule, m);
+        }
+    }
     NEED(!(p->pp > 1 && p->zero >= 2 && (kind == CT_SCHED_INTERLEAVED || kind == CT_SCHED_ZB1)),
          "--zero %d with --schedule %s: ZeRO-2 and 3 send each block's gradient to its DP group "
          "after every backward, through a gradient working buffer of two blocks; the interleaved "
@@ -549,6 +565,77 @@ double ct_measure_gemm_tflops(ct_device *dev, const ct_gpt_config *c, int BT) {
     return best;
 }
 
+ct_status ct_train_worker_plan(const ct_train_params *p, const ct_gpt_config *cfg, int worker,
+                               ct_layout *lay, ct_coords *at, ct_model_plan *plan, ct_err *err) {
+    ct_status st;
+    ct_schedule *sched = NULL;
+    ct_sched_sim sim = {0};
+    memset(plan, 0, sizeof *plan);
+    ct_layout l = {p->dp, p->tp, p->pp, p->zero, p->ep};
+    if ((st = ct_layout_check(&l, p->dp * p->tp * p->pp, err)) != CT_OK) return st;
+    if (worker < 0 || worker >= p->dp * p->tp * p->pp)
+        return CT_ERR(err, CT_ERR_ARG, "worker %d outside the %d workers of dp %d x tp %d x pp %d",
+                      worker, p->dp * p->tp * p->pp, p->dp, p->tp, p->pp);
+    *lay = l;
+    *at = ct_layout_coords(&l, worker);
+    /* the schedule and the chunks of blocks: the same functions ct_train_run_open uses */
+    int accum = p->total_batch ? p->total_batch / (p->batch * p->seq) : 1;
+    ct_sched_kind kind = CT_SCHED_TRIVIAL;
+    if (p->pp > 1 && (st = ct_sched_parse(p->schedule, &kind, err)) != CT_OK) return st;
+    int v = kind == CT_SCHED_INTERLEAVED ? p->virtual_stages : 1, nchunks = p->pp * v;
+    if (nchunks > cfg->layers || v > CT_MAX_CHUNKS)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "--pp %d x --virtual-stages %d = %d model chunks, but the model has %d "
+                      "blocks (each chunk needs one; at most %d per stage)",
+                      p->pp, v, nchunks, cfg->layers, CT_MAX_CHUNKS);
+    int split[CT_MAX_CHUNKS * 64];
+    if (nchunks > (int)(sizeof split / sizeof split[0]))
+        return CT_ERR(err, CT_ERR_ARG, "%d model chunks: too many", nchunks);
+    if (p->pp_split[0]) st = ct_pp_split_parse(p->pp_split, cfg, nchunks, split, err);
+    else st = ct_pp_split_balanced(cfg, p->seq, nchunks, split, err);
+    if (st != CT_OK) return st;
+    /* activation slots: the schedule's peak live on this worker's stage (unit costs) */
+    ct_sched_costs unit = ct_sched_costs_unit();
+    if ((st = ct_sched_make(kind, p->pp, accum, v, &sched, err)) != CT_OK) return st;
+    st = ct_sched_simulate(sched, &unit, 0, &sim, err);
+    int slots = st == CT_OK && sim.peak_live[at->pp_rank] > 0 ? sim.peak_live[at->pp_rank] : 1;
+    ct_sched_sim_free(&sim);
+    ct_sched_free(sched);
+    if (st != CT_OK) return st;
+    plan->max_B = p->batch / p->dp, plan->max_T = p->seq, plan->slots = slots;
+    plan->split_backward = kind == CT_SCHED_ZB1;
+    ct_attn_path_parse(p->attention, &plan->attention); /* checked by ct_train_params_check */
+    plan->sp = p->sequence_parallel;
+    ct_recompute_parse(p->recompute, &plan->recompute);
+    plan->moe_capacity = p->capacity_factor;
+    plan->moe_aux = p->aux_loss;
+    if (p->pp > 1) {
+        plan->chunks.nchunks = v;
+        for (int j = 0, lo = 0, c = 0; c < nchunks; lo += split[c], c++)
+            if (c % p->pp == at->pp_rank)
+                plan->chunks.lo[j] = lo, plan->chunks.hi[j] = lo + split[c], j++;
+    }
+    return CT_OK;
+}
+
+ct_exec_opts ct_train_exec_opts(const ct_train_params *p) {
+    ct_exec_opts xo = ct_exec_opts_default();
+    xo.grads.bucket_bytes = (size_t)(p->bucket_mb * 1048576.0);
+    xo.grads.overlap = p->overlap;
+    return xo;
+}
+
+ct_status ct_train_mem_predict(const ct_train_params *p, const ct_gpt_config *cfg, int worker,
+                               ct_mem_predict *out, ct_err *err) {
+    ct_layout lay;
+    ct_coords at;
+    ct_model_plan plan;
+    ct_status st = ct_train_worker_plan(p, cfg, worker, &lay, &at, &plan, err);
+    if (st != CT_OK) return st;
+    ct_exec_opts xo = ct_train_exec_opts(p);
+    return ct_model_mem_predict(cfg, &lay, &at, &plan, &xo, out, err);
+}
+
 ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_err *err) {
     ct_status st = CT_OK;
     *out = NULL;
@@ -609,10 +696,11 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
         ct_sched_sim_free(&sim);
     }
     ct_model_plan plan;
-    memset(&plan, 0, sizeof plan);
-    plan.max_B = t->b, plan.max_T = p->seq, plan.slots = t->slots[at.pp_rank];
-    plan.split_backward = r->kind == CT_SCHED_ZB1;
-    ct_attn_path_parse(p->attention, &plan.attention); /* checked by ct_train_params_check */
+    {
+        ct_layout l2;
+        ct_coords a2;
+        if ((st = ct_train_worker_plan(p, cfg, t->wrank, &l2, &a2, &plan, err)) != CT_OK) goto fail;
+    }
     if (plan.attention == CT_ATTN_AUTO && t->world && ct_comm_size(t->world) > 1) {
         /* One decision for every worker (a timing each worker made for itself could differ
          * between them, and the replicas would then run different numerics): world worker 0
@@ -640,15 +728,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
         plan.attention = chosen ? CT_ATTN_FUSED : CT_ATTN_GEMM;
     }
     plan.tp = t->grid ? ct_grid_tp(t->grid) : NULL;
-    plan.sp = p->sequence_parallel;
-    plan.moe_capacity = p->capacity_factor;
-    plan.moe_aux = p->aux_loss;
     plan.ep = t->grid && p->ep > 1 ? ct_grid_ep(t->grid) : NULL;
-    if (N > 1) {
-        plan.chunks.nchunks = v;
-        for (int j = 0, lo = 0, c = 0; c < r->nchunks; lo += r->split[c], c++)
-            if (c % N == at.pp_rank) plan.chunks.lo[j] = lo, plan.chunks.hi[j] = lo + r->split[c], j++;
-    }
     if ((st = ct_model_create_plan(&t->model, cfg, &lay, &at, t->dev, &plan, err)) != CT_OK) {
         char m[CT_ERR_MSG_MAX];
         snprintf(m, sizeof m, "%s", err->msg);
@@ -656,9 +736,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
         goto fail;
     }
     ct_tp_set_overlap(ct_model_tp(t->model), p->tp_overlap);
-    ct_exec_opts xo = ct_exec_opts_default();
-    xo.grads.bucket_bytes = (size_t)(p->bucket_mb * 1048576.0);
-    xo.grads.overlap = p->overlap;
+    ct_exec_opts xo = ct_train_exec_opts(p);
     if ((st = ct_exec_create(&t->x, t->model, t->grid, &xo, err)) != CT_OK) goto fail;
     /* 4. Parameters: a checkpoint, an llm.c file or the seed. */
     size_t np = ct_model_num_params(t->model);
@@ -912,8 +990,12 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
             p->batch, p->seq, accum, p->batch * p->seq * accum);
     if (N > 1) fprintf(f, " (%d rows per worker)", t->b);
     fprintf(f, "\n  attention path = %s\n", ct_model_attention_note(t->model));
-    fprintf(f, "  activations    = %.1f MiB per micro-batch slot, %.1f MiB of it per layer\n",
-            ct_model_slot_bytes(t->model) / 1048576.0, ct_model_layer_bytes(t->model) / 1048576.0);
+    fprintf(f,
+            "  activations    = %.1f MiB per micro-batch slot, %.1f MiB of it per layer; %.1f MiB "
+            "of scratch shared by the slots (%.1f MiB of it for recomputation)\n",
+            ct_model_slot_bytes(t->model) / 1048576.0, ct_model_layer_bytes(t->model) / 1048576.0,
+            ct_model_scratch_bytes(t->model) / 1048576.0,
+            ct_model_recompute_bytes(t->model) / 1048576.0);
     fprintf(f, "  flops/token    = %.4g (6*N + 12*L*C*T%s)\n", t->flops_tok,
             cfg->experts > 0 ? ", N the active parameters" : "");
     fprintf(f, "  peak           = %.4g TFLOP/s (%s)\n", t->peak, t->peak_src);
@@ -930,68 +1012,105 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
              p->batch * p->seq * accum, t->peak, N, p->zero, p->dp, p->tp, p->sequence_parallel,
              cfg->experts, cfg->top_k, p->ep);
     ct_metrics_record(t->mx, "config", cfgline);
-    if (N > 1) { /* the memory report: one line and one record per worker */
-        /* a worker holds psi = its stage's parameters with each TP-split tensor's 1/tp
-         * (psi_tp); ZeRO shards that over its DP group of dp workers */
+    /* The memory report: one line and one record per worker, the bytes allocated beside the
+     * memory model's prediction (ct_train_mem_predict, at the attention path the model chose)
+     * and, with several workers, the model state against the ZeRO formula. */
+    ct_train_params pp_ = *p;
+    pp_.attention = ct_attn_path_name(ct_model_attention(t->model, NULL));
+    {
+        ct_recompute rc = ct_model_plan_of(t->model)->recompute;
+        if (rc != CT_RECOMPUTE_NONE)
+            fprintf(f, "  recomputation  = %s", ct_recompute_name(rc));
+        if (rc == CT_RECOMPUTE_BLOCK && cfg->experts > 0)
+            fprintf(f, ": each block keeps its input and its MoE layer's tensors (recomputing "
+                       "those would repeat the routing and the all-to-alls), and runs its forward "
+                       "again (to ln2) before its backward\n");
+        else if (rc == CT_RECOMPUTE_BLOCK)
+            fprintf(f, ": each block keeps its input only, and runs its forward again (to the "
+                       "GELU) before its backward\n");
+        else if (rc == CT_RECOMPUTE_ATTENTION && cfg->experts > 0)
+            fprintf(f, ": %s recomputed before each block's backward (the MoE layers keep their "
+                       "own tensors)\n",
+                    ct_model_attention(t->model, NULL) == CT_ATTN_FUSED
+                        ? "the LayerNorm outputs dropped and"
+                        : "the attention probabilities and the LayerNorm outputs dropped and");
+        else if (rc == CT_RECOMPUTE_ATTENTION)
+            fprintf(f, ": %s recomputed before each block's backward\n",
+                    ct_model_plan_of(t->model)->split_backward
+                        ? "the attention probabilities dropped (zb1's weight half reads the "
+                          "LayerNorm and GELU outputs later, so they are kept) and"
+                    : ct_model_attention(t->model, NULL) == CT_ATTN_FUSED
+                        ? "the LayerNorm and GELU outputs dropped (the fused path keeps no "
+                          "scores) and"
+                        : "the attention probabilities and the LayerNorm and GELU outputs "
+                          "dropped and");
+    }
+    fprintf(f,
+            "  memory per worker: allocated | predicted by the memory model, bytes (device; comm "
+            "= host staging)%s:\n",
+            p->pp > 1 ? ", model state against the ZeRO formula for its stage's parameters"
+            : N > 1   ? ", model state against the ZeRO formula for psi_tp"
+                      : "");
+    for (int w = 0; w < N; w++) {
+        const uint64_t *u = t->mem + (size_t)w * CT_MEM__COUNT;
+        ct_mem_predict mp;
+        ct_err e2 = {0};
+        int okp = ct_train_mem_predict(&pp_, cfg, w, &mp, &e2) == CT_OK;
+        uint64_t pred[CT_MEM__COUNT];
+        for (int c = 0; c < CT_MEM__COUNT; c++)
+            pred[c] = okp ? mp.device[c] + (c == CT_MEM_COMM ? mp.host_comm : 0) : 0;
+        int q = ct_layout_coords(&(ct_layout){p->dp, p->tp, p->pp, p->zero, p->ep}, w).pp_rank;
         /* experts: their share over ep, sharded over the dp / ep workers holding them */
-        double psx = 0, psi = worker_params(r, 0, p->pp, p->tp, p->ep, &psx);
+        double psx = 0, psi = worker_params(r, q, p->pp, p->tp, p->ep, &psx);
         double want = expected_model_state(psi, p->dp, p->zero) +
                       expected_model_state(psx, p->dp / p->ep, p->zero);
-        if (p->pp > 1)
-            fprintf(f,
-                    "  memory per worker (device bytes; comm = host staging), model state "
-                    "expected from the ZeRO-%d formula for its stage's parameters%s, N = dp = %d:\n",
-                    p->zero, p->tp > 1 ? " (TP-split ones / tp)" : "", p->dp);
-        else
-            fprintf(f,
-                    "  memory per worker (device bytes; comm = host staging), model state expected "
-                    "%.0f (ZeRO-%d formula for psi_tp = %.0f of %zu parameters, tp = %d, dp = %d):\n",
-                    want, p->zero, psi, np, p->tp, p->dp);
-        for (int w = 0; w < N; w++) {
-            const uint64_t *u = t->mem + (size_t)w * CT_MEM__COUNT;
-            uint64_t state = u[CT_MEM_PARAMS] + u[CT_MEM_GRADS] + u[CT_MEM_OPTIMIZER];
-            char stage[64] = "";
-            if (p->pp > 1) {
-                ct_layout lay = {p->dp, p->tp, p->pp, p->zero, 1};
-                int q = ct_layout_coords(&lay, w).pp_rank;
-                snprintf(stage, sizeof stage, " (stage %d, %d slots)", q, t->slots[q]);
-                psi = worker_params(r, q, p->pp, p->tp, p->ep, &psx);
-                want = expected_model_state(psi, p->dp, p->zero) +
-                       expected_model_state(psx, p->dp / p->ep, p->zero);
-            }
-            fprintf(f,
-                    "    worker %d: params %llu grads %llu optimizer %llu activations %llu%s "
-                    "workspace %llu comm %llu | model state %llu (%.3f x formula)\n",
-                    w, (unsigned long long)u[CT_MEM_PARAMS], (unsigned long long)u[CT_MEM_GRADS],
-                    (unsigned long long)u[CT_MEM_OPTIMIZER],
-                    (unsigned long long)u[CT_MEM_ACTIVATIONS], stage,
-                    (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
-                    (unsigned long long)state, (double)state / want);
-            char rec[640];
-            snprintf(rec, sizeof rec,
-                     "\"worker\":%d,\"workers\":%d,\"zero\":%d,\"params\":%llu,\"grads\":%llu,"
-                     "\"optimizer\":%llu,\"activations\":%llu,\"workspace\":%llu,\"comm\":%llu,"
-                     "\"model_state\":%llu,\"model_state_formula\":%.0f,\"num_params\":%zu",
-                     w, N, p->zero, (unsigned long long)u[CT_MEM_PARAMS],
-                     (unsigned long long)u[CT_MEM_GRADS], (unsigned long long)u[CT_MEM_OPTIMIZER],
-                     (unsigned long long)u[CT_MEM_ACTIVATIONS],
-                     (unsigned long long)u[CT_MEM_WORKSPACE], (unsigned long long)u[CT_MEM_COMM],
-                     (unsigned long long)state, want, np);
-            {
-                size_t l = strlen(rec);
-                snprintf(rec + l, sizeof rec - l,
-                         ",\"psi_tp\":%.0f,\"tp\":%d,\"dp\":%d,\"psi_experts\":%.0f,\"ep\":%d", psi,
-                         p->tp, p->dp, psx, p->ep);
-            }
-            if (p->pp > 1) { /* the stage and its activation slots */
-                size_t l = strlen(rec);
-                ct_layout lay = {p->dp, p->tp, p->pp, p->zero, 1};
-                int q = ct_layout_coords(&lay, w).pp_rank;
-                snprintf(rec + l, sizeof rec - l, ",\"stage\":%d,\"slots\":%d,\"stage_params\":%.0f",
-                         q, t->slots[q], psi);
-            }
-            ct_metrics_record(t->mx, "memory", rec);
-        }
+        uint64_t state = u[CT_MEM_PARAMS] + u[CT_MEM_GRADS] + u[CT_MEM_OPTIMIZER];
+        char line[768], rest[160] = "";
+        size_t l = (size_t)snprintf(line, sizeof line, "    worker %d:", w);
+        static const char *const cn[CT_MEM__COUNT] = {"params", "grads", "optimizer",
+                                                       "activations", "workspace", "comm"};
+        for (int c = 0; c < CT_MEM__COUNT; c++)
+            l += (size_t)snprintf(line + l, sizeof line - l, " %s %llu|%llu", cn[c],
+                                  (unsigned long long)u[c], (unsigned long long)pred[c]);
+        if (p->pp > 1) snprintf(rest, sizeof rest, " (stage %d, %d slots)", q, t->slots[q]);
+        if (N > 1)
+            snprintf(rest + strlen(rest), sizeof rest - strlen(rest),
+                     " | model state %llu (%.3f x formula)", (unsigned long long)state,
+                     (double)state / want);
+        fprintf(f, "%s%s%s\n", line, rest, okp ? "" : " (no prediction: see below)");
+        if (!okp) fprintf(f, "      memory model: %s\n", e2.msg);
+        char rec[1200];
+        size_t k = (size_t)snprintf(
+            rec, sizeof rec,
+            "\"worker\":%d,\"workers\":%d,\"zero\":%d,\"params\":%llu,\"grads\":%llu,"
+            "\"optimizer\":%llu,\"activations\":%llu,\"workspace\":%llu,\"comm\":%llu,"
+            "\"model_state\":%llu,\"model_state_formula\":%.0f,\"num_params\":%zu,"
+            "\"psi_tp\":%.0f,\"tp\":%d,\"dp\":%d,\"recompute\":\"%s\",\"psi_experts\":%.0f,"
+            "\"ep\":%d",
+            w, N, p->zero, (unsigned long long)u[CT_MEM_PARAMS],
+            (unsigned long long)u[CT_MEM_GRADS], (unsigned long long)u[CT_MEM_OPTIMIZER],
+            (unsigned long long)u[CT_MEM_ACTIVATIONS], (unsigned long long)u[CT_MEM_WORKSPACE],
+            (unsigned long long)u[CT_MEM_COMM], (unsigned long long)state, want, np, psi, p->tp,
+            p->dp, p->recompute, psx, p->ep);
+        if (okp)
+            k += (size_t)snprintf(
+                rec + k, sizeof rec - k,
+                ",\"predicted\":{\"params\":%llu,\"grads\":%llu,\"optimizer\":%llu,"
+                "\"activations\":%llu,\"workspace\":%llu,\"comm\":%llu,\"host_grads\":%llu,"
+                "\"host_zero\":%llu,\"host_tp\":%llu,\"act_slot\":%llu,\"act_scratch\":%llu,"
+                "\"act_layer\":%llu,\"act_recompute\":%llu,\"slots\":%d,\"attention\":\"%s\"}",
+                (unsigned long long)pred[CT_MEM_PARAMS], (unsigned long long)pred[CT_MEM_GRADS],
+                (unsigned long long)pred[CT_MEM_OPTIMIZER],
+                (unsigned long long)pred[CT_MEM_ACTIVATIONS],
+                (unsigned long long)pred[CT_MEM_WORKSPACE], (unsigned long long)pred[CT_MEM_COMM],
+                (unsigned long long)mp.host_grads, (unsigned long long)mp.host_zero,
+                (unsigned long long)mp.host_tp, (unsigned long long)mp.act_slot,
+                (unsigned long long)mp.act_scratch, (unsigned long long)mp.act_layer,
+                (unsigned long long)mp.act_recompute, mp.slots, ct_attn_path_name(mp.attention));
+        if (p->pp > 1) /* the stage and its activation slots */
+            snprintf(rec + k, sizeof rec - k, ",\"stage\":%d,\"slots\":%d,\"stage_params\":%.0f",
+                     q, t->slots[q], psi);
+        ct_metrics_record(t->mx, "memory", rec);
     }
     fflush(f);
     return CT_OK;

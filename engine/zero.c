@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ct_engine_step.h"
+#include "engine_impl.h"
 
 struct ct_zero {
     ct_model *m;
@@ -56,6 +57,19 @@ size_t ct_zero_host_bytes(const ct_zero *z) {
     return ((z->hostflat ? z->flat : 0) + (z->mirror ? z->hi - z->lo : 0) +
             (z->ptmp ? 3 * z->local : 0)) *
            sizeof(float);
+}
+/* The same from the layout alone (what ct_zero_create allocates for P's stage): stages 1, 2 a
+ * host copy of the flat layout for the all-gather; stage 3 the shard's mirror, one block's
+ * gather buffer and two prefetch buffers of the local layout. */
+size_t ct__zero_host_bytes_plan(const ct_params *P) {
+    size_t lo, hi;
+    ct_params_shard(P, &lo, &hi);
+    switch (ct_params_zero_stage(P)) {
+    case 1:
+    case 2: return ct_params_flat_len(P) * sizeof(float);
+    case 3: return (hi - lo + 3 * ct_params_local_len(P)) * sizeof(float);
+    default: return 0;
+    }
 }
 double ct_zero_gather_ms(const ct_zero *z) { return z->gather_ms; }
 void ct_zero_times_reset(ct_zero *z) { z->gather_ms = 0; }

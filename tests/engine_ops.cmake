@@ -5,3 +5,5 @@ ct_add_test(NAME test_engine_ops SOURCES test_engine_ops.c LIBS ct_engine LABELS
 ct_add_test(NAME test_engine_model SOURCES test_engine_model.c LIBS ct_engine LABELS opencl TIMEOUT 600)
 ct_add_test(NAME test_engine_model_learn SOURCES test_engine_model_learn.c LIBS ct_engine LABELS opencl TIMEOUT 600)
 ct_add_test(NAME test_engine_attention SOURCES test_engine_attention.c LIBS ct_engine LABELS opencl TIMEOUT 600)
+# The memory model against the bytes allocated, and the recompute modes' per-layer formula.
+ct_add_test(NAME test_engine_mem SOURCES test_engine_mem.c LIBS ct_engine LABELS opencl TIMEOUT 600)

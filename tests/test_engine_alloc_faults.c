@@ -30,7 +30,7 @@
 #include "ct_engine.h"
 #include "ct_test.h"
 
-static const ct_gpt_config CFG = {8, 32, 32, 2, 2, 16}; /* maxT V Vp L NH C */
+static const ct_gpt_config CFG = {8, 32, 32, 2, 2, 16, 0, 0}; /* maxT V Vp L NH C */
 #define B_ 4
 #define T_ 8
 

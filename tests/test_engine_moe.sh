@@ -7,8 +7,10 @@
 #    (dp 4) and ep = 2 inside dp = 4, each with ZeRO 0 and 1, as threads, as MPI ranks and mixed:
 #    the 20 losses within 1e-5 relative, the auxiliary losses within 1e-5, the drop fractions and
 #    busiest-expert loads the same; the "moe" records' tokens per worker add up to the choices
-#    kept; the "memory" records within 5 % of the ZeRO formulas (experts over dp / ep).
-#    With a pipeline: pp 2, and dp 2 (ep 2) x pp 2 with ZeRO-1.
+#    kept; the "memory" records within 5 % of the ZeRO formulas (experts over dp / ep), and in
+#    every run each worker's record equal to the memory model's prediction in every category
+#    (the experts' parameters and optimizer state over ep, the MoE layer's saved tensors and
+#    scratch, its EP staging in comm). With a pipeline: pp 2, and dp 2 (ep 2) x pp 2 with ZeRO-1.
 # 2. A checkpoint written under dp 4 (ep 2) ZeRO-1 resumes on one device, under dp 2 (ep 2) and
 #    under 4 ranks (ep 4), continuing the reference curve.
 # 3. Model files: --save-model *.safetensors after an expert-parallel run; Python reads it with
@@ -18,7 +20,10 @@
 #    (not JSON, a missing tensor, a wrong shape, F16, overlapping or out-of-range offsets, a
 #    missing metadata field) are refused with status 2 naming the tensor or field.
 # 4. Impossible combinations are refused with status 2 and a message before any work.
-# part: "all" (default), "threads", "ranks", "mixed", "resume", "files", "refuse".
+# 5. Recomputation with MoE blocks (--recompute attention, block): the losses, auxiliary losses
+#    and gradient norms bitwise those of --recompute none, on one device, as threads dp 4 (ep 2)
+#    ZeRO-1, as ranks dp 2 (ep 2) and under pp 2 (1F1B); the memory records predicted == allocated.
+# part: "all" (default), "threads", "ranks", "mixed", "resume", "files", "refuse", "recompute".
 set -u
 TRAIN=$1
 MPIEXEC=$2
@@ -89,6 +94,39 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# predcheck FILE: every worker's memory record equal to the memory model's prediction.
+predcheck() {
+    if $PY - "$1" <<'EOF'; then :; else fail "memory predictions $1"; fi
+import json, sys
+mem = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "memory"]
+ok = len(mem) > 0
+for r in mem:
+    p = r.get("predicted", {})
+    for k in ("params", "grads", "optimizer", "activations", "workspace", "comm"):
+        if p.get(k) != r[k]:
+            print("worker %d: %s allocated %d, predicted %s" % (r["worker"], k, r[k], p.get(k)))
+            ok = False
+print("%s: %s: %d workers' memory predicted == allocated (comm %s)" %
+      ("ok" if ok else "FAIL", sys.argv[1].split("/")[-1], len(mem), [r["comm"] for r in mem]))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+# bitwise REF.jsonl OTHER.jsonl "what": every step's loss, aux_loss and grad_norm the same.
+bitwise() {
+    if $PY - "$1" "$2" "$3" <<'EOF'; then :; else fail "$3"; fi
+import json, sys
+def recs(p):
+    return [(r["step"], r["loss"], r["aux_loss"], r["grad_norm"])
+            for r in map(json.loads, open(p)) if r.get("type") == "train"]
+a, b = recs(sys.argv[1]), recs(sys.argv[2])
+ok = len(a) == 20 and a == b
+print("%s: %-52s %d steps bitwise (loss %.8f, aux %.8f at the end)" %
+      ("ok" if ok else "FAIL", sys.argv[3], len(b), b[-1][1] if b else 0, b[-1][2] if b else 0))
+sys.exit(0 if ok else 1)
+EOF
+}
+
 # run NAME RANKS DEVICES_PER_RANK POCL_COUNT args...
 run() {
     name=$1; nr=$2; dpr=$3; npocl=$4; shift 4
@@ -120,7 +158,7 @@ layouts() {
             run "$name" "$nr" "$dpr" "$dpr" --dp "$dp" --ep "$ep" --devices-per-rank "$dpr" \
                 --zero "$z" &&
                 compare "$D/ref.jsonl" "$D/$name.jsonl" "$kind ${nr}x${dpr} dp $dp ep $ep ZeRO-$z" &&
-                memcheck "$D/$name.jsonl" "$dp" "$ep" "$z"
+                memcheck "$D/$name.jsonl" "$dp" "$ep" "$z" && predcheck "$D/$name.jsonl"
         done
     done
 }
@@ -129,9 +167,11 @@ if want threads; then
     need_ref
     layouts threads 1 2
     layouts threads 1 4
-    run pp2 1 2 2 --pp 2 --devices-per-rank 2 && compare "$D/ref.jsonl" "$D/pp2.jsonl" "threads pp 2"
+    run pp2 1 2 2 --pp 2 --devices-per-rank 2 && compare "$D/ref.jsonl" "$D/pp2.jsonl" "threads pp 2" &&
+        predcheck "$D/pp2.jsonl"
     run pp2dp2 1 4 4 --pp 2 --dp 2 --ep 2 --zero 1 --devices-per-rank 4 &&
-        compare "$D/ref.jsonl" "$D/pp2dp2.jsonl" "threads dp 2 (ep 2) x pp 2 ZeRO-1"
+        compare "$D/ref.jsonl" "$D/pp2dp2.jsonl" "threads dp 2 (ep 2) x pp 2 ZeRO-1" &&
+        predcheck "$D/pp2dp2.jsonl"
 fi
 if want ranks; then
     need_ref
@@ -283,6 +323,28 @@ if want refuse; then
     expect_bad "experts with zb1" "experts with --schedule zb1 are not built" 1 2 --pp 2 --schedule zb1 --devices-per-rank 2
     expect_bad "experts into an llm.c file" "llm.c's model format has no place for experts" 1 1 --save-model "$D/x.bin"
     expect_bad "ranks: ep not dividing dp" "--ep 4 does not divide --dp 2" 2 1 --dp 2 --ep 4
+fi
+
+if want recompute; then
+    need_ref
+    for mode in attention block; do
+        run "rc1_$mode" 1 1 1 --recompute "$mode" &&
+            bitwise "$D/ref.jsonl" "$D/rc1_$mode.jsonl" "one device, recompute $mode" &&
+            predcheck "$D/rc1_$mode.jsonl"
+    done
+    # rc_layout NAME WHAT RANKS DEVICES_PER_RANK POCL args: the none run, then attention and block
+    rc_layout() {
+        nm=$1; what=$2; nr=$3; dpr=$4; npocl=$5; shift 5
+        run "${nm}_none" "$nr" "$dpr" "$npocl" "$@" || return
+        for mode in attention block; do
+            run "${nm}_$mode" "$nr" "$dpr" "$npocl" "$@" --recompute "$mode" &&
+                bitwise "$D/${nm}_none.jsonl" "$D/${nm}_$mode.jsonl" "$what, recompute $mode" &&
+                predcheck "$D/${nm}_$mode.jsonl"
+        done
+    }
+    rc_layout thr "threads dp 4 (ep 2) ZeRO-1" 1 4 4 --dp 4 --ep 2 --zero 1 --devices-per-rank 4
+    rc_layout rk "ranks dp 2 (ep 2)" 2 1 1 --dp 2 --ep 2
+    rc_layout pp "threads pp 2 (1F1B)" 1 2 2 --pp 2 --schedule 1f1b --devices-per-rank 2
 fi
 
 if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
