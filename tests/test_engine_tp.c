@@ -390,6 +390,7 @@ static void test_model(ctx *c, ct_grid *grid, int sp) {
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
         size_t off, cnt;
         ct_model_tensor(ref, i, &off, &cnt);
+        if (cnt == 0) continue; /* a dense model's router: no elements */
         int ln = i == CT_GPT_ln1w || i == CT_GPT_ln1b || i == CT_GPT_ln2w || i == CT_GPT_ln2b ||
                  i == CT_GPT_lnfw || i == CT_GPT_lnfb;
         if (sp && ln && c->N > 1) {
