@@ -1,0 +1,17 @@
+# tests/engine_layout.cmake - every axis at once and the layout planner (issue 12).
+# test_engine_layout.sh: three-axis layouts at W = 8 (2 ranks x 4 PoCL devices, and 8 ranks)
+# against the single device, resume across them, and (with ct_plan built) the planner's memory
+# prediction against each run's memory report; registered per part so each stays short.
+if(TARGET train_gpt)
+  set(CT_LAYOUT_PLAN "")
+  if(TARGET ct_plan)
+    set(CT_LAYOUT_PLAN $<TARGET_FILE:ct_plan>)
+  endif()
+  foreach(part mixed ranks resume)
+    add_test(NAME test_engine_layout_${part}
+             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_layout.sh $<TARGET_FILE:train_gpt>
+                     ${MPIEXEC_EXECUTABLE} ${part} ${CT_LAYOUT_PLAN})
+    set_tests_properties(test_engine_layout_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 900
+                         ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+endif()

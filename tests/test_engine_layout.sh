@@ -1,0 +1,151 @@
+#!/bin/sh
+# test_engine_layout.sh TRAIN_GPT MPIEXEC [part] [CT_PLAN] - every axis at once (issue 12) at
+# W = 8 workers, through train_gpt, against the single device.
+#
+# 1. Three-axis layouts train the same global batch as one device: dp 2 x tp 2 x pp 2 with
+#    1F1B and ZeRO-1, tp 2 x pp 2 x dp 2 with sequence parallelism and the interleaved schedule
+#    (2 chunks per stage), and in the mixed part also ZeRO-2 (gpipe, SP) and ZeRO-3 (1f1b) on
+#    the same grid; as 2 ranks x 4 PoCL devices and as 8 ranks. Clipping is on at every step
+#    (--grad-clip below every norm), so a gradient norm counted twice or missed anywhere (the
+#    TP-replicated LayerNorms, the tied wte on both pipeline ends, the ZeRO shards) changes the
+#    losses: the 20 losses and the 20 norms are within 1e-5 relative of one device.
+# 2. Checkpoints stay gathered: written at dp 2 x tp 2 x pp 2 (ZeRO-1, 2 x 4) at step 10 and
+#    resumed as tp 2 x pp 2 x dp 2 (SP, interleaved, 8 ranks), and the other way round, each
+#    continuing the single-device curve.
+# 3. With CT_PLAN (build/bin/ct_plan) given, the planner's memory prediction for each layout run
+#    above (ct_plan --only ... --json, the same model and batch flags) is within 2 % of every
+#    worker's memory report (params + grads + optimizer + activations + workspace).
+# part: "all" (default), "mixed", "ranks", "resume".
+set -u
+TRAIN=$1
+MPIEXEC=$2
+PART=${3:-all}
+PLAN=${4:-}
+D=$(mktemp -d /tmp/ct_test_layout.XXXXXX)
+trap 'rm -rf "$D"' EXIT
+PY=/usr/bin/python3
+export OMP_WAIT_POLICY=passive
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
+
+$PY -c "open('$D/text.txt','w').write('the quick brown fox jumps over the lazy dog. ' * 300)"
+# 4 blocks (2 stages x 2 chunks for interleaving), heads 4, dim 32, T 16 (tp 2 divides all,
+# SP splits T), batch 4 (dp 2: 2 rows per worker), 2 micro-batches (interleaving: a multiple of pp)
+MODEL="--layers 4 --heads 4 --dim 32 --seq 16 --batch 4 --total-batch 128"
+ARGS="$MODEL --steps 20 --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 \
+      --eval-every 0 --peak-tflops 1 --bucket-mb 0.01"
+
+# compare REF.jsonl OTHER.jsonl "what" [first_step]: losses and norms within 1e-5 relative.
+compare() {
+    if $PY - "$1" "$2" "$3" "${4:-0}" <<'EOF'; then :; else fail "$3"; fi
+import json, sys
+def steps(p):
+    out = {}
+    for line in open(p):
+        r = json.loads(line)
+        if r.get("type") == "train": out[r["step"]] = (r["loss"], r["grad_norm"])
+    return out
+a, b, what, first = steps(sys.argv[1]), steps(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+keys = [s for s in sorted(a) if s >= first]
+if not keys or any(s not in b for s in keys):
+    print("missing steps in", what, sorted(b)); sys.exit(1)
+wl = max(abs(a[s][0] - b[s][0]) / abs(a[s][0]) for s in keys)
+wn = max(abs(a[s][1] - b[s][1]) / abs(a[s][1]) for s in keys)
+clipped = sum(1 for s in keys if a[s][1] > 0.3)
+print("ok: %-52s %d steps, worst relative difference: loss %.2e, norm %.2e; %d clipped" %
+      (what, len(keys), wl, wn, clipped) if wl <= 1e-5 and wn <= 1e-5 else
+      "FAIL: %s: worst loss %.2e norm %.2e" % (what, wl, wn))
+sys.exit(0 if wl <= 1e-5 and wn <= 1e-5 else 1)
+EOF
+}
+
+# memplan NAME RANKS DEVICES_PER_RANK layout-flags...: the planner's per-worker prediction
+# against the run's memory records (within 2 % per worker).
+memplan() {
+    [ -n "$PLAN" ] || return 0
+    name=$1; nr=$2; dpr=$3; shift 3
+    if ! POCL_DEVICES=pthread "$PLAN" $MODEL --workers $((nr * dpr)) --devices-per-rank "$dpr" \
+            --only "$@" --no-calibrate --json >"$D/$name.plan.json" 2>"$D/$name.plan.err"; then
+        fail "$name: ct_plan failed"; cat "$D/$name.plan.err"; return
+    fi
+    if $PY - "$D/$name.jsonl" "$D/$name.plan.json" "$name" <<'EOF'; then :; else fail "$name: memory prediction"; fi
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+mem = {r["worker"]: r for r in recs if r.get("type") == "memory"}
+plan = json.load(open(sys.argv[2]))
+lay = plan["layouts"][0]
+pred = {w["worker"]: w for w in lay["workers"]}
+cats = ["params", "grads", "optimizer", "activations", "workspace"]
+worst, ok = 0.0, len(mem) > 0 and set(mem) == set(pred)
+for w, r in mem.items():
+    got = sum(r[c] for c in cats)
+    want = sum(pred[w][c] for c in cats)
+    worst = max(worst, abs(got - want) / got)
+ok = ok and worst <= 0.02
+print("%s: memory %-40s %d workers, worst relative difference %.4f (planner %s)" %
+      ("ok" if ok else "FAIL", sys.argv[3], len(mem), worst, lay["name"]))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+# run NAME RANKS DEVICES_PER_RANK args...
+run() {
+    name=$1; nr=$2; dpr=$3; shift 3
+    pd=$(for i in $(seq "$dpr"); do printf 'pthread '; done)
+    if [ "$nr" -gt 1 ]; then
+        POCL_DEVICES="$pd" "$MPIEXEC" -n "$nr" "$TRAIN" $ARGS --devices-per-rank "$dpr" \
+            --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1
+    else
+        POCL_DEVICES="$pd" "$TRAIN" $ARGS --devices-per-rank "$dpr" --metrics "$D/$name.jsonl" \
+            "$@" >"$D/$name.log" 2>&1
+    fi
+    rc=$?
+    if [ $rc -ne 0 ]; then fail "$name: exit status $rc"; tail -n 5 "$D/$name.log"; return 1; fi
+    return 0
+}
+
+need_ref() {
+    [ -f "$D/ref.jsonl" ] || run ref 1 1 || { echo "FAIL: no reference"; exit 1; }
+}
+
+L1="--dp 2 --tp 2 --pp 2 --schedule 1f1b --zero 1"
+L2="--tp 2 --pp 2 --dp 2 --sequence-parallel 1 --schedule interleaved --virtual-stages 2"
+L3="--dp 2 --tp 2 --pp 2 --schedule gpipe --zero 2 --sequence-parallel 1"
+L4="--dp 2 --tp 2 --pp 2 --schedule 1f1b --zero 3"
+
+if want mixed; then
+    need_ref
+    run m1 2 4 $L1 && compare "$D/ref.jsonl" "$D/m1.jsonl" "2x4 dp 2 x tp 2 x pp 2 1f1b ZeRO-1" &&
+        memplan m1 2 4 $L1
+    run m2 2 4 $L2 && compare "$D/ref.jsonl" "$D/m2.jsonl" "2x4 tp 2 x pp 2 x dp 2 SP interleaved" &&
+        memplan m2 2 4 $L2
+    run m3 2 4 $L3 && compare "$D/ref.jsonl" "$D/m3.jsonl" "2x4 dp 2 x tp 2 x pp 2 gpipe ZeRO-2 SP" &&
+        memplan m3 2 4 $L3
+    run m4 2 4 $L4 && compare "$D/ref.jsonl" "$D/m4.jsonl" "2x4 dp 2 x tp 2 x pp 2 1f1b ZeRO-3" &&
+        memplan m4 2 4 $L4
+fi
+if want ranks; then
+    need_ref
+    run r1 8 1 $L1 && compare "$D/ref.jsonl" "$D/r1.jsonl" "8 ranks dp 2 x tp 2 x pp 2 1f1b ZeRO-1" &&
+        memplan r1 8 1 $L1
+    run r2 8 1 $L2 && compare "$D/ref.jsonl" "$D/r2.jsonl" "8 ranks tp 2 x pp 2 x dp 2 SP interleaved" &&
+        memplan r2 8 1 $L2
+fi
+if want resume; then
+    need_ref
+    # written on 2 ranks x 4 devices at dp 2 x tp 2 x pp 2 (ZeRO-1), resumed on 8 ranks as
+    # tp 2 x pp 2 x dp 2 with SP and interleaving ...
+    if run w1 2 4 $L1 --save "$D/ck1" --save-every 10; then
+        run res2 8 1 $L2 --resume "$D/ck1/ckpt_00000010.bin" &&
+            compare "$D/ref.jsonl" "$D/res2.jsonl" "resume 2x4 L1 (ZeRO-1) -> 8 ranks L2 (SP, interleaved)" 10
+    fi
+    # ... and the other way round
+    if run w2 8 1 $L2 --save "$D/ck2" --save-every 10; then
+        run res1 2 4 $L1 --resume "$D/ck2/ckpt_00000010.bin" &&
+            compare "$D/ref.jsonl" "$D/res1.jsonl" "resume 8 ranks L2 -> 2x4 L1 (ZeRO-1)" 10
+    fi
+fi
+
+if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
+echo "all passed"
