@@ -22,5 +22,6 @@
 #include "ct_engine_mem.h"
 #include "ct_engine_io.h"
 #include "ct_engine_train.h"
+#include "ct_engine_plan.h"
 
 #endif /* CT_ENGINE_H */

@@ -152,6 +152,10 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(FLOAT, bucket_mb, "bucket-mb", "25", "data-parallel gradient bucket size in MiB")        \
     X(INT, overlap, "overlap", "1",                                                             \
       "1 = all-reduce gradient buckets while backward goes on; 0 = after backward")             \
+    X(STR, layout, "layout", "manual",                                                          \
+      "manual: the layout flags above; auto: the planner (ct_plan) measures the devices and "     \
+      "links, picks the fastest layout that fits memory and runs it (layout flags given pin "    \
+      "their choice); predicted and measured step times are printed after a few steps")          \
     X(INT, workers_per_device, "workers-per-device", "1",                                       \
       "workers sharing one device (each its own context and queue; to try layouts on one GPU)") \
     X(STR, trace, "trace", "", "write a Chrome/Perfetto trace (JSON) of the traced steps here")  \
@@ -315,6 +319,18 @@ ct_exec_opts ct_train_exec_opts(const ct_train_params *p);
  * figures, flagged attention_bound). Pure: no device, no MPI. */
 ct_status ct_train_mem_predict(const ct_train_params *p, const ct_gpt_config *cfg, int worker,
                                ct_mem_predict *out, ct_err *err);
+/* The model's shape a command line gives: a checkpoint's (--resume), an llm.c file's (--init)
+ * or the shape flags'; a shape flag that contradicts a file is CT_ERR_ARG (the checks
+ * ct_train_run_open makes, without reading data or opening devices). */
+ct_status ct_train_config(const ct_train_params *p, int argc, char **argv, ct_gpt_config *cfg,
+                          ct_err *err);
+/* Which of the selected devices (list[picks[0..npicks)]) worker `thread` of this process opens:
+ * ct_topo_device_index (topo NULL: 0), the thread index for CPU devices (PoCL exists once per
+ * process), shared by workers_per_device workers. May be >= npicks: too few devices. */
+int ct_worker_device(const ct_device_info *list, const int *picks, int npicks, ct_topo *topo,
+                     int thread, int workers_per_device);
+
+typedef struct ct_exec ct_exec; /* ct_engine_step.h */
 
 /* What the workers of one process share, read-only once they start: the model's shape (from a
  * checkpoint, an llm.c file or the flags), the data (corpus: the text used without --data or

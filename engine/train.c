@@ -156,6 +156,8 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
              "--pp",
              accum, p->pp);
     }
+    NEED(!strcmp(p->layout, "manual") || !strcmp(p->layout, "auto"),
+         "--layout must be manual or auto (got '%s')", p->layout);
     NEED(p->bucket_mb > 0, "--bucket-mb must be positive (got %g)", p->bucket_mb);
     NEED(p->overlap == 0 || p->overlap == 1, "--overlap must be 0 or 1 (got %d)", p->overlap);
     NEED(!(p->data[0] && p->text[0]), "--data and --text are exclusive: give one");
@@ -239,6 +241,79 @@ static void warn_changed_flags(FILE *log, const char *meta, const ct_train_param
     free(now);
 }
 
+/* A new model's shape from the flags. */
+static ct_status config_of_flags(const ct_train_params *p, ct_gpt_config *cfg, ct_err *err) {
+    int V = p->vocab ? p->vocab : (p->data[0] ? 50257 : 256);
+    cfg->vocab = V;
+    cfg->padded_vocab = (V + 127) / 128 * 128;
+    cfg->layers = p->layers;
+    cfg->heads = p->heads;
+    cfg->channels = p->dim;
+    cfg->max_seq = p->max_seq ? p->max_seq : p->seq;
+    cfg->experts = p->experts;
+    cfg->top_k = p->experts > 0 ? p->top_k : 0;
+    if (p->experts > 0 && p->top_k > p->experts)
+        return CT_ERR(err, CT_ERR_ARG, "--top-k %d is above --experts %d (each token goes to K "
+                                       "distinct experts)",
+                      p->top_k, p->experts);
+    if (p->dim % p->heads != 0)
+        return CT_ERR(err, CT_ERR_ARG, "--heads %d does not divide --dim %d (the head size must be whole)",
+                      p->heads, p->dim);
+    return ct_gpt_config_check(cfg, "the model of the flags", err);
+}
+
+/* A shape flag given beside a model file or checkpoint must agree with it. */
+static ct_status config_vs_flags(const ct_train_params *p, int argc, char **argv,
+                                 const ct_gpt_config *cfg, const char *origin, ct_err *err) {
+    if (!p->resume[0] && !p->init[0]) return CT_OK;
+    struct {
+        const char *flag;
+        int given, file;
+    } f[] = {{"layers", p->layers, cfg->layers}, {"heads", p->heads, cfg->heads},
+             {"dim", p->dim, cfg->channels},     {"vocab", p->vocab, cfg->vocab},
+             {"max-seq", p->max_seq, cfg->max_seq}, {"experts", p->experts, cfg->experts},
+             {"top-k", p->top_k, cfg->top_k}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (flag_given(argc, argv, f[i].flag) && f[i].given != f[i].file &&
+            !(!strcmp(f[i].flag, "top-k") && cfg->experts == 0)) /* no K without experts */
+            return CT_ERR(err, CT_ERR_ARG, "--%s %d contradicts the model of %s (%d); leave it out",
+                          f[i].flag, f[i].given, origin, f[i].file);
+    return CT_OK;
+}
+
+ct_status ct_train_config(const ct_train_params *p, int argc, char **argv, ct_gpt_config *cfg,
+                          ct_err *err) {
+    ct_status st;
+    char origin[1300], path[1300];
+    memset(cfg, 0, sizeof *cfg);
+    if (p->resume[0]) {
+        ct_checkpoint ck;
+        memset(&ck, 0, sizeof ck);
+        if ((st = ct_checkpoint_find(p->resume, path, sizeof path, err)) != CT_OK ||
+            (st = ct_checkpoint_read(path, &ck, err)) != CT_OK) {
+            ct_checkpoint_release(&ck);
+            return st;
+        }
+        *cfg = ck.cfg;
+        ct_checkpoint_release(&ck);
+        snprintf(origin, sizeof origin, "%s", path);
+    } else if (p->init[0]) {
+        if ((st = ct_model_file_read_config(p->init, cfg, err)) != CT_OK) return st;
+        snprintf(origin, sizeof origin, "%s", p->init);
+    } else {
+        if ((st = config_of_flags(p, cfg, err)) != CT_OK) return st;
+        snprintf(origin, sizeof origin, "random init");
+    }
+    return config_vs_flags(p, argc, argv, cfg, origin, err);
+}
+
+int ct_worker_device(const ct_device_info *list, const int *picks, int npicks, ct_topo *topo,
+                     int thread, int workers_per_device) {
+    int k = topo ? ct_topo_device_index(topo, thread) : 0;
+    if (list[picks[0]].type == CL_DEVICE_TYPE_CPU && k >= npicks) k = thread;
+    return k / (workers_per_device > 0 ? workers_per_device : 1);
+}
+
 ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int argc, char **argv,
                             ct_topo *topo, const ct_cl_source *corpus, int ncorpus, FILE *log,
                             ct_err *err) {
@@ -266,46 +341,10 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
         TRY(ct_model_file_read(p->init, cfg, &r->init_params, &r->init_n, err));
         snprintf(r->origin, sizeof r->origin, "%s", p->init);
     } else {
-        int V = p->vocab ? p->vocab : (p->data[0] ? 50257 : 256);
-        cfg->vocab = V;
-        cfg->padded_vocab = (V + 127) / 128 * 128;
-        cfg->layers = p->layers;
-        cfg->heads = p->heads;
-        cfg->channels = p->dim;
-        cfg->max_seq = p->max_seq ? p->max_seq : p->seq;
-        cfg->experts = p->experts;
-        cfg->top_k = p->experts > 0 ? p->top_k : 0;
-        if (p->experts > 0 && p->top_k > p->experts) {
-            st = CT_ERR(err, CT_ERR_ARG, "--top-k %d is above --experts %d (each token goes to K "
-                                         "distinct experts)",
-                        p->top_k, p->experts);
-            goto fail;
-        }
-        if (p->dim % p->heads != 0) {
-            st = CT_ERR(err, CT_ERR_ARG,
-                        "--heads %d does not divide --dim %d (the head size must be whole)",
-                        p->heads, p->dim);
-            goto fail;
-        }
-        TRY(ct_gpt_config_check(cfg, "the model of the flags", err));
+        TRY(config_of_flags(p, cfg, err));
         snprintf(r->origin, sizeof r->origin, "random init");
     }
-    if (p->resume[0] || p->init[0]) {
-        struct {
-            const char *flag;
-            int given, file;
-        } f[] = {{"layers", p->layers, cfg->layers}, {"heads", p->heads, cfg->heads},
-                 {"dim", p->dim, cfg->channels},     {"vocab", p->vocab, cfg->vocab},
-                 {"max-seq", p->max_seq, cfg->max_seq}, {"experts", p->experts, cfg->experts},
-                 {"top-k", p->top_k, cfg->top_k}};
-        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-            if (flag_given(argc, argv, f[i].flag) && f[i].given != f[i].file &&
-                !(!strcmp(f[i].flag, "top-k") && cfg->experts == 0)) { /* no K without experts */
-                st = CT_ERR(err, CT_ERR_ARG, "--%s %d contradicts the model of %s (%d); leave it out",
-                            f[i].flag, f[i].given, r->origin, f[i].file);
-                goto fail;
-            }
-    }
+    TRY(config_vs_flags(p, argc, argv, cfg, r->origin, err));
     /* tensor parallelism's divisibility rules, before any device work */
     TRY(ct_model_tp_check(cfg, p->tp, p->sequence_parallel, p->seq, err));
     if (p->seq > cfg->max_seq) {
@@ -664,9 +703,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     /* 2. Device: worker w opens the device its topology place names among those the spec
      * selects (shared by --workers-per-device workers); CPU devices (PoCL) exist once per
      * process, so there the thread index counts. */
-    int k = r->topo ? ct_topo_device_index(r->topo, thread) : 0;
-    if (r->list[r->picks[0]].type == CL_DEVICE_TYPE_CPU && k >= r->npicks) k = thread;
-    k /= p->workers_per_device;
+    int k = ct_worker_device(r->list, r->picks, r->npicks, r->topo, thread, p->workers_per_device);
     if (k >= r->npicks) {
         st = terr(t, err, CT_ERR_ARG, "worker %d needs device %d of those --device selects, only %d exist",
                   t->wrank, k, r->npicks);

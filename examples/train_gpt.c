@@ -37,6 +37,10 @@ extern const int ct_corpus_count;
  * MPI_Abort instead of leaving the others waiting in a collective. */
 static int g_mpi_ranks = 0;
 
+/* --layout auto: the planner's pick and its predicted step time, printed beside the measured. */
+static double g_plan_ms = 0;
+static char g_plan_name[96];
+
 /* CT_TEST_FAIL_ALLOC=W:N[:host|device] (read once, in main): the N-th allocation made by world
  * worker W's own thread fails, through the allocation hook of cl/. For tests of failures that
  * only one worker meets (a device allocation only it cannot make); never set otherwise. */
@@ -125,6 +129,69 @@ static void print_sample(ct_trainer *t, const ct_train_params *p, int64_t step) 
     free(tokens);
 }
 
+/* --layout auto: after a few steps (and at the end), the predicted step time beside the median
+ * of those measured so far, leaving out the first (kernels compile in it). */
+static void plan_check(const ct_step_metrics *sm, int64_t k, int last, ct_metrics *mx) {
+    static double ms[4096];
+    static int n = 0;
+    if (k >= 1 && n < 4096) ms[n++] = sm->ms;
+    if (!(n == 5 || (last && n > 0 && n != 5))) return;
+    double v[4096];
+    memcpy(v, ms, sizeof(double) * (size_t)n);
+    for (int i = 1; i < n; i++) /* insertion sort: n is small */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1], v[j - 1] = x;
+        }
+    double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    printf("layout auto: %s predicted %.1f ms per step, measured %.1f ms (median of %d step%s after "
+           "the first; %+.1f %%)\n",
+           g_plan_name, g_plan_ms, med, n, n > 1 ? "s" : "", 100 * (med / g_plan_ms - 1));
+    char f[256];
+    snprintf(f, sizeof f, "\"layout\":\"%s\",\"predicted_ms\":%.4f,\"measured_ms\":%.4f,\"steps\":%d",
+             g_plan_name, g_plan_ms, med, n);
+    ct_metrics_record(mx, "plan", f);
+}
+
+/* --layout auto: the planner measures on every worker (collective over the world), ranks the
+ * layouts and sets p's layout flags to the fastest one that fits; the leader prints the table. */
+static void plan_layout(ct_train_params *p, ct_topo *topo, int W, int argc, char **argv) {
+    ct_err err = {0};
+    ct_gpt_config cfg;
+    if (ct_train_config(p, argc, argv, &cfg, &err) != CT_OK) die(2, "%s", err.msg);
+    int D = p->devices_per_rank, leader = !topo || ct_topo_rank(topo) == 0;
+    ct_plan_problem pb;
+    ct_plan_problem_from_params(&pb, p, &cfg, W, D);
+    ct_plan_problem_fix(&pb, p, argc, argv);
+    ct_plan_needs *need = NULL;
+    if (ct_plan_needs_make(&pb, &need, &err) != CT_OK) die(2, "--layout auto: %s", err.msg);
+    ct_plan_costs costs;
+    double mem_min = 0;
+    if (leader) printf("layout auto: measuring the devices and links of the %d worker%s ...\n", W,
+                       W > 1 ? "s" : "");
+    ct_status st = ct_plan_measure(topo, p, &pb, need, W > 1 && topo, NULL, 5, NULL, &costs,
+                                   &mem_min, &err);
+    if (st != CT_OK) die(st == CT_ERR_ARG ? 2 : 1, "--layout auto: %s", err.msg);
+    if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
+    ct_plan_result res;
+    if (ct_plan_rank(&pb, &costs, &res, &err) != CT_OK) die(2, "--layout auto: %s", err.msg);
+    if (leader) ct_plan_print(stdout, &pb, &costs, &res, 8);
+    if (res.nfit == 0) {
+        char name[96];
+        ct_plan_layout_name(&res.e[0].lay, name, sizeof name);
+        die(2, "--layout auto: no layout of %d workers fits %.1f MiB per worker: the smallest "
+               "shortfall is %.1f MiB (%s needs %.1f MiB on its fullest worker)",
+            W, pb.mem_cap / 1048576.0, (res.e[0].mem.total - pb.mem_cap) / 1048576.0, name,
+            res.e[0].mem.total / 1048576.0);
+    }
+    ct_plan_apply(&res.e[0].lay, p);
+    g_plan_ms = res.e[0].est.step_ms;
+    ct_plan_layout_name(&res.e[0].lay, g_plan_name, sizeof g_plan_name);
+    ct_plan_result_free(&res);
+    ct_plan_costs_free(&costs);
+    ct_plan_needs_free(need);
+}
+
 /* A worker's end: 0, or the exit status of an end every worker reached together (a collective
  * decision, so nobody waits on anybody and no MPI_Abort is needed). */
 static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int rank) {
@@ -171,6 +238,7 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
         }
         int64_t done = step + 1;
         int last = done == p.steps;
+        if (leader && g_plan_ms > 0) plan_check(&sm, step - start, last, ct_trainer_metrics(t));
         if (p.eval_every > 0 && (done % p.eval_every == 0 || last)) {
             double vl = 0;
             if (ct_trainer_eval(t, &vl) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
@@ -232,9 +300,19 @@ int main(int argc, char **argv) {
     ct_err err = {0};
     ct_train_params p = ct_train_params_default();
     ct_lr_schedule sched;
-    if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err) ||
-        ct_train_params_check(&p, &sched, &err))
+    if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err))
         die(2, "%s", err.msg);
+    int auto_layout = !strcmp(p.layout, "auto");
+    {
+        /* --layout auto: the layout flags given only pin the planner's choices; checked once chosen */
+        ct_train_params q = p;
+        if (auto_layout) {
+            q.dp = q.tp = q.pp = q.virtual_stages = 1;
+            q.zero = q.sequence_parallel = 0;
+            q.schedule = "1f1b";
+        }
+        if (ct_train_params_check(&q, &sched, &err)) die(2, "%s", err.msg);
+    }
 
     const char *fault = getenv("CT_TEST_FAIL_ALLOC");
     if (fault && *fault) {
@@ -248,12 +326,20 @@ int main(int argc, char **argv) {
     ct_topo *topo = NULL;
     int tp = p.tp; /* the layout is dp x tp x pp */
     int workers = p.dp * tp * p.pp;
+    if (auto_layout) /* the workers the run has: ranks x devices per rank */
+        workers = (pmi && atoi(pmi) > 1 ? atoi(pmi) : 1) * p.devices_per_rank;
     if (workers > 1 || p.devices_per_rank > 1 || (pmi && atoi(pmi) > 1)) {
         if (ct_topo_create(&topo, &argc, &argv, p.devices_per_rank, &err)) die(2, "%s", err.msg);
         g_mpi_ranks = ct_topo_nranks(topo);
         double tmo = CT_COMM_TIMEOUT_DEFAULT; /* CT_COMM_TIMEOUT: the one place it is read */
         if (ct_comm_timeout_env(&tmo, &err)) die(2, "%s", err.msg);
         ct_topo_set_timeout(topo, tmo);
+        if (auto_layout) {
+            plan_layout(&p, topo, ct_topo_world_size(topo), argc, argv);
+            if (ct_train_params_check(&p, &sched, &err)) die(2, "--layout auto chose: %s", err.msg);
+            tp = p.tp;
+            workers = p.dp * tp * p.pp;
+        }
         int W = ct_topo_world_size(topo);
         if (W != workers) {
             /* every rank sees this: end together (MPI_Abort could cut the message off) */
@@ -280,6 +366,10 @@ int main(int argc, char **argv) {
             exit(2);
         }
         if (ct_topo_rank(topo) > 0) setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+    }
+    if (auto_layout && !topo) {
+        plan_layout(&p, NULL, 1, argc, argv);
+        if (ct_train_params_check(&p, &sched, &err)) die(2, "--layout auto chose: %s", err.msg);
     }
     ct_train_run *run = NULL;
     ct_status st = ct_train_run_open(&run, &p, argc, argv, topo, ct_corpus, ct_corpus_count,

@@ -15,3 +15,9 @@ if(TARGET train_gpt)
                          ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
+# test_engine_plan: the planner's pure half (enumeration against the rules, the time model
+# against step times worked by hand, links tables); no device.
+if(TARGET ct_engine)
+  ct_add_test(NAME test_engine_plan SOURCES test_engine_plan.c LIBS ct_engine LABELS unit
+              TIMEOUT 60)
+endif()

@@ -1,0 +1,252 @@
+/* ct_engine_plan.h - the layout planner: every way to lay a model over W workers (dp x tp x pp,
+ * ep, the ZeRO stage, the pipeline schedule and its virtual stages, sequence parallelism), which
+ * of them fit each worker's memory, and a predicted step time for each, from costs measured on
+ * the devices and links the run will use. train_gpt --layout auto and ct_plan use it.
+ *
+ *     ct_plan_problem pb;                       // the model, the batch, the workers
+ *     ct_plan_problem_from_params(&pb, &params, &cfg, W, D);
+ *     ct_plan_needs *need = NULL;               // what the candidates need measured
+ *     ct_plan_needs_make(&pb, &need, &err);
+ *     ct_plan_costs costs;                      // measured: collective over the workers
+ *     ct_plan_calibrate(world, dev, &pb, need, &costs, &err);      // on every worker
+ *     ct_plan_result res;                       // ranked: fitting layouts first, fastest first
+ *     if (ct_plan_rank(&pb, &costs, &res, &err) == CT_OK) ct_plan_print(stdout, &pb, &res, 10);
+ *     ct_plan_result_free(&res); ct_plan_needs_free(need); ct_plan_costs_free(&costs);
+ *
+ * The time model, per layout (costs in ms, measured; nothing assumed about the device):
+ *   - compute: one block's forward and backward (and the zero-bubble halves), the embedding and
+ *     the head, each the engine's own ops timed on the device at the shapes the layout gives a
+ *     worker (rows B/dp, heads NH/tp, MLP 4C/tp, vocabulary Vp/tp, rows / tp under SP), with
+ *     every worker timing at once, so devices that share a host (PoCL) are timed as they run;
+ *   - links: t(bytes) = alpha + beta * bytes per (collective, group size, placement: threads of
+ *     one process, one worker per rank, or mixed), fitted from the collectives run over groups
+ *     laid out as the layouts lay them (all groups of a kind at once), or read from a table
+ *     (bench_allreduce --write-links); host staging (device read + write) apart;
+ *   - overlap: how much of a collective hides behind device work, measured (a GEMM enqueued,
+ *     a collective on the host meanwhile) rather than assumed;
+ *   - the pipeline: each stage's forward, backward (or input and weight halves), sends and
+ *     receives fed to the schedule's own simulator (ct_sched_simulate_stages), which gives the
+ *     makespan and the bubble; then each stage's gradient reduction over DP (buckets,
+ *     overlapped with its last backward), the tied embedding's, ZeRO's gathers, the optimizer;
+ *   - volumes: bytes per worker per step on each axis (TP, DP, PP), from the engine's own
+ *     message sizes.
+ * Memory per worker is the engine's own prediction by category (ct_plan_memory). */
+#ifndef CT_ENGINE_PLAN_H
+#define CT_ENGINE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ct_engine_model.h"
+#include "ct_engine_train.h"
+#include "ct_gpt_config.h"
+#include "ct_parallel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- layouts and the problem */
+
+/* One candidate: every choice train_gpt's layout flags make. */
+typedef struct ct_plan_layout {
+    int dp, tp, pp;
+    int ep;              /* experts over ep consecutive dp ranks; 1: dense */
+    int zero;            /* 0..3 */
+    ct_sched_kind sched; /* CT_SCHED_TRIVIAL with pp = 1 */
+    int virt;            /* chunks per stage (interleaved), else 1 */
+    int sp;              /* sequence parallelism (tp >= 2) */
+} ct_plan_layout;
+
+/* "dp2 tp2 pp2 1f1b z1 sp" (short, for tables); buf of 64 suffices. */
+char *ct_plan_layout_name(const ct_plan_layout *l, char *buf, size_t len);
+/* The train_gpt flags that run it: "--dp 2 --tp 2 --pp 2 --schedule 1f1b --zero 1 ..." */
+char *ct_plan_layout_flags(const ct_plan_layout *l, char *buf, size_t len);
+
+/* What is fixed: the model, the batch, the workers and their memory, the engine's knobs. A
+ * field of `fix` >= 0 pins that choice (fix.sched: >= 0 a schedule), -1 leaves it free. */
+typedef struct ct_plan_problem {
+    ct_gpt_config cfg;
+    int T;             /* --seq */
+    int B;             /* --batch: rows of one micro-batch, over all DP ranks */
+    int micro;         /* micro-batches per step: --total-batch / (B T) */
+    int W, D;          /* workers; devices (worker threads) per rank: where groups fall */
+    double mem_cap;    /* bytes per worker; 0: no cap */
+    ct_attn_path attn; /* gemm or fused (auto: resolved by ct_plan_calibrate's timing) */
+    double bucket_mb;  /* --bucket-mb */
+    int overlap, tp_overlap;
+    int max_virt;      /* the most chunks per stage enumerated for interleaved (default 2) */
+    ct_plan_layout fix;
+} ct_plan_problem;
+
+/* The problem of a train_gpt command line: cfg (the model's shape, resolved), its batch flags,
+ * W workers over D devices per rank; layout flags given (given[] from the command line: see
+ * ct_plan_problem_fix) pin choices. */
+void ct_plan_problem_from_params(ct_plan_problem *pb, const ct_train_params *p,
+                                 const ct_gpt_config *cfg, int W, int D);
+/* Pin the layout flags given on a command line (--dp, --tp, --pp, --zero, --schedule,
+ * --virtual-stages, --sequence-parallel) in pb->fix; the others stay free. */
+void ct_plan_problem_fix(ct_plan_problem *pb, const ct_train_params *p, int argc, char **argv);
+
+/* CT_OK when train_gpt would run `l` for this problem; otherwise CT_ERR_ARG with train_gpt's
+ * own message (the same checks: ct_train_params_check, ct_model_tp_check, chunks <= blocks). */
+ct_status ct_plan_layout_check(const ct_plan_problem *pb, const ct_plan_layout *l, ct_err *err);
+
+/* Every layout that passes ct_plan_layout_check and `fix`, in a fixed order; *out malloc'd. */
+ct_status ct_plan_enumerate(const ct_plan_problem *pb, ct_plan_layout **out, int *n, ct_err *err);
+
+/* Worker w's pipeline stage and the blocks per model chunk the trainer uses for `l` (the
+ * FLOP-balanced split, ct_pp_split_balanced); split has pp * virt entries. */
+ct_status ct_plan_split(const ct_plan_problem *pb, const ct_plan_layout *l, int *split, ct_err *err);
+
+/* ---------------------------------------------------------------- memory */
+
+/* Device bytes of one worker by category (host staging apart). */
+typedef struct ct_plan_mem {
+    double params, grads, optimizer, activations, workspace;
+    double total;
+} ct_plan_mem;
+
+/* Worker w's bytes for layout l: the engine's own memory model (the sizes the arena planner and
+ * the parameter layout allocate). CT_ERR_UNSUPPORTED when the engine has no model to ask. */
+ct_status ct_plan_memory(const ct_plan_problem *pb, const ct_plan_layout *l, int w, ct_plan_mem *out,
+                         ct_err *err);
+
+/* ---------------------------------------------------------------- costs */
+
+/* One worker's compute at one shape, ms per micro-batch. */
+typedef struct ct_plan_compute {
+    int b, tp, sp;       /* key: rows per micro-batch on the worker, TP degree, SP */
+    double block_fwd, block_bwd, block_bwd_in, block_bwd_w;
+    double block_dw_col; /* the column-parallel weight GEMMs (QKV, fc): beside them TP reduces dX */
+    double block_dx;     /* the input-gradient GEMMs (SP: beside them the LayerNorm re-gathers) */
+    double embed_fwd, embed_bwd, head_fwd, head_bwd;
+    double head_dw;      /* the logits' weight GEMM */
+} ct_plan_compute;
+
+/* A link: t(bytes) = alpha + beta * bytes (ms), one collective over groups of n workers placed
+ * as `place` (all groups of that kind running at once), fitted over [lo, hi] bytes. */
+typedef enum ct_plan_place { CT_PLACE_THREADS = 0, CT_PLACE_RANKS, CT_PLACE_MIXED } ct_plan_place;
+#define CT_PLAN_P2P CT_COLL__COUNT /* the collective "kind" of a pipeline message (one way) */
+typedef struct ct_plan_link {
+    int coll; /* CT_COLL_ALLREDUCE, _REDUCESCATTER, _ALLGATHER, or CT_PLAN_P2P */
+    int n;
+    ct_plan_place place;
+    double alpha, beta;
+    double lo, hi;
+} ct_plan_link;
+const char *ct_plan_place_name(ct_plan_place p); /* "threads", "ranks", "mixed" */
+const char *ct_plan_coll_name(int coll);         /* "allreduce", ..., "p2p" */
+/* Where a group of n workers at stride `stride` (worker 0's group) falls with D per rank. */
+ct_plan_place ct_plan_group_place(int n, int stride, int D);
+
+typedef struct ct_plan_costs {
+    ct_plan_compute *comp;
+    int ncomp;
+    ct_plan_link *link;
+    int nlink;
+    double copy_alpha, copy_beta; /* one host staging copy (device read or write), ms, ms/byte */
+    double opt_alpha, opt_beta;   /* the optimizer (norm + AdamW) over n floats, ms, ms/float */
+    double overlap;               /* 0..1: the share of the shorter of (device work, host
+                                     collective) hidden when both run at once */
+    ct_attn_path attn;            /* the path timed (auto resolved) */
+    int workers_timed;            /* workers that timed at once (1: alone) */
+    char source[256];             /* how the links were had ("measured over 8 workers", a file) */
+} ct_plan_costs;
+void ct_plan_costs_free(ct_plan_costs *c);
+
+/* What the candidates need measured: compute shapes and links with their byte ranges. */
+typedef struct ct_plan_needs {
+    ct_plan_compute *comp; /* keys only */
+    int ncomp;
+    ct_plan_link *link;    /* coll, n, place, lo, hi */
+    int *stride;           /* [nlink] a stride that gives this placement (live calibration) */
+    int nlink;
+    double opt_lo, opt_hi; /* optimizer element counts */
+    double copy_hi;        /* largest staging copy, bytes */
+} ct_plan_needs;
+ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_err *err);
+void ct_plan_needs_free(ct_plan_needs *n);
+
+/* Measure what `need` lists. Collective over `world` (each worker with its own device, every
+ * worker calling with the same problem): compute shapes are timed on every worker at once and
+ * averaged, links over groups of each needed size and placement, all groups at once. world
+ * NULL: this device alone (compute only; links must come from ct_plan_links_load). reps: timed
+ * repetitions per item (median). log (may be NULL, the leader's): one line per item measured. */
+ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
+                            const ct_plan_needs *need, int reps, FILE *log, ct_plan_costs *out,
+                            ct_err *err);
+
+/* Links as text, one per line: "link COLL N PLACE ALPHA_MS BETA_MS_PER_BYTE LO HI" (#
+ * comments); what bench_allreduce --write-links and ct_plan --write-links write. Loading adds
+ * to c->link (a later line for the same key replaces an earlier one). */
+ct_status ct_plan_links_load(ct_plan_costs *c, const char *path, ct_err *err);
+ct_status ct_plan_links_write(const ct_plan_costs *c, const char *path, ct_err *err);
+/* Least-squares fit of t = alpha + beta * x over n points, weighted by 1/t^2 (relative error). */
+void ct_plan_fit(const double *x, const double *t, int n, double *alpha, double *beta);
+
+/* The whole measurement of a program: this process's workers (topo's devices per rank, or one
+ * without topo) each open the device train_gpt would give them (p->device, CT_DEVICE,
+ * --workers-per-device) and run ct_plan_calibrate, collectively over the world when `live`
+ * (every worker of the run is here), else each alone; then `links` (may be NULL) is loaded.
+ * Every worker of the process ends with the same costs in *out; *mem_min (may be NULL) is the
+ * smallest global memory among this process's devices. Runs its own OpenMP region: call it
+ * from the program's main thread. */
+ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan_problem *pb,
+                          const ct_plan_needs *need, int live, const char *links, int reps,
+                          FILE *log, ct_plan_costs *out, double *mem_min, ct_err *err);
+/* Set train_gpt's layout flags to l (dp, tp, pp, zero, schedule, virtual stages, SP). */
+void ct_plan_apply(const ct_plan_layout *l, ct_train_params *p);
+
+/* ---------------------------------------------------------------- prediction and ranking */
+
+typedef struct ct_plan_estimate {
+    double step_ms;      /* predicted time of one optimizer step */
+    double tokens_per_s;
+    double compute_ms;   /* the busiest stage's compute (forward + backward, all micro-batches) */
+    double bubble;       /* the pipeline simulator's idle fraction (0 with pp = 1) */
+    double comm_ms;      /* exposed communication (TP, pipeline staging, DP, ZeRO), busiest stage */
+    double comm_share;   /* comm_ms / step_ms */
+    double opt_ms;
+    double tp_bytes, dp_bytes, pp_bytes; /* per worker per step, sent (busiest worker) */
+} ct_plan_estimate;
+
+/* Pure: the step time of `l` from `c`. CT_ERR_ARG when c lacks a cost l needs (names it). */
+ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, const ct_plan_costs *c,
+                          ct_plan_estimate *out, ct_err *err);
+
+typedef struct ct_plan_entry {
+    ct_plan_layout lay;
+    int fits;            /* every worker's total <= mem_cap (or no cap) */
+    int mem_known;       /* the engine's memory model answered */
+    ct_plan_mem mem;     /* the worker with the most bytes */
+    ct_plan_mem *worker; /* [W] */
+    ct_plan_estimate est;
+} ct_plan_entry;
+
+typedef struct ct_plan_result {
+    ct_plan_entry *e; /* fitting first (fastest first), then those that do not fit (smallest
+                         shortfall first) */
+    int n, nfit;
+    char mem_note[256]; /* why memory is unknown, when it is */
+} ct_plan_result;
+
+/* Enumerate, predict memory and time (c NULL: memory only, times 0), rank. CT_ERR_ARG when no layout passes the checks;
+ * res->nfit = 0 (CT_OK) when none fits memory: the caller refuses, naming e[0]'s shortfall. */
+ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_plan_result *res,
+                       ct_err *err);
+void ct_plan_result_free(ct_plan_result *r);
+
+/* The table of the best `top` layouts and the choice (text), and the whole result as one JSON
+ * object ({"workers":..,"layouts":[{"name","flags","fits","mem":{..},"workers":[..],
+ * "step_ms",..}],"chosen":..}). */
+void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, const ct_plan_result *r,
+                   int top);
+void ct_plan_print_json(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c,
+                        const ct_plan_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CT_ENGINE_PLAN_H */

@@ -1,0 +1,182 @@
+/* ct_plan - which layout to train a model with on W workers: every dp x tp x pp (with ZeRO
+ * stage, schedule, virtual stages, sequence parallelism) train_gpt would run, its memory per
+ * worker (the engine's own model), and its step time predicted from costs measured on these
+ * devices and links (engine/plan.c, plan_probe.c). Prints the best layouts and the one chosen,
+ * or --json.
+ *
+ *   # measure on the workers the run will use (they time their ops and links at once)
+ *   mpiexec -n 2 build/bin/ct_plan --devices-per-rank 2 --layers 8 --dim 256 --seq 128 \
+ *       --batch 8 --total-batch 8192
+ *   # plan for 8 workers from here: compute timed on this device, links from a table
+ *   build/bin/ct_plan --workers 8 --devices-per-rank 4 --links links.txt --layers 8 ...
+ *
+ * Takes train_gpt's model and batch flags (--init FILE or --layers/--heads/--dim/..., --seq,
+ * --batch, --total-batch, --attention, --bucket-mb, --mem-cap-gb, --device); a layout flag
+ * given (--dp, --tp, --pp, --zero, --schedule, --virtual-stages, --sequence-parallel) pins that
+ * choice. Its own: --workers W (default: ranks x --devices-per-rank), --links FILE (alpha-beta
+ * table: bench_allreduce --write-links or ct_plan --write-links), --write-links FILE, --json,
+ * --top N (rows shown, default 10), --reps N (timed repetitions, default 5), --no-calibrate
+ * (memory only, no device), --max-virtual V (chunks per stage tried with interleaved, 2),
+ * --verbose (every measurement).
+ *
+ * Exit status: 0 a layout chosen; 2 bad input, or no layout fits (the message names the
+ * smallest shortfall); 1 a failure while measuring. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+#include <omp.h>
+
+#include "ct_cl.h"
+#include "ct_engine.h"
+#include "ct_parallel.h"
+
+static int g_ranks = 0;
+
+static void die(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[2400];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "ct_plan: error: %s\n", msg);
+    fflush(stderr);
+    if (g_ranks > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: [mpiexec -n R] ct_plan [--workers W] [--links FILE] [--write-links FILE] [--json]\n"
+            "         [--top N] [--reps N] [--no-calibrate] [--max-virtual V] [--verbose]\n"
+            "         [train_gpt's model, batch and layout flags]\n"
+            "Ranks the layouts train_gpt can run the model with on W workers by predicted step\n"
+            "time, among those that fit each worker's memory (--mem-cap-gb, else the device's).\n"
+            "Layout flags given (--dp, --tp, --pp, --zero, --schedule, --virtual-stages,\n"
+            "--sequence-parallel) pin that choice. Costs are measured on the workers this runs as\n"
+            "(ranks x --devices-per-rank, all at once) when they are the W; otherwise the compute\n"
+            "on this device and the links from --links.\n");
+}
+
+typedef struct own_opts {
+    int workers, json, top, reps, no_cal, max_virt, verbose;
+    const char *links, *write_links;
+} own_opts;
+
+/* Take ct_plan's own flags out of argv (the rest are train_gpt's). */
+static void own_parse(int *argc, char **argv, own_opts *o) {
+    int k = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < *argc ? argv[i + 1] : NULL;
+#define VAL(name)                                                                                  \
+    (!strcmp(a, name) ? (v ? (i++, v) : (die(2, "%s needs a value", name), (const char *)0)) : NULL)
+        const char *x;
+        if ((x = VAL("--workers"))) o->workers = atoi(x);
+        else if ((x = VAL("--links"))) o->links = x;
+        else if ((x = VAL("--write-links"))) o->write_links = x;
+        else if ((x = VAL("--top"))) o->top = atoi(x);
+        else if ((x = VAL("--reps"))) o->reps = atoi(x);
+        else if ((x = VAL("--max-virtual"))) o->max_virt = atoi(x);
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--no-calibrate")) o->no_cal = 1;
+        else if (!strcmp(a, "--verbose")) o->verbose = 1;
+        else argv[k++] = argv[i];
+#undef VAL
+    }
+    *argc = k;
+    argv[k] = NULL;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (ct_opts_wants_help(argc - 1, argv + 1)) {
+        usage(stdout);
+        ct_opts_help(stdout, ct_train_opts, ct_train_opts_count);
+        return 0;
+    }
+    own_opts o = {0, 0, 10, 5, 0, 2, 0, NULL, NULL};
+    own_parse(&argc, argv, &o);
+    ct_err err = {0};
+    ct_train_params p = ct_train_params_default();
+    if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err))
+        die(2, "%s", err.msg);
+    if (o.top < 1) die(2, "--top must be >= 1 (got %d)", o.top);
+    if (o.reps < 1 || o.reps > 64) die(2, "--reps must be in 1..64 (got %d)", o.reps);
+    if (o.max_virt < 1 || o.max_virt > 16) die(2, "--max-virtual must be in 1..16 (got %d)", o.max_virt);
+    ct_gpt_config cfg;
+    if (ct_train_config(&p, argc, argv, &cfg, &err) != CT_OK) die(2, "%s", err.msg);
+
+    /* The workers this process is one of, and the W planned for. */
+    const char *pmi = getenv("PMI_SIZE");
+    int ranks = pmi ? atoi(pmi) : 1, D = p.devices_per_rank;
+    if (ranks < 1) ranks = 1;
+    int here = ranks * D; /* the workers running this */
+    int W = o.workers > 0 ? o.workers : here;
+    if (o.workers < 0 || W < 1) die(2, "--workers must be >= 1 (got %d)", o.workers);
+    int live = !o.no_cal && W == here && W > 1;
+    if (!o.no_cal && W != here && !o.links)
+        die(2, "planning for --workers %d from %d worker%s: the links cannot be measured here; "
+               "run ct_plan as the %d workers (mpiexec x --devices-per-rank) or give --links FILE "
+               "(bench_allreduce --write-links, ct_plan --write-links)",
+            W, here, here > 1 ? "s" : "", W);
+    if (W > 1 && W % D) die(2, "--workers %d is not a multiple of --devices-per-rank %d", W, D);
+
+    ct_plan_problem pb;
+    ct_plan_problem_from_params(&pb, &p, &cfg, W, D);
+    ct_plan_problem_fix(&pb, &p, argc, argv);
+    pb.max_virt = o.max_virt;
+    ct_plan_needs *need = NULL;
+    if (ct_plan_needs_make(&pb, &need, &err) != CT_OK) die(2, "%s", err.msg);
+
+    ct_topo *topo = NULL;
+    ct_plan_costs costs_v;
+    memset(&costs_v, 0, sizeof costs_v);
+    ct_plan_costs *costs = NULL;
+    if (!o.no_cal) {
+        if (here > 1) {
+            if (ct_topo_create(&topo, &argc, &argv, D, &err)) die(2, "%s", err.msg);
+            g_ranks = ct_topo_nranks(topo);
+            if (ct_topo_rank(topo) > 0) setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+        }
+        double mem_min = 0;
+        int leader0 = !topo || ct_topo_rank(topo) == 0;
+        ct_status st = ct_plan_measure(topo, &p, &pb, need, live, o.links, o.reps,
+                                       o.verbose && leader0 ? stderr : NULL, &costs_v, &mem_min, &err);
+        if (st != CT_OK) die(st == CT_ERR_ARG || st == CT_ERR_IO ? 2 : 1, "%s", err.msg);
+        if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
+        costs = &costs_v;
+    } else if (o.links) {
+        die(2, "--links with --no-calibrate: without measured compute no time is predicted");
+    }
+    int leader = !topo || ct_topo_rank(topo) == 0;
+    ct_plan_result res;
+    int rc = 0;
+    if (ct_plan_rank(&pb, costs, &res, &err) != CT_OK) die(2, "%s", err.msg);
+    if (leader) {
+        if (o.write_links && costs && ct_plan_links_write(costs, o.write_links, &err) != CT_OK)
+            die(2, "%s", err.msg);
+        if (o.json) ct_plan_print_json(stdout, &pb, costs, &res);
+        else ct_plan_print(stdout, &pb, costs, &res, o.top);
+        fflush(stdout);
+    }
+    if (res.nfit == 0) {
+        char name[96];
+        ct_plan_layout_name(&res.e[0].lay, name, sizeof name);
+        if (leader)
+            fprintf(stderr,
+                    "ct_plan: error: no layout of %d workers fits %.1f MiB per worker: the "
+                    "smallest shortfall is %.1f MiB (%s needs %.1f MiB on its fullest worker)\n",
+                    W, pb.mem_cap / 1048576.0, (res.e[0].mem.total - pb.mem_cap) / 1048576.0, name,
+                    res.e[0].mem.total / 1048576.0);
+        rc = 2;
+    }
+    ct_plan_result_free(&res);
+    ct_plan_costs_free(&costs_v);
+    ct_plan_needs_free(need);
+    ct_topo_free(topo);
+    return rc;
+}
