@@ -3,7 +3,7 @@
  *   mpiexec -n 4 build/bin/bench_allreduce -b 8 -e 256M -f 2 -a all [--devices-per-rank D]
  *           [-c allreduce|reducescatter|allgather|alltoall] [-w 1] [-n 20] [--budget 256M]
  *           [--inplace] [--device-buffers] [-o sum|max|avg] [--csv F] [--json F] [--svg F]
- *           [--write-table F] [--algo-env]
+ *           [--write-table F] [--write-links F] [--algo-env]
  *
  * Workers = ranks x D threads. Every algorithm of the collective (or -a NAME[,NAME]) runs at every
  * size, interleaved with rotated order in the same process, MPI's own collective ("mpi") among
@@ -48,7 +48,7 @@ typedef struct cfg {
     size_t budget;
     ct_coll coll;
     ct_op op;
-    const char *algos, *csv, *json, *svg, *table;
+    const char *algos, *csv, *json, *svg, *table, *links;
 } cfg;
 
 static size_t parse_size(const char *s) {
@@ -73,7 +73,7 @@ static void usage(void) {
             "  [-c allreduce|reducescatter|allgather|alltoall] [-w WARMUP] [-n ITERS] [--budget BYTES]\n"
             "  [--trials K (interleaved rounds per size; the median round is reported)]\n"
             "  [--inplace] [--device-buffers] [--devices-per-rank D] [-o sum|avg|max]\n"
-            "  [--csv FILE] [--json FILE] [--svg FILE] [--write-table FILE]\n"
+            "  [--csv FILE] [--json FILE] [--svg FILE] [--write-table FILE] [--write-links FILE]\n"
             "sizes take K, M, G suffixes; CT_COLL_ALGO=\"allreduce=ring\" sets selector overrides\n");
 }
 
@@ -248,7 +248,7 @@ static void write_svg(const char *path, const cfg *g, const row *rows, int nrows
 
 int main(int argc, char **argv) {
     cfg g = {8, (size_t)64 << 20, 2.0, 1, 20, 0, 0, 1, 1, (size_t)256 << 20, CT_COLL_ALLREDUCE,
-             CT_OP_SUM, "all", NULL, NULL, NULL, NULL};
+             CT_OP_SUM, "all", NULL, NULL, NULL, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(s) (!strcmp(a, s) && v && ++i)
@@ -278,6 +278,7 @@ int main(int argc, char **argv) {
         else if (ARG("--json")) g.json = v;
         else if (ARG("--svg")) g.svg = v;
         else if (ARG("--write-table")) g.table = v;
+        else if (ARG("--write-links")) g.links = v;
         else if (!strcmp(a, "--inplace")) g.inplace = 1;
         else if (!strcmp(a, "--device-buffers")) g.device = 1;
         else {
@@ -363,6 +364,7 @@ int main(int argc, char **argv) {
     double *tsum = calloc((size_t)D, sizeof(double));
     static double meas[MAX_TRIALS][MAX_ALGOS][3];
     static long long mwrong[MAX_ALGOS];
+    static int sel[MAX_SIZES]; /* the selector's algorithm per size (index into names, -1 none) */
     long long *wr = calloc((size_t)D, sizeof(long long));
     int fatal = 0;
 #pragma omp parallel num_threads(D)
@@ -402,6 +404,12 @@ int main(int argc, char **argv) {
             for (int a = 0; a < nalg; a++) {
                 usable[a] = !*ct_comm_algo_restriction(w.c, g.coll, names[a]);
                 if (!strcmp(names[a], "mpi") && usable[a]) mpi_idx = a;
+            }
+            for (int si = 0; si < nsz; si++) { /* what the engine's calls (no name) would run */
+                const char *pick = ct_comm_algo_select(w.c, g.coll, sizes[si]);
+                sel[si] = -1;
+                for (int a = 0; pick && a < nalg; a++)
+                    if (!strcmp(names[a], pick)) sel[si] = a;
             }
             if (root) {
                 char h1[32], h2[32];
@@ -674,6 +682,49 @@ int main(int argc, char **argv) {
                 snprintf(path2, sizeof path2, "%s.base", g.table);
                 ct_topo_write_select_table(topo, path2, &err);
                 printf("# selector rows written to %s (the table in force: %s)\n", g.table, path2);
+            }
+        }
+        if (g.links) {
+            /* the layout planner's link: the selector's pick at each size (the engine names no
+             * algorithm), its slowest worker's time, fitted t = alpha + beta * bytes in ms over
+             * the sizes measured; placement of this world as a group */
+            double xs[MAX_SIZES], ts[MAX_SIZES], lo = 0, hi = 0;
+            int m = 0;
+            for (int si = 0; si < nsz; si++)
+                for (int i = 0; i < nrows && sel[si] >= 0; i++)
+                    if (rows[i].bytes == sizes[si] && rows[i].algo == sel[si]) {
+                        xs[m] = (double)sizes[si], ts[m] = rows[i].tmax * 1e-3;
+                        if (m == 0 || xs[m] < lo) lo = xs[m];
+                        if (xs[m] > hi) hi = xs[m];
+                        m++;
+                    }
+            double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+            for (int i = 0; i < m; i++) {
+                double wgt = 1.0 / (ts[i] * ts[i]);
+                sw += wgt; sx += wgt * xs[i]; sy += wgt * ts[i]; sxx += wgt * xs[i] * xs[i];
+                sxy += wgt * xs[i] * ts[i];
+            }
+            double det = sw * sxx - sx * sx;
+            double beta = det > 0 ? (sw * sxy - sx * sy) / det : 0, alpha = sw > 0 ? (sy - beta * sx) / sw : 0;
+            if (beta < 0) beta = 0, alpha = sw > 0 ? sy / sw : 0;
+            if (alpha < 0) alpha = 0, beta = sxx > 0 ? sxy / sxx : 0;
+            const char *place = R == 1 ? "threads" : D == 1 ? "ranks" : "mixed";
+            FILE *f = m >= 2 ? fopen(g.links, "a") : NULL;
+            if (f) {
+                fprintf(f, "# bench_allreduce %s: %d workers = %d ranks x %d threads, the selector's "
+                           "picks, slowest worker, %d sizes%s\n",
+                        ct_coll_str(g.coll), W, R, D, m,
+                        g.device ? ", device buffers (staging included)" : "");
+                fprintf(f, "link %s %d %s %.6g %.6g %.0f %.0f\n", ct_coll_str(g.coll), W, place,
+                        alpha, beta, lo, hi);
+                fclose(f);
+                printf("# link for the layout planner appended to %s: %s over %d %s, alpha %.4f ms, "
+                       "%.3f GB/s\n",
+                       g.links, ct_coll_str(g.coll), W, place, alpha, beta > 0 ? 1e-6 / beta : 0.0);
+            } else {
+                fprintf(stderr, "cannot write %s (or fewer than 2 sizes ran the selector's pick: "
+                                "measure with -a all)\n", g.links);
+                rc = 1;
             }
         }
         free(win);
