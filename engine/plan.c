@@ -143,7 +143,7 @@ ct_status ct_plan_enumerate(const ct_plan_problem *pb, ct_plan_layout **out, int
     *out = NULL;
     *n = 0;
     int cap = 64, k = 0;
-    ct_plan_layout *v = malloc(sizeof *v * (size_t)cap);
+    ct_plan_layout *v = ct_malloc(sizeof *v * (size_t)cap);
     if (!v) return CT_ERR(err, CT_ERR_NOMEM, "no memory for the layouts");
     const ct_plan_layout *f = &pb->fix;
     int W = pb->W, maxv = pb->max_virt > 1 ? pb->max_virt : 1;
@@ -171,7 +171,7 @@ ct_status ct_plan_enumerate(const ct_plan_problem *pb, ct_plan_layout **out, int
                             ct_err e = {0};
                             if (ct_plan_layout_check(pb, &l, &e) != CT_OK) continue;
                             if (k == cap) {
-                                ct_plan_layout *nv = realloc(v, sizeof *v * (size_t)(cap *= 2));
+                                ct_plan_layout *nv = ct_realloc(v, sizeof *v * (size_t)(cap *= 2));
                                 if (!nv) {
                                     free(v);
                                     return CT_ERR(err, CT_ERR_NOMEM, "no memory for the layouts");
@@ -250,7 +250,7 @@ static double block_params(const ct_plan_problem *pb, int tp) {
 static int add_comp(ct_plan_needs *nd, int b, int tp, int sp) {
     for (int i = 0; i < nd->ncomp; i++)
         if (nd->comp[i].b == b && nd->comp[i].tp == tp && nd->comp[i].sp == sp) return 0;
-    ct_plan_compute *nc = realloc(nd->comp, sizeof *nc * (size_t)(nd->ncomp + 1));
+    ct_plan_compute *nc = ct_realloc(nd->comp, sizeof *nc * (size_t)(nd->ncomp + 1));
     if (!nc) return -1;
     nd->comp = nc;
     memset(&nc[nd->ncomp], 0, sizeof *nc);
@@ -278,10 +278,10 @@ static int add_link(ct_plan_needs *nd, const ct_plan_problem *pb, int coll, int 
             return 0;
         }
     }
-    ct_plan_link *nl = realloc(nd->link, sizeof *nl * (size_t)(nd->nlink + 1));
+    ct_plan_link *nl = ct_realloc(nd->link, sizeof *nl * (size_t)(nd->nlink + 1));
     if (!nl) return -1;
     nd->link = nl;
-    int *ns = realloc(nd->stride, sizeof *ns * (size_t)(nd->nlink + 1));
+    int *ns = ct_realloc(nd->stride, sizeof *ns * (size_t)(nd->nlink + 1));
     if (!ns) return -1;
     nd->stride = ns;
     ct_plan_link k = {coll, n, place, 0, 0, bytes, bytes};
@@ -306,8 +306,8 @@ ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_
     int nl = 0;
     ct_status st = ct_plan_enumerate(pb, &ls, &nl, err);
     if (st != CT_OK) return st;
-    ct_plan_needs *nd = calloc(1, sizeof *nd);
-    int *split = malloc(sizeof(int) * (size_t)(pb->cfg.layers + 1));
+    ct_plan_needs *nd = ct_calloc(1, sizeof *nd);
+    int *split = ct_malloc(sizeof(int) * (size_t)(pb->cfg.layers + 1));
     if (!nd || !split) {
         free(ls), free(nd), free(split);
         return CT_ERR(err, CT_ERR_NOMEM, "no memory");
@@ -457,7 +457,7 @@ ct_status ct_plan_links_load(ct_plan_costs *c, const char *path, ct_err *err) {
             if (c->link[i].coll == k.coll && c->link[i].n == k.n && c->link[i].place == k.place)
                 break;
         if (i == c->nlink) {
-            ct_plan_link *nl = realloc(c->link, sizeof *nl * (size_t)(c->nlink + 1));
+            ct_plan_link *nl = ct_realloc(c->link, sizeof *nl * (size_t)(c->nlink + 1));
             if (!nl) {
                 st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
                 break;
@@ -591,10 +591,10 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
         z3_emb = staged(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, e, e, e);
     }
     /* 3. each stage's costs per micro-batch, per chunk (the stage's total over its v chunks) */
-    ct_sched_costs *sc = calloc((size_t)N, sizeof *sc);
-    double *psi = calloc((size_t)N, sizeof *psi), *bwd_stage = calloc((size_t)N, sizeof *bwd_stage);
-    double *comp_stage = calloc((size_t)N, sizeof *comp_stage), *tp_stage = calloc((size_t)N, sizeof *tp_stage);
-    int *blocks = calloc((size_t)N, sizeof *blocks);
+    ct_sched_costs *sc = ct_calloc((size_t)N, sizeof *sc);
+    double *psi = ct_calloc((size_t)N, sizeof *psi), *bwd_stage = ct_calloc((size_t)N, sizeof *bwd_stage);
+    double *comp_stage = ct_calloc((size_t)N, sizeof *comp_stage), *tp_stage = ct_calloc((size_t)N, sizeof *tp_stage);
+    int *blocks = ct_calloc((size_t)N, sizeof *blocks);
     if (!sc || !psi || !bwd_stage || !comp_stage || !tp_stage || !blocks) {
         free(sc), free(psi), free(bwd_stage), free(comp_stage), free(tp_stage), free(blocks);
         return CT_ERR(err, CT_ERR_NOMEM, "no memory");
@@ -744,7 +744,7 @@ ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_pla
                       "blocks, T %d)",
                       pb->W, pb->B, pb->cfg.heads, pb->cfg.layers, pb->T);
     }
-    res->e = calloc((size_t)n, sizeof *res->e);
+    res->e = ct_calloc((size_t)n, sizeof *res->e);
     if (!res->e) {
         free(ls);
         return CT_ERR(err, CT_ERR_NOMEM, "no memory");
@@ -753,7 +753,7 @@ ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_pla
     for (int i = 0; i < n && st == CT_OK; i++) {
         ct_plan_entry *e = &res->e[i];
         e->lay = ls[i];
-        e->worker = calloc((size_t)pb->W, sizeof *e->worker);
+        e->worker = ct_calloc((size_t)pb->W, sizeof *e->worker);
         if (!e->worker) {
             st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
             break;

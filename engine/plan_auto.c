@@ -86,7 +86,7 @@ ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan
     int ndev = 0, npicks = 0;
     ct_status st = ct_device_list(&list, &ndev, err);
     if (st != CT_OK) return st;
-    int *picks = malloc(sizeof(int) * (size_t)(ndev + 1));
+    int *picks = ct_malloc(sizeof(int) * (size_t)(ndev + 1));
     if (!picks) {
         ct_device_list_free(list);
         return CT_ERR(err, CT_ERR_NOMEM, "no memory");

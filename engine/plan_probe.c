@@ -278,7 +278,7 @@ static ct_status probe_copy(ct_device *dev, double hi, int reps, double *alpha, 
     if (hi < 65536) hi = 65536;
     double sz[3] = {4096, sqrt(4096 * hi), hi}, t[3];
     ct_buffer *b = NULL;
-    float *h = malloc((size_t)hi);
+    float *h = ct_malloc((size_t)hi);
     ct_status st = ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "planner copy probe", (size_t)hi, &b);
     if (!h && st == CT_OK) st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
     else if (st != CT_OK) CT_ERR(err, st, "%s", ct_device_errmsg(dev));
@@ -347,7 +347,7 @@ static ct_status probe_opt(ct_device *dev, double lo, double hi, int reps, doubl
 static ct_status probe_overlap(ct_device *dev, int reps, double *share, ct_err *err) {
     const size_t M = 256, HN = (size_t)4 << 20; /* GEMM 256^3; host loop over 16 MiB */
     ct_buffer *b = NULL;
-    float *h = calloc(2 * HN, sizeof(float));
+    float *h = ct_calloc(2 * HN, sizeof(float));
     ct_status st = ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "planner overlap probe",
                                    3 * M * M * sizeof(float), &b);
     if (st != CT_OK) {
@@ -450,7 +450,7 @@ static ct_status probe_link(ct_comm *world, ct_plan_link *k, int stride, int rep
     double sz[3] = {lo, sqrt(lo * hi), hi}, t[3];
     size_t unit = 4 * (size_t)k->n; /* whole floats per member */
     size_t cap = ((size_t)hi + unit) / unit * unit;
-    float *buf = calloc(2 * cap / sizeof(float) + 16, sizeof(float));
+    float *buf = ct_calloc(2 * cap / sizeof(float) + 16, sizeof(float));
     if (!buf) st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
     for (int i = 0; i < 3; i++) {
         size_t bytes = ((size_t)sz[i] + unit - 1) / unit * unit;
@@ -529,8 +529,8 @@ ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_proble
     /* 2. Compute at every shape, every worker at once: `reps` rounds over the shapes (a load
      * that comes and goes falls on every shape alike), the median per shape, averaged over the
      * workers */
-    out->comp = calloc((size_t)need->ncomp + 1, sizeof *out->comp);
-    double *tt = calloc((size_t)need->ncomp * SEQ__N * (size_t)reps + 1, sizeof *tt);
+    out->comp = ct_calloc((size_t)need->ncomp + 1, sizeof *out->comp);
+    double *tt = ct_calloc((size_t)need->ncomp * SEQ__N * (size_t)reps + 1, sizeof *tt);
     if (!out->comp || !tt) {
         free(tt);
         return CT_ERR(err, CT_ERR_NOMEM, "no memory");
@@ -601,7 +601,7 @@ ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_proble
                 out->opt_beta * 1e6, out->overlap);
     /* 4. Links over groups laid out as the layouts lay them, all groups of a pattern at once */
     if (world) {
-        out->link = calloc((size_t)need->nlink + 1, sizeof *out->link);
+        out->link = ct_calloc((size_t)need->nlink + 1, sizeof *out->link);
         if (!out->link) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
         for (int i = 0; i < need->nlink; i++) {
             out->link[i] = need->link[i];
