@@ -115,14 +115,20 @@ ct_status ct_plan_memory(const ct_plan_problem *pb, const ct_plan_layout *l, int
 
 /* ---------------------------------------------------------------- costs */
 
-/* One worker's compute at one shape, ms per micro-batch. */
+/* One worker's pieces at one shape, ms per micro-batch: the model's own entry points
+ * (ct_model_embed_forward, block_forward, head_forward and their backwards; the zero-bubble
+ * halves at tp = 1) timed on a one-block model built for the shape, with TP's collectives over
+ * real TP groups (consecutive workers, as the grid lays them) inside, every worker at once. */
 typedef struct ct_plan_compute {
     int b, tp, sp;       /* key: rows per micro-batch on the worker, TP degree, SP */
     double block_fwd, block_bwd, block_bwd_in, block_bwd_w;
-    double block_dw_col; /* the column-parallel weight GEMMs (QKV, fc): beside them TP reduces dX */
-    double block_dx;     /* the input-gradient GEMMs (SP: beside them the LayerNorm re-gathers) */
     double embed_fwd, embed_bwd, head_fwd, head_bwd;
-    double head_dw;      /* the logits' weight GEMM */
+    double tp_block, tp_embed, tp_head; /* the TP collectives' exposed part of a block's, the
+                                           embedding's and the head's forward + backward (with
+                                           minus without them) */
+    double share;        /* the pieces' time with every worker at once over that with one TP
+                            group alone: 1 where devices are independent (GPUs), up to the
+                            workers per core where they share a host's cores (PoCL) */
 } ct_plan_compute;
 
 /* A link: t(bytes) = alpha + beta * bytes (ms), one collective over groups of n workers placed

@@ -322,18 +322,7 @@ ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_
         double bt = (double)b * T, act = bt * C * 4;
         bad |= add_comp(nd, b, l->tp, l->sp) != 0;
         if ((st = ct_plan_split(pb, l, split, err)) != CT_OK) break;
-        /* TP: the activations (all-reduces, or SP's gathers and scatters), the loss statistics */
-        if (l->tp > 1) {
-            if (l->sp) {
-                bad |= add_link(nd, pb, CT_COLL_REDUCESCATTER, l->tp, 1, act) ||
-                       add_link(nd, pb, CT_COLL_ALLGATHER, l->tp, 1, act);
-            } else {
-                bad |= add_link(nd, pb, CT_COLL_ALLREDUCE, l->tp, 1, act);
-            }
-            bad |= add_link(nd, pb, CT_COLL_ALLREDUCE, l->tp, 1, bt * 4) ||
-                   add_link(nd, pb, CT_COLL_ALLREDUCE, l->tp, 1, 2 * bt * 4);
-            if (act > nd->copy_hi) nd->copy_hi = act;
-        }
+        /* TP's collectives are inside the pieces timed (plan_probe.c): no link for them */
         /* PP: one activation per message; the tied wte over the two ends */
         if (l->pp > 1) {
             double msg = l->sp ? act / l->tp : act;
@@ -549,34 +538,19 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
     if ((st = ct_plan_split(pb, l, split, err)) != CT_OK) return st;
     double C = cfg->channels, T = pb->T, bt = (double)b * T, act = bt * C * 4;
     double tpn = l->tp, wire_ar = 2 * (tpn - 1) / tpn, wire_g = (tpn - 1) / tpn;
-    /* 1. TP's collectives inside one block, the embedding and the head (stride 1) */
-    double tpf_blk = 0, tpb_blk = 0, tpf_emb = 0, tpb_emb = 0, tpf_head = 0, tpb_head = 0;
+    /* 1. TP: its collectives are inside the pieces timed; the bytes they send, per worker: 4
+     * all-reduces of (b,T,C) per block (SP: as many gathers and scatters, each (n-1)/n of it,
+     * the backward gathering the LayerNorm outputs again), one in the embedding, one in the
+     * logits' backward, the loss statistics (3 b T floats) */
     double tpbytes_blk = 0, tpbytes_emb = 0, tpbytes_head = 0;
     if (l->tp > 1) {
-        int n = l->tp;
         if (l->sp) {
-            double ag = staged(&x, CT_COLL_ALLGATHER, n, 1, act, act / n, act);
-            double rs = staged(&x, CT_COLL_REDUCESCATTER, n, 1, act, act, act / n);
-            tpf_blk = 2 * ag + 2 * rs;
-            /* row-parallel backward: dY gathered (exposed); column-parallel: the LayerNorm output
-             * gathered again beside dX, dX reduce-scattered beside dW */
-            tpb_blk = 2 * ag + exposed(c, 2 * (ag + rs), pb->tp_overlap ? k->block_dx + k->block_dw_col : 0);
-            tpbytes_blk = (4 * wire_g + 2 * wire_g + 2 * 2 * wire_g) * act;
-            tpf_emb = rs, tpb_emb = ag, tpbytes_emb = 2 * wire_g * act;
-            tpf_head = ag, tpb_head = exposed(c, ag + rs, pb->tp_overlap ? k->head_dw : 0);
-            tpbytes_head = 3 * wire_g * act;
+            tpbytes_blk = (4 + 2 + 4) * wire_g * act;
+            tpbytes_emb = 2 * wire_g * act, tpbytes_head = 3 * wire_g * act;
         } else {
-            double ar = staged(&x, CT_COLL_ALLREDUCE, n, 1, act, act, act);
-            tpf_blk = 2 * ar;
-            tpb_blk = exposed(c, 2 * ar, pb->tp_overlap ? k->block_dw_col : 0);
             tpbytes_blk = 4 * wire_ar * act;
-            tpf_emb = ar, tpbytes_emb = wire_ar * act;
-            tpb_head = exposed(c, ar, pb->tp_overlap ? k->head_dw : 0);
-            tpbytes_head = wire_ar * act;
+            tpbytes_emb = wire_ar * act, tpbytes_head = wire_ar * act;
         }
-        /* the loss statistics: row maxima, then (sum, target logit) */
-        tpf_head += staged(&x, CT_COLL_ALLREDUCE, n, 1, bt * 4, bt * 4, bt * 4) +
-                    staged(&x, CT_COLL_ALLREDUCE, n, 1, 2 * bt * 4, 2 * bt * 4, 2 * bt * 4);
         tpbytes_head += wire_ar * 3 * bt * 4;
     }
     /* 2. ZeRO-3: each block gathered over DP before its forward and its backward (prefetched
@@ -600,25 +574,30 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
         return CT_ERR(err, CT_ERR_NOMEM, "no memory");
     }
     double msg = l->sp ? act / l->tp : act;
+    double busy = 0, share = k->share >= 1 ? k->share : 1;
     for (int q = 0; q < N; q++) {
         psi[q] = stage_params(pb, l, split, q, &blocks[q]);
         double nb = blocks[q], first = q == 0, last = q == N - 1;
-        double F = nb * (k->block_fwd + tpf_blk + z3_blk_f) + first * (k->embed_fwd + tpf_emb) +
-                   last * (k->head_fwd + tpf_head) + (first || last) * z3_emb;
-        double Bw = nb * (k->block_bwd + tpb_blk + z3_blk_b) + first * (k->embed_bwd + tpb_emb) +
-                    last * (k->head_bwd + tpb_head);
+        double F = nb * (k->block_fwd + z3_blk_f) + first * k->embed_fwd + last * k->head_fwd +
+                   (first || last) * z3_emb;
+        double Bw = nb * (k->block_bwd + z3_blk_b) + first * k->embed_bwd + last * k->head_bwd;
         double Bin = nb * (k->block_bwd_in + z3_blk_b) + first * k->embed_bwd + last * k->head_bwd;
         double Bwt = nb * k->block_bwd_w;
-        sc[q].fwd = F / v, sc[q].bwd = Bw / v, sc[q].bwd_input = Bin / v, sc[q].bwd_weight = Bwt / v;
+        /* the simulator runs each stage at the speed of a device alone; the stages' work with
+         * every worker busy at once bounds the step from below (devices sharing cores) */
+        sc[q].fwd = F / v / share, sc[q].bwd = Bw / v / share;
+        sc[q].bwd_input = Bin / v / share, sc[q].bwd_weight = Bwt / v / share;
+        busy += m * (F + (l->sched == CT_SCHED_ZB1 ? Bin + Bwt : Bw)) / N;
         if (N > 1) {
             sc[q].send = c->copy_alpha + c->copy_beta * msg;
             sc[q].recv = c->copy_alpha + c->copy_beta * msg;
             sc[q].comm = link_ms(&x, CT_PLAN_P2P, 2, l->dp * l->tp, msg);
         }
         bwd_stage[q] = l->sched == CT_SCHED_ZB1 ? Bin + Bwt : Bw;
-        comp_stage[q] = m * (nb * (k->block_fwd + k->block_bwd) + first * (k->embed_fwd + k->embed_bwd) +
-                             last * (k->head_fwd + k->head_bwd));
-        tp_stage[q] = m * (nb * (tpf_blk + tpb_blk) + first * (tpf_emb + tpb_emb) + last * (tpf_head + tpb_head));
+        comp_stage[q] = m * (nb * (k->block_fwd + k->block_bwd - k->tp_block) +
+                             first * (k->embed_fwd + k->embed_bwd - k->tp_embed) +
+                             last * (k->head_fwd + k->head_bwd - k->tp_head));
+        tp_stage[q] = m * (nb * k->tp_block + first * k->tp_embed + last * k->tp_head);
         double tpb = m * (nb * tpbytes_blk + first * tpbytes_emb + last * tpbytes_head);
         if (tpb > out->tp_bytes) out->tp_bytes = tpb;
     }
@@ -633,7 +612,9 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
         if (st == CT_OK) st = CT_ERR_ARG; /* x.missing: the message is in err */
         goto done;
     }
-    /* 4. per stage: its end in the pipeline, then DP, the tied wte, the optimizer, ZeRO */
+    /* 4. per stage: its end in the pipeline (stretched to the busy bound), then DP, the tied
+     * wte, the optimizer, ZeRO */
+    double stretch = sim.makespan > 0 && busy > sim.makespan ? busy / sim.makespan : 1;
     double step = 0, busiest = 0;
     for (int q = 0; q < N; q++) {
         double end = 0;
@@ -641,6 +622,7 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
             ct_act_kind ak = s->list[q][i].kind;
             if (ak != CT_ACT_GRAD_SYNC && ak != CT_ACT_OPT_STEP && sim.end[q][i] > end) end = sim.end[q][i];
         }
+        end *= stretch;
         double dp_ms = 0, dp_bytes = 0, after = 0;
         double all = psi[q] * 4, bucket = pb->bucket_mb * 1048576.0;
         if (l->dp > 1) {

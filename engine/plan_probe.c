@@ -25,247 +25,69 @@ static double median(double *v, int n) {
 
 /* ------------------------------------------------------------------ compute */
 
-/* The sequences timed: each the ops engine/model.c enqueues for that piece, at this worker's
- * shapes (TP: its heads, MLP and vocabulary columns; SP: its rows outside the TP regions). */
-enum { SEQ_FWD, SEQ_BWD, SEQ_BWD_IN, SEQ_BWD_W, SEQ_DW_COL, SEQ_DX, SEQ_EMB_FWD, SEQ_EMB_BWD,
-       SEQ_HEAD_FWD, SEQ_HEAD_BWD, SEQ_HEAD_DW, SEQ__N };
+/* The pieces timed, in the order a step runs them; the zero-bubble halves after (tp = 1). */
+enum { P_EMB_F, P_BLK_F, P_HEAD_F, P_HEAD_B, P_BLK_B, P_EMB_B, P_BLK_BI, P_BLK_BW, P__N };
 
-typedef struct probe {
-    ct_device *dev;
-    ct_buffer *buf;
-    cl_mem mem;
-    int b, T, C, Cl, NHl, Cq, F, Vl, V, Vp, rows, tp;
-    ct_attn_path attn;
-    const ct_attn_cfg *acfg;
-    /* regions (floats) */
-    size_t x, ln, mean, rstd, qkv, qkvr, att, vac, atty, proj, res2, fch, fchg, dA, dB, dres, dqkvr,
-        datt, dvac, logits, losses, lse, stats, tokens, targets, wg, w, g, total;
-    size_t qkvw, qkvb, apw, apb, fcw, fcb, fpw, fpb, lnw, lnb, wte, wpe, nw;
-} probe;
-
-static void probe_plan(probe *p) {
-    size_t BT = (size_t)p->b * p->T, C = (size_t)p->C, o = 0;
-    size_t att = p->attn == CT_ATTN_FUSED ? (size_t)p->b * p->NHl * p->T
-                                          : (size_t)p->b * p->NHl * p->T * p->T;
-    size_t big = (size_t)p->F > C ? (size_t)p->F : C;
-    if ((size_t)p->Cq > big) big = (size_t)p->Cq;
-#define R(f, n) (p->f = o, o += ((size_t)(n) + 15) / 16 * 16)
-    R(x, BT * C);
-    R(ln, BT * C);
-    R(mean, BT);
-    R(rstd, BT);
-    R(qkv, BT * p->Cq);
-    R(qkvr, BT * p->Cq);
-    R(att, att);
-    R(vac, BT * p->Cl);
-    R(atty, BT * p->Cl);
-    R(proj, BT * C);
-    R(res2, BT * C);
-    R(fch, BT * p->F);
-    R(fchg, BT * p->F);
-    R(dA, BT * big);
-    R(dB, BT * big);
-    R(dres, BT * C);
-    R(dqkvr, BT * p->Cq);
-    R(datt, 2 * att);
-    R(dvac, BT * p->Cl);
-    R(logits, BT * p->Vl);
-    R(losses, BT);
-    R(lse, BT);
-    R(stats, 3 * BT);
-    R(tokens, BT);
-    R(targets, BT);
-    R(wg, 4 * BT * C);
-    size_t w0 = o;
-    R(qkvw, (size_t)p->Cq * C);
-    R(qkvb, p->Cq);
-    R(apw, C * p->Cl);
-    R(apb, C);
-    R(fcw, (size_t)p->F * C);
-    R(fcb, p->F);
-    R(fpw, C * p->F);
-    R(fpb, C);
-    R(lnw, C);
-    R(lnb, C);
-    R(wte, (size_t)p->Vl * C);
-    R(wpe, (size_t)p->T * C);
-    p->nw = o - w0;
-    p->w = w0;
-    p->g = o;
-    o += p->nw; /* the gradients: the same layout, nw floats on */
-#undef R
-    p->total = o;
-}
-
-#define V(f) ct_view_of(p->mem, p->f)
-#define G(f) ct_view_of(p->mem, p->f + (p->g - p->w))
-
-static ct_status attn_fwd(probe *p) {
-    int C = p->Cl, NH = p->NHl;
-    if (p->attn == CT_ATTN_FUSED)
-        return ct_attention_fused_forward(p->dev, p->acfg, V(atty), V(att), V(qkvr), p->b, p->T, C, NH);
-    return ct_attention_forward(p->dev, V(atty), V(qkvr), V(att), V(qkv), V(vac), p->b, p->T, C, NH);
-}
-static ct_status attn_bwd(probe *p) {
-    int C = p->Cl, NH = p->NHl;
-    if (p->attn == CT_ATTN_FUSED)
-        return ct_attention_fused_backward(p->dev, p->acfg, V(dB), V(datt), V(dA), V(qkvr), V(atty),
-                                           V(att), p->b, p->T, C, NH);
-    return ct_attention_backward(p->dev, V(dB), V(dqkvr), V(datt), V(dvac), V(dA), V(qkvr), V(att),
-                                 p->b, p->T, C, NH);
-}
-
-/* Enqueue one sequence; the caller finishes the queue. */
-static ct_status run_seq(probe *p, int seq) {
-    ct_device *d = p->dev;
-    int b = p->b, T = p->T, C = p->C, F = p->F, Cq = p->Cq, Cl = p->Cl, Vl = p->Vl;
-    size_t BT = (size_t)b * T, rowsC = (size_t)p->rows * C;
-    ct_view none = ct_view_none();
-    size_t f4 = sizeof(float);
+/* The one-block model of shape k on this worker, over its TP group (consecutive workers, as the
+ * grid lays them: group rank = w % tp). Collective over world (the split). */
+static ct_status shape_open(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
+                            ct_attn_path path, const ct_attn_cfg *acfg, const ct_plan_compute *k,
+                            ct_model **m, ct_comm **tp, ct_err *err) {
+    *m = NULL, *tp = NULL;
+    int w = world ? ct_comm_rank(world) : 0;
     ct_status st = CT_OK;
-#define DO(e)                                                                                      \
-    do {                                                                                           \
-        if ((st = (e)) != CT_OK) return st;                                                        \
-    } while (0)
-    switch (seq) {
-    case SEQ_FWD:
-        DO(ct_layernorm_forward(d, V(ln), V(mean), V(rstd), V(x), V(lnw), V(lnb), 1, p->rows, C));
-        DO(ct_matmul_forward(d, p->attn == CT_ATTN_FUSED ? V(qkvr) : V(qkv), V(ln), V(qkvw), V(qkvb),
-                             b, T, C, Cq));
-        DO(attn_fwd(p));
-        DO(ct_matmul_forward(d, V(proj), V(atty), V(apw), V(apb), b, T, Cl, C));
-        DO(ct_residual_forward(d, V(res2), V(x), V(proj), rowsC));
-        DO(ct_layernorm_forward(d, V(ln), V(mean), V(rstd), V(res2), V(lnw), V(lnb), 1, p->rows, C));
-        DO(ct_matmul_forward(d, V(fch), V(ln), V(fcw), V(fcb), b, T, C, F));
-        DO(ct_gelu_forward(d, V(fchg), V(fch), BT * (size_t)F));
-        DO(ct_matmul_forward(d, V(proj), V(fchg), V(fpw), V(fpb), b, T, F, C));
-        DO(ct_residual_forward(d, V(x), V(res2), V(proj), rowsC));
-        break;
-    case SEQ_BWD:
-        DO(ct_matmul_backward(d, V(dA), G(fpw), G(fpb), V(dres), V(fchg), V(fpw), b, T, F, C));
-        DO(ct_gelu_backward(d, V(dB), V(fch), V(dA), BT * (size_t)F));
-        DO(ct_matmul_backward(d, V(dA), G(fcw), G(fcb), V(dB), V(ln), V(fcw), b, T, C, F));
-        DO(ct_layernorm_backward(d, V(dres), G(lnw), G(lnb), V(dA), V(res2), V(lnw), V(mean),
-                                 V(rstd), 1, p->rows, C, 1));
-        DO(ct_matmul_backward(d, V(dA), G(apw), G(apb), V(dres), V(atty), V(apw), b, T, Cl, C));
-        DO(attn_bwd(p));
-        DO(ct_matmul_backward(d, V(dA), G(qkvw), G(qkvb), V(dB), V(ln), V(qkvw), b, T, C, Cq));
-        DO(ct_layernorm_backward(d, V(dres), G(lnw), G(lnb), V(dA), V(x), V(lnw), V(mean), V(rstd),
-                                 1, p->rows, C, 1));
-        break;
-    case SEQ_BWD_IN: /* the zero-bubble input half: no weight products, the copies it keeps */
-        DO(ct_mem_copy(d, p->mem, p->dres * f4, p->mem, p->wg * f4, rowsC * f4));
-        DO(ct_matmul_backward(d, V(dA), none, none, V(dres), V(fchg), V(fpw), b, T, F, C));
-        DO(ct_gelu_backward(d, V(dB), V(fch), V(dA), BT * (size_t)F));
-        DO(ct_mem_copy(d, p->mem, p->dB * f4, p->mem, p->fch * f4, BT * (size_t)F * f4));
-        DO(ct_matmul_backward(d, V(dA), none, none, V(dB), V(ln), V(fcw), b, T, C, F));
-        DO(ct_layernorm_backward(d, V(dres), none, none, V(dA), V(res2), V(lnw), V(mean), V(rstd),
-                                 1, p->rows, C, 1));
-        DO(ct_mem_copy(d, p->mem, p->dres * f4, p->mem, (p->wg + rowsC) * f4, rowsC * f4));
-        DO(ct_matmul_backward(d, V(dA), none, none, V(dres), V(atty), V(apw), b, T, Cl, C));
-        DO(attn_bwd(p));
-        DO(ct_mem_copy(d, p->mem, p->dB * f4, p->mem, p->qkvr * f4, BT * (size_t)Cq * f4));
-        DO(ct_matmul_backward(d, V(dA), none, none, V(dB), V(ln), V(qkvw), b, T, C, Cq));
-        DO(ct_layernorm_backward(d, V(dres), none, none, V(dA), V(x), V(lnw), V(mean), V(rstd), 1,
-                                 p->rows, C, 1));
-        break;
-    case SEQ_BWD_W:
-        DO(ct_matmul_backward(d, none, G(fpw), G(fpb), V(dres), V(fchg), none, b, T, F, C));
-        DO(ct_matmul_backward(d, none, G(fcw), G(fcb), V(dB), V(ln), none, b, T, C, F));
-        DO(ct_layernorm_backward(d, none, G(lnw), G(lnb), V(dA), V(res2), none, V(mean), V(rstd),
-                                 1, p->rows, C, 0));
-        DO(ct_matmul_backward(d, none, G(apw), G(apb), V(dres), V(atty), none, b, T, Cl, C));
-        DO(ct_matmul_backward(d, none, G(qkvw), G(qkvb), V(dB), V(ln), none, b, T, C, Cq));
-        DO(ct_layernorm_backward(d, none, G(lnw), G(lnb), V(dA), V(x), none, V(mean), V(rstd), 1,
-                                 p->rows, C, 0));
-        break;
-    case SEQ_DW_COL:
-        DO(ct_matmul_backward(d, none, G(fcw), G(fcb), V(dB), V(ln), none, b, T, C, F));
-        DO(ct_matmul_backward(d, none, G(qkvw), G(qkvb), V(dB), V(ln), none, b, T, C, Cq));
-        break;
-    case SEQ_DX:
-        DO(ct_matmul_backward(d, V(dA), none, none, V(dB), V(ln), V(fcw), b, T, C, F));
-        DO(ct_matmul_backward(d, V(dA), none, none, V(dB), V(ln), V(qkvw), b, T, C, Cq));
-        break;
-    case SEQ_EMB_FWD:
-        if (p->tp > 1)
-            DO(ct_encoder_forward_vp(d, V(x), V(tokens), V(wte), V(wpe), b, T, C, 0, Vl, 1));
-        else
-            DO(ct_encoder_forward(d, V(x), V(tokens), V(wte), V(wpe), b, T, C, p->Vp));
-        break;
-    case SEQ_EMB_BWD:
-        if (p->tp > 1)
-            DO(ct_encoder_backward_vp(d, G(wte), G(wpe), V(dres), V(tokens), b, T, C, 0, Vl));
-        else
-            DO(ct_encoder_backward(d, G(wte), G(wpe), V(dres), V(tokens), b, T, C, p->Vp));
-        break;
-    case SEQ_HEAD_FWD: {
-        DO(ct_layernorm_forward(d, V(ln), V(mean), V(rstd), V(x), V(lnw), V(lnb), 1, p->rows, C));
-        DO(ct_matmul_forward(d, V(logits), V(ln), V(wte), none, b, T, C, Vl));
-        if (p->tp > 1) {
-            int nreal = p->V < Vl ? p->V : Vl;
-            ct_view mx = V(stats), sums = ct_view_at(V(stats), BT);
-            DO(ct_crossentropy_vp_max(d, mx, V(logits), b, T, Vl, nreal));
-            DO(ct_crossentropy_vp_sums(d, sums, V(logits), mx, V(targets), b, T, Vl, nreal, 0));
-            DO(ct_crossentropy_vp_finish(d, V(losses), V(lse), mx, sums, b, T));
-        } else {
-            DO(ct_crossentropy_forward(d, V(losses), V(lse), V(logits), V(targets), b, T, p->V, p->Vp));
-        }
-        DO(ct_mean_forward(d, V(stats), V(losses), BT));
-        break;
-    }
-    case SEQ_HEAD_BWD:
-        if (p->tp > 1)
-            DO(ct_crossentropy_vp_backward(d, V(logits), V(lse), V(targets), 1.0f / (float)BT, b, T,
-                                           Vl, p->V < Vl ? p->V : Vl, 0));
-        else
-            DO(ct_crossentropy_backward(d, V(logits), V(logits), V(lse), V(targets), 1.0f / (float)BT,
-                                        b, T, p->V, p->Vp));
-        DO(ct_matmul_backward(d, V(dA), G(wte), none, V(logits), V(ln), V(wte), b, T, C, Vl));
-        DO(ct_layernorm_backward(d, V(dres), G(lnw), G(lnb), V(dA), V(x), V(lnw), V(mean), V(rstd),
-                                 1, p->rows, C, 0));
-        break;
-    case SEQ_HEAD_DW:
-        DO(ct_matmul_backward(d, none, G(wte), none, V(logits), V(ln), none, b, T, C, Vl));
-        break;
-    }
-#undef DO
+    if (world && (st = ct_comm_split(world, w / k->tp, w % k->tp, tp)) != CT_OK)
+        return CT_ERR(err, st, "calibration split: %s", ct_comm_errmsg(world));
+    ct_gpt_config c1 = pb->cfg;
+    c1.layers = 1;
+    ct_layout lay = {1, k->tp, 1, 0, 1};
+    ct_coords at = {0, w % k->tp, 0, 0};
+    ct_model_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.max_B = k->b, plan.max_T = pb->T, plan.slots = 1;
+    plan.attention = path;
+    plan.attn_blocks = path == CT_ATTN_FUSED ? acfg : NULL;
+    plan.split_backward = k->tp == 1;
+    plan.tp = k->tp > 1 ? *tp : NULL;
+    plan.sp = k->sp;
+    if ((st = ct_model_create_plan(m, &c1, &lay, &at, dev, &plan, err)) == CT_OK &&
+        (st = ct_model_init_random(*m, 1234)) != CT_OK)
+        CT_ERR(err, st, "%s", ct_model_errmsg(*m));
+    if (st == CT_OK) ct_tp_set_overlap(ct_model_tp(*m), pb->tp_overlap);
     return st;
 }
-#undef V
-#undef G
 
-/* One timed run of every sequence at this worker's shape (after an untimed run of each when
- * `warm`: the first time compiles kernels), ms into t[SEQ__N]. */
-static ct_status probe_compute(ct_device *dev, const ct_plan_problem *pb, ct_attn_path attn,
-                               const ct_attn_cfg *acfg, const ct_plan_compute *k, int warm,
-                               double *t, ct_err *err) {
-    const ct_gpt_config *c = &pb->cfg;
-    probe p;
-    memset(&p, 0, sizeof p);
-    p.dev = dev, p.b = k->b, p.T = pb->T, p.C = c->channels, p.tp = k->tp;
-    p.Cl = c->channels / k->tp, p.NHl = c->heads / k->tp, p.Cq = 3 * p.Cl, p.F = 4 * p.Cl;
-    p.Vp = c->padded_vocab, p.Vl = c->padded_vocab / k->tp, p.V = c->vocab;
-    p.rows = k->sp ? k->b * pb->T / k->tp : k->b * pb->T;
-    p.attn = attn, p.acfg = acfg;
-    probe_plan(&p);
-    ct_status st = ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "planner probe", p.total * sizeof(float),
-                                   &p.buf);
-    if (st != CT_OK)
-        return CT_ERR(err, st, "timing %d rows at tp %d: %s", k->b, k->tp, ct_device_errmsg(dev));
-    p.mem = ct_buffer_mem(p.buf);
-    for (int s = 0; s < SEQ__N && st == CT_OK; s++) {
-        t[s] = 0;
-        if (s == SEQ_BWD_IN && k->tp > 1) continue; /* no split backward under TP (refused) */
-        if (warm && ((st = run_seq(&p, s)) != CT_OK || (st = ct_device_finish(dev)) != CT_OK)) break;
-        double t0 = ct_time_now();
-        if ((st = run_seq(&p, s)) != CT_OK || (st = ct_device_finish(dev)) != CT_OK) break;
-        t[s] = 1e3 * (ct_time_now() - t0);
+/* One timed pass over the pieces (ms into t[P__N]); the device waited for after each. */
+static ct_status time_pieces(ct_model *m, int b, int T, const int *tok, int split, double *t) {
+    ct_status st = CT_OK;
+    ct_device *dev = ct_model_device(m);
+    double t0 = ct_time_now();
+#define PIECE(i, expr)                                                                             \
+    do {                                                                                           \
+        if ((st = (expr)) != CT_OK || (st = ct_device_finish(dev)) != CT_OK) return st;            \
+        double t1_ = ct_time_now();                                                                \
+        t[i] = 1e3 * (t1_ - t0);                                                                   \
+        t0 = t1_;                                                                                  \
+    } while (0)
+    PIECE(P_EMB_F, ct_model_embed_forward(m, 0, tok, b, T));
+    PIECE(P_BLK_F, ct_model_block_forward(m, 0, 0));
+    PIECE(P_HEAD_F, ct_model_head_forward(m, 0, tok + b * T, NULL));
+    PIECE(P_HEAD_B, ct_model_head_backward(m, 0, 1.0f));
+    PIECE(P_BLK_B, ct_model_block_backward(m, 0, 0));
+    PIECE(P_EMB_B, ct_model_embed_backward(m, 0));
+    t[P_BLK_BI] = t[P_BLK_BW] = 0;
+    if (split) {
+        if ((st = ct_model_embed_forward(m, 0, tok, b, T)) != CT_OK ||
+            (st = ct_model_block_forward(m, 0, 0)) != CT_OK ||
+            (st = ct_model_head_forward(m, 0, tok + b * T, NULL)) != CT_OK ||
+            (st = ct_model_head_backward(m, 0, 1.0f)) != CT_OK || (st = ct_device_finish(dev)) != CT_OK)
+            return st;
+        t0 = ct_time_now();
+        PIECE(P_BLK_BI, ct_model_block_backward_input(m, 0, 0));
+        PIECE(P_BLK_BW, ct_model_block_backward_weight(m, 0, 0));
     }
-    if (st != CT_OK)
-        CT_ERR(err, st, "timing the block at %d rows, tp %d: %s", k->b, k->tp, ct_device_errmsg(dev));
-    ct_buffer_free(p.buf);
-    return st;
+#undef PIECE
+    return CT_OK;
 }
 
 /* ------------------------------------------------------------------ copies, optimizer, overlap */
@@ -526,55 +348,92 @@ ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_proble
         return CT_ERR(err, st, "%s", ct_device_errmsg(dev));
     if ((st = ct_ops_warmup(dev)) != CT_OK) return CT_ERR(err, st, "%s", ct_device_errmsg(dev));
     out->attn = path;
-    /* 2. Compute at every shape, every worker at once: `reps` rounds over the shapes (a load
-     * that comes and goes falls on every shape alike), the median per shape, averaged over the
-     * workers */
-    out->comp = ct_calloc((size_t)need->ncomp + 1, sizeof *out->comp);
-    double *tt = ct_calloc((size_t)need->ncomp * SEQ__N * (size_t)reps + 1, sizeof *tt);
-    if (!out->comp || !tt) {
-        free(tt);
-        return CT_ERR(err, CT_ERR_NOMEM, "no memory");
-    }
-    out->ncomp = need->ncomp;
+    /* 2. The pieces at every shape: `reps` rounds over the shapes (a load that comes and goes
+     * falls on every shape alike), each time (a) every worker at once, (b) worker 0's TP group
+     * alone, (c) every worker at once without TP's collectives; the median per shape */
+    int nk = need->ncomp;
+    out->comp = ct_calloc((size_t)nk + 1, sizeof *out->comp);
+    size_t per = (size_t)P__N * (size_t)reps;
+    double *tall = ct_calloc((size_t)nk * per + 1, sizeof(double));
+    double *talone = ct_calloc((size_t)nk * per + 1, sizeof(double));
+    double *tskip = ct_calloc((size_t)nk * per + 1, sizeof(double));
+    int *tok = NULL;
+    if (!out->comp || !tall || !talone || !tskip) st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
+    else out->ncomp = nk;
+    int wr = world ? ct_comm_rank(world) : 0;
     for (int r = 0; r < reps && st == CT_OK; r++)
-        for (int i = 0; i < need->ncomp && st == CT_OK; i++) {
-            if (world && (st = ct_comm_barrier(world, NULL)) != CT_OK) {
+        for (int i = 0; i < nk && st == CT_OK; i++) {
+            const ct_plan_compute *k = &need->comp[i];
+            ct_model *m = NULL;
+            ct_comm *tpc = NULL;
+            ct_status mine = shape_open(world, dev, pb, path, &acfg, k, &m, &tpc, err);
+            size_t bt = (size_t)k->b * pb->T;
+            int *nt = mine == CT_OK ? ct_realloc(tok, sizeof(int) * 2 * bt) : NULL;
+            if (mine == CT_OK && !nt) mine = CT_ERR(err, CT_ERR_NOMEM, "no memory");
+            if (nt) {
+                tok = nt;
+                for (size_t j = 0; j < 2 * bt; j++) tok[j] = (int)((j * 7 + 3) % (size_t)pb->cfg.vocab);
+            }
+            double a[P__N] = {0}, al[P__N] = {0}, sk[P__N] = {0};
+            int split = k->tp == 1;
+            /* every step below is entered by every worker; a failure is carried to the end */
+            if (mine == CT_OK && r == 0) mine = time_pieces(m, k->b, pb->T, tok, split, a); /* warm-up */
+            if (world && ct_comm_barrier(world, NULL) != CT_OK && mine == CT_OK) mine = CT_ERR_STATE;
+            if (mine == CT_OK) mine = time_pieces(m, k->b, pb->T, tok, split, a);
+            if (world && ct_comm_barrier(world, NULL) != CT_OK && mine == CT_OK) mine = CT_ERR_STATE;
+            if (mine == CT_OK && wr < k->tp) mine = time_pieces(m, k->b, pb->T, tok, split, al);
+            if (world && ct_comm_barrier(world, NULL) != CT_OK && mine == CT_OK) mine = CT_ERR_STATE;
+            if (k->tp > 1) {
+                if (mine == CT_OK) ct_tp_set_skip_comm(ct_model_tp(m), 1);
+                if (mine == CT_OK) mine = time_pieces(m, k->b, pb->T, tok, split, sk);
+            } else {
+                memcpy(sk, a, sizeof sk);
+            }
+            if (mine != CT_OK && m && !err->msg[0]) CT_ERR(err, mine, "%s", ct_model_errmsg(m));
+            ct_model_free(m);
+            ct_comm_free(tpc);
+            float v[3 * P__N + 1];
+            for (int j = 0; j < P__N; j++) v[j] = (float)a[j], v[P__N + j] = (float)al[j], v[2 * P__N + j] = (float)sk[j];
+            v[3 * P__N] = mine != CT_OK ? 1.0f : 0.0f;
+            if (world && (st = ct_comm_allreduce(world, v, v, 3 * P__N + 1, CT_F32, CT_OP_SUM, NULL)) != CT_OK) {
                 CT_ERR(err, st, "%s", ct_comm_errmsg(world));
                 break;
             }
-            double t[SEQ__N];
-            ct_status mine = probe_compute(dev, pb, path, &acfg, &need->comp[i], r == 0, t, err);
-            int32_t bad = mine != CT_OK;
-            if (world && (st = ct_comm_allreduce(world, &bad, &bad, 1, CT_I32, CT_OP_MAX, NULL)) != CT_OK)
-                CT_ERR(err, st, "%s", ct_comm_errmsg(world));
-            else if (mine != CT_OK) st = mine;
-            else if (bad) st = CT_ERR(err, CT_ERR_STATE, "timing the model's ops failed on another worker");
-            for (int j = 0; j < SEQ__N; j++) tt[((size_t)i * SEQ__N + j) * reps + r] = t[j];
+            if (mine != CT_OK) st = mine;
+            else if (v[3 * P__N] > 0) st = CT_ERR(err, CT_ERR_STATE, "timing the model's pieces failed on another worker");
+            for (int j = 0; j < P__N; j++) {
+                tall[(size_t)i * per + (size_t)j * reps + r] = v[j] / W;
+                talone[(size_t)i * per + (size_t)j * reps + r] = v[P__N + j] / k->tp;
+                tskip[(size_t)i * per + (size_t)j * reps + r] = v[2 * P__N + j] / W;
+            }
         }
-    if (st != CT_OK) {
-        free(tt);
-        return st;
-    }
-    for (int i = 0; i < need->ncomp; i++) {
+    for (int i = 0; i < nk && st == CT_OK; i++) {
         ct_plan_compute *k = &out->comp[i];
         *k = need->comp[i];
-        float v[SEQ__N];
-        for (int j = 0; j < SEQ__N; j++) v[j] = (float)median(tt + ((size_t)i * SEQ__N + j) * reps, reps);
-        if (world && (st = ct_comm_allreduce(world, v, v, SEQ__N, CT_F32, CT_OP_SUM, NULL)) != CT_OK) {
-            free(tt);
-            return CT_ERR(err, st, "%s", ct_comm_errmsg(world));
+        double A[P__N], L[P__N], S[P__N];
+        for (int j = 0; j < P__N; j++) {
+            A[j] = median(tall + (size_t)i * per + (size_t)j * reps, reps);
+            L[j] = median(talone + (size_t)i * per + (size_t)j * reps, reps);
+            S[j] = median(tskip + (size_t)i * per + (size_t)j * reps, reps);
         }
-        double *dst[SEQ__N] = {&k->block_fwd, &k->block_bwd, &k->block_bwd_in, &k->block_bwd_w,
-                               &k->block_dw_col, &k->block_dx, &k->embed_fwd, &k->embed_bwd,
-                               &k->head_fwd, &k->head_bwd, &k->head_dw};
-        for (int j = 0; j < SEQ__N; j++) *dst[j] = v[j] / W;
+        k->embed_fwd = A[P_EMB_F], k->block_fwd = A[P_BLK_F], k->head_fwd = A[P_HEAD_F];
+        k->head_bwd = A[P_HEAD_B], k->block_bwd = A[P_BLK_B], k->embed_bwd = A[P_EMB_B];
+        k->block_bwd_in = A[P_BLK_BI], k->block_bwd_w = A[P_BLK_BW];
+        double tpb = A[P_BLK_F] + A[P_BLK_B] - S[P_BLK_F] - S[P_BLK_B];
+        double tpe = A[P_EMB_F] + A[P_EMB_B] - S[P_EMB_F] - S[P_EMB_B];
+        double tph = A[P_HEAD_F] + A[P_HEAD_B] - S[P_HEAD_F] - S[P_HEAD_B];
+        k->tp_block = tpb > 0 ? tpb : 0, k->tp_embed = tpe > 0 ? tpe : 0, k->tp_head = tph > 0 ? tph : 0;
+        double sa = 0, sl = 0;
+        for (int j = 0; j < P_BLK_BI; j++) sa += A[j], sl += L[j];
+        k->share = sl > 0 && sa > sl ? sa / sl : 1.0;
         if (log)
-            fprintf(log, "  compute %4d rows tp %d%s: block fwd %.3f bwd %.3f ms, head fwd %.3f bwd %.3f "
-                         "ms, embedding %.3f + %.3f ms\n",
-                    k->b, k->tp, k->sp ? " sp" : "   ", k->block_fwd, k->block_bwd, k->head_fwd,
-                    k->head_bwd, k->embed_fwd, k->embed_bwd);
+            fprintf(log, "  compute %4d rows tp %d%s: block fwd %.3f bwd %.3f ms (TP %.3f), head fwd "
+                         "%.3f bwd %.3f ms, embedding %.3f + %.3f ms; %.2f x one group alone\n",
+                    k->b, k->tp, k->sp ? " sp" : "   ", k->block_fwd, k->block_bwd, k->tp_block,
+                    k->head_fwd, k->head_bwd, k->embed_fwd, k->embed_bwd, k->share);
     }
-    free(tt);
+    free(tall), free(talone), free(tskip), free(tok);
+    if (st != CT_OK) return st;
     /* 3. Staging copies, the optimizer, the overlap: every worker at once, averaged */
     if (world && (st = ct_comm_barrier(world, NULL)) != CT_OK)
         return CT_ERR(err, st, "%s", ct_comm_errmsg(world));
@@ -605,7 +464,7 @@ ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_proble
         if (!out->link) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
         for (int i = 0; i < need->nlink; i++) {
             out->link[i] = need->link[i];
-            if ((st = probe_link(world, &out->link[i], need->stride[i], reps, log, err)) != CT_OK)
+            if ((st = probe_link(world, &out->link[i], need->stride[i], 3 * reps, log, err)) != CT_OK)
                 return st;
             out->nlink++;
         }

@@ -21,3 +21,12 @@ if(TARGET ct_engine)
   ct_add_test(NAME test_engine_plan SOURCES test_engine_plan.c LIBS ct_engine LABELS unit
               TIMEOUT 60)
 endif()
+# test_ct_plan.sh: ct_plan measured on 2 workers (ranks, threads), --json, links tables;
+# train_gpt --layout auto against the single device; nothing fits; bad input.
+if(TARGET ct_plan AND TARGET train_gpt)
+  add_test(NAME test_ct_plan
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_ct_plan.sh $<TARGET_FILE:ct_plan>
+                   $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE})
+  set_tests_properties(test_ct_plan PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+                       ENVIRONMENT "OMP_WAIT_POLICY=passive")
+endif()

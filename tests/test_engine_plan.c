@@ -5,7 +5,8 @@
  *      only with gpipe/1f1b), over several models and W, and pinned flags narrow it;
  *   2. the time model against step times worked by hand from given costs: a data-parallel step
  *      (compute, buckets, optimizer, the small world all-reduces), a two-stage 1F1B pipeline
- *      ((m + N - 1)(F + B), bubble 1/(m + 1)), the exposed share under overlap, TP's bytes;
+ *      ((m + N - 1)(F + B), bubble 1/(m + 1)), the exposed share under overlap, the bound of
+ *      devices that share cores, TP's time and bytes;
  *   3. a cost the layout needs and the costs lack is an error naming it;
  *   4. the alpha-beta fit on exact lines, the links table written and read back, bad lines;
  *   5. where groups fall (threads, ranks, mixed). */
@@ -164,23 +165,43 @@ static void test_time_model(void) {
         CT_ASSERT(e.step_ms > (m + 1) * 4.0 + 1.0);
         ct_plan_costs_free(&c);
     }
-    /* 3. TP's bytes per worker per step: 4 all-reduces of (b,T,C) per block, one in the
+    /* 3. devices sharing cores: the stages' work with every worker busy bounds the pipeline
+     * (share 2: each piece takes twice as long with all workers at once as alone) */
+    for (int m = 2; m <= 4; m += 2) {
+        ct_plan_problem pb = problem(2, 4, 32, 256, 16, 4, m, 2, 2);
+        ct_plan_costs c = zero_costs(4, 1, 0);
+        c.comp[0].block_fwd = 1.5, c.comp[0].block_bwd = 2.5, c.comp[0].share = 2;
+        add_link(&c, CT_PLAN_P2P, 2, CT_PLACE_THREADS, 0, 0);
+        add_link(&c, CT_COLL_ALLREDUCE, 2, CT_PLACE_THREADS, 0, 0);
+        ct_plan_layout l = {1, 1, 2, 1, 0, CT_SCHED_1F1B, 1, 0};
+        CT_ASSERT_OK(ct_plan_predict(&pb, &l, &c, &e, &err), err.msg);
+        /* alone: (m + 1)(F + B) / 2; busy: m (F + B) per stage, both stages at once */
+        CT_ASSERT_NEAR(e.step_ms, m * 4.0 > (m + 1) * 2.0 ? m * 4.0 : (m + 1) * 2.0, 1e-9);
+        c.comp[0].share = 1.25;
+        CT_ASSERT_OK(ct_plan_predict(&pb, &l, &c, &e, &err), err.msg);
+        CT_ASSERT_NEAR(e.step_ms, (m + 1) * 4.0 / 1.25 > m * 4.0 ? (m + 1) * 4.0 / 1.25 : m * 4.0, 1e-9);
+        ct_plan_costs_free(&c);
+    }
+    /* 4. TP: its collectives are inside the pieces; the step is the pieces', the comm share
+     * their TP part; the bytes per worker: 4 all-reduces of (b,T,C) per block, one in the
      * embedding, one in the logits' backward, the loss statistics (3 b T floats) */
     {
         int m = 2, L = 3, T = 16, C = 32, b = 4;
         ct_plan_problem pb = problem(L, 4, C, 256, T, b, m, 2, 2);
         ct_plan_costs c = zero_costs(b, 2, 0);
+        ct_plan_compute *k = &c.comp[0];
+        k->block_fwd = 2.0, k->block_bwd = 3.0, k->tp_block = 1.5;
+        k->embed_fwd = 0.5, k->embed_bwd = 0.25, k->tp_embed = 0.125;
+        k->head_fwd = 1.0, k->head_bwd = 1.5, k->tp_head = 0.75;
         add_link(&c, CT_COLL_ALLREDUCE, 2, CT_PLACE_THREADS, 0.1, 1e-6);
         ct_plan_layout l = {1, 2, 1, 1, 0, CT_SCHED_TRIVIAL, 1, 0};
         CT_ASSERT_OK(ct_plan_predict(&pb, &l, &c, &e, &err), err.msg);
         double act = (double)b * T * C * 4;
         CT_ASSERT_NEAR(e.tp_bytes, m * (L * 4 * act + act + act + 3.0 * b * T * 4), 1e-6);
-        /* every all-reduce is on the critical path without overlap: the forward's 2 per block,
-         * the embedding's, the loss's 2; the backward's 2 per block and the logits' */
-        double ar = 0.1 + 1e-6 * act, st = 0.1 + 1e-6 * b * T * 4, st2 = 0.1 + 1e-6 * 2 * b * T * 4;
-        double want = m * (L * 4 * ar + ar + ar + st + st2) + 2 * (0.1 + 1e-6 * 4);
+        double want = m * (L * 5.0 + 0.75 + 2.5) + 2 * (0.1 + 1e-6 * 4);
         CT_ASSERT_NEAR(e.step_ms, want, 1e-9);
-        CT_ASSERT_NEAR(e.comm_share, 1.0 - 2 * (0.1 + 1e-6 * 4) / want, 1e-9);
+        CT_ASSERT_NEAR(e.comm_ms, m * (L * 1.5 + 0.125 + 0.75), 1e-9);
+        CT_ASSERT_NEAR(e.compute_ms, m * (L * 3.5 + 0.625 + 1.75), 1e-9);
         ct_plan_costs_free(&c);
     }
 }

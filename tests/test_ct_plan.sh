@@ -1,0 +1,135 @@
+#!/bin/sh
+# test_ct_plan.sh CT_PLAN TRAIN_GPT MPIEXEC - the layout planner as users run it.
+#
+# 1. ct_plan measured on 2 workers (2 ranks, and 2 PoCL devices of one process): --json parses,
+#    the fitting layouts come first, fastest first, the chosen one is the first; --write-links
+#    writes a table that ct_plan --links reads when planning for those workers from one process.
+# 2. train_gpt --layout auto picks a layout, says which, trains it, and its 20 losses equal the
+#    single device's within 1e-5 (whatever it picked runs right); it prints the predicted step
+#    time beside the measured one after 5 steps and writes a "plan" record; a pinned flag
+#    (--tp 2) is kept.
+# 3. A model that fits no layout under --mem-cap-gb is refused (status 2) naming the smallest
+#    shortfall, by ct_plan and by train_gpt --layout auto, before any training.
+# 4. Bad input: status 2 with a message naming it.
+set -u
+PLAN=$1
+TRAIN=$2
+MPIEXEC=$3
+D=$(mktemp -d /tmp/ct_test_plan.XXXXXX)
+trap 'rm -rf "$D"' EXIT
+PY=/usr/bin/python3
+export OMP_WAIT_POLICY=passive
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+$PY -c "open('$D/text.txt','w').write('the quick brown fox jumps over the lazy dog. ' * 300)"
+MODEL="--layers 2 --heads 4 --dim 32 --seq 16 --batch 4 --total-batch 128"
+ARGS="$MODEL --steps 20 --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 \
+      --eval-every 0 --peak-tflops 1"
+
+# 1. ct_plan, measured on 2 ranks and on 2 threads
+check_json() {
+    if $PY - "$1" "$2" <<'EOF'; then :; else fail "ct_plan --json ($2)"; fi
+import json, sys
+r = json.load(open(sys.argv[1]))
+L = r["layouts"]
+fit = [l for l in L if l["fits"]]
+ok = r["workers"] == 2 and len(L) >= 6 and len(fit) == r["fit"]
+ok &= all(l["fits"] for l in L[:len(fit)])                          # fitting ones first
+ok &= all(a["step_ms"] <= b["step_ms"] for a, b in zip(fit, fit[1:]))  # fastest first
+ok &= r["chosen"] == fit[0]["name"] and all(l["step_ms"] > 0 for l in L)
+ok &= {(l["dp"], l["tp"], l["pp"]) for l in L} == {(2, 1, 1), (1, 2, 1), (1, 1, 2)}
+print("%s: ct_plan %s: %d layouts, chosen %s (%.2f ms predicted), costs: %s" %
+      ("ok" if ok else "FAIL", sys.argv[2], len(L), r["chosen"], fit[0]["step_ms"],
+       r["costs"]["source"]))
+sys.exit(0 if ok else 1)
+EOF
+}
+if POCL_DEVICES=pthread "$MPIEXEC" -n 2 "$PLAN" $MODEL --json --reps 2 --write-links "$D/links.txt" \
+        >"$D/plan_r.json" 2>"$D/plan_r.err"; then
+    check_json "$D/plan_r.json" "2 ranks"
+    if grep -q "^link allreduce 2 ranks" "$D/links.txt" && grep -q "^link p2p 2 ranks" "$D/links.txt"; then
+        echo "ok: --write-links: $(grep -c '^link' "$D/links.txt") links"
+    else
+        fail "--write-links"; cat "$D/links.txt"
+    fi
+    # planning for those 2 workers (ranks) from one process: compute here, links from the table
+    if POCL_DEVICES=pthread "$PLAN" $MODEL --workers 2 --links "$D/links.txt" --json --reps 2 \
+            >"$D/plan_t.json" 2>"$D/plan_t.err"; then
+        check_json "$D/plan_t.json" "--workers 2 --links (from one process)"
+    else
+        fail "ct_plan --links"; cat "$D/plan_t.err"
+    fi
+else
+    fail "ct_plan on 2 ranks"; cat "$D/plan_r.err"
+fi
+if POCL_DEVICES="pthread pthread" "$PLAN" $MODEL --devices-per-rank 2 --json --reps 2 \
+        >"$D/plan_d.json" 2>"$D/plan_d.err"; then
+    check_json "$D/plan_d.json" "2 devices of one process"
+else
+    fail "ct_plan on 2 threads"; cat "$D/plan_d.err"
+fi
+
+# 2. train_gpt --layout auto against the single device
+POCL_DEVICES=pthread "$TRAIN" $ARGS --metrics "$D/ref.jsonl" >"$D/ref.log" 2>&1 || fail "reference run"
+auto() {
+    name=$1; shift
+    if POCL_DEVICES="pthread pthread" "$TRAIN" $ARGS --devices-per-rank 2 --layout auto \
+            --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1; then :; else
+        fail "$name: train_gpt --layout auto exited $?"; tail -n 5 "$D/$name.log"; return 1
+    fi
+    if $PY - "$D/ref.jsonl" "$D/$name.jsonl" "$D/$name.log" "$name" <<'EOF'; then :; else fail "$name"; fi
+import json, re, sys
+def recs(p): return [json.loads(l) for l in open(p)]
+a = {r["step"]: r["loss"] for r in recs(sys.argv[1]) if r["type"] == "train"}
+rb = recs(sys.argv[2])
+b = {r["step"]: r["loss"] for r in rb if r["type"] == "train"}
+plan = [r for r in rb if r["type"] == "plan"]
+cfg = [r for r in rb if r["type"] == "config"][0]
+log = open(sys.argv[3]).read()
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a) if set(a) == set(b) else 1
+chosen = re.search(r"chosen: (.*?) \(", log)
+ok = worst <= 1e-5 and len(plan) == 2 and plan[0]["steps"] == 5 and plan[0]["predicted_ms"] > 0
+ok &= chosen is not None and plan[0]["layout"] == chosen.group(1)
+ok &= "layout auto: %s predicted" % plan[0]["layout"] in log and "measured" in log
+print("%s: %s: chose %s (config dp %d tp %d), predicted %.1f ms, measured %.1f ms after 5 steps; "
+      "losses within %.2e of one device" % ("ok" if ok else "FAIL", sys.argv[4],
+      plan[0]["layout"] if plan else "?", cfg["dp"], cfg["tp"],
+      plan[0]["predicted_ms"] if plan else 0, plan[0]["measured_ms"] if plan else 0, worst))
+sys.exit(0 if ok else 1)
+EOF
+}
+auto auto
+auto auto_tp2 --tp 2 && grep -q '"tp":2' "$D/auto_tp2.jsonl" || fail "--layout auto --tp 2 did not keep tp 2"
+
+# 3. nothing fits: the smallest shortfall
+expect_bad() {
+    what=$1; msg=$2; shift 2
+    "$@" >"$D/stdout" 2>"$D/stderr"
+    rc=$?
+    if [ $rc -ne 2 ]; then fail "$what: exit status $rc, expected 2"; cat "$D/stderr"; return; fi
+    if ! grep -qF -- "$msg" "$D/stderr"; then fail "$what: message lacks '$msg'"; cat "$D/stderr"; return; fi
+    echo "ok: refused $what: $(grep -F -- "$msg" "$D/stderr" | head -n 1 | cut -c1-160)"
+}
+expect_bad "ct_plan, nothing fits" "smallest shortfall" env POCL_DEVICES="pthread pthread" \
+    "$PLAN" $MODEL --devices-per-rank 2 --reps 1 --mem-cap-gb 0.0001
+expect_bad "train_gpt --layout auto, nothing fits" "smallest shortfall" env \
+    POCL_DEVICES="pthread pthread" "$TRAIN" $ARGS --devices-per-rank 2 --layout auto \
+    --mem-cap-gb 0.0001 --metrics "$D/bad.jsonl"
+[ -s "$D/bad.jsonl" ] && fail "train_gpt --layout auto started training although nothing fits"
+
+# 4. bad input
+expect_bad "--layout maybe" "--layout must be manual or auto" "$TRAIN" $ARGS --layout maybe
+expect_bad "ct_plan --workers 8 without links" "give --links FILE" env POCL_DEVICES=pthread \
+    "$PLAN" $MODEL --workers 8
+expect_bad "ct_plan --workers 3 over 2 per rank" "not a multiple of --devices-per-rank 2" env \
+    POCL_DEVICES=pthread "$PLAN" $MODEL --workers 3 --devices-per-rank 2 --no-calibrate
+expect_bad "ct_plan --links missing" "cannot open it" env POCL_DEVICES=pthread "$PLAN" $MODEL \
+    --workers 2 --links "$D/none.txt"
+expect_bad "ct_plan --tp 3 (no layout)" "no layout of 2 workers" env POCL_DEVICES=pthread \
+    "$PLAN" $MODEL --workers 2 --tp 3 --no-calibrate
+expect_bad "ct_plan --top 0" "--top must be >= 1" "$PLAN" $MODEL --top 0
+expect_bad "ct_plan --bogus" "unknown" "$PLAN" $MODEL --bogus 1
+
+if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
+echo "all passed"
