@@ -30,7 +30,8 @@
  *     overlapped with its last backward), the tied embedding's, ZeRO's gathers, the optimizer;
  *   - volumes: bytes per worker per step on each axis (TP, DP, PP), from the engine's own
  *     message sizes.
- * Memory per worker is the engine's own prediction by category (ct_plan_memory). */
+ * Memory per worker is the engine's own memory model (ct_train_mem_predict, through
+ * ct_plan_memory): what the run's memory report shows. */
 #ifndef CT_ENGINE_PLAN_H
 #define CT_ENGINE_PLAN_H
 
@@ -77,6 +78,7 @@ typedef struct ct_plan_problem {
     double bucket_mb;  /* --bucket-mb */
     int overlap, tp_overlap;
     int max_virt;      /* the most chunks per stage enumerated for interleaved (default 2) */
+    char recompute[16]; /* --recompute (none, attention, block): the memory model's input */
     ct_plan_layout fix;
 } ct_plan_problem;
 
@@ -102,14 +104,18 @@ ct_status ct_plan_split(const ct_plan_problem *pb, const ct_plan_layout *l, int 
 
 /* ---------------------------------------------------------------- memory */
 
-/* Device bytes of one worker by category (host staging apart). */
+/* Device bytes of one worker by category (what the memory report shows as allocated). */
 typedef struct ct_plan_mem {
     double params, grads, optimizer, activations, workspace;
-    double total;
+    double total;           /* the device bytes: the sum of the five; what the cap is against */
+    double host;            /* host staging (the report's comm column), not in total */
+    int attention_bound;    /* --attention auto: the GEMM path's arena, an upper bound */
 } ct_plan_mem;
 
-/* Worker w's bytes for layout l: the engine's own memory model (the sizes the arena planner and
- * the parameter layout allocate). CT_ERR_UNSUPPORTED when the engine has no model to ask. */
+/* Worker w's bytes for layout l: the engine's own memory model, ct_train_mem_predict
+ * (ct_engine_mem.h) for the train_gpt flags that run l (the problem's batch, attention path, recompute mode,
+ * buckets), so exactly what the run's memory report will show as allocated, up to the buffers
+ * ct_engine_mem.h states it leaves out. CT_ERR_ARG / _UNSUPPORTED with the model's message. */
 ct_status ct_plan_memory(const ct_plan_problem *pb, const ct_plan_layout *l, int w, ct_plan_mem *out,
                          ct_err *err);
 

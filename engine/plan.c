@@ -76,6 +76,7 @@ void ct_plan_problem_from_params(ct_plan_problem *pb, const ct_train_params *p,
     pb->overlap = p->overlap;
     pb->tp_overlap = p->tp_overlap;
     pb->max_virt = 2;
+    snprintf(pb->recompute, sizeof pb->recompute, "%s", p->recompute ? p->recompute : "none");
     pb->fix.dp = pb->fix.tp = pb->fix.pp = pb->fix.ep = pb->fix.zero = -1;
     pb->fix.sched = (ct_sched_kind)-1;
     pb->fix.virt = pb->fix.sp = -1;
@@ -199,10 +200,31 @@ ct_status ct_plan_split(const ct_plan_problem *pb, const ct_plan_layout *l, int 
 
 ct_status ct_plan_memory(const ct_plan_problem *pb, const ct_plan_layout *l, int w, ct_plan_mem *out,
                          ct_err *err) {
-    (void)pb, (void)l, (void)w;
     memset(out, 0, sizeof *out);
-    return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                  "the engine's memory model (issue 14) has not landed: memory is not predicted");
+    /* The trainer's own prediction (ct_train_mem_predict: the functions that size its
+     * allocations) for the flags that would run l; --pp-split is not the planner's (it uses
+     * the FLOP-balanced split, as ct_plan_split does). */
+    ct_train_params q = ct_train_params_default();
+    q.seq = pb->T;
+    q.batch = pb->B;
+    q.total_batch = pb->micro > 1 ? pb->micro * pb->B * pb->T : 0;
+    q.bucket_mb = pb->bucket_mb > 0 ? pb->bucket_mb : q.bucket_mb;
+    q.overlap = pb->overlap;
+    q.attention = ct_attn_path_name(pb->attn);
+    q.recompute = pb->recompute[0] ? pb->recompute : "none";
+    ct_plan_apply(l, &q);
+    ct_mem_predict mp;
+    ct_status st = ct_train_mem_predict(&q, &pb->cfg, w, &mp, err);
+    if (st != CT_OK) return st;
+    out->params = (double)mp.device[CT_MEM_PARAMS];
+    out->grads = (double)mp.device[CT_MEM_GRADS];
+    out->optimizer = (double)mp.device[CT_MEM_OPTIMIZER];
+    out->activations = (double)mp.device[CT_MEM_ACTIVATIONS];
+    out->workspace = (double)mp.device[CT_MEM_WORKSPACE];
+    out->total = (double)mp.device_total;
+    out->host = (double)(mp.device[CT_MEM_COMM] + mp.host_comm);
+    out->attention_bound = mp.attention_bound;
+    return CT_OK;
 }
 
 /* ------------------------------------------------------------------ what a layout holds */
@@ -732,6 +754,9 @@ ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_pla
         return CT_ERR(err, CT_ERR_NOMEM, "no memory");
     }
     res->n = n;
+    /* the memory model for the attention path the costs were timed with (auto resolved) */
+    ct_plan_problem pm = *pb;
+    if (c && pm.attn == CT_ATTN_AUTO) pm.attn = c->attn;
     for (int i = 0; i < n && st == CT_OK; i++) {
         ct_plan_entry *e = &res->e[i];
         e->lay = ls[i];
@@ -743,7 +768,7 @@ ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_pla
         e->mem_known = 1;
         for (int w = 0; w < pb->W; w++) {
             ct_err me = {0};
-            if (ct_plan_memory(pb, &e->lay, w, &e->worker[w], &me) != CT_OK) {
+            if (ct_plan_memory(&pm, &e->lay, w, &e->worker[w], &me) != CT_OK) {
                 e->mem_known = 0;
                 if (!res->mem_note[0]) snprintf(res->mem_note, sizeof res->mem_note, "%.250s", me.msg);
                 break;
@@ -818,8 +843,8 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
 
 static void json_mem(FILE *f, const ct_plan_mem *m) {
     fprintf(f, "\"params\":%.0f,\"grads\":%.0f,\"optimizer\":%.0f,\"activations\":%.0f,"
-               "\"workspace\":%.0f,\"total\":%.0f",
-            m->params, m->grads, m->optimizer, m->activations, m->workspace, m->total);
+               "\"workspace\":%.0f,\"total\":%.0f,\"host\":%.0f",
+            m->params, m->grads, m->optimizer, m->activations, m->workspace, m->total, m->host);
 }
 
 void ct_plan_print_json(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c,

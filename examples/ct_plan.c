@@ -17,7 +17,8 @@
  * table: bench_allreduce --write-links or ct_plan --write-links), --write-links FILE, --json,
  * --top N (rows shown, default 10), --reps N (timed repetitions, default 5), --no-calibrate
  * (memory only, no device), --max-virtual V (chunks per stage tried with interleaved, 2),
- * --verbose (every measurement).
+ * --verbose (every measurement), --only (exactly the layout train_gpt runs with the flags given,
+ * its defaults for those not given: to check one layout's memory).
  *
  * Exit status: 0 a layout chosen; 2 bad input, or no layout fits (the message names the
  * smallest shortfall); 1 a failure while measuring. */
@@ -51,7 +52,7 @@ static void die(int code, const char *fmt, ...) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: [mpiexec -n R] ct_plan [--workers W] [--links FILE] [--write-links FILE] [--json]\n"
-            "         [--top N] [--reps N] [--no-calibrate] [--max-virtual V] [--verbose]\n"
+            "         [--top N] [--reps N] [--no-calibrate] [--max-virtual V] [--verbose] [--only]\n"
             "         [train_gpt's model, batch and layout flags]\n"
             "Ranks the layouts train_gpt can run the model with on W workers by predicted step\n"
             "time, among those that fit each worker's memory (--mem-cap-gb, else the device's).\n"
@@ -62,7 +63,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct own_opts {
-    int workers, json, top, reps, no_cal, max_virt, verbose;
+    int workers, json, top, reps, no_cal, max_virt, verbose, only;
     const char *links, *write_links;
 } own_opts;
 
@@ -84,6 +85,7 @@ static void own_parse(int *argc, char **argv, own_opts *o) {
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--no-calibrate")) o->no_cal = 1;
         else if (!strcmp(a, "--verbose")) o->verbose = 1;
+        else if (!strcmp(a, "--only")) o->only = 1;
         else argv[k++] = argv[i];
 #undef VAL
     }
@@ -98,7 +100,7 @@ int main(int argc, char **argv) {
         ct_opts_help(stdout, ct_train_opts, ct_train_opts_count);
         return 0;
     }
-    own_opts o = {0, 0, 10, 5, 0, 2, 0, NULL, NULL};
+    own_opts o = {0, 0, 10, 5, 0, 2, 0, 0, NULL, NULL};
     own_parse(&argc, argv, &o);
     ct_err err = {0};
     ct_train_params p = ct_train_params_default();
@@ -128,6 +130,12 @@ int main(int argc, char **argv) {
     ct_plan_problem pb;
     ct_plan_problem_from_params(&pb, &p, &cfg, W, D);
     ct_plan_problem_fix(&pb, &p, argc, argv);
+    if (o.only) { /* exactly the layout train_gpt runs with these flags (defaults included) */
+        ct_err e2 = {0};
+        pb.fix.dp = p.dp, pb.fix.tp = p.tp, pb.fix.pp = p.pp, pb.fix.zero = p.zero;
+        pb.fix.sp = p.sequence_parallel, pb.fix.virt = p.virtual_stages;
+        if (p.pp > 1 && ct_sched_parse(p.schedule, &pb.fix.sched, &e2) != CT_OK) die(2, "%s", e2.msg);
+    }
     pb.max_virt = o.max_virt;
     ct_plan_needs *need = NULL;
     if (ct_plan_needs_make(&pb, &need, &err) != CT_OK) die(2, "%s", err.msg);

@@ -77,14 +77,16 @@ plan = json.load(open(sys.argv[2]))
 lay = plan["layouts"][0]
 pred = {w["worker"]: w for w in lay["workers"]}
 cats = ["params", "grads", "optimizer", "activations", "workspace"]
-worst, ok = 0.0, len(mem) > 0 and set(mem) == set(pred)
+worst, ok, big = 0.0, len(mem) > 0 and set(mem) == set(pred), (0, 0)
 for w, r in mem.items():
     got = sum(r[c] for c in cats)
     want = sum(pred[w][c] for c in cats)
     worst = max(worst, abs(got - want) / got)
+    big = max(big, (got, want))
 ok = ok and worst <= 0.02
-print("%s: memory %-40s %d workers, worst relative difference %.4f (planner %s)" %
-      ("ok" if ok else "FAIL", sys.argv[3], len(mem), worst, lay["name"]))
+print("%s: memory %-40s %d workers, worst relative difference %.4f; fullest worker %d B "
+      "allocated, %d B predicted (planner %s)" %
+      ("ok" if ok else "FAIL", sys.argv[3], len(mem), worst, big[0], big[1], lay["name"]))
 sys.exit(0 if ok else 1)
 EOF
 }
