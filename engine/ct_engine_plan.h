@@ -183,8 +183,10 @@ void ct_plan_needs_free(ct_plan_needs *n);
 
 /* Measure what `need` lists. Collective over `world` (each worker with its own device, every
  * worker calling with the same problem): compute shapes are timed on every worker at once and
- * averaged, links over groups of each needed size and placement, all groups at once. world
- * NULL: this device alone (compute only; links must come from ct_plan_links_load). reps: timed
+ * averaged, links over groups of each needed size and placement, all groups at once (need->nlink
+ * 0: none, they come from ct_plan_links_load). world NULL: this device alone. A shape of TP
+ * degree tp is timed with its collectives inside, over groups of tp workers of world: tp > the
+ * workers measuring is CT_ERR_ARG (it says to run as more workers or pin --tp). reps: timed
  * repetitions per item (median). log (may be NULL, the leader's): one line per item measured. */
 ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
                             const ct_plan_needs *need, int reps, FILE *log, ct_plan_costs *out,

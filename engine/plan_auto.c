@@ -42,7 +42,7 @@ static void measure_worker(shared *s, int thread) {
     ct_device_opts dopts = ct_device_opts_default();
     if (st == CT_OK) st = ct_device_open(&dev, &s->list[s->picks[k]], &dopts, &err);
     int first = !world || ct_comm_rank(world) == 0;
-    if (s->live && world) { /* one worker that cannot measure stops them all, none waits */
+    if (world) { /* one worker that cannot measure stops them all, none waits */
         int32_t bad = st != CT_OK;
         if (ct_comm_allreduce(world, &bad, &bad, 1, CT_I32, CT_OP_MAX, NULL) != CT_OK && st == CT_OK)
             st = CT_ERR(&err, CT_ERR_STATE, "%s", ct_comm_errmsg(world));
@@ -52,8 +52,14 @@ static void measure_worker(shared *s, int thread) {
     if (st == CT_OK) {
         FILE *log = first ? s->log : NULL;
         if (log) fprintf(log, "planner: measuring on %s (%s)\n", s->list[s->picks[k]].name,
-                         s->live ? "every worker at once" : "this device alone");
-        st = ct_plan_calibrate(s->live ? world : NULL, dev, s->pb, s->need, s->reps, log, &c, &err);
+                         s->live ? "every worker at once"
+                         : world ? "this process's workers at once, links from the table"
+                                 : "this device alone");
+        /* not live (planning for workers that are not all here): the compute is still timed
+         * by the workers here at once (TP groups among them), the links come from a table */
+        ct_plan_needs nd = *s->need;
+        if (!s->live) nd.nlink = 0;
+        st = ct_plan_calibrate(world, dev, s->pb, &nd, s->reps, log, &c, &err);
         if (st == CT_OK && s->live && s->need->nlink == 0)
             snprintf(c.source, sizeof c.source, "compute measured over the %d workers",
                      ct_comm_size(world));
@@ -95,6 +101,12 @@ ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan
     st = ct_device_select(list, ndev, spec, 0, picks, &npicks, err);
     ct_plan_needs nd = *need; /* a links table replaces the links' measurement */
     if (links) nd.nlink = 0;
+    if (links && st == CT_OK) { /* a bad table is bad input: said before anything is measured */
+        ct_plan_costs probe;
+        memset(&probe, 0, sizeof probe);
+        st = ct_plan_links_load(&probe, links, err);
+        ct_plan_costs_free(&probe);
+    }
     shared s;
     memset(&s, 0, sizeof s);
     s.topo = topo, s.p = p, s.pb = pb, s.need = &nd, s.list = list, s.picks = picks;

@@ -325,6 +325,15 @@ ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_proble
     int W = world ? ct_comm_size(world) : 1;
     if (reps < 1) reps = 1;
     out->workers_timed = W;
+    /* TP's collectives run inside the pieces timed: a tp-degree shape needs that many workers */
+    for (int i = 0; i < need->ncomp; i++)
+        if (need->comp[i].tp > W)
+            return CT_ERR(err, CT_ERR_ARG,
+                          "timing tp %d's pieces needs %d workers measuring together (TP's "
+                          "collectives run inside them); %d %s here: run the planner as at least "
+                          "%d workers (mpiexec x --devices-per-rank), or pin --tp",
+                          need->comp[i].tp, need->comp[i].tp, W, W == 1 ? "is" : "are",
+                          need->comp[i].tp);
     /* 1. The attention path: auto is the leader's measurement, the same for all */
     ct_attn_path path = pb->attn;
     ct_attn_cfg acfg;

@@ -28,17 +28,19 @@ ARGS="$MODEL --steps 20 --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt 
       --eval-every 0 --peak-tflops 1"
 
 # 1. ct_plan, measured on 2 ranks and on 2 threads
-check_json() {
-    if $PY - "$1" "$2" <<'EOF'; then :; else fail "ct_plan --json ($2)"; fi
+ALL3="{(2, 1, 1), (1, 2, 1), (1, 1, 2)}"
+check_json() { # FILE WHAT [LAYOUTS: the (dp,tp,pp) set expected, python]
+    if $PY - "$1" "$2" "${3:-$ALL3}" <<'EOF'; then :; else fail "ct_plan --json ($2)"; fi
 import json, sys
 r = json.load(open(sys.argv[1]))
 L = r["layouts"]
 fit = [l for l in L if l["fits"]]
-ok = r["workers"] == 2 and len(L) >= 6 and len(fit) == r["fit"]
+ok = r["workers"] == 2 and len(L) >= 3 and len(fit) == r["fit"]
 ok &= all(l["fits"] for l in L[:len(fit)])                          # fitting ones first
 ok &= all(a["step_ms"] <= b["step_ms"] for a, b in zip(fit, fit[1:]))  # fastest first
 ok &= r["chosen"] == fit[0]["name"] and all(l["step_ms"] > 0 for l in L)
-ok &= {(l["dp"], l["tp"], l["pp"]) for l in L} == {(2, 1, 1), (1, 2, 1), (1, 1, 2)}
+ok &= {(l["dp"], l["tp"], l["pp"]) for l in L} == eval(sys.argv[3])
+ok &= all(l["mem_known"] and l["mem"]["total"] > 0 for l in L)        # the memory model answered
 print("%s: ct_plan %s: %d layouts, chosen %s (%.2f ms predicted), costs: %s" %
       ("ok" if ok else "FAIL", sys.argv[2], len(L), r["chosen"], fit[0]["step_ms"],
        r["costs"]["source"]))
@@ -54,9 +56,11 @@ if POCL_DEVICES=pthread "$MPIEXEC" -n 2 "$PLAN" $MODEL --json --reps 2 --write-l
         fail "--write-links"; cat "$D/links.txt"
     fi
     # planning for those 2 workers (ranks) from one process: compute here, links from the table
-    if POCL_DEVICES=pthread "$PLAN" $MODEL --workers 2 --links "$D/links.txt" --json --reps 2 \
-            >"$D/plan_t.json" 2>"$D/plan_t.err"; then
-        check_json "$D/plan_t.json" "--workers 2 --links (from one process)"
+    # (tp 1: a TP shape is timed with its collectives inside, which one worker cannot run)
+    if POCL_DEVICES=pthread "$PLAN" $MODEL --workers 2 --tp 1 --links "$D/links.txt" --json \
+            --reps 2 >"$D/plan_t.json" 2>"$D/plan_t.err"; then
+        check_json "$D/plan_t.json" "--workers 2 --tp 1 --links (from one process)" \
+            "{(2, 1, 1), (1, 1, 2)}"
     else
         fail "ct_plan --links"; cat "$D/plan_t.err"
     fi
@@ -124,6 +128,10 @@ expect_bad "ct_plan --workers 8 without links" "give --links FILE" env POCL_DEVI
     "$PLAN" $MODEL --workers 8
 expect_bad "ct_plan --workers 3 over 2 per rank" "not a multiple of --devices-per-rank 2" env \
     POCL_DEVICES=pthread "$PLAN" $MODEL --workers 3 --devices-per-rank 2 --no-calibrate
+if [ -f "$D/links.txt" ]; then
+    expect_bad "ct_plan --workers 2 --links from one worker, tp free" "timing tp 2's pieces needs 2 workers" \
+        env POCL_DEVICES=pthread "$PLAN" $MODEL --workers 2 --links "$D/links.txt" --reps 1
+fi
 expect_bad "ct_plan --links missing" "cannot open it" env POCL_DEVICES=pthread "$PLAN" $MODEL \
     --workers 2 --links "$D/none.txt"
 expect_bad "ct_plan --tp 3 (no layout)" "no layout of 2 workers" env POCL_DEVICES=pthread \
