@@ -9,7 +9,10 @@
  *      devices that share cores, TP's time and bytes;
  *   3. a cost the layout needs and the costs lack is an error naming it;
  *   4. the alpha-beta fit on exact lines, the links table written and read back, bad lines;
- *   5. where groups fall (threads, ranks, mixed). */
+ *   5. where groups fall (threads, ranks, mixed);
+ *   6. memory through the engine's model (equal to each run's memory report: test_engine_layout):
+ *      the fullest worker is the entry's, a cap splits fitting from not (smallest shortfall
+ *      first), nothing fitting leaves the smallest total first, --recompute reaches the model. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +254,58 @@ static void test_fit_and_table(void) {
     ct_plan_costs_free(&d);
 }
 
+/* Memory: every layout's per-worker figures answered by the memory model, the fullest worker's
+ * the entry's; a cap splits the layouts into those that fit (each total <= cap) and the rest,
+ * smallest shortfall first; nothing fits gives the smallest total first; --recompute reaches
+ * the model (block keeps less activation memory than none, the same parameters). */
+static void test_memory_rank(void) {
+    ct_err err = {0};
+    ct_plan_problem pb = problem(4, 4, 32, 256, 16, 4, 2, 4, 2);
+    ct_plan_result res;
+    CT_ASSERT_OK(ct_plan_rank(&pb, NULL, &res, &err), err.msg);
+    CT_ASSERT(res.n >= 10 && res.nfit == res.n);
+    double lo = 1e30, hi = 0;
+    for (int i = 0; i < res.n; i++) {
+        const ct_plan_entry *e = &res.e[i];
+        CT_ASSERT(e->mem_known);
+        double worst = 0;
+        for (int w = 0; w < pb.W; w++) {
+            const ct_plan_mem *m = &e->worker[w];
+            CT_ASSERT(m->params > 0 && m->activations > 0);
+            CT_ASSERT_NEAR(m->total, m->params + m->grads + m->optimizer + m->activations + m->workspace, 0.5);
+            if (m->total > worst) worst = m->total;
+        }
+        CT_ASSERT_NEAR(e->mem.total, worst, 0.5);
+        if (worst < lo) lo = worst;
+        if (worst > hi) hi = worst;
+    }
+    CT_ASSERT(hi > lo);
+    ct_plan_result_free(&res);
+    pb.mem_cap = 0.5 * (lo + hi);
+    CT_ASSERT_OK(ct_plan_rank(&pb, NULL, &res, &err), err.msg);
+    CT_ASSERT(res.nfit > 0 && res.nfit < res.n);
+    for (int i = 0; i < res.n; i++) {
+        CT_ASSERT_EQ_INT(res.e[i].fits, i < res.nfit);
+        CT_ASSERT_EQ_INT(res.e[i].fits, res.e[i].mem.total <= pb.mem_cap);
+        if (i > res.nfit) CT_ASSERT(res.e[i].mem.total >= res.e[i - 1].mem.total);
+    }
+    ct_plan_result_free(&res);
+    pb.mem_cap = 0.5 * lo;
+    CT_ASSERT_OK(ct_plan_rank(&pb, NULL, &res, &err), err.msg);
+    CT_ASSERT_EQ_INT(res.nfit, 0);
+    CT_ASSERT_NEAR(res.e[0].mem.total, lo, 0.5);
+    ct_plan_result_free(&res);
+    /* the recompute mode reaches the memory model */
+    ct_plan_problem pn = problem(4, 4, 32, 256, 16, 4, 2, 2, 2), pk = pn;
+    snprintf(pk.recompute, sizeof pk.recompute, "block");
+    ct_plan_layout l = {2, 1, 1, 1, 0, CT_SCHED_TRIVIAL, 1, 0};
+    ct_plan_mem mn, mk;
+    CT_ASSERT_OK(ct_plan_memory(&pn, &l, 0, &mn, &err), err.msg);
+    CT_ASSERT_OK(ct_plan_memory(&pk, &l, 0, &mk, &err), err.msg);
+    CT_ASSERT(mk.activations < mn.activations);
+    CT_ASSERT_NEAR(mk.params, mn.params, 0.5);
+}
+
 static void test_places(void) {
     /* D = 4 devices per rank: worker w on rank w / 4 */
     CT_ASSERT_EQ_INT(ct_plan_group_place(2, 1, 4), CT_PLACE_THREADS);
@@ -293,5 +348,6 @@ int main(void) {
     /* 4-5. fits, tables, placements */
     test_fit_and_table();
     test_places();
+    test_memory_rank();
     return ct_test_end("test_engine_plan");
 }
