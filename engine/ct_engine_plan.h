@@ -187,7 +187,8 @@ void ct_plan_needs_free(ct_plan_needs *n);
  * 0: none, they come from ct_plan_links_load). world NULL: this device alone. A shape of TP
  * degree tp is timed with its collectives inside, over groups of tp workers of world: tp > the
  * workers measuring is CT_ERR_ARG (it says to run as more workers or pin --tp). reps: timed
- * repetitions per item (median). log (may be NULL, the leader's): one line per item measured. */
+ * repetitions per item (compute: the fastest; the rest: the median). log (may be NULL, the
+ * leader's): one line per item measured. */
 ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
                             const ct_plan_needs *need, int reps, FILE *log, ct_plan_costs *out,
                             ct_err *err);

@@ -797,10 +797,11 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
     const ct_gpt_config *cfg = &pb->cfg;
     fprintf(f,
             "ct_plan: L=%d NH=%d C=%d V=%d T=%d, batch %d rows x %d micro-batches, %d workers (%d "
-            "per rank), memory cap %s\n",
+            "per rank), memory cap ",
             cfg->layers, cfg->heads, cfg->channels, cfg->vocab, pb->T, pb->B, pb->micro, pb->W,
-            pb->D, pb->mem_cap > 0 ? "" : "none");
-    if (pb->mem_cap > 0) fprintf(f, "  (cap %.1f MiB per worker)\n", mib(pb->mem_cap));
+            pb->D);
+    if (pb->mem_cap > 0) fprintf(f, "%.1f MiB per worker\n", mib(pb->mem_cap));
+    else fprintf(f, "none\n");
     if (c)
         fprintf(f, "costs: compute timed on %d worker%s at once (%s attention), %s; overlap %.2f\n",
                 c->workers_timed, c->workers_timed > 1 ? "s" : "", ct_attn_path_name(c->attn),
