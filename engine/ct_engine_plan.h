@@ -79,6 +79,8 @@ typedef struct ct_plan_problem {
     int overlap, tp_overlap;
     int max_virt;      /* the most chunks per stage enumerated for interleaved (default 2) */
     char recompute[16]; /* --recompute (none, attention, block): the memory model's input */
+    ct_train_params base; /* the command line's flags (the memory model reads the ones a layout
+                             leaves: MoE's capacity factor, ...); strings point into argv */
     ct_plan_layout fix;
 } ct_plan_problem;
 
@@ -87,7 +89,7 @@ typedef struct ct_plan_problem {
  * ct_plan_problem_fix) pin choices. */
 void ct_plan_problem_from_params(ct_plan_problem *pb, const ct_train_params *p,
                                  const ct_gpt_config *cfg, int W, int D);
-/* Pin the layout flags given on a command line (--dp, --tp, --pp, --zero, --schedule,
+/* Pin the layout flags given on a command line (--dp, --tp, --pp, --ep, --zero, --schedule,
  * --virtual-stages, --sequence-parallel) in pb->fix; the others stay free. */
 void ct_plan_problem_fix(ct_plan_problem *pb, const ct_train_params *p, int argc, char **argv);
 
@@ -224,7 +226,8 @@ typedef struct ct_plan_estimate {
     double comm_ms;      /* exposed communication (TP, pipeline staging, DP, ZeRO), busiest stage */
     double comm_share;   /* comm_ms / step_ms */
     double opt_ms;
-    double tp_bytes, dp_bytes, pp_bytes; /* per worker per step, sent (busiest worker) */
+    double tp_bytes, dp_bytes, pp_bytes; /* per worker per step, sent (busiest worker); tp_bytes
+                                            holds EP's all-to-alls too (MoE: no TP) */
 } ct_plan_estimate;
 
 /* Pure: the step time of `l` from `c`. CT_ERR_ARG when c lacks a cost l needs (names it). */

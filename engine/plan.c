@@ -33,6 +33,7 @@ char *ct_plan_layout_name(const ct_plan_layout *l, char *buf, size_t len) {
 
 char *ct_plan_layout_flags(const ct_plan_layout *l, char *buf, size_t len) {
     size_t o = (size_t)snprintf(buf, len, "--dp %d --tp %d --pp %d", l->dp, l->tp, l->pp);
+    if (l->ep > 1 && o < len) o += (size_t)snprintf(buf + o, len - o, " --ep %d", l->ep);
     if (l->pp > 1 && o < len)
         o += (size_t)snprintf(buf + o, len - o, " --schedule %s", ct_sched_name(l->sched));
     if (l->virt > 1 && o < len)
@@ -65,6 +66,7 @@ void ct_plan_problem_from_params(ct_plan_problem *pb, const ct_train_params *p,
                                  const ct_gpt_config *cfg, int W, int D) {
     memset(pb, 0, sizeof *pb);
     pb->cfg = *cfg;
+    pb->base = *p;
     pb->T = p->seq;
     pb->B = p->batch;
     pb->micro = p->total_batch ? p->total_batch / (p->batch * p->seq) : 1;
@@ -97,6 +99,7 @@ void ct_plan_problem_fix(ct_plan_problem *pb, const ct_train_params *p, int argc
     if (given(argc, argv, "tp")) pb->fix.tp = p->tp;
     if (given(argc, argv, "pp")) pb->fix.pp = p->pp;
     if (given(argc, argv, "zero")) pb->fix.zero = p->zero;
+    if (given(argc, argv, "ep")) pb->fix.ep = p->ep;
     if (given(argc, argv, "sequence-parallel")) pb->fix.sp = p->sequence_parallel;
     if (given(argc, argv, "virtual-stages")) pb->fix.virt = p->virtual_stages;
     if (given(argc, argv, "schedule")) {
@@ -110,17 +113,14 @@ ct_status ct_plan_layout_check(const ct_plan_problem *pb, const ct_plan_layout *
     if (l->dp < 1 || l->tp < 1 || l->pp < 1 || (long long)l->dp * l->tp * l->pp != pb->W)
         return CT_ERR(err, CT_ERR_ARG, "dp %d x tp %d x pp %d is not the %d workers", l->dp, l->tp,
                       l->pp, pb->W);
-    if (l->ep > 1)
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ep %d: this model has no experts (expert parallelism spreads a mixture of "
-                      "experts)",
-                      l->ep);
+    if (l->ep < 1 || l->dp % l->ep)
+        return CT_ERR(err, CT_ERR_ARG, "ep %d does not divide dp %d", l->ep, l->dp);
     /* train_gpt's own checks, on the flags that would run it */
     ct_train_params q = ct_train_params_default();
     q.seq = pb->T;
     q.batch = pb->B;
     q.total_batch = pb->micro > 1 ? pb->micro * pb->B * pb->T : 0;
-    q.dp = l->dp, q.tp = l->tp, q.pp = l->pp, q.zero = l->zero;
+    q.dp = l->dp, q.tp = l->tp, q.pp = l->pp, q.zero = l->zero, q.ep = l->ep;
     q.sequence_parallel = l->sp;
     q.virtual_stages = l->virt;
     q.bucket_mb = pb->bucket_mb > 0 ? pb->bucket_mb : q.bucket_mb;
@@ -131,6 +131,8 @@ ct_status ct_plan_layout_check(const ct_plan_problem *pb, const ct_plan_layout *
     ct_status st;
     if ((st = ct_train_params_check(&q, &ls, err)) != CT_OK) return st;
     if ((st = ct_model_tp_check(&pb->cfg, l->tp, l->sp, pb->T, err)) != CT_OK) return st;
+    if ((st = ct_train_moe_check(&q, &pb->cfg, l->pp > 1 ? l->sched : CT_SCHED_TRIVIAL, err)) != CT_OK)
+        return st;
     int nchunks = l->pp * (l->sched == CT_SCHED_INTERLEAVED ? l->virt : 1);
     if (nchunks > pb->cfg.layers || nchunks > CT_MAX_CHUNKS * l->pp)
         return CT_ERR(err, CT_ERR_ARG,
@@ -166,9 +168,11 @@ ct_status ct_plan_enumerate(const ct_plan_problem *pb, ct_plan_layout **out, int
                     if (f->virt >= 0 && sk != CT_SCHED_INTERLEAVED && f->virt != 1) continue;
                     for (int z = 0; z <= (dp > 1 ? 3 : 0); z++) {
                         if (f->zero >= 0 && f->zero != z) continue;
-                        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
+                        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++)
+                        for (int ep = 1; ep <= (pb->cfg.experts > 0 ? dp : 1); ep++) {
                             if (f->sp >= 0 && f->sp != sp) continue;
-                            ct_plan_layout l = {dp, tp, pp, 1, z, sk, vv, sp};
+                            if (dp % ep || (f->ep >= 0 && f->ep != ep)) continue;
+                            ct_plan_layout l = {dp, tp, pp, ep, z, sk, vv, sp};
                             ct_err e = {0};
                             if (ct_plan_layout_check(pb, &l, &e) != CT_OK) continue;
                             if (k == cap) {
@@ -204,12 +208,13 @@ ct_status ct_plan_memory(const ct_plan_problem *pb, const ct_plan_layout *l, int
     /* The trainer's own prediction (ct_train_mem_predict: the functions that size its
      * allocations) for the flags that would run l; --pp-split is not the planner's (it uses
      * the FLOP-balanced split, as ct_plan_split does). */
-    ct_train_params q = ct_train_params_default();
+    ct_train_params q = pb->base;
     q.seq = pb->T;
     q.batch = pb->B;
     q.total_batch = pb->micro > 1 ? pb->micro * pb->B * pb->T : 0;
     q.bucket_mb = pb->bucket_mb > 0 ? pb->bucket_mb : q.bucket_mb;
     q.overlap = pb->overlap;
+    q.pp_split = "";
     q.attention = ct_attn_path_name(pb->attn);
     q.recompute = pb->recompute[0] ? pb->recompute : "none";
     ct_plan_apply(l, &q);
@@ -240,7 +245,8 @@ static double stage_params(const ct_plan_problem *pb, const ct_plan_layout *l, c
     for (int k = q; k < nchunks; k += l->pp) held += split[k];
     double n = 0;
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
-        double k = 0, f = ct_gpt_tensor(c, i).split == CT_SPLIT_NONE ? 1.0 : 1.0 / l->tp;
+        ct_gpt_tensor_info ti = ct_gpt_tensor(c, i);
+        double k = 0, f = (ti.split == CT_SPLIT_NONE ? 1.0 : 1.0 / l->tp) / (ti.expert ? l->ep : 1);
         if (i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb)
             k = (double)(sizes[i] / (size_t)c->layers) * held;
         else if (i == CT_GPT_wte && (q == 0 || q == l->pp - 1))
@@ -255,15 +261,16 @@ static double stage_params(const ct_plan_problem *pb, const ct_plan_layout *l, c
     return n;
 }
 
-/* One block's parameters on a worker (TP-split / tp). */
-static double block_params(const ct_plan_problem *pb, int tp) {
+/* One block's parameters on a worker (TP-split / tp, experts / ep). */
+static double block_params(const ct_plan_problem *pb, int tp, int ep) {
     const ct_gpt_config *c = &pb->cfg;
     size_t sizes[CT_GPT_NUM_TENSORS];
     ct_gpt_param_sizes(c, sizes);
     double n = 0;
     for (int i = CT_GPT_ln1w; i <= CT_GPT_fcprojb; i++)
         n += (double)(sizes[i] / (size_t)c->layers) *
-             (ct_gpt_tensor(c, i).split == CT_SPLIT_NONE ? 1.0 : 1.0 / tp);
+             (ct_gpt_tensor(c, i).split == CT_SPLIT_NONE ? 1.0 : 1.0 / tp) /
+             (ct_gpt_tensor(c, i).expert ? ep : 1);
     return n;
 }
 
@@ -343,6 +350,9 @@ ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_
         int b = pb->B / l->dp;
         double bt = (double)b * T, act = bt * C * 4;
         bad |= add_comp(nd, b, l->tp, l->sp) != 0;
+        /* EP: each MoE block's dispatch and combine, forward and backward: an all-to-all of the
+         * worker's K choices per token (at most K b T C floats) over ep consecutive DP workers */
+        if (l->ep > 1) bad |= add_link(nd, pb, CT_COLL_ALLTOALL, l->ep, l->tp, c->top_k * act) != 0;
         if ((st = ct_plan_split(pb, l, split, err)) != CT_OK) break;
         /* TP's collectives are inside the pieces timed (plan_probe.c): no link for them */
         /* PP: one activation per message; the tied wte over the two ends */
@@ -360,7 +370,7 @@ ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_
             if (n_opt > nd->opt_hi) nd->opt_hi = n_opt;
             if (l->dp > 1) {
                 double bucket = pb->bucket_mb * 1048576.0, all = psi * 4;
-                double blk = block_params(pb, l->tp) * 4;
+                double blk = block_params(pb, l->tp, l->ep) * 4;
                 int nb = 0;
                 stage_params(pb, l, split, q, &nb);
                 bad |= add_link(nd, pb, CT_COLL_ALLREDUCE, l->dp, l->tp, all < bucket ? all : bucket);
@@ -579,12 +589,22 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
      * beside the previous block's compute); the embeddings at every forward */
     double z3_blk_f = 0, z3_blk_b = 0, z3_emb = 0;
     if (l->zero >= 3) {
-        double g = staged(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, block_params(pb, l->tp) * 4,
-                          block_params(pb, l->tp) * 4, block_params(pb, l->tp) * 4);
+        double g = staged(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, block_params(pb, l->tp, l->ep) * 4,
+                          block_params(pb, l->tp, l->ep) * 4, block_params(pb, l->tp, l->ep) * 4);
         z3_blk_f = exposed(c, g, k->block_fwd);
         z3_blk_b = exposed(c, g, k->block_bwd);
         double e = ((double)cfg->padded_vocab / l->tp + cfg->max_seq) * C * 4;
         z3_emb = staged(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, e, e, e);
+    }
+    /* 2b. EP: per MoE block and micro-batch, the dispatch and the combine in the forward and again
+     * in the backward, each an all-to-all of up to K b T C floats staged through the host (the
+     * pieces were timed at ep 1, every expert local: the same expert FLOPs per token when the
+     * load is balanced) */
+    double ep_blk = 0, ep_bytes_blk = 0;
+    if (l->ep > 1) {
+        double a2a = cfg->top_k * act;
+        ep_blk = 2 * staged(&x, CT_COLL_ALLTOALL, l->ep, l->tp, a2a, a2a, a2a);
+        ep_bytes_blk = 4 * a2a * (l->ep - 1) / l->ep;
     }
     /* 3. each stage's costs per micro-batch, per chunk (the stage's total over its v chunks) */
     ct_sched_costs *sc = ct_calloc((size_t)N, sizeof *sc);
@@ -600,9 +620,9 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
     for (int q = 0; q < N; q++) {
         psi[q] = stage_params(pb, l, split, q, &blocks[q]);
         double nb = blocks[q], first = q == 0, last = q == N - 1;
-        double F = nb * (k->block_fwd + z3_blk_f) + first * k->embed_fwd + last * k->head_fwd +
+        double F = nb * (k->block_fwd + z3_blk_f + ep_blk) + first * k->embed_fwd + last * k->head_fwd +
                    (first || last) * z3_emb;
-        double Bw = nb * (k->block_bwd + z3_blk_b) + first * k->embed_bwd + last * k->head_bwd;
+        double Bw = nb * (k->block_bwd + z3_blk_b + ep_blk) + first * k->embed_bwd + last * k->head_bwd;
         double Bin = nb * (k->block_bwd_in + z3_blk_b) + first * k->embed_bwd + last * k->head_bwd;
         double Bwt = nb * k->block_bwd_w;
         /* the simulator runs each stage at the speed of a device alone; the stages' work with
@@ -619,8 +639,8 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
         comp_stage[q] = m * (nb * (k->block_fwd + k->block_bwd - k->tp_block) +
                              first * (k->embed_fwd + k->embed_bwd - k->tp_embed) +
                              last * (k->head_fwd + k->head_bwd - k->tp_head));
-        tp_stage[q] = m * (nb * k->tp_block + first * k->tp_embed + last * k->tp_head);
-        double tpb = m * (nb * tpbytes_blk + first * tpbytes_emb + last * tpbytes_head);
+        tp_stage[q] = m * (nb * (k->tp_block + 2 * ep_blk) + first * k->tp_embed + last * k->tp_head);
+        double tpb = m * (nb * (tpbytes_blk + ep_bytes_blk) + first * tpbytes_emb + last * tpbytes_head);
         if (tpb > out->tp_bytes) out->tp_bytes = tpb;
     }
     /* the sends are on every stage alike: comm cost of the first stage's channel */
@@ -659,7 +679,7 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
             if (l->zero >= 2) {
                 /* ZeRO-2/3: a bucket per block (and one for the rest: embeddings, head) leaves
                  * at every micro-step, beside every backward; the shard is written at the end */
-                double blk = block_params(pb, l->tp) * 4, rest = all - blocks[q] * blk;
+                double blk = block_params(pb, l->tp, l->ep) * 4, rest = all - blocks[q] * blk;
                 double per = blocks[q] * (c->copy_alpha + c->copy_beta * blk +
                                           link_ms(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, blk));
                 if (rest > 0)

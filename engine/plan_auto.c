@@ -134,7 +134,7 @@ ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan
 }
 
 void ct_plan_apply(const ct_plan_layout *l, ct_train_params *p) {
-    p->dp = l->dp, p->tp = l->tp, p->pp = l->pp, p->zero = l->zero;
+    p->dp = l->dp, p->tp = l->tp, p->pp = l->pp, p->zero = l->zero, p->ep = l->ep > 1 ? l->ep : 1;
     p->schedule = l->pp > 1 ? ct_sched_name(l->sched) : "1f1b";
     p->virtual_stages = l->sched == CT_SCHED_INTERLEAVED ? l->virt : 1;
     p->sequence_parallel = l->sp;

@@ -55,7 +55,7 @@ static ct_status shape_open(ct_comm *world, ct_device *dev, const ct_plan_proble
     plan.max_B = k->b, plan.max_T = pb->T, plan.slots = 1;
     plan.attention = path;
     plan.attn_blocks = path == CT_ATTN_FUSED ? acfg : NULL;
-    plan.split_backward = k->tp == 1;
+    plan.split_backward = k->tp == 1 && pb->cfg.experts == 0; /* MoE: no zb1 */
     plan.tp = k->tp > 1 ? *tp : NULL;
     plan.sp = k->sp;
     if ((st = ct_model_create_plan(m, &c1, &lay, &at, dev, &plan, err)) == CT_OK &&
@@ -271,6 +271,8 @@ static ct_status link_once(ct_comm *g, int coll, float *buf, size_t bytes) {
     case CT_COLL_ALLGATHER:
         return ct_comm_allgather(g, buf + (size_t)r * (count / (size_t)n), buf, count / (size_t)n,
                                  CT_F32, NULL);
+    case CT_COLL_ALLTOALL: /* bytes: each worker's whole send buffer, bytes / n to each */
+        return ct_comm_alltoall(g, buf, buf + count, count / (size_t)n, CT_F32, NULL);
     default: { /* a pipeline message each way between the pair */
         ct_request *s = NULL, *q = NULL;
         ct_status st = ct_comm_isend(g, 1 - r, buf, bytes, &s);
@@ -403,7 +405,7 @@ ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_proble
                 for (size_t j = 0; j < 2 * bt; j++) tok[j] = (int)((j * 7 + 3) % (size_t)pb->cfg.vocab);
             }
             double a[P__N] = {0}, al[P__N] = {0}, sk[P__N] = {0};
-            int split = k->tp == 1;
+            int split = k->tp == 1 && pb->cfg.experts == 0;
             /* every step below is entered by every worker; a failure is carried to the end */
             if (mine == CT_OK && r == 0) mine = time_pieces(m, k->b, pb->T, tok, split, a); /* warm-up */
             if (world && ct_comm_barrier(world, NULL) != CT_OK && mine == CT_OK) mine = CT_ERR_STATE;

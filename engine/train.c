@@ -307,6 +307,40 @@ ct_status ct_train_config(const ct_train_params *p, int argc, char **argv, ct_gp
     return config_vs_flags(p, argc, argv, cfg, origin, err);
 }
 
+ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg, ct_sched_kind kind,
+                             ct_err *err) {
+    char m[400];
+    if (cfg->experts == 0 && p->ep > 1)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "--ep needs a mixture of experts (--experts E, or a model file with experts)");
+    if (cfg->experts == 0) return CT_OK;
+    if (cfg->experts % p->ep)
+        return CT_ERR(err, CT_ERR_ARG, "--ep %d does not divide the %d experts (each worker of an EP "
+                                       "group holds E / ep of them)",
+                      p->ep, cfg->experts);
+    if (p->tp > 1)
+        return CT_ERR(err, CT_ERR_ARG, "experts with --tp %d are not built: the experts would be split "
+                                       "over the TP group as the dense MLP is; spread them with --ep "
+                                       "over --dp instead",
+                      p->tp);
+    if (p->zero >= 2)
+        return CT_ERR(err, CT_ERR_ARG, "experts with --zero %d are not built (ZeRO-0 and 1 are): the "
+                                       "working buffers hold one block's dense tensors at a time",
+                      p->zero);
+    if (kind == CT_SCHED_ZB1)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "experts with --schedule zb1 are not built (the MoE layer's backward runs its "
+                      "all-to-alls in one piece, not split in two halves); use gpipe, 1f1b or "
+                      "interleaved");
+    if (p->save_model[0] && !ct_model_file_is_safetensors(p->save_model)) {
+        snprintf(m, sizeof m, "--save-model %s: llm.c's model format has no place for experts; "
+                              "name the file *.safetensors",
+                 p->save_model);
+        return CT_ERR(err, CT_ERR_ARG, "%s", m);
+    }
+    return CT_OK;
+}
+
 int ct_worker_device(const ct_device_info *list, const int *picks, int npicks, ct_topo *topo,
                      int thread, int workers_per_device) {
     int k = topo ? ct_topo_device_index(topo, thread) : 0;
@@ -358,34 +392,7 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
     r->kind = CT_SCHED_TRIVIAL;
     if (p->pp > 1) TRY(ct_sched_parse(p->schedule, &r->kind, err));
     /* mixture of experts: what the layouts support */
-    {
-        const char *why = NULL;
-        char m[400];
-        if (cfg->experts == 0 && p->ep > 1)
-            why = "--ep needs a mixture of experts (--experts E, or a model file with experts)";
-        else if (cfg->experts > 0 && cfg->experts % p->ep)
-            snprintf(m, sizeof m, "--ep %d does not divide the %d experts (each worker of an EP "
-                                  "group holds E / ep of them)", p->ep, cfg->experts), why = m;
-        else if (cfg->experts > 0 && p->tp > 1)
-            snprintf(m, sizeof m, "experts with --tp %d are not built: the experts would be split "
-                                  "over the TP group as the dense MLP is; spread them with --ep "
-                                  "over --dp instead", p->tp), why = m;
-        else if (cfg->experts > 0 && p->zero >= 2)
-            snprintf(m, sizeof m, "experts with --zero %d are not built (ZeRO-0 and 1 are): the "
-                                  "working buffers hold one block's dense tensors at a time",
-                     p->zero), why = m;
-        else if (cfg->experts > 0 && r->kind == CT_SCHED_ZB1)
-            why = "experts with --schedule zb1 are not built (the MoE layer's backward runs its "
-                  "all-to-alls in one piece, not split in two halves); use gpipe, 1f1b or "
-                  "interleaved";
-        else if (cfg->experts > 0 && p->save_model[0] && !ct_model_file_is_safetensors(p->save_model))
-            snprintf(m, sizeof m, "--save-model %s: llm.c's model format has no place for experts; "
-                                  "name the file *.safetensors", p->save_model), why = m;
-        if (why) {
-            st = CT_ERR(err, CT_ERR_ARG, "%s", why);
-            goto fail;
-        }
-    }
+    TRY(ct_train_moe_check(p, cfg, r->kind, err));
     r->nchunks = p->pp * (r->kind == CT_SCHED_INTERLEAVED ? p->virtual_stages : 1);
     if (r->nchunks > cfg->layers || r->nchunks > CT_MAX_CHUNKS * p->pp) {
         st = CT_ERR(err, CT_ERR_ARG,

@@ -132,7 +132,7 @@ int main(int argc, char **argv) {
     ct_plan_problem_fix(&pb, &p, argc, argv);
     if (o.only) { /* exactly the layout train_gpt runs with these flags (defaults included) */
         ct_err e2 = {0};
-        pb.fix.dp = p.dp, pb.fix.tp = p.tp, pb.fix.pp = p.pp, pb.fix.zero = p.zero;
+        pb.fix.dp = p.dp, pb.fix.tp = p.tp, pb.fix.pp = p.pp, pb.fix.zero = p.zero, pb.fix.ep = p.ep;
         pb.fix.sp = p.sequence_parallel, pb.fix.virt = p.virtual_stages;
         if (p.pp > 1 && ct_sched_parse(p.schedule, &pb.fix.sched, &e2) != CT_OK) die(2, "%s", e2.msg);
     }

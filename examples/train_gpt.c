@@ -307,7 +307,7 @@ int main(int argc, char **argv) {
         /* --layout auto: the layout flags given only pin the planner's choices; checked once chosen */
         ct_train_params q = p;
         if (auto_layout) {
-            q.dp = q.tp = q.pp = q.virtual_stages = 1;
+            q.dp = q.tp = q.pp = q.virtual_stages = q.ep = 1;
             q.zero = q.sequence_parallel = 0;
             q.schedule = "1f1b";
         }

@@ -7,7 +7,7 @@ if(TARGET train_gpt)
   if(TARGET ct_plan)
     set(CT_LAYOUT_PLAN $<TARGET_FILE:ct_plan>)
   endif()
-  foreach(part mixed ranks resume)
+  foreach(part mixed ranks resume moe)
     add_test(NAME test_engine_layout_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_layout.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part} ${CT_LAYOUT_PLAN})

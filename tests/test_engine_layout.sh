@@ -12,16 +12,20 @@
 # 2. Checkpoints stay gathered: written at dp 2 x tp 2 x pp 2 (ZeRO-1, 2 x 4) at step 10 and
 #    resumed as tp 2 x pp 2 x dp 2 (SP, interleaved, 8 ranks), and the other way round, each
 #    continuing the single-device curve.
-# 3. With CT_PLAN (build/bin/ct_plan) given, the planner's memory prediction for each layout run
+# 3. A mixture of experts (4 experts, top-2) at dp 4 (ep 2) x pp 2 with 1F1B and ZeRO-1, as 2 x 4
+#    and as 8 ranks: the same 20 losses and norms as its own single-device run; tp 2 x dp 2
+#    (ep 2) with experts is refused (experts with TP are not built), status 2, before any work.
+# 4. With CT_PLAN (build/bin/ct_plan) given, the planner's memory prediction for each layout run
 #    above (ct_plan --only ... --json, the same model and batch flags) is within 2 % of every
 #    worker's memory report (params + grads + optimizer + activations + workspace).
-# part: "all" (default), "mixed", "ranks", "resume".
+# part: "all" (default), "mixed", "ranks", "resume", "moe".
 set -u
 TRAIN=$1
 MPIEXEC=$2
 PART=${3:-all}
 PLAN=${4:-}
 D=$(mktemp -d /tmp/ct_test_layout.XXXXXX)
+XMODEL=""
 trap 'rm -rf "$D"' EXIT
 PY=/usr/bin/python3
 export OMP_WAIT_POLICY=passive
@@ -60,12 +64,14 @@ sys.exit(0 if wl <= 1e-5 and wn <= 1e-5 else 1)
 EOF
 }
 
+MOE="--experts 4 --top-k 2 --capacity-factor 1.0 --aux-loss 0.05"
+
 # memplan NAME RANKS DEVICES_PER_RANK layout-flags...: the planner's per-worker prediction
 # against the run's memory records (within 2 % per worker).
 memplan() {
     [ -n "$PLAN" ] || return 0
     name=$1; nr=$2; dpr=$3; shift 3
-    if ! POCL_DEVICES=pthread "$PLAN" $MODEL --workers $((nr * dpr)) --devices-per-rank "$dpr" \
+    if ! POCL_DEVICES=pthread "$PLAN" $MODEL $XMODEL --workers $((nr * dpr)) --devices-per-rank "$dpr" \
             --only "$@" --no-calibrate --json >"$D/$name.plan.json" 2>"$D/$name.plan.err"; then
         fail "$name: ct_plan failed"; cat "$D/$name.plan.err"; return
     fi
@@ -146,6 +152,26 @@ if want resume; then
     if run w2 8 1 $L2 --save "$D/ck2" --save-every 10; then
         run res1 2 4 $L1 --resume "$D/ck2/ckpt_00000010.bin" &&
             compare "$D/ref.jsonl" "$D/res1.jsonl" "resume 8 ranks L2 -> 2x4 L1 (ZeRO-1)" 10
+    fi
+fi
+
+if want moe; then
+    XMODEL=$MOE
+    ARGS="$ARGS $MOE"
+    run ref_moe 1 1 || { echo "FAIL: no MoE reference"; exit 1; }
+    LM="--dp 4 --ep 2 --pp 2 --schedule 1f1b --zero 1"
+    run e1 2 4 $LM && compare "$D/ref_moe.jsonl" "$D/e1.jsonl" "2x4 MoE dp 4 (ep 2) x pp 2 1f1b ZeRO-1" &&
+        memplan e1 2 4 $LM
+    run e2 8 1 $LM && compare "$D/ref_moe.jsonl" "$D/e2.jsonl" "8 ranks MoE dp 4 (ep 2) x pp 2 1f1b ZeRO-1" &&
+        memplan e2 8 1 $LM
+    # tp 2 x dp 2 (ep 2) with experts: not built; refused before any work
+    POCL_DEVICES="pthread pthread pthread pthread" "$TRAIN" $ARGS --devices-per-rank 4 --tp 2 --dp 2 \
+        --ep 2 --metrics "$D/e3.jsonl" >"$D/e3.log" 2>&1
+    rc=$?
+    if [ $rc -eq 2 ] && grep -q "experts with --tp 2 are not built" "$D/e3.log" && [ ! -s "$D/e3.jsonl" ]; then
+        echo "ok: MoE tp 2 x dp 2 (ep 2) refused: $(grep -o 'experts with --tp 2 are not built' "$D/e3.log")"
+    else
+        fail "MoE tp 2 x dp 2 (ep 2): exit status $rc, expected 2 with a message"; tail -n 3 "$D/e3.log"
     fi
 fi
 
