@@ -11,6 +11,7 @@
 # 3. A model that fits no layout under --mem-cap-gb is refused (status 2) naming the smallest
 #    shortfall, by ct_plan and by train_gpt --layout auto, before any training.
 # 4. Bad input: status 2 with a message naming it.
+# (1b: a mixture of experts enumerates exactly the layouts its rules allow, ep among them.)
 set -u
 PLAN=$1
 TRAIN=$2
@@ -72,6 +73,32 @@ if POCL_DEVICES="pthread pthread" "$PLAN" $MODEL --devices-per-rank 2 --json --r
     check_json "$D/plan_d.json" "2 devices of one process"
 else
     fail "ct_plan on 2 threads"; cat "$D/plan_d.err"
+fi
+
+# 1b. a mixture of experts (2 blocks, 2 micro-batches): exactly the layouts a plain restatement of
+#     the MoE rules allows (ep divides dp and the 4 experts; no TP, ZeRO 0/1, no zb1; no
+#     interleaving: 2 blocks), ep > 1 among them, memory answered for each
+if POCL_DEVICES=pthread "$PLAN" $MODEL --experts 4 --top-k 2 --workers 4 --devices-per-rank 2 \
+        --no-calibrate --json >"$D/plan_moe.json" 2>"$D/plan_moe.err"; then
+    if $PY - "$D/plan_moe.json" <<'EOF'; then :; else fail "ct_plan MoE layouts"; fi
+import json, sys
+L = json.load(open(sys.argv[1]))["layouts"]
+want = set()
+for dp, pp in ((4, 1), (2, 2)):
+    for ep in range(1, dp + 1):
+        if dp % ep or 4 % ep: continue
+        for z in range(0, 2):
+            for s in (["1f1b", "gpipe"] if pp > 1 else ["none"]):
+                want.add((dp, 1, pp, ep, z, s))
+got = {(l["dp"], l["tp"], l["pp"], l["ep"], l["zero"], l["schedule"]) for l in L}
+ok = got == want and len(got) == len(L) and all(l["mem_known"] for l in L)
+print("%s: ct_plan MoE: %d layouts (rules: %d), ep up to %d" %
+      ("ok" if ok else "FAIL", len(L), len(want), max(l["ep"] for l in L)))
+if not ok: print(sorted(got ^ want))
+sys.exit(0 if ok else 1)
+EOF
+else
+    fail "ct_plan MoE"; cat "$D/plan_moe.err"
 fi
 
 # 2. train_gpt --layout auto against the single device
