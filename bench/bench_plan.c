@@ -104,6 +104,17 @@ static void turn_worker(turn *tu, int thread) {
 
 int main(int argc, char **argv) {
     own o = {3, 3, 1, 5, 0, NULL, NULL};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: bench_plan [train_gpt's model, batch and layout flags: a layout flag "
+                   "pins that choice] [--rounds R (3)] [--steps N (3)] [--warmup N (1)] "
+                   "[--reps N (5)] [--limit N (0: every ranked layout)] [--json F] "
+                   "[--markdown F]\n"
+                   "  e.g. POCL_DEVICES=\"pthread pthread\" mpiexec -n 2 bench_plan "
+                   "--devices-per-rank 2 --layers 4 --heads 4 --dim 128 --seq 64 --batch 8 "
+                   "--total-batch 2048\n");
+            return 0;
+        }
     take_own(&argc, argv, &o);
     ct_err err = {0};
     ct_train_params p = ct_train_params_default();
