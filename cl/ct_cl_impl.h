@@ -23,6 +23,8 @@ typedef struct ct__program_entry {
 
 /* Every CLBlast call of the process holds this lock (tune.c: why). */
 void ct__clblast_lock(void);
+void ct__clblast_device_open(void);  /* a context CLBlast may cache programs for */
+void ct__clblast_device_close(void); /* the last one closed clears CLBlast's cache */
 void ct__clblast_unlock(void);
 
 struct ct_device {

@@ -308,9 +308,11 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
                                      0};
     d->ctx = clCreateContext(props, 1, &info->device_id, NULL, NULL, &rc);
     if (rc != CL_SUCCESS) {
+        d->ctx = NULL;
         st = CT_CL_FAIL(err, rc, "clCreateContext for device %d (%s)", info->index, info->name);
         goto cleanup;
     }
+    ct__clblast_device_open();
     d->queue = clCreateCommandQueue(d->ctx, info->device_id,
                                     o.profiling ? CL_QUEUE_PROFILING_ENABLE : 0, &rc);
     if (rc != CL_SUCCESS) {
@@ -350,7 +352,10 @@ void ct_device_free(ct_device *d) {
         clFinish(d->queue);
         clReleaseCommandQueue(d->queue);
     }
-    if (d->ctx) clReleaseContext(d->ctx);
+    if (d->ctx) {
+        clReleaseContext(d->ctx);
+        ct__clblast_device_close(); /* CLBlast's cached programs hold the context too */
+    }
     pthread_mutex_destroy(&d->mem_lock);
     free(d);
 }

@@ -172,6 +172,27 @@ static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
 void ct__clblast_lock(void) { pthread_mutex_lock(&clblast_lock); }
 void ct__clblast_unlock(void) { pthread_mutex_unlock(&clblast_lock); }
 
+/* CLBlast keeps every routine it compiled in a process-wide cache keyed by context, and each
+ * cached program holds a reference to its context: a context we release stays alive inside
+ * CLBlast for the life of the process. A program that opens and frees devices again and again
+ * (the planner's calibration then the real run, bench_plan's layouts one after another) piled
+ * them up until the NVIDIA driver refused the next clCreateContext (CL_OUT_OF_HOST_MEMORY after
+ * about a hundred, on an H100). CLBlast's C API can only clear the whole cache, so it is cleared
+ * when the last open device of the process is freed; a device opened later compiles its routines
+ * again (the drivers' own binary caches make that cheap). Counted under the CLBlast lock: the
+ * count describes CLBlast's process-wide cache, not any device or layout. */
+static int clblast_devices;
+void ct__clblast_device_open(void) {
+    ct__clblast_lock();
+    clblast_devices++;
+    ct__clblast_unlock();
+}
+void ct__clblast_device_close(void) {
+    ct__clblast_lock();
+    if (--clblast_devices == 0) CLBlastClearCache();
+    ct__clblast_unlock();
+}
+
 ct_status ct_tune_set_apply(ct_device *d, const ct_tune_set *s) {
     if (s->builtin) return CT_OK; /* CLBlast's own database applies */
     ct__clblast_lock();

@@ -72,7 +72,38 @@ int main(void) {
         CT_ASSERT(ct_device_tuning_source(d)[0] != '\0');
         CT_ASSERT_OK(ct_device_finish(d), ct_device_errmsg(d));
     }
+    /* freeing the process's last device leaves nothing holding its context: CLBlast caches a
+     * compiled routine per context, and its programs kept every freed context alive (on an
+     * NVIDIA driver, clCreateContext failed after about a hundred open/free cycles) */
+    cl_context ctx = d ? ct_device_context(d) : NULL;
+    if (d) {
+        ct_buffer *a = NULL, *b = NULL, *c = NULL;
+        float ones[64];
+        for (int i = 0; i < 64; i++) ones[i] = 1.0f;
+        CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_ACTIVATIONS, "a", sizeof ones, &a), ct_device_errmsg(d));
+        CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_ACTIVATIONS, "b", sizeof ones, &b), ct_device_errmsg(d));
+        CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_ACTIVATIONS, "c", sizeof ones, &c), ct_device_errmsg(d));
+        if (a && b && c) {
+            CT_ASSERT_OK(ct_buffer_write(a, 0, ones, sizeof ones), ct_device_errmsg(d));
+            CT_ASSERT_OK(ct_buffer_write(b, 0, ones, sizeof ones), ct_device_errmsg(d));
+            CT_ASSERT_OK(ct_gemm(d, 0, 0, 8, 8, 8, 1.0f, ct_buffer_mem(a), 0, 8, ct_buffer_mem(b), 0,
+                                 8, 0.0f, ct_buffer_mem(c), 0, 8, NULL),
+                         ct_device_errmsg(d));
+            CT_ASSERT_OK(ct_device_finish(d), ct_device_errmsg(d));
+        }
+        ct_buffer_free(a);
+        ct_buffer_free(b);
+        ct_buffer_free(c);
+        clRetainContext(ctx);
+    }
     ct_device_free(d);
+    if (ctx) {
+        cl_uint refs = 0;
+        CT_ASSERT_EQ_INT(clGetContextInfo(ctx, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL),
+                         CL_SUCCESS);
+        CT_ASSERT_EQ_INT((int)refs, 1); /* ours only */
+        clReleaseContext(ctx);
+    }
     ct_device_free(NULL); /* no-op */
     ct_device_list_free(list);
     return ct_test_end("test_cl_device");
