@@ -128,7 +128,7 @@ EOF
 }
 
 # run NAME RANKS DEVICES_PER_RANK POCL_COUNT args...
-run() {
+run_once() {
     name=$1; nr=$2; dpr=$3; npocl=$4; shift 4
     pd=$(for i in $(seq "$npocl"); do printf 'pthread '; done)
     if [ "$nr" -gt 1 ]; then
@@ -137,8 +137,24 @@ run() {
     else
         POCL_DEVICES="$pd" "$TRAIN" $ARGS --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1
     fi
+    return $?
+}
+
+# PoCL 3.1 with several of its devices in one process aborts now and then in its process-wide
+# cache of compiled kernels (pocl_release_dlhandle_cache: Assertion `found->ref_count > 0'), more
+# often with experts (seen in 1 of ~30 four-device MoE runs here, and in bench_moe). A defect of
+# PoCL, not of this engine: such a run is started once more, said loudly; any other failure, or
+# the same abort twice, fails the test.
+run() {
+    run_once "$@"
     rc=$?
-    if [ $rc -ne 0 ]; then fail "$name: exit status $rc"; tail -n 5 "$D/$name.log"; return 1; fi
+    if [ $rc -ne 0 ] && grep -q 'pocl_release_dlhandle_cache' "$D/$1.log"; then
+        echo "NOTE: $1: PoCL aborted in pocl_release_dlhandle_cache (a PoCL defect); running it again"
+        rm -f "$D/$1.jsonl"
+        run_once "$@"
+        rc=$?
+    fi
+    if [ $rc -ne 0 ]; then fail "$1: exit status $rc"; tail -n 5 "$D/$1.log"; return 1; fi
     return 0
 }
 
