@@ -14,6 +14,17 @@
  *   aux = the mean over rows of E sum_e f_e P_e (f_e: the row's choices routed to e before
  *   dropping / (K T), a constant; P_e: the row's mean p_e); the objective adds alpha * aux.
  *
+ * Under tensor parallelism (tp workers, hidden = 4C / tp) every expert is split over the TP group
+ * as the dense MLP is: fc column-parallel, fcproj row-parallel. Each TP worker routes the same
+ * (gathered) tokens alike, exchanges them within its own EP group (the workers of its TP rank),
+ * and computes its slice of every expert it holds: the layer's output is then this worker's
+ * partial sum (the fcproj bias added by TP rank 0 only), which the caller sums over the TP group,
+ * as after a row-parallel linear. In the backward the gates' gradients (dot products with the
+ * partial expert outputs) are summed over the TP group before the router's backward, and the
+ * router's part of the input gradient is added by TP rank 0 only, so the caller's sum over the
+ * TP group of the returned partial input gradient is the whole one. The router's and the fcproj
+ * bias's gradients come out whole on every TP worker (from the whole output gradient).
+ *
  * Expert parallelism (ep workers, E / ep experts each): every worker routes its own rows, reads
  * the per-(row, expert) counts back (the host needs them for the GEMM sizes and the message
  * sizes), exchanges the counts with an all-to-all, gathers its kept choices in expert-major order
@@ -36,6 +47,7 @@
 
 #include "ct_cl.h"
 #include "ct_engine_ops.h"
+#include "ct_engine_tp.h"
 #include "ct_parallel.h"
 
 #ifdef __cplusplus
@@ -52,6 +64,7 @@ typedef struct ct_moe_cfg {
     int channels;       /* C */
     int layers;         /* statistics are kept per layer 0..layers-1 */
     int slots, blocks;  /* routing records for the backward: per slot and block copy in it */
+    int hidden;         /* an expert's hidden width on this worker: 4C / tp (0: 4C, no TP) */
 } ct_moe_cfg;
 
 /* c = min(T, ceil(F K T / E)), or T when F = 0: the choices an expert takes from one row. */
@@ -67,11 +80,13 @@ ct_status ct_moe_check(const ct_moe_cfg *c, int ep, ct_err *err);
  * workers (0 for ep = 1): what the memory model counts (ct_moe_host_bytes once created). */
 size_t ct_moe_staging_floats(const ct_moe_cfg *c, int ep);
 
-/* ep: this worker's EP group (NULL or one worker: every expert here, no communication). arena:
- * the buffer the views passed later point into (staged reads and writes go through it). Host
- * memory: the routing records and, with ep > 1, two staging buffers of the largest exchange. */
-ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_device *dev,
-                        ct_buffer *arena, ct_err *err);
+/* ep: this worker's EP group (NULL or one worker: every expert here, no communication). tp: the
+ * TP group's layer (NULL: no tensor parallelism; else c->hidden must be 4C / its size, and arena
+ * must be the one the TP layer was created on). arena: the buffer the views passed later point
+ * into (staged reads and writes go through it). Host memory: the routing records and, with
+ * ep > 1, two staging buffers of the largest exchange. */
+ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_tp *tp,
+                        ct_device *dev, ct_buffer *arena, ct_err *err);
 void ct_moe_free(ct_moe *m);
 /* This worker's experts [first, first + count). */
 void ct_moe_experts(const ct_moe *m, int *first, int *count);
@@ -84,13 +99,13 @@ typedef struct ct_moe_weights {
     ct_view routerw, fcw, fcb, fcprojw, fcprojb;
 } ct_moe_weights;
 
-/* y (B,T,C) "=" the layer of x (B,T,C). saved: the block's region of the slot (block_floats),
+/* y (B,T,C) "=" the layer of x (B,T,C) (under TP: this worker's partial sum). saved: the block's region of the slot (block_floats),
  * kept until its backward; scratch: the layer's scratch (scratch_floats, shared). The routing is
  * recorded under (slot, block) for the backward and counted under layer in the statistics.
  * Collective over the EP group. Reads the routing counts back (the device is waited for). */
 ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, ct_view saved,
                          ct_view scratch, ct_view x, const ct_moe_weights *w, int B, int T);
-/* dx (B,T,C) "=" the gradient of x; dw "+=" the parameters' gradients, of the objective
+/* dx (B,T,C) "=" the gradient of x (under TP: this worker's partial sum); dw "+=" the parameters' gradients, of the objective
  * sum(y * dy) + loss_scale * alpha * aux given dy (B,T,C) (which carries the loss scale already:
  * it comes from the head's backward), for the slot's last forward of the block. The experts'
  * weight gradients are of the EP group's mean objective (1 / ep times the sum over the group's

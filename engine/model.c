@@ -279,6 +279,7 @@ static ct_status moe_config(const ct_gpt_config *cfg, const ct_layout *layout,
     mc->experts = cfg->experts, mc->top_k = cfg->top_k, mc->capacity = plan->moe_capacity;
     mc->aux = plan->moe_aux, mc->max_B = plan->max_B, mc->max_T = plan->max_T;
     mc->channels = cfg->channels, mc->layers = cfg->layers, mc->slots = plan->slots;
+    mc->hidden = 4 * cfg->channels / (layout->tp > 1 ? layout->tp : 1); /* ct_model_tp_check */
     mc->blocks = nb > 0 ? nb : 1;
     ct_status st = ct_moe_check(mc, ep, err);
     if (st == CT_OK) ct_moe_plan(mc, ep, lmoe, xmoe);
@@ -344,12 +345,6 @@ static ct_status plan_check(const ct_gpt_config *cfg, const ct_layout *layout,
                      "%s: a dense model (experts %d) with top-k %d and ep %d: top-k and expert "
                      "parallelism need experts",
                      E, cfg->top_k, ep);
-    if (E > 0 && N > 1)
-        return PFAIL(CT_ERR_UNSUPPORTED,
-                     "%s: experts with tensor parallelism (tp = %d) are not built: the experts "
-                     "would be split over the TP group as the dense MLP is (the table's column/row "
-                     "split within each expert); use --dp with --ep",
-                     N);
     if (E > 0 && plan->split_backward)
         return PFAIL(CT_ERR_UNSUPPORTED,
                      "%s: experts with the split backward of zero-bubble schedules are not built "
@@ -453,8 +448,8 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
             goto cleanup;
     }
     if (cfg->experts > 0 &&
-        (st = ct_moe_create(&m->moe, &mc, layout->ep > 1 ? plan->ep : NULL, dev, m->acts, err)) !=
-            CT_OK)
+        (st = ct_moe_create(&m->moe, &mc, layout->ep > 1 ? plan->ep : NULL, m->tp, dev, m->acts,
+                            err)) != CT_OK)
         goto cleanup;
     if ((st = ct_optim_create(&m->opt, m->P, &m->prof, err)) != CT_OK) goto cleanup;
     if ((st = ct_ops_warmup(dev)) != CT_OK ||
@@ -864,13 +859,23 @@ static ct_status block_run(ct_model *m, int slot, int l, int recompute) {
         RUN(P_fc, ct_tp_col_forward(m->dev, m->tp, fch, ln2, XV(xfull), PV(fcw, l), PV(fcb, l), B,
                                     T, C, 4 * Cl));
     if (do_gelu) RUN(P_gelu, ct_gelu_forward(m->dev, fchg, fch, BT * 4 * (size_t)Cl));
-    if (!recompute && m->moe) { /* the mixture of experts (its all-to-alls over the EP group) */
+    if (!recompute && m->moe) {
+        /* the mixture of experts (its all-to-alls over the EP group); under TP each worker's
+         * slice of the experts over the whole (gathered) tokens, summed as a row-parallel
+         * linear's output is */
         ct_moe_weights w = moe_weights(m, pm, l, 0);
         size_t k = pos(m, l);
+        ct_view xin = ln2;
+        if (m->sp) {
+            RUN(CT_PROF_moe_fwd, ct_tp_allgather(m->dev, m->tp, XV(xfull), ln2, rowC));
+            xin = XV(xfull);
+        }
         RUN(CT_PROF_moe_fwd,
             ct_moe_forward(m->moe, slot, (int)k, l, XV(proj),
                            ct_view_of(am, slot_base(m, slot) + m->ar.s.moe + k * m->ar.lmoe),
-                           XV(moex), ln2, &w, B, T));
+                           XV(moex), xin, &w, B, T));
+        if (m->sp) RUN(CT_PROF_moe_fwd, ct_tp_reduce_scatter(m->dev, m->tp, XV(proj), XV(proj), rowC));
+        else if (m->tp) RUN(CT_PROF_moe_fwd, ct_tp_allreduce(m->dev, m->tp, XV(proj), XV(proj), rowC, CT_OP_SUM));
     } else if (!recompute) {
         RUN(CT_PROF_matmul_fcproj_fwd,
             ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), fchg, PV(fcprojw, l),
@@ -1031,8 +1036,18 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
     if (m->moe) { /* dA = the gradient of ln2's output */
         ct_moe_weights w = moe_weights(m, pm, l, 0), dw = moe_weights(m, gm, l, 1);
         ct_view saved = ct_view_of(am, slot_base(m, slot) + m->ar.s.moe + pos(m, l) * m->ar.lmoe);
-        RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)pos(m, l), XV(dA), &dw, XV(dres),
-                                             saved, XV(moex), ln2, &w, ss->loss_scale));
+        ct_view xin = ln2, dy = XV(dres);
+        size_t rowC = (size_t)rb * rt * C;
+        if (m->sp) { /* SP: the layer's input and output gradient gathered over the TP group */
+            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XV(xfull), ln2, rowC));
+            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XV(dfull), XV(dres), rowC));
+            xin = XV(xfull), dy = XV(dfull);
+        }
+        RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)pos(m, l), XV(dA), &dw, dy, saved,
+                                             XV(moex), xin, &w, ss->loss_scale));
+        /* TP: the partial input gradients summed (SP: each worker its rows of the sum) */
+        if (m->sp) RUN(CT_PROF_moe_bwd, ct_tp_reduce_scatter(m->dev, m->tp, XV(dA), XV(dA), rowC));
+        else if (m->tp) RUN(CT_PROF_moe_bwd, ct_tp_allreduce(m->dev, m->tp, XV(dA), XV(dA), rowC, CT_OP_SUM));
     } else {
         RUN(CT_PROF_matmul_fcproj_bwd,
             ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(fcprojw, l), GV(fcprojb, l), XV(dres),

@@ -38,7 +38,9 @@ typedef struct moe_rec {
 struct ct_moe {
     ct_moe_cfg c;
     ct_comm *ep;
+    ct_tp *tp;    /* NULL: no tensor parallelism */
     int n, r, el; /* EP size, rank, experts per worker */
+    int H, tr;    /* an expert's hidden width here (4C / tp); the TP rank */
     ct_device *dev;
     ct_buffer *arena;
     moe_regions o;
@@ -59,8 +61,14 @@ int ct_moe_row_capacity(const ct_moe_cfg *c, int T) {
     return v < (double)T ? (int)v : T;
 }
 
+/* An expert's hidden width on this worker. */
+static size_t hidden_of(const ct_moe_cfg *c) {
+    return c->hidden > 0 ? (size_t)c->hidden : 4 * (size_t)c->channels;
+}
+
 static void regions(const ct_moe_cfg *c, int ep, moe_regions *o, size_t *nmax, size_t *mmax) {
     size_t E = (size_t)c->experts, K = (size_t)c->top_k, C = (size_t)c->channels;
+    size_t H = hidden_of(c);
     size_t B = (size_t)c->max_B, N = B * (size_t)c->max_T;
     size_t cap = (size_t)ct_moe_row_capacity(c, c->max_T);
     /* an expert takes at most cap choices of each row; a worker sends at most its rows' N K
@@ -77,8 +85,8 @@ static void regions(const ct_moe_cfg *c, int ep, moe_regions *o, size_t *nmax, s
     R(stats, 3 * B * E);
     R(ys, nm * C);
     R(xe, mm * C);
-    R(h, mm * 4 * C);
-    R(g, mm * 4 * C);
+    R(h, mm * H);
+    R(g, mm * H);
     o->block = at;
     at = 0;
     R(lg, N * E);
@@ -88,7 +96,7 @@ static void regions(const ct_moe_cfg *c, int ep, moe_regions *o, size_t *nmax, s
     R(dxr, N * C);
     R(xs, ep > 1 ? nm * C : 0);
     R(dye, mm * C);
-    R(dh, mm * 4 * C);
+    R(dh, mm * H);
     R(dxe, mm * C);
     o->scratch = at;
 #undef R
@@ -130,8 +138,10 @@ ct_status ct_moe_check(const ct_moe_cfg *c, int ep, ct_err *err) {
                       "E / ep of them)",
                       ep, c->experts);
     if (c->max_B < 1 || c->max_T < 1 || c->channels < 1 || c->layers < 1 || c->slots < 1 ||
-        c->blocks < 1)
-        return CT_ERR(err, CT_ERR_ARG, "mixture of experts: sizes must be positive");
+        c->blocks < 1 || c->hidden < 0 || (size_t)c->hidden > 4 * (size_t)c->channels)
+        return CT_ERR(err, CT_ERR_ARG, "mixture of experts: sizes must be positive (hidden %d: "
+                                       "0 or at most 4C = %d)",
+                      c->hidden, 4 * c->channels);
     double big = (double)c->max_B * c->max_T * c->top_k * ep * 4.0 * c->channels;
     if (big >= 2147483647.0)
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
@@ -141,13 +151,19 @@ ct_status ct_moe_check(const ct_moe_cfg *c, int ep, ct_err *err) {
     return CT_OK;
 }
 
-ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_device *dev,
-                        ct_buffer *arena, ct_err *err) {
+ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_tp *tp,
+                        ct_device *dev, ct_buffer *arena, ct_err *err) {
     *out = NULL;
     int n = ep ? ct_comm_size(ep) : 1;
     ct_status st = ct_moe_check(c, n, err);
     if (st != CT_OK) return st;
     if (!dev || !arena) return CT_ERR(err, CT_ERR_ARG, "ct_moe_create: a device and an arena");
+    int tn = ct_tp_size(tp);
+    if ((size_t)tn * hidden_of(c) != 4 * (size_t)c->channels)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "ct_moe_create: an expert's hidden width %zu on each of tp = %d workers "
+                      "does not make 4C = %d",
+                      hidden_of(c), tn, 4 * c->channels);
     ct_moe *m = ct_calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_moe_create: out of host memory");
     m->c = *c;
@@ -155,6 +171,9 @@ ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_devic
     m->ep = n > 1 ? ep : NULL;
     m->r = m->ep ? ct_comm_rank(ep) : 0;
     m->el = c->experts / n;
+    m->tp = tn > 1 ? tp : NULL;
+    m->tr = ct_tp_rank(m->tp);
+    m->H = (int)hidden_of(c);
     m->dev = dev;
     m->arena = arena;
     regions(c, n, &m->o, &m->nmax, &m->mmax);
@@ -359,9 +378,9 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
                       "(%d slots, %d blocks, %d layers, %d x %d)",
                       slot, block, layer, B, T, m->c.slots, m->c.blocks, m->c.layers, m->c.max_B,
                       m->c.max_T);
-    int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el;
+    int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el, H = m->H;
     int cap = ct_moe_row_capacity(&m->c, T);
-    size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C;
+    size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C, Hz = (size_t)H;
     ct_view kept = S(stats), routed = ct_view_at(S(stats), BE), pmean = ct_view_at(S(stats), 2 * BE);
     double t0 = ct_time_now();
     r->valid = 0;
@@ -375,20 +394,21 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
     const int *hk = m->rbuf, *hr = m->rbuf + BE;
     const float *hp = (const float *)(m->rbuf + 2 * BE);
     double aux = 0;
+    int count = m->tr == 0; /* the TP group routes the same tokens: counted once */
     for (int e = 0; e < E; e++) r->sent[e] = 0;
     for (int b = 0; b < B; b++) {
         double row = 0;
         for (int e = 0; e < E; e++) {
             size_t i = (size_t)b * E + e;
             r->sent[e] += hk[i];
-            m->routed[(size_t)layer * E + e] += hr[i];
+            if (count) m->routed[(size_t)layer * E + e] += hr[i];
             row += (double)hr[i] / ((double)K * T) * hp[i];
         }
         aux += E * row / B;
     }
     r->nk = 0;
     for (int e = 0; e < E; e++) {
-        m->kept[(size_t)layer * E + e] += r->sent[e];
+        if (count) m->kept[(size_t)layer * E + e] += r->sent[e];
         r->nk += (size_t)r->sent[e];
     }
     m->st.aux += aux;
@@ -417,15 +437,17 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
         size_t M = 0;
         for (int j = 0; j < m->n; j++) M += (size_t)r->recv[j * el + e];
         if (!M) continue;
-        ct_view h = ct_view_at(S(h), at * 4 * Cz), g = ct_view_at(S(g), at * 4 * Cz);
+        ct_view h = ct_view_at(S(h), at * Hz), g = ct_view_at(S(g), at * Hz);
         TRY(ct_matmul_forward(m->dev, h, ct_view_at(S(xe), at * Cz),
-                              ct_view_at(w->fcw, (size_t)e * 4 * Cz * Cz),
-                              ct_view_at(w->fcb, (size_t)e * 4 * Cz), 1, (int)M, C, 4 * C),
+                              ct_view_at(w->fcw, (size_t)e * Hz * Cz),
+                              ct_view_at(w->fcb, (size_t)e * Hz), 1, (int)M, C, H),
             "expert fc");
-        TRY(ct_gelu_forward(m->dev, g, h, M * 4 * Cz), "expert GELU");
+        TRY(ct_gelu_forward(m->dev, g, h, M * Hz), "expert GELU");
+        /* the bias once over the TP group (the caller sums the partial outputs) */
         TRY(ct_matmul_forward(m->dev, ct_view_at(ye, at * Cz), g,
-                              ct_view_at(w->fcprojw, (size_t)e * 4 * Cz * Cz),
-                              ct_view_at(w->fcprojb, (size_t)e * Cz), 1, (int)M, 4 * C, C),
+                              ct_view_at(w->fcprojw, (size_t)e * Hz * Cz),
+                              m->tr == 0 ? ct_view_at(w->fcprojb, (size_t)e * Cz) : ct_view_none(),
+                              1, (int)M, H, C),
             "expert fcproj");
         at += M;
     }
@@ -451,7 +473,8 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
                       "ct_moe_backward: no forward of slot %d, block %d to go back through", slot,
                       block);
     int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el, B = r->B, T = r->T;
-    size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C;
+    int H = m->H;
+    size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C, Hz = (size_t)H;
     double t0 = ct_time_now();
     /* 1. the combine: the gates' gradients and the rows' (to the experts' workers). The rows'
      * gradients are scaled by 1 / ep: an expert's weight gradient then is that of the EP group's
@@ -462,6 +485,10 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
     TRY(ct_moe_combine_backward(m->dev, dys, X(dg), dy, S(ys), S(gate), S(pos), N, C, K,
                                 1.0f / (float)m->n),
         "combine backward");
+    /* TP: each gate's gradient is a dot product with this worker's partial expert output */
+    if (m->tp)
+        TRY(ct_tp_allreduce(m->dev, m->tp, X(dg), X(dg), N * (size_t)K, CT_OP_SUM),
+            "the gates' gradients over the TP group");
     if ((st = lap(m, &m->st.gather_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     if (m->ep && (st = ep_dispatch(m, r, dys, X(dye))) != CT_OK) return st;
     if ((st = lap(m, &m->st.alltoall_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
@@ -471,18 +498,18 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
         size_t M = 0;
         for (int j = 0; j < m->n; j++) M += (size_t)r->recv[j * el + e];
         if (!M) continue;
-        ct_view dh = ct_view_at(X(dh), at * 4 * Cz), h = ct_view_at(S(h), at * 4 * Cz);
-        TRY(ct_matmul_backward(m->dev, dh, ct_view_at(dw->fcprojw, (size_t)e * 4 * Cz * Cz),
+        ct_view dh = ct_view_at(X(dh), at * Hz), h = ct_view_at(S(h), at * Hz);
+        TRY(ct_matmul_backward(m->dev, dh, ct_view_at(dw->fcprojw, (size_t)e * Hz * Cz),
                                ct_view_at(dw->fcprojb, (size_t)e * Cz), ct_view_at(X(dye), at * Cz),
-                               ct_view_at(S(g), at * 4 * Cz),
-                               ct_view_at(w->fcprojw, (size_t)e * 4 * Cz * Cz), 1, (int)M, 4 * C, C),
+                               ct_view_at(S(g), at * Hz),
+                               ct_view_at(w->fcprojw, (size_t)e * Hz * Cz), 1, (int)M, H, C),
             "expert fcproj backward");
-        TRY(ct_gelu_backward(m->dev, dh, h, dh, M * 4 * Cz), "expert GELU backward");
+        TRY(ct_gelu_backward(m->dev, dh, h, dh, M * Hz), "expert GELU backward");
         TRY(ct_matmul_backward(m->dev, ct_view_at(X(dxe), at * Cz),
-                               ct_view_at(dw->fcw, (size_t)e * 4 * Cz * Cz),
-                               ct_view_at(dw->fcb, (size_t)e * 4 * Cz), dh,
+                               ct_view_at(dw->fcw, (size_t)e * Hz * Cz),
+                               ct_view_at(dw->fcb, (size_t)e * Hz), dh,
                                ct_view_at(S(xe), at * Cz),
-                               ct_view_at(w->fcw, (size_t)e * 4 * Cz * Cz), 1, (int)M, C, 4 * C),
+                               ct_view_at(w->fcw, (size_t)e * Hz * Cz), 1, (int)M, C, H),
             "expert fc backward");
         at += M;
     }
@@ -495,9 +522,13 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
     TRY(ct_moe_router_backward(m->dev, X(lg), S(p), S(idx), S(pos), X(dg),
                                ct_view_at(S(stats), BE), (float)aux, B, T, E, K),
         "router backward");
-    TRY(ct_matmul_backward(m->dev, X(dxr), dw->routerw, ct_view_none(), X(lg), x, w->routerw, B, T,
-                           C, E),
+    /* TP: the router's input gradient once over the group (the caller sums the partial ones) */
+    TRY(ct_matmul_backward(m->dev, m->tr == 0 ? X(dxr) : ct_view_none(), dw->routerw,
+                           ct_view_none(), X(lg), x, w->routerw, B, T, C, E),
         "router GEMMs backward");
+    if (m->tr != 0)
+        TRY(ct_buffer_zero(m->arena, X(dxr).off * sizeof(float), N * Cz * sizeof(float)),
+            "zeroing the router's input gradient");
     if ((st = lap(m, &m->st.route_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     TRY(ct_moe_dispatch_backward(m->dev, dx, X(dxr), dxs, S(pos), N, C, K, (float)m->n),
         "gather backward");

@@ -76,24 +76,28 @@ else
 fi
 
 # 1b. a mixture of experts (2 blocks, 2 micro-batches): exactly the layouts a plain restatement of
-#     the MoE rules allows (ep divides dp and the 4 experts; no TP, ZeRO 0/1, no zb1; no
-#     interleaving: 2 blocks), ep > 1 among them, memory answered for each
+#     the MoE rules allows (ep divides dp and the 4 experts; tp divides the 4 heads, sequence
+#     parallelism on or off with tp > 1; ZeRO 0/1 with dp > 1; no zb1; no interleaving: 2
+#     blocks), ep > 1 and tp > 1 among them, memory answered for each
 if POCL_DEVICES=pthread "$PLAN" $MODEL --experts 4 --top-k 2 --workers 4 --devices-per-rank 2 \
         --no-calibrate --json >"$D/plan_moe.json" 2>"$D/plan_moe.err"; then
     if $PY - "$D/plan_moe.json" <<'EOF'; then :; else fail "ct_plan MoE layouts"; fi
 import json, sys
 L = json.load(open(sys.argv[1]))["layouts"]
 want = set()
-for dp, pp in ((4, 1), (2, 2)):
+for dp, tp, pp in ((4, 1, 1), (2, 1, 2), (2, 2, 1), (1, 2, 2), (1, 4, 1)):
     for ep in range(1, dp + 1):
         if dp % ep or 4 % ep: continue
-        for z in range(0, 2):
+        for z in range(0, 2 if dp > 1 else 1):
             for s in (["1f1b", "gpipe"] if pp > 1 else ["none"]):
-                want.add((dp, 1, pp, ep, z, s))
-got = {(l["dp"], l["tp"], l["pp"], l["ep"], l["zero"], l["schedule"]) for l in L}
+                for sp in ((0, 1) if tp > 1 else (0,)):
+                    want.add((dp, tp, pp, ep, z, s, sp))
+got = {(l["dp"], l["tp"], l["pp"], l["ep"], l["zero"], l["schedule"], l["sequence_parallel"])
+       for l in L}
 ok = got == want and len(got) == len(L) and all(l["mem_known"] for l in L)
-print("%s: ct_plan MoE: %d layouts (rules: %d), ep up to %d" %
-      ("ok" if ok else "FAIL", len(L), len(want), max(l["ep"] for l in L)))
+ok &= max(l["ep"] for l in L) > 1 and max(l["tp"] for l in L) > 1
+print("%s: ct_plan MoE: %d layouts (rules: %d), ep up to %d, tp up to %d" %
+      ("ok" if ok else "FAIL", len(L), len(want), max(l["ep"] for l in L), max(l["tp"] for l in L)))
 if not ok: print(sorted(got ^ want))
 sys.exit(0 if ok else 1)
 EOF

@@ -13,8 +13,9 @@
 #    resumed as tp 2 x pp 2 x dp 2 (SP, interleaved, 8 ranks), and the other way round, each
 #    continuing the single-device curve.
 # 3. A mixture of experts (4 experts, top-2) at dp 4 (ep 2) x pp 2 with 1F1B and ZeRO-1, as 2 x 4
-#    and as 8 ranks: the same 20 losses and norms as its own single-device run; tp 2 x dp 2
-#    (ep 2) with experts is refused (experts with TP are not built), status 2, before any work.
+#    and as 8 ranks, tp 2 x dp 2 (ep 2) with ZeRO-1 (4 threads), and all four axes at once:
+#    dp 2 (ep 2) x tp 2 x pp 2 with sequence parallelism and 1F1B (2 x 4 and 8 ranks): the same
+#    20 losses and norms as its own single-device run.
 # 4. With CT_PLAN (build/bin/ct_plan) given, the planner's memory prediction for each layout run
 #    above (ct_plan --only ... --json, the same model and batch flags) is within 2 % of every
 #    worker's memory report (params + grads + optimizer + activations + workspace).
@@ -180,15 +181,15 @@ if want moe; then
         memplan e1 2 4 $LM
     run e2 8 1 $LM && compare "$D/ref_moe.jsonl" "$D/e2.jsonl" "8 ranks MoE dp 4 (ep 2) x pp 2 1f1b ZeRO-1" &&
         memplan e2 8 1 $LM
-    # tp 2 x dp 2 (ep 2) with experts: not built; refused before any work
-    POCL_DEVICES="pthread pthread pthread pthread" "$TRAIN" $ARGS --devices-per-rank 4 --tp 2 --dp 2 \
-        --ep 2 --metrics "$D/e3.jsonl" >"$D/e3.log" 2>&1
-    rc=$?
-    if [ $rc -eq 2 ] && grep -q "experts with --tp 2 are not built" "$D/e3.log" && [ ! -s "$D/e3.jsonl" ]; then
-        echo "ok: MoE tp 2 x dp 2 (ep 2) refused: $(grep -o 'experts with --tp 2 are not built' "$D/e3.log")"
-    else
-        fail "MoE tp 2 x dp 2 (ep 2): exit status $rc, expected 2 with a message"; tail -n 3 "$D/e3.log"
-    fi
+    # experts under tensor parallelism: the issue's tp 2 x dp 2 (ep 2), and every axis at once
+    LT="--tp 2 --dp 2 --ep 2 --zero 1"
+    run e3 1 4 $LT && compare "$D/ref_moe.jsonl" "$D/e3.jsonl" "1x4 MoE tp 2 x dp 2 (ep 2) ZeRO-1" &&
+        memplan e3 1 4 $LT
+    LA="--dp 2 --ep 2 --tp 2 --pp 2 --sequence-parallel 1 --schedule 1f1b --zero 1"
+    run e4 2 4 $LA && compare "$D/ref_moe.jsonl" "$D/e4.jsonl" "2x4 MoE dp 2 (ep 2) x tp 2 x pp 2 SP 1f1b" &&
+        memplan e4 2 4 $LA
+    run e5 8 1 $LA && compare "$D/ref_moe.jsonl" "$D/e5.jsonl" "8 ranks MoE dp 2 (ep 2) x tp 2 x pp 2 SP 1f1b" &&
+        memplan e5 8 1 $LA
 fi
 
 if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi

@@ -274,11 +274,16 @@ static void test_layouts(void) {
         CT_ASSERT_EQ_INT(e1.host_moe, 0);
         CT_ASSERT(e2.host_moe > 0);
         CT_ASSERT_EQ_INT(e2.host_comm, e2.host_grads + e2.host_zero + e2.host_moe);
-        /* tp with experts is refused, as the model refuses it */
+        /* experts under tp 2: each expert split as the dense MLP is (fc by rows, fcproj by
+         * columns, fcprojb whole); the router, like the LayerNorms, whole on every worker */
         ct_layout tpe = {1, 2, 1, 0, 1};
-        CT_ASSERT_EQ_INT(ct_model_mem_predict(&cm, &tpe, &at1, &pl, NULL, &e1, &err),
-                         CT_ERR_UNSUPPORTED);
-        CT_ASSERT_STR_CONTAINS(err.msg, "tensor parallelism");
+        size_t E = 4, tsplit = 64 * C + L * (3 * C * C + 3 * C + C * C) + L * E * (8 * C * C + 4 * C);
+        size_t twhole = 32 * C + L * (4 * C + C + 2 * E * C) + 2 * C;
+        CT_ASSERT_EQ_INT(tsplit + twhole, dense + 4 * ex); /* the same model, counted by split */
+        ct_mem_predict e3;
+        CT_ASSERT_OK(ct_model_mem_predict(&cm, &tpe, &at1, &pl, NULL, &e3, &err), err.msg);
+        CT_ASSERT_EQ_INT(e3.device[CT_MEM_PARAMS], 4 * (tsplit / 2 + twhole));
+        CT_ASSERT(e3.act_layer < e1.act_layer); /* the experts' hidden (4C / tp) halves */
         pl.moe_capacity = 0, pl.moe_aux = 0;
     }
     /* refusals, with the model's own codes */

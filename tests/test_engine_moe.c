@@ -198,7 +198,7 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
     int N = ep ? ct_comm_size(ep) : 1, r = ep ? ct_comm_rank(ep) : 0;
     int B = lc->B, T = lc->T, C = lc->C, E = lc->E, K = lc->K, El = E / N;
     size_t BT = (size_t)B * T, F = 4 * (size_t)C, all = (size_t)N * BT;
-    ct_moe_cfg mc = {E, K, lc->F, lc->alpha, B, T, C, 1, 1, 1};
+    ct_moe_cfg mc = {E, K, lc->F, lc->alpha, B, T, C, 1, 1, 1, 0};
     int cap = ct_moe_row_capacity(&mc, T);
     /* the data every worker draws alike */
     double *x = rnd(1, all * C, 1.0), *dy = rnd(2, all * C, 1.0), *wr = rnd(3, (size_t)E * C, 0.6);
@@ -254,7 +254,7 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
     ct_view saved = put(c, NULL, blk), scratch = put(c, NULL, scr);
     ct_moe *moe = NULL;
     ct_err err = {0};
-    REQUIRE_OK(ct_moe_create(&moe, &mc, ep, c->dev, c->arena, &err), err.msg);
+    REQUIRE_OK(ct_moe_create(&moe, &mc, ep, NULL, c->dev, c->arena, &err), err.msg);
     REQUIRE_OK(ct_moe_forward(moe, 0, 0, 0, vy, saved, scratch, vx, &w, B, T),
                ct_device_errmsg(c->dev));
     REQUIRE_OK(ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
@@ -322,7 +322,7 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
 
 static void test_refusals(ctx *c, int N) {
     ct_err err = {0};
-    ct_moe_cfg a = {4, 5, 1.0, 0.0, 2, 3, 8, 1, 1, 1};
+    ct_moe_cfg a = {4, 5, 1.0, 0.0, 2, 3, 8, 1, 1, 1, 0};
     CT_ASSERT_EQ_INT(ct_moe_check(&a, 1, &err), CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(err.msg, "top-k 5");
     a.top_k = 2, a.experts = 6;

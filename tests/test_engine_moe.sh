@@ -20,10 +20,16 @@
 #    (not JSON, a missing tensor, a wrong shape, F16, overlapping or out-of-range offsets, a
 #    missing metadata field) are refused with status 2 naming the tensor or field.
 # 4. Impossible combinations are refused with status 2 and a message before any work.
+# 6. Experts under tensor parallelism (each expert split over the TP group as the dense MLP is):
+#    tp 2 as threads, tp 2 with sequence parallelism as ranks, tp 2 x dp 2 (ep 2) ZeRO-1 as
+#    threads and with SP mixed (2 ranks x 2): the same losses, routing and norms as one device
+#    (the moe records' rows per worker add up to tp x the choices kept: each TP worker computes
+#    its slice of every kept choice); memory predicted == allocated; a checkpoint written at
+#    tp 2 x dp 2 (ep 2) resumes at dp 2 (ep 2) on the reference curve.
 # 5. Recomputation with MoE blocks (--recompute attention, block): the losses, auxiliary losses
 #    and gradient norms bitwise those of --recompute none, on one device, as threads dp 4 (ep 2)
 #    ZeRO-1, as ranks dp 2 (ep 2) and under pp 2 (1F1B); the memory records predicted == allocated.
-# part: "all" (default), "threads", "ranks", "mixed", "resume", "files", "refuse", "recompute".
+# part: "all" (default), "threads", "ranks", "mixed", "resume", "files", "refuse", "recompute", "tp".
 set -u
 TRAIN=$1
 MPIEXEC=$2
@@ -41,14 +47,16 @@ ARGS="--layers 2 --heads 2 --dim 32 --seq 16 --batch 8 --total-batch 256 --steps
       --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 --eval-every 0 \
       --peak-tflops 1 --experts 4 --top-k 2 --capacity-factor 1.0 --aux-loss 0.05"
 
-# compare REF.jsonl OTHER.jsonl "what" [first_step]: losses within 1e-5 relative, the same routing
-# (aux within 1e-5, drop fraction and max load equal), the moe records consistent.
+# compare REF.jsonl OTHER.jsonl "what" [first_step [tp]]: losses within 1e-5 relative, the same
+# routing (aux within 1e-5, drop fraction and max load equal), the moe records consistent (rows
+# per worker adding up to tp x the choices kept).
 compare() {
-    if $PY - "$1" "$2" "$3" "${4:-0}" <<'EOF'; then :; else fail "$3"; fi
+    if $PY - "$1" "$2" "$3" "${4:-0}" "${5:-1}" <<'EOF'; then :; else fail "$3"; fi
 import json, sys
 def recs(p, t):
     return {r["step"]: r for r in map(json.loads, open(p)) if r.get("type") == t}
 a, b, what, first = recs(sys.argv[1], "train"), recs(sys.argv[2], "train"), sys.argv[3], int(sys.argv[4])
+tp = int(sys.argv[5])
 steps = [s for s in sorted(a) if s >= first]
 if not steps or any(s not in b for s in steps):
     print("missing steps in", what, sorted(b)); sys.exit(1)
@@ -62,7 +70,7 @@ moe = recs(sys.argv[2], "moe")
 ok = worst <= 1e-5 and waux <= 1e-5 and route and drops > 0
 for s in steps:
     m = moe.get(s)
-    if not m or sum(m["tokens_per_worker"]) != m["choices"] - m["dropped"] or \
+    if not m or sum(m["tokens_per_worker"]) != tp * (m["choices"] - m["dropped"]) or \
        sum(map(sum, m["tokens_per_expert"])) != m["choices"] - m["dropped"]:
         print("moe record of step", s, "inconsistent:", m); ok = False; break
 print("%s: %-44s %d steps, worst relative loss difference %.2e, aux %.2e, routing %s, %d steps "
@@ -334,11 +342,28 @@ if want refuse; then
     expect_bad "top-k 0" "--top-k must be >= 1" 1 1 --top-k 0
     expect_bad "negative capacity" "--capacity-factor must be >= 0" 1 1 --capacity-factor -1
     expect_bad "negative aux" "--aux-loss must be >= 0" 1 1 --aux-loss -0.5
-    expect_bad "experts with tp" "experts with --tp 2 are not built" 1 2 --tp 2 --devices-per-rank 2
     expect_bad "experts with ZeRO-2" "experts with --zero 2 are not built" 1 2 --dp 2 --zero 2 --devices-per-rank 2
     expect_bad "experts with zb1" "experts with --schedule zb1 are not built" 1 2 --pp 2 --schedule zb1 --devices-per-rank 2
     expect_bad "experts into an llm.c file" "llm.c's model format has no place for experts" 1 1 --save-model "$D/x.bin"
     expect_bad "ranks: ep not dividing dp" "--ep 4 does not divide --dp 2" 2 1 --dp 2 --ep 4
+fi
+
+if want tp; then
+    need_ref
+    run tp2 1 2 2 --tp 2 --devices-per-rank 2 &&
+        compare "$D/ref.jsonl" "$D/tp2.jsonl" "threads tp 2" 0 2 && predcheck "$D/tp2.jsonl"
+    run tp2sp 2 1 1 --tp 2 --sequence-parallel 1 &&
+        compare "$D/ref.jsonl" "$D/tp2sp.jsonl" "ranks tp 2 SP" 0 2 && predcheck "$D/tp2sp.jsonl"
+    if run tp2dp2 1 4 4 --tp 2 --dp 2 --ep 2 --zero 1 --devices-per-rank 4 --save "$D/cktp" \
+            --save-every 10; then
+        compare "$D/ref.jsonl" "$D/tp2dp2.jsonl" "threads tp 2 x dp 2 (ep 2) ZeRO-1" 0 2 &&
+            predcheck "$D/tp2dp2.jsonl"
+        run tpres 1 2 2 --dp 2 --ep 2 --devices-per-rank 2 --resume "$D/cktp/ckpt_00000010.bin" &&
+            compare "$D/ref.jsonl" "$D/tpres.jsonl" "resume tp 2 x dp 2 (ep 2) -> dp 2 (ep 2)" 10
+    fi
+    run tp2dp2sp 2 2 2 --tp 2 --dp 2 --ep 2 --sequence-parallel 1 --devices-per-rank 2 &&
+        compare "$D/ref.jsonl" "$D/tp2dp2sp.jsonl" "mixed 2x2 tp 2 x dp 2 (ep 2) SP" 0 2 &&
+        predcheck "$D/tp2dp2sp.jsonl"
 fi
 
 if want recompute; then
