@@ -1,7 +1,8 @@
 # tests/engine_moe.cmake - mixture of experts and expert parallelism (issue 11).
 # test_engine_moe: the routing ops (softmax + top-k, capacity) and the MoE layer forward and
 # backward against the double reference, on one worker and over an EP group of N workers (each its
-# own rows and E / N experts): 1 worker, 2 threads, 2 ranks, 2 x 2 mixed.
+# own rows and E / N experts), and with N > 1 over a TP group of N workers (every expert split
+# over it, the partial outputs and input gradients summed): 1 worker, 2 threads, 2 ranks, 2 x 2.
 if(TARGET ct_engine)
   add_executable(test_engine_moe test_engine_moe.c)
   target_include_directories(test_engine_moe PRIVATE ${CMAKE_SOURCE_DIR}/tests)

@@ -15,7 +15,14 @@
  * N (the EP group's mean objective), for
  * K = 1, 2, K = E, capacity factors that drop choices, F = 0 (no limit), a router with two
  * identical rows (exact ties), and one that sends almost everything to expert 0. Then refusals:
- * top-k outside 1..E, E not divisible by ep, a backward without its forward. */
+ * top-k outside 1..E, E not divisible by ep, a backward without its forward.
+ *
+ * With N > 1 the same cases again with the N workers as one TP group instead (every expert split
+ * over it as the dense MLP is: fc rows and fcproj columns, hidden 4C / N): every worker holds the
+ * same B rows and every expert's slice; the TP group's sum of the partial outputs and of the
+ * partial input gradients equals the reference, the router's and the fcproj biases' gradients
+ * are whole on every worker, each fc/fcproj slice's gradient equals the reference's slice, the
+ * auxiliary loss is the reference's on every worker and the routing is counted by TP rank 0 only. */
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
@@ -320,6 +327,113 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
     free(ry), free(rdx), free(rg), free(scr_wr), free(junk), free(y), free(dx);
 }
 
+/* The layer over a TP group of N workers (see the header). */
+static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
+    int N = ct_comm_size(tpc), r = ct_comm_rank(tpc);
+    int B = lc->B, T = lc->T, C = lc->C, E = lc->E, K = lc->K;
+    size_t BT = (size_t)B * T, F = 4 * (size_t)C, Fl = F / (size_t)N, Ez = (size_t)E;
+    ct_moe_cfg mc = {E, K, lc->F, lc->alpha, B, T, C, 1, 1, 1, (int)Fl};
+    int cap = ct_moe_row_capacity(&mc, T);
+    double *x = rnd(11, BT * C, 1.0), *dy = rnd(12, BT * C, 1.0), *wr = rnd(13, Ez * C, 0.6);
+    double *fcw = rnd(14, Ez * F * C, 0.3), *fcb = rnd(15, Ez * F, 0.1);
+    double *fpw = rnd(16, Ez * F * C, 0.3), *fpb = rnd(17, Ez * C, 0.1);
+    if (lc->ties) memcpy(wr + C, wr, sizeof(double) * C);
+    if (lc->skew) {
+        for (size_t i = 0; i < BT; i++) x[i * C] = 1.0 + 0.1 * x[i * C];
+        wr[0] = 6.0;
+    }
+    round_f(x, BT * C), round_f(dy, BT * C), round_f(wr, Ez * C);
+    round_f(fcw, Ez * F * C), round_f(fcb, Ez * F), round_f(fpw, Ez * F * C), round_f(fpb, Ez * C);
+    /* this worker's slices: fc rows [r Fl, (r+1) Fl) of each expert, fcproj's columns alike */
+    double *sfcw = malloc(Ez * Fl * C * sizeof(double)), *sfcb = malloc(Ez * Fl * sizeof(double));
+    double *sfpw = malloc(Ez * C * Fl * sizeof(double));
+    for (size_t e = 0; e < Ez; e++) {
+        memcpy(sfcw + e * Fl * C, fcw + e * F * C + r * Fl * C, Fl * C * sizeof(double));
+        memcpy(sfcb + e * Fl, fcb + e * F + r * Fl, Fl * sizeof(double));
+        for (size_t o = 0; o < (size_t)C; o++)
+            memcpy(sfpw + (e * C + o) * Fl, fpw + (e * C + o) * F + r * Fl, Fl * sizeof(double));
+    }
+    c->at = 0;
+    float *h;
+    ct_moe_weights w, dw;
+#define PUTV(v, src, n)                                                                                do {                                                                                                   h = tof((src), (n));                                                                               (v) = put(c, h, (n));                                                                              free(h);                                                                                       } while (0)
+    ct_view vx, vdy, vy = put(c, NULL, BT * C), vdx = put(c, NULL, BT * C);
+    PUTV(vx, x, BT * C);
+    PUTV(vdy, dy, BT * C);
+    PUTV(w.routerw, wr, Ez * C);
+    PUTV(w.fcw, sfcw, Ez * Fl * C);
+    PUTV(w.fcb, sfcb, Ez * Fl);
+    PUTV(w.fcprojw, sfpw, Ez * C * Fl);
+    PUTV(w.fcprojb, fpb, Ez * C);
+    dw.routerw = put(c, NULL, Ez * C), dw.fcw = put(c, NULL, Ez * Fl * C);
+    dw.fcb = put(c, NULL, Ez * Fl), dw.fcprojw = put(c, NULL, Ez * C * Fl);
+    dw.fcprojb = put(c, NULL, Ez * C);
+#undef PUTV
+    size_t blk, scr;
+    ct_moe_plan(&mc, 1, &blk, &scr);
+    /* saved and scratch hold junk: nothing may read what the layer did not write */
+    double *junk = rnd(18, blk > scr ? blk : scr, 3.0);
+    float *fj = tof(junk, blk > scr ? blk : scr);
+    ct_view saved = put(c, fj, blk), scratch = put(c, fj, scr);
+    free(junk), free(fj);
+    ct_err err = {0};
+    ct_tp *tp = NULL;
+    ct_tp_opts to = ct_tp_opts_default();
+    REQUIRE_OK(ct_tp_create(&tp, tpc, c->dev, c->arena, BT * C, &to, &err), err.msg);
+    ct_moe *moe = NULL;
+    REQUIRE_OK(ct_moe_create(&moe, &mc, NULL, tp, c->dev, c->arena, &err), err.msg);
+    REQUIRE_OK(ct_moe_forward(moe, 0, 0, 0, vy, saved, scratch, vx, &w, B, T),
+               ct_device_errmsg(c->dev));
+    REQUIRE_OK(ct_tp_allreduce(c->dev, tp, vy, vy, BT * C, CT_OP_SUM), ct_device_errmsg(c->dev));
+    REQUIRE_OK(ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
+               ct_device_errmsg(c->dev));
+    REQUIRE_OK(ct_tp_allreduce(c->dev, tp, vdx, vdx, BT * C, CT_OP_SUM), ct_device_errmsg(c->dev));
+    int fails0 = ct_test_failures;
+    size_t ng = Ez * C + 2 * Ez * F * C + Ez * F + Ez * C;
+    double *ry = malloc(BT * C * sizeof(double)), *rdx = malloc(BT * C * sizeof(double));
+    double *rg = calloc(ng, sizeof(double));
+    double *rwr = rg, *rfcw = rwr + Ez * C, *rfcb = rfcw + Ez * F * C, *rfpw = rfcb + Ez * F;
+    double *rfpb = rfpw + Ez * F * C;
+    double aux = ct_ref_moe_forward(ry, x, wr, fcw, fcb, fpw, fpb, B, T, C, E, K, cap);
+    ct_ref_moe_backward(rdx, rwr, rfcw, rfcb, rfpw, rfpb, dy, x, wr, fcw, fcb, fpw, fpb, B, T, C,
+                        E, K, cap, lc->alpha * lc->scale);
+    /* the reference's slices of the split gradients */
+    double *qfcw = malloc(Ez * Fl * C * sizeof(double)), *qfcb = malloc(Ez * Fl * sizeof(double));
+    double *qfpw = malloc(Ez * C * Fl * sizeof(double));
+    for (size_t e = 0; e < Ez; e++) {
+        memcpy(qfcw + e * Fl * C, rfcw + e * F * C + r * Fl * C, Fl * C * sizeof(double));
+        memcpy(qfcb + e * Fl, rfcb + e * F + r * Fl, Fl * sizeof(double));
+        for (size_t o = 0; o < (size_t)C; o++)
+            memcpy(qfpw + (e * C + o) * Fl, rfpw + (e * C + o) * F + r * Fl, Fl * sizeof(double));
+    }
+    float *y = get(c, vy, BT * C), *dx = get(c, vdx, BT * C);
+    CLOSE(y, ry, BT * C, 2e-5, "%s (tp %d, worker %d): y", lc->name, N, r);
+    CLOSE(dx, rdx, BT * C, 5e-5, "%s (tp %d, worker %d): dx", lc->name, N, r);
+#define CHECKT(field, ref, n, what)                                                                    do {                                                                                                   float *d_ = get(c, dw.field, (n));                                                                 CLOSE(d_, (ref), (n), 5e-5, "%s (tp %d, worker %d): %s", lc->name, N, r, what);                    free(d_);                                                                                      } while (0)
+    CHECKT(routerw, rwr, Ez * C, "d routerw (whole)");
+    CHECKT(fcw, qfcw, Ez * Fl * C, "d fcw (slice)");
+    CHECKT(fcb, qfcb, Ez * Fl, "d fcb (slice)");
+    CHECKT(fcprojw, qfpw, Ez * C * Fl, "d fcprojw (slice)");
+    CHECKT(fcprojb, rfpb, Ez * C, "d fcprojb (whole)");
+#undef CHECKT
+    ct_moe_stats s;
+    ct_moe_stats_get(moe, &s);
+    CT_ASSERT_MSG(fabs(s.aux - aux) <= 1e-5 * fabs(aux) + 1e-7, "%s (tp): aux %.9g, reference %.9g",
+                  lc->name, s.aux, aux);
+    double routed = 0;
+    for (int e = 0; e < E; e++) routed += s.routed[e];
+    CT_ASSERT_EQ_INT((long long)routed, r == 0 ? (long long)(BT * K) : 0LL);
+    if (r == 0 && ct_test_failures == fails0)
+        printf("%-28s tp %d: y, dx (summed over TP), whole and sliced gradients within tolerance; "
+               "aux %.6f\n",
+               lc->name, N, aux);
+    ct_moe_free(moe);
+    ct_tp_free(tp);
+    free(x), free(dy), free(wr), free(fcw), free(fcb), free(fpw), free(fpb);
+    free(sfcw), free(sfcb), free(sfpw), free(qfcw), free(qfcb), free(qfpw);
+    free(ry), free(rdx), free(rg), free(y), free(dx);
+}
+
 static void test_refusals(ctx *c, int N) {
     ct_err err = {0};
     ct_moe_cfg a = {4, 5, 1.0, 0.0, 2, 3, 8, 1, 1, 1, 0};
@@ -359,6 +473,8 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (cases[i].E % N == 0) test_layer(&c, ep, &cases[i]);
+    for (size_t i = 0; N > 1 && i < sizeof cases / sizeof cases[0]; i++)
+        if ((4 * cases[i].C) % N == 0) test_layer_tp(&c, world, &cases[i]);
     test_refusals(&c, N);
     ct_buffer_free(c.arena);
     ct_device_free(c.dev);
