@@ -112,23 +112,50 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     ct_comm_free(world);
 }
 
+/* A flag's value: the whole string a number, or the program says which flag and stops. */
+static int flag_num(const char *flag, const char *v, double *out) {
+    char *end = NULL;
+    *out = strtod(v, &end);
+    if (end == v || *end) {
+        fprintf(stderr, "%s: %s needs a number (got '%s')\n", "bench_dp", flag, v);
+        return 0;
+    }
+    return 1;
+}
+
+static const char *const usage = "usage: bench_dp [--devices-per-rank N] [--overlap 0|1] [--zero 0-3] [--steps S] [--layers L]\n"
+    "         [--dim C] [--heads NH] [--seq T] [--batch B] [--bucket-mb X] [--base-ms X]\n"
+    "  the data-parallel step split into compute, exposed communication and the rest\n"
+    "  (see bench/bench_dp.c)\n";
+
 int main(int argc, char **argv) {
     bopts o = {1, 1, 0, 10, 4, 128, 4, 64, 8, 25.0, 0.0};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+    if (argc % 2 == 0) {
+        fprintf(stderr, "bench_dp: %s needs a value (see --help)\n", argv[argc - 1]);
+        return 2;
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *f = argv[i], *v = argv[i + 1];
-        if (!strcmp(f, "--devices-per-rank")) o.D = atoi(v);
-        else if (!strcmp(f, "--overlap")) o.overlap = atoi(v);
-        else if (!strcmp(f, "--zero")) o.zero = atoi(v);
-        else if (!strcmp(f, "--steps")) o.steps = atoi(v);
-        else if (!strcmp(f, "--layers")) o.L = atoi(v);
-        else if (!strcmp(f, "--dim")) o.C = atoi(v);
-        else if (!strcmp(f, "--heads")) o.NH = atoi(v);
-        else if (!strcmp(f, "--seq")) o.T = atoi(v);
-        else if (!strcmp(f, "--batch")) o.B = atoi(v);
-        else if (!strcmp(f, "--bucket-mb")) o.bucket_mb = atof(v);
-        else if (!strcmp(f, "--base-ms")) o.base_ms = atof(v);
+        double x = 0;
+        if (strncmp(f, "--", 2) == 0 && !flag_num(f, v, &x)) return 2;
+        if (!strcmp(f, "--devices-per-rank")) o.D = (int)x;
+        else if (!strcmp(f, "--overlap")) o.overlap = (int)x;
+        else if (!strcmp(f, "--zero")) o.zero = (int)x;
+        else if (!strcmp(f, "--steps")) o.steps = (int)x;
+        else if (!strcmp(f, "--layers")) o.L = (int)x;
+        else if (!strcmp(f, "--dim")) o.C = (int)x;
+        else if (!strcmp(f, "--heads")) o.NH = (int)x;
+        else if (!strcmp(f, "--seq")) o.T = (int)x;
+        else if (!strcmp(f, "--batch")) o.B = (int)x;
+        else if (!strcmp(f, "--bucket-mb")) o.bucket_mb = x;
+        else if (!strcmp(f, "--base-ms")) o.base_ms = x;
         else {
-            fprintf(stderr, "bench_dp: unknown flag %s (see the comment at the top)\n", f);
+            fprintf(stderr, "bench_dp: unknown flag %s (see --help)\n", f);
             return 2;
         }
     }

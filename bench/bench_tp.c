@@ -199,23 +199,50 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     ct_comm_free(world);
 }
 
+/* A flag's value: the whole string a number, or the program says which flag and stops. */
+static int flag_num(const char *flag, const char *v, double *out) {
+    char *end = NULL;
+    *out = strtod(v, &end);
+    if (end == v || *end) {
+        fprintf(stderr, "%s: %s needs a number (got '%s')\n", "bench_tp", flag, v);
+        return 0;
+    }
+    return 1;
+}
+
+static const char *const usage = "usage: bench_tp [--devices-per-rank N] [--sp 0|1] [--steps S] [--warmup W] [--layers L] [--dim C]\n"
+    "         [--heads NH] [--seq T] [--batch B] [--vocab V] [--verbose 0|1]\n"
+    "  one TP group of ranks x N workers: the step split into compute, exposed TP communication\n"
+    "  and the rest; bytes per worker against the formula; activation memory (see bench/bench_tp.c)\n";
+
 int main(int argc, char **argv) {
     bopts o = {1, 0, 3, 1, 4, 256, 4, 256, 4, 50257, 0};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+    if (argc % 2 == 0) {
+        fprintf(stderr, "bench_tp: %s needs a value (see --help)\n", argv[argc - 1]);
+        return 2;
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *f = argv[i], *v = argv[i + 1];
-        if (!strcmp(f, "--devices-per-rank")) o.D = atoi(v);
-        else if (!strcmp(f, "--sp")) o.sp = atoi(v);
-        else if (!strcmp(f, "--steps")) o.steps = atoi(v);
-        else if (!strcmp(f, "--warmup")) o.warmup = atoi(v);
-        else if (!strcmp(f, "--layers")) o.L = atoi(v);
-        else if (!strcmp(f, "--dim")) o.C = atoi(v);
-        else if (!strcmp(f, "--heads")) o.NH = atoi(v);
-        else if (!strcmp(f, "--seq")) o.T = atoi(v);
-        else if (!strcmp(f, "--batch")) o.B = atoi(v);
-        else if (!strcmp(f, "--vocab")) o.V = atoi(v);
-        else if (!strcmp(f, "--verbose")) o.verbose = atoi(v);
+        double x = 0;
+        if (strncmp(f, "--", 2) == 0 && !flag_num(f, v, &x)) return 2;
+        if (!strcmp(f, "--devices-per-rank")) o.D = (int)x;
+        else if (!strcmp(f, "--sp")) o.sp = (int)x;
+        else if (!strcmp(f, "--steps")) o.steps = (int)x;
+        else if (!strcmp(f, "--warmup")) o.warmup = (int)x;
+        else if (!strcmp(f, "--layers")) o.L = (int)x;
+        else if (!strcmp(f, "--dim")) o.C = (int)x;
+        else if (!strcmp(f, "--heads")) o.NH = (int)x;
+        else if (!strcmp(f, "--seq")) o.T = (int)x;
+        else if (!strcmp(f, "--batch")) o.B = (int)x;
+        else if (!strcmp(f, "--vocab")) o.V = (int)x;
+        else if (!strcmp(f, "--verbose")) o.verbose = (int)x;
         else {
-            fprintf(stderr, "bench_tp: unknown flag %s (see the comment at the top)\n", f);
+            fprintf(stderr, "bench_tp: unknown flag %s (see --help)\n", f);
             return 2;
         }
     }
