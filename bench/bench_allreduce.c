@@ -252,6 +252,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(s) (!strcmp(a, s) && v && ++i)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage();
+            return 0;
+        }
         if (ARG("-b")) g.minb = parse_size(v);
         else if (ARG("-e")) g.maxb = parse_size(v);
         else if (ARG("-f")) g.factor = atof(v);

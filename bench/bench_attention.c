@@ -113,6 +113,13 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--search")) { search = 1; continue; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts("bench_attention [--T 256,1024,2048] [--B 1] [--NH 12] [--hs 64] [--reps N] "
+                 "[--device SPEC]\n                [--blocks FBQ,FBK,FNT,FVW,BBQ,BBK,BNT,BVW] "
+                 "[--search]\n  the fused attention path against the GEMM path, forward + "
+                 "backward of one layer (see bench/bench_attention.c)");
+            return 0;
+        }
         if (!v) {
             fprintf(stderr, "bench_attention: %s needs a value (see the header of bench_attention.c)\n", a);
             return 2;

@@ -177,14 +177,20 @@ int main(int argc, char **argv) {
                 else *f[k].d = atof(argv[++i]);
                 hit = 1;
             }
-        if (!hit && strcmp(argv[i], "--help")) DIE("unknown argument %s (see the header of bench_moe.c)", argv[i]);
+        if (!hit && strcmp(argv[i], "--help")) {
+            fprintf(stderr, "bench_moe: unknown or incomplete argument %s (see --help)\n", argv[i]);
+            return 2;
+        }
         if (!strcmp(argv[i], "--help")) {
             printf("bench_moe [--devices-per-rank N --skew S --experts E --top-k K --dim C --seq T "
                    "--batch B --capacity F --steps S --warmup W]\n");
             return 0;
         }
     }
-    if (o.D < 1 || o.steps < 1 || o.warmup < 0) DIE("bad --devices-per-rank, --steps or --warmup");
+    if (o.D < 1 || o.steps < 1 || o.warmup < 0) {
+        fprintf(stderr, "bench_moe: bad --devices-per-rank, --steps or --warmup\n");
+        return 2;
+    }
     if (ct_topo_create(&topo, &argc, &argv, o.D, &err)) DIE("%s", err.msg);
     ct_device_info *list = NULL;
     int n = 0, picks[16], np = 0;

@@ -114,6 +114,13 @@ int main(int argc, char **argv) {
                 : !strcmp(a, "--dim") ? &o.C : !strcmp(a, "--heads") ? &o.NH
                 : !strcmp(a, "--seq") ? &o.T : !strcmp(a, "--batch") ? &o.B
                 : !strcmp(a, "--workers-per-device") ? &o.wpd : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts("bench_pipeline [--pp 2,4] [--micro 1,2,4,8,16] [--schedules gpipe,1f1b,interleaved,"
+                 "zb1] [--steps S]\n               [--layers L] [--dim C] [--heads NH] [--seq T] "
+                 "[--batch B] [--workers-per-device N]\n               [--device SPEC] [--csv]\n"
+                 "  measured against simulated pipeline bubbles (see bench/bench_pipeline.c)");
+            return 0;
+        }
         if (!strcmp(a, "--csv")) o.csv = 1;
         else if (ip && v) *ip = atoi(v), i++;
         else if (!strcmp(a, "--pp") && v) o.npp = parse_list(v, o.pp, 8), i++;
