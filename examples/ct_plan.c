@@ -67,6 +67,15 @@ typedef struct own_opts {
     const char *links, *write_links;
 } own_opts;
 
+/* A whole number >= lo, or the program says which flag and stops. */
+static int own_int(const char *name, const char *v, int lo) {
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || n < lo || n > 1 << 30)
+        die(2, "%s needs a whole number >= %d (got '%s')", name, lo, v);
+    return (int)n;
+}
+
 /* Take ct_plan's own flags out of argv (the rest are train_gpt's). */
 static void own_parse(int *argc, char **argv, own_opts *o) {
     int k = 1;
@@ -76,12 +85,12 @@ static void own_parse(int *argc, char **argv, own_opts *o) {
 #define VAL(name)                                                                                  \
     (!strcmp(a, name) ? (v ? (i++, v) : (die(2, "%s needs a value", name), (const char *)0)) : NULL)
         const char *x;
-        if ((x = VAL("--workers"))) o->workers = atoi(x);
+        if ((x = VAL("--workers"))) o->workers = own_int("--workers", x, 1);
         else if ((x = VAL("--links"))) o->links = x;
         else if ((x = VAL("--write-links"))) o->write_links = x;
-        else if ((x = VAL("--top"))) o->top = atoi(x);
-        else if ((x = VAL("--reps"))) o->reps = atoi(x);
-        else if ((x = VAL("--max-virtual"))) o->max_virt = atoi(x);
+        else if ((x = VAL("--top"))) o->top = own_int("--top", x, 1);
+        else if ((x = VAL("--reps"))) o->reps = own_int("--reps", x, 1);
+        else if ((x = VAL("--max-virtual"))) o->max_virt = own_int("--max-virtual", x, 1);
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--no-calibrate")) o->no_cal = 1;
         else if (!strcmp(a, "--verbose")) o->verbose = 1;

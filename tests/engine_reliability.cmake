@@ -37,3 +37,13 @@ if(TARGET train_gpt)
     set_tests_properties(test_engine_reliability_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600)
   endforeach()
 endif()
+# test_programs_cli.sh: every program's command line before any work (--help exits 0; an unknown
+# flag, a missing value, a value that is not a number: status 2 naming the flag).
+if(TARGET train_gpt AND TARGET sample_gpt AND TARGET ct_plan AND TARGET ct_pipeline AND TARGET ct_tune
+   AND TARGET bench_train AND TARGET bench_gemm AND TARGET bench_plan AND TARGET bench_tp
+   AND TARGET bench_dp AND TARGET bench_moe AND TARGET bench_pipeline AND TARGET bench_attention
+   AND TARGET bench_allreduce)
+  add_test(NAME test_programs_cli
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_programs_cli.sh ${CMAKE_BINARY_DIR}/bin)
+  set_tests_properties(test_programs_cli PROPERTIES LABELS "mpi;opencl" TIMEOUT 300)
+endif()

@@ -167,7 +167,7 @@ expect_bad "ct_plan --links missing" "cannot open it" env POCL_DEVICES=pthread "
     --workers 2 --links "$D/none.txt"
 expect_bad "ct_plan --tp 3 (no layout)" "no layout of 2 workers" env POCL_DEVICES=pthread \
     "$PLAN" $MODEL --workers 2 --tp 3 --no-calibrate
-expect_bad "ct_plan --top 0" "--top must be >= 1" "$PLAN" $MODEL --top 0
+expect_bad "ct_plan --top 0" "--top needs a whole number >= 1" "$PLAN" $MODEL --top 0
 expect_bad "ct_plan --bogus" "unknown" "$PLAN" $MODEL --bogus 1
 
 if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
