@@ -25,7 +25,8 @@
 #    threads and with SP mixed (2 ranks x 2): the same losses, routing and norms as one device
 #    (the moe records' rows per worker add up to tp x the choices kept: each TP worker computes
 #    its slice of every kept choice); memory predicted == allocated; a checkpoint written at
-#    tp 2 x dp 2 (ep 2) resumes at dp 2 (ep 2) on the reference curve.
+#    tp 2 x dp 2 (ep 2) resumes at dp 2 (ep 2) on the reference curve; recomputation (attention,
+#    block) under tp 2 x dp 2 (ep 2) with SP bitwise the losses of none.
 # 5. Recomputation with MoE blocks (--recompute attention, block): the losses, auxiliary losses
 #    and gradient norms bitwise those of --recompute none, on one device, as threads dp 4 (ep 2)
 #    ZeRO-1, as ranks dp 2 (ep 2) and under pp 2 (1F1B); the memory records predicted == allocated.
@@ -361,9 +362,17 @@ if want tp; then
         run tpres 1 2 2 --dp 2 --ep 2 --devices-per-rank 2 --resume "$D/cktp/ckpt_00000010.bin" &&
             compare "$D/ref.jsonl" "$D/tpres.jsonl" "resume tp 2 x dp 2 (ep 2) -> dp 2 (ep 2)" 10
     fi
-    run tp2dp2sp 2 2 2 --tp 2 --dp 2 --ep 2 --sequence-parallel 1 --devices-per-rank 2 &&
+    if run tp2dp2sp 2 2 2 --tp 2 --dp 2 --ep 2 --sequence-parallel 1 --devices-per-rank 2; then
         compare "$D/ref.jsonl" "$D/tp2dp2sp.jsonl" "mixed 2x2 tp 2 x dp 2 (ep 2) SP" 0 2 &&
-        predcheck "$D/tp2dp2sp.jsonl"
+            predcheck "$D/tp2dp2sp.jsonl"
+        # recomputation under TP with experts: the recomputed forward repeats the SP gathers
+        for mode in attention block; do
+            run "tp2dp2sp_$mode" 2 2 2 --tp 2 --dp 2 --ep 2 --sequence-parallel 1 \
+                --devices-per-rank 2 --recompute "$mode" &&
+                bitwise "$D/tp2dp2sp.jsonl" "$D/tp2dp2sp_$mode.jsonl" "mixed tp 2 x dp 2 (ep 2) SP, recompute $mode" &&
+                predcheck "$D/tp2dp2sp_$mode.jsonl"
+        done
+    fi
 fi
 
 if want recompute; then
