@@ -3,13 +3,8 @@
 # forms (1F1B at unit costs: bubble (N-1)/(m+N-1), makespan 3(m+N-1), peak min(N-s, m);
 # interleaved (N-1)/(v m+N-1); zb1 below 1f1b), the text timeline's rows and cells, the trace
 # file, and bad input refused with status 2.
-set -u
+. "$(dirname "$0")/lib.sh"
 P=$1
-PY=/usr/bin/python3
-D=$(mktemp -d /tmp/ct_test_pipeline.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 "$P" --pp 4 --micro-batches 8 --schedule 1f1b --json >"$D/a.json" || fail "1f1b --json"
 "$P" --pp 4 --micro-batches 8 --schedule interleaved --virtual-stages 2 --json >"$D/i.json" ||
@@ -47,12 +42,7 @@ names = {(e["tid"], e["name"]) for e in ev}
 ok = len(ev) == 2 * 4 * 3 and (0, "W3") in names and (1, "F0") in names
 sys.exit(0 if ok else 1)
 EOF2
-bad() {
-    "$P" "$@" >/dev/null 2>"$D/err"
-    rc=$?
-    if [ $rc -eq 2 ] && grep -q "ct_pipeline: error" "$D/err"; then echo "ok: refused $*: $(head -c 100 "$D/err")"
-    else fail "accepted or wrong status ($rc): $*"; fi
-}
+bad() { expect_refusal "$*" "ct_pipeline: error" "$P" "$@"; }
 bad --pp 0
 bad --schedule 3f3b
 bad --pp 3 --micro-batches 4 --schedule interleaved
@@ -60,4 +50,4 @@ bad --virtual-stages 2 --schedule 1f1b
 bad --costs 1,2
 bad --trace /nonexistent/dir/t.json
 bad --frobnicate
-[ $fails -eq 0 ] && echo "all passed" || { echo "$fails failure(s)"; exit 1; }
+finish

@@ -12,18 +12,12 @@
 #    shortfall, by ct_plan and by train_gpt --layout auto, before any training.
 # 4. Bad input: status 2 with a message naming it.
 # (1b: a mixture of experts enumerates exactly the layouts its rules allow, ep among them.)
-set -u
+. "$(dirname "$0")/lib.sh"
 PLAN=$1
 TRAIN=$2
 MPIEXEC=$3
-D=$(mktemp -d /tmp/ct_test_plan.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-PY=/usr/bin/python3
-export OMP_WAIT_POLICY=passive
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-$PY -c "open('$D/text.txt','w').write('the quick brown fox jumps over the lazy dog. ' * 300)"
+text_file 300
 MODEL="--layers 2 --heads 4 --dim 32 --seq 16 --batch 4 --total-batch 128"
 ARGS="$MODEL --steps 20 --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 \
       --eval-every 0 --peak-tflops 1"
@@ -48,8 +42,8 @@ print("%s: ct_plan %s: %d layouts, chosen %s (%.2f ms predicted), costs: %s" %
 sys.exit(0 if ok else 1)
 EOF
 }
-if POCL_DEVICES=pthread "$MPIEXEC" -n 2 "$PLAN" $MODEL --json --reps 2 --write-links "$D/links.txt" \
-        >"$D/plan_r.json" 2>"$D/plan_r.err"; then
+if logged "$D/plan_r.json" "$D/plan_r.err" launch 2 1 "$PLAN" $MODEL --json --reps 2 \
+        --write-links "$D/links.txt"; then
     check_json "$D/plan_r.json" "2 ranks"
     if grep -q "^link allreduce 2 ranks" "$D/links.txt" && grep -q "^link p2p 2 ranks" "$D/links.txt"; then
         echo "ok: --write-links: $(grep -c '^link' "$D/links.txt") links"
@@ -58,8 +52,8 @@ if POCL_DEVICES=pthread "$MPIEXEC" -n 2 "$PLAN" $MODEL --json --reps 2 --write-l
     fi
     # planning for those 2 workers (ranks) from one process: compute here, links from the table
     # (tp 1: a TP shape is timed with its collectives inside, which one worker cannot run)
-    if POCL_DEVICES=pthread "$PLAN" $MODEL --workers 2 --tp 1 --links "$D/links.txt" --json \
-            --reps 2 >"$D/plan_t.json" 2>"$D/plan_t.err"; then
+    if logged "$D/plan_t.json" "$D/plan_t.err" launch 1 1 "$PLAN" $MODEL --workers 2 --tp 1 \
+            --links "$D/links.txt" --json --reps 2; then
         check_json "$D/plan_t.json" "--workers 2 --tp 1 --links (from one process)" \
             "{(2, 1, 1), (1, 1, 2)}"
     else
@@ -68,8 +62,8 @@ if POCL_DEVICES=pthread "$MPIEXEC" -n 2 "$PLAN" $MODEL --json --reps 2 --write-l
 else
     fail "ct_plan on 2 ranks"; cat "$D/plan_r.err"
 fi
-if POCL_DEVICES="pthread pthread" "$PLAN" $MODEL --devices-per-rank 2 --json --reps 2 \
-        >"$D/plan_d.json" 2>"$D/plan_d.err"; then
+if logged "$D/plan_d.json" "$D/plan_d.err" launch 1 2 "$PLAN" $MODEL --devices-per-rank 2 --json \
+        --reps 2; then
     check_json "$D/plan_d.json" "2 devices of one process"
 else
     fail "ct_plan on 2 threads"; cat "$D/plan_d.err"
@@ -79,8 +73,8 @@ fi
 #     the MoE rules allows (ep divides dp and the 4 experts; tp divides the 4 heads, sequence
 #     parallelism on or off with tp > 1; ZeRO 0/1 with dp > 1; no zb1; no interleaving: 2
 #     blocks), ep > 1 and tp > 1 among them, memory answered for each
-if POCL_DEVICES=pthread "$PLAN" $MODEL --experts 4 --top-k 2 --workers 4 --devices-per-rank 2 \
-        --no-calibrate --json >"$D/plan_moe.json" 2>"$D/plan_moe.err"; then
+if logged "$D/plan_moe.json" "$D/plan_moe.err" launch 1 1 "$PLAN" $MODEL --experts 4 --top-k 2 \
+        --workers 4 --devices-per-rank 2 --no-calibrate --json; then
     if $PY - "$D/plan_moe.json" <<'EOF'; then :; else fail "ct_plan MoE layouts"; fi
 import json, sys
 L = json.load(open(sys.argv[1]))["layouts"]
@@ -106,13 +100,10 @@ else
 fi
 
 # 2. train_gpt --layout auto against the single device
-POCL_DEVICES=pthread "$TRAIN" $ARGS --metrics "$D/ref.jsonl" >"$D/ref.log" 2>&1 || fail "reference run"
+train ref 1 1
 auto() {
     name=$1; shift
-    if POCL_DEVICES="pthread pthread" "$TRAIN" $ARGS --devices-per-rank 2 --layout auto \
-            --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1; then :; else
-        fail "$name: train_gpt --layout auto exited $?"; tail -n 5 "$D/$name.log"; return 1
-    fi
+    train "$name" 1 2 --layout auto "$@" || return 1
     if $PY - "$D/ref.jsonl" "$D/$name.jsonl" "$D/$name.log" "$name" <<'EOF'; then :; else fail "$name"; fi
 import json, re, sys
 def recs(p): return [json.loads(l) for l in open(p)]
@@ -138,37 +129,28 @@ auto auto
 auto auto_tp2 --tp 2 && grep -q '"tp":2' "$D/auto_tp2.jsonl" || fail "--layout auto --tp 2 did not keep tp 2"
 
 # 3. nothing fits: the smallest shortfall
-expect_bad() {
-    what=$1; msg=$2; shift 2
-    "$@" >"$D/stdout" 2>"$D/stderr"
-    rc=$?
-    if [ $rc -ne 2 ]; then fail "$what: exit status $rc, expected 2"; cat "$D/stderr"; return; fi
-    if ! grep -qF -- "$msg" "$D/stderr"; then fail "$what: message lacks '$msg'"; cat "$D/stderr"; return; fi
-    echo "ok: refused $what: $(grep -F -- "$msg" "$D/stderr" | head -n 1 | cut -c1-160)"
-}
-expect_bad "ct_plan, nothing fits" "smallest shortfall" env POCL_DEVICES="pthread pthread" \
+expect_refusal "ct_plan, nothing fits" "smallest shortfall" env POCL_DEVICES="pthread pthread" \
     "$PLAN" $MODEL --devices-per-rank 2 --reps 1 --mem-cap-gb 0.0001
-expect_bad "train_gpt --layout auto, nothing fits" "smallest shortfall" env \
+expect_refusal "train_gpt --layout auto, nothing fits" "smallest shortfall" env \
     POCL_DEVICES="pthread pthread" "$TRAIN" $ARGS --devices-per-rank 2 --layout auto \
     --mem-cap-gb 0.0001 --metrics "$D/bad.jsonl"
 [ -s "$D/bad.jsonl" ] && fail "train_gpt --layout auto started training although nothing fits"
 
 # 4. bad input
-expect_bad "--layout maybe" "--layout must be manual or auto" "$TRAIN" $ARGS --layout maybe
-expect_bad "ct_plan --workers 8 without links" "give --links FILE" env POCL_DEVICES=pthread \
+expect_refusal "--layout maybe" "--layout must be manual or auto" "$TRAIN" $ARGS --layout maybe
+expect_refusal "ct_plan --workers 8 without links" "give --links FILE" env POCL_DEVICES=pthread \
     "$PLAN" $MODEL --workers 8
-expect_bad "ct_plan --workers 3 over 2 per rank" "not a multiple of --devices-per-rank 2" env \
+expect_refusal "ct_plan --workers 3 over 2 per rank" "not a multiple of --devices-per-rank 2" env \
     POCL_DEVICES=pthread "$PLAN" $MODEL --workers 3 --devices-per-rank 2 --no-calibrate
 if [ -f "$D/links.txt" ]; then
-    expect_bad "ct_plan --workers 2 --links from one worker, tp free" "timing tp 2's pieces needs 2 workers" \
+    expect_refusal "ct_plan --workers 2 --links from one worker, tp free" "timing tp 2's pieces needs 2 workers" \
         env POCL_DEVICES=pthread "$PLAN" $MODEL --workers 2 --links "$D/links.txt" --reps 1
 fi
-expect_bad "ct_plan --links missing" "cannot open it" env POCL_DEVICES=pthread "$PLAN" $MODEL \
+expect_refusal "ct_plan --links missing" "cannot open it" env POCL_DEVICES=pthread "$PLAN" $MODEL \
     --workers 2 --links "$D/none.txt"
-expect_bad "ct_plan --tp 3 (no layout)" "no layout of 2 workers" env POCL_DEVICES=pthread \
+expect_refusal "ct_plan --tp 3 (no layout)" "no layout of 2 workers" env POCL_DEVICES=pthread \
     "$PLAN" $MODEL --workers 2 --tp 3 --no-calibrate
-expect_bad "ct_plan --top 0" "--top needs a whole number >= 1" "$PLAN" $MODEL --top 0
-expect_bad "ct_plan --bogus" "unknown" "$PLAN" $MODEL --bogus 1
+expect_refusal "ct_plan --top 0" "--top needs a whole number >= 1" "$PLAN" $MODEL --top 0
+expect_refusal "ct_plan --bogus" "unknown" "$PLAN" $MODEL --bogus 1
 
-if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
-echo "all passed"
+finish

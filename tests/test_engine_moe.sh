@@ -31,27 +31,20 @@
 #    and gradient norms bitwise those of --recompute none, on one device, as threads dp 4 (ep 2)
 #    ZeRO-1, as ranks dp 2 (ep 2) and under pp 2 (1F1B); the memory records predicted == allocated.
 # part: "all" (default), "threads", "ranks", "mixed", "resume", "files", "refuse", "recompute", "tp".
-set -u
+. "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
 PART=${3:-all}
-D=$(mktemp -d /tmp/ct_test_moe.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-PY=/usr/bin/python3
-export OMP_WAIT_POLICY=passive
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
-$PY -c "open('$D/text.txt','w').write('the quick brown fox jumps over the lazy dog. ' * 300)"
+text_file 300
 ARGS="--layers 2 --heads 2 --dim 32 --seq 16 --batch 8 --total-batch 256 --steps 20 \
       --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 --eval-every 0 \
       --peak-tflops 1 --experts 4 --top-k 2 --capacity-factor 1.0 --aux-loss 0.05"
 
-# compare REF.jsonl OTHER.jsonl "what" [first_step [tp]]: losses within 1e-5 relative, the same
-# routing (aux within 1e-5, drop fraction and max load equal), the moe records consistent (rows
-# per worker adding up to tp x the choices kept).
-compare() {
+# compare_moe REF.jsonl OTHER.jsonl "what" [first_step [tp]]: lib.sh's compare for experts: losses
+# within 1e-5 relative, the same routing (aux within 1e-5, drop fraction and max load equal), the
+# moe records consistent (rows per worker adding up to tp x the choices kept).
+compare_moe() {
     if $PY - "$1" "$2" "$3" "${4:-0}" "${5:-1}" <<'EOF'; then :; else fail "$3"; fi
 import json, sys
 def recs(p, t):
@@ -136,41 +129,6 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
-# run NAME RANKS DEVICES_PER_RANK POCL_COUNT args...
-run_once() {
-    name=$1; nr=$2; dpr=$3; npocl=$4; shift 4
-    pd=$(for i in $(seq "$npocl"); do printf 'pthread '; done)
-    if [ "$nr" -gt 1 ]; then
-        POCL_DEVICES="$pd" "$MPIEXEC" -n "$nr" "$TRAIN" $ARGS --metrics "$D/$name.jsonl" "$@" \
-            >"$D/$name.log" 2>&1
-    else
-        POCL_DEVICES="$pd" "$TRAIN" $ARGS --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1
-    fi
-    return $?
-}
-
-# PoCL 3.1 with several of its devices in one process aborts now and then in its process-wide
-# cache of compiled kernels (pocl_release_dlhandle_cache: Assertion `found->ref_count > 0'), more
-# often with experts (seen in 1 of ~30 four-device MoE runs here, and in bench_moe). A defect of
-# PoCL, not of this engine: such a run is started once more, said loudly; any other failure, or
-# the same abort twice, fails the test.
-run() {
-    run_once "$@"
-    rc=$?
-    if [ $rc -ne 0 ] && grep -q 'pocl_release_dlhandle_cache' "$D/$1.log"; then
-        echo "NOTE: $1: PoCL aborted in pocl_release_dlhandle_cache (a PoCL defect); running it again"
-        rm -f "$D/$1.jsonl"
-        run_once "$@"
-        rc=$?
-    fi
-    if [ $rc -ne 0 ]; then fail "$1: exit status $rc"; tail -n 5 "$D/$1.log"; return 1; fi
-    return 0
-}
-
-need_ref() {
-    [ -f "$D/ref.jsonl" ] || run ref 1 1 1 || { echo "FAIL: no reference"; exit 1; }
-}
-
 # layouts KIND RANKS DEVICES_PER_RANK: dp 2 ep 2, dp 4 ep 4, dp 4 ep 2, each ZeRO 0 and 1
 layouts() {
     kind=$1; nr=$2; dpr=$3
@@ -180,9 +138,9 @@ layouts() {
         [ $((nr * dpr)) -eq "$dp" ] || continue
         for z in 0 1; do
             name="${kind}_dp${dp}_ep${ep}_z${z}"
-            run "$name" "$nr" "$dpr" "$dpr" --dp "$dp" --ep "$ep" --devices-per-rank "$dpr" \
+            train "$name" "$nr" "$dpr" --dp "$dp" --ep "$ep" \
                 --zero "$z" &&
-                compare "$D/ref.jsonl" "$D/$name.jsonl" "$kind ${nr}x${dpr} dp $dp ep $ep ZeRO-$z" &&
+                compare_moe "$D/ref.jsonl" "$D/$name.jsonl" "$kind ${nr}x${dpr} dp $dp ep $ep ZeRO-$z" &&
                 memcheck "$D/$name.jsonl" "$dp" "$ep" "$z" && predcheck "$D/$name.jsonl"
         done
     done
@@ -192,10 +150,10 @@ if want threads; then
     need_ref
     layouts threads 1 2
     layouts threads 1 4
-    run pp2 1 2 2 --pp 2 --devices-per-rank 2 && compare "$D/ref.jsonl" "$D/pp2.jsonl" "threads pp 2" &&
+    train pp2 1 2 --pp 2 && compare_moe "$D/ref.jsonl" "$D/pp2.jsonl" "threads pp 2" &&
         predcheck "$D/pp2.jsonl"
-    run pp2dp2 1 4 4 --pp 2 --dp 2 --ep 2 --zero 1 --devices-per-rank 4 &&
-        compare "$D/ref.jsonl" "$D/pp2dp2.jsonl" "threads dp 2 (ep 2) x pp 2 ZeRO-1" &&
+    train pp2dp2 1 4 --pp 2 --dp 2 --ep 2 --zero 1 &&
+        compare_moe "$D/ref.jsonl" "$D/pp2dp2.jsonl" "threads dp 2 (ep 2) x pp 2 ZeRO-1" &&
         predcheck "$D/pp2dp2.jsonl"
 fi
 if want ranks; then
@@ -209,18 +167,18 @@ if want mixed; then
 fi
 if want resume; then
     need_ref
-    if run w4 1 4 4 --dp 4 --ep 2 --zero 1 --devices-per-rank 4 --save "$D/ck" --save-every 10; then
-        run res1 1 1 1 --resume "$D/ck/ckpt_00000010.bin" &&
-            compare "$D/ref.jsonl" "$D/res1.jsonl" "resume dp 4 ep 2 ZeRO-1 -> 1 device" 10
-        run res2 1 2 2 --dp 2 --ep 2 --devices-per-rank 2 --resume "$D/ck/ckpt_00000010.bin" &&
-            compare "$D/ref.jsonl" "$D/res2.jsonl" "resume -> threads dp 2 ep 2" 10
-        run res4 4 1 1 --dp 4 --ep 4 --zero 1 --resume "$D/ck/ckpt_00000010.bin" &&
-            compare "$D/ref.jsonl" "$D/res4.jsonl" "resume -> ranks dp 4 ep 4 ZeRO-1" 10
+    if train w4 1 4 --dp 4 --ep 2 --zero 1 --save "$D/ck" --save-every 10; then
+        train res1 1 1 --resume "$D/ck/ckpt_00000010.bin" &&
+            compare_moe "$D/ref.jsonl" "$D/res1.jsonl" "resume dp 4 ep 2 ZeRO-1 -> 1 device" 10
+        train res2 1 2 --dp 2 --ep 2 --resume "$D/ck/ckpt_00000010.bin" &&
+            compare_moe "$D/ref.jsonl" "$D/res2.jsonl" "resume -> threads dp 2 ep 2" 10
+        train res4 4 1 --dp 4 --ep 4 --zero 1 --resume "$D/ck/ckpt_00000010.bin" &&
+            compare_moe "$D/ref.jsonl" "$D/res4.jsonl" "resume -> ranks dp 4 ep 4 ZeRO-1" 10
     fi
 fi
 if want files; then
     # an expert-parallel run's model, with evaluation and samples (collective under EP)
-    if run f1 1 2 2 --dp 2 --ep 2 --devices-per-rank 2 --steps 4 --eval-every 2 --sample-len 8 \
+    if train f1 1 2 --dp 2 --ep 2 --steps 4 --eval-every 2 --sample-len 8 \
            --sample-every 2 --save-model "$D/moe.safetensors"; then
         if grep -q "val loss" "$D/f1.log" && grep -q -- "---- sample at step 2" "$D/f1.log"; then
             echo "ok: evaluation and sampling under expert parallelism"
@@ -245,16 +203,16 @@ print("%s: python reads moe.safetensors with json + numpy: %d tensors, fcw %s, m
 sys.exit(0 if ok else 1)
 EOF
         # --init from it, save again: the same bytes
-        run f2 1 1 1 --init "$D/moe.safetensors" --steps 0 --save-model "$D/moe2.safetensors" &&
+        train f2 1 1 --init "$D/moe.safetensors" --steps 0 --save-model "$D/moe2.safetensors" &&
             if cmp -s "$D/moe.safetensors" "$D/moe2.safetensors"; then
                 echo "ok: --init moe.safetensors then --save-model gives the same bytes"
             else fail "moe safetensors round trip changed the file"; fi
     fi
     # a dense model in both formats
     DENSE="--experts 0"
-    if run d1 1 1 1 $DENSE --steps 3 --save-model "$D/dense.safetensors" &&
-       run d2 1 1 1 $DENSE --steps 3 --save-model "$D/dense.bin"; then
-        run d3 1 1 1 $DENSE --init "$D/dense.safetensors" --steps 0 --save-model "$D/dense2.bin" &&
+    if train d1 1 1 $DENSE --steps 3 --save-model "$D/dense.safetensors" &&
+       train d2 1 1 $DENSE --steps 3 --save-model "$D/dense.bin"; then
+        train d3 1 1 $DENSE --init "$D/dense.safetensors" --steps 0 --save-model "$D/dense2.bin" &&
             if cmp -s "$D/dense.bin" "$D/dense2.bin"; then
                 echo "ok: a dense model: safetensors -> --init -> llm.c file, the same bytes"
             else fail "dense safetensors -> llm.c changed the parameters"; fi
@@ -300,12 +258,7 @@ write("range", edit(lambda h: h["lnfb"].__setitem__("data_offsets", [len(data) -
 write("meta", edit(lambda h: h["__metadata__"].pop("top_k")))
 EOF
     bad_file() {
-        what=$1; msg=$2
-        "$TRAIN" $ARGS --init "$D/$what.safetensors" --metrics "$D/bad.jsonl" >"$D/stdout" 2>"$D/stderr"
-        rc=$?
-        if [ $rc -ne 2 ]; then fail "damaged file $what: status $rc"; cat "$D/stderr"; return; fi
-        if ! grep -qF -- "$msg" "$D/stderr"; then fail "damaged file $what: message lacks '$msg'"; cat "$D/stderr"; return; fi
-        echo "ok: refused $what (status 2): $(head -n 1 "$D/stderr" | cut -c1-160)"
+        expect_refusal "$1" "$2" "$TRAIN" $ARGS --init "$D/$1.safetensors" --metrics "$D/bad.jsonl"
     }
     bad_file notjson "not valid JSON"
     bad_file missing 'tensor "qkvb"'
@@ -316,59 +269,39 @@ EOF
     bad_file meta '"top_k"'
 fi
 if want refuse; then
-    # expect_bad "what" "message part" RANKS POCL args...
-    expect_bad() {
-        what=$1; msg=$2; nr=$3; npocl=$4; shift 4
-        pd=$(for i in $(seq "$npocl"); do printf 'pthread '; done)
-        if [ "$nr" -gt 1 ]; then
-            POCL_DEVICES="$pd" "$MPIEXEC" -n "$nr" "$TRAIN" $ARGS --metrics "$D/bad.jsonl" "$@" \
-                >"$D/stdout" 2>"$D/stderr"
-        else
-            POCL_DEVICES="$pd" "$TRAIN" $ARGS --metrics "$D/bad.jsonl" "$@" >"$D/stdout" 2>"$D/stderr"
-        fi
-        rc=$?
-        # status 2 (mpiexec passes on a non-zero status of its own)
-        if [ $rc -eq 0 ] || { [ "$nr" -eq 1 ] && [ $rc -ne 2 ]; }; then
-            fail "$what: status $rc"; cat "$D/stderr"; return
-        fi
-        if ! grep -qF -- "$msg" "$D/stderr"; then fail "$what: message lacks '$msg'"; cat "$D/stderr"; return; fi
-        if [ -s "$D/bad.jsonl" ]; then fail "$what: metrics written (work started)"; return; fi
-        rm -f "$D/bad.jsonl"
-        echo "ok: refused $what (status $rc): $(grep -F -- "$msg" "$D/stderr" | head -n 1 | cut -c1-150)"
-    }
-    expect_bad "ep not dividing dp" "--ep 3 does not divide --dp 4" 1 4 --dp 4 --ep 3 --devices-per-rank 4
-    expect_bad "ep not dividing E" "--ep 4 does not divide the 6 experts" 1 4 --dp 4 --ep 4 --experts 6 --devices-per-rank 4
-    expect_bad "ep without experts" "--ep needs a mixture of experts" 1 2 --dp 2 --ep 2 --experts 0 --devices-per-rank 2
-    expect_bad "top-k above E" "--top-k 5 is above --experts 4" 1 1 --top-k 5
-    expect_bad "top-k 0" "--top-k must be >= 1" 1 1 --top-k 0
-    expect_bad "negative capacity" "--capacity-factor must be >= 0" 1 1 --capacity-factor -1
-    expect_bad "negative aux" "--aux-loss must be >= 0" 1 1 --aux-loss -0.5
-    expect_bad "experts with ZeRO-2" "experts with --zero 2 are not built" 1 2 --dp 2 --zero 2 --devices-per-rank 2
-    expect_bad "experts with zb1" "experts with --schedule zb1 are not built" 1 2 --pp 2 --schedule zb1 --devices-per-rank 2
-    expect_bad "experts into an llm.c file" "llm.c's model format has no place for experts" 1 1 --save-model "$D/x.bin"
-    expect_bad "ranks: ep not dividing dp" "--ep 4 does not divide --dp 2" 2 1 --dp 2 --ep 4
+    refused "ep not dividing dp" "--ep 3 does not divide --dp 4" 1 4 --dp 4 --ep 3 --devices-per-rank 4
+    refused "ep not dividing E" "--ep 4 does not divide the 6 experts" 1 4 --dp 4 --ep 4 --experts 6 --devices-per-rank 4
+    refused "ep without experts" "--ep needs a mixture of experts" 1 2 --dp 2 --ep 2 --experts 0 --devices-per-rank 2
+    refused "top-k above E" "--top-k 5 is above --experts 4" 1 1 --top-k 5
+    refused "top-k 0" "--top-k must be >= 1" 1 1 --top-k 0
+    refused "negative capacity" "--capacity-factor must be >= 0" 1 1 --capacity-factor -1
+    refused "negative aux" "--aux-loss must be >= 0" 1 1 --aux-loss -0.5
+    refused "experts with ZeRO-2" "experts with --zero 2 are not built" 1 2 --dp 2 --zero 2 --devices-per-rank 2
+    refused "experts with zb1" "experts with --schedule zb1 are not built" 1 2 --pp 2 --schedule zb1 --devices-per-rank 2
+    refused "experts into an llm.c file" "llm.c's model format has no place for experts" 1 1 --save-model "$D/x.bin"
+    refused "ranks: ep not dividing dp" "--ep 4 does not divide --dp 2" 2 1 --dp 2 --ep 4
 fi
 
 if want tp; then
     need_ref
-    run tp2 1 2 2 --tp 2 --devices-per-rank 2 &&
-        compare "$D/ref.jsonl" "$D/tp2.jsonl" "threads tp 2" 0 2 && predcheck "$D/tp2.jsonl"
-    run tp2sp 2 1 1 --tp 2 --sequence-parallel 1 &&
-        compare "$D/ref.jsonl" "$D/tp2sp.jsonl" "ranks tp 2 SP" 0 2 && predcheck "$D/tp2sp.jsonl"
-    if run tp2dp2 1 4 4 --tp 2 --dp 2 --ep 2 --zero 1 --devices-per-rank 4 --save "$D/cktp" \
+    train tp2 1 2 --tp 2 &&
+        compare_moe "$D/ref.jsonl" "$D/tp2.jsonl" "threads tp 2" 0 2 && predcheck "$D/tp2.jsonl"
+    train tp2sp 2 1 --tp 2 --sequence-parallel 1 &&
+        compare_moe "$D/ref.jsonl" "$D/tp2sp.jsonl" "ranks tp 2 SP" 0 2 && predcheck "$D/tp2sp.jsonl"
+    if train tp2dp2 1 4 --tp 2 --dp 2 --ep 2 --zero 1 --save "$D/cktp" \
             --save-every 10; then
-        compare "$D/ref.jsonl" "$D/tp2dp2.jsonl" "threads tp 2 x dp 2 (ep 2) ZeRO-1" 0 2 &&
+        compare_moe "$D/ref.jsonl" "$D/tp2dp2.jsonl" "threads tp 2 x dp 2 (ep 2) ZeRO-1" 0 2 &&
             predcheck "$D/tp2dp2.jsonl"
-        run tpres 1 2 2 --dp 2 --ep 2 --devices-per-rank 2 --resume "$D/cktp/ckpt_00000010.bin" &&
-            compare "$D/ref.jsonl" "$D/tpres.jsonl" "resume tp 2 x dp 2 (ep 2) -> dp 2 (ep 2)" 10
+        train tpres 1 2 --dp 2 --ep 2 --resume "$D/cktp/ckpt_00000010.bin" &&
+            compare_moe "$D/ref.jsonl" "$D/tpres.jsonl" "resume tp 2 x dp 2 (ep 2) -> dp 2 (ep 2)" 10
     fi
-    if run tp2dp2sp 2 2 2 --tp 2 --dp 2 --ep 2 --sequence-parallel 1 --devices-per-rank 2; then
-        compare "$D/ref.jsonl" "$D/tp2dp2sp.jsonl" "mixed 2x2 tp 2 x dp 2 (ep 2) SP" 0 2 &&
+    if train tp2dp2sp 2 2 --tp 2 --dp 2 --ep 2 --sequence-parallel 1; then
+        compare_moe "$D/ref.jsonl" "$D/tp2dp2sp.jsonl" "mixed 2x2 tp 2 x dp 2 (ep 2) SP" 0 2 &&
             predcheck "$D/tp2dp2sp.jsonl"
         # recomputation under TP with experts: the recomputed forward repeats the SP gathers
         for mode in attention block; do
-            run "tp2dp2sp_$mode" 2 2 2 --tp 2 --dp 2 --ep 2 --sequence-parallel 1 \
-                --devices-per-rank 2 --recompute "$mode" &&
+            train "tp2dp2sp_$mode" 2 2 --tp 2 --dp 2 --ep 2 --sequence-parallel 1 \
+                --recompute "$mode" &&
                 bitwise "$D/tp2dp2sp.jsonl" "$D/tp2dp2sp_$mode.jsonl" "mixed tp 2 x dp 2 (ep 2) SP, recompute $mode" &&
                 predcheck "$D/tp2dp2sp_$mode.jsonl"
         done
@@ -378,24 +311,23 @@ fi
 if want recompute; then
     need_ref
     for mode in attention block; do
-        run "rc1_$mode" 1 1 1 --recompute "$mode" &&
+        train "rc1_$mode" 1 1 --recompute "$mode" &&
             bitwise "$D/ref.jsonl" "$D/rc1_$mode.jsonl" "one device, recompute $mode" &&
             predcheck "$D/rc1_$mode.jsonl"
     done
-    # rc_layout NAME WHAT RANKS DEVICES_PER_RANK POCL args: the none run, then attention and block
+    # rc_layout NAME WHAT RANKS DEVICES_PER_RANK args: the none run, then attention and block
     rc_layout() {
-        nm=$1; what=$2; nr=$3; dpr=$4; npocl=$5; shift 5
-        run "${nm}_none" "$nr" "$dpr" "$npocl" "$@" || return
+        nm=$1; what=$2; nr=$3; dpr=$4; shift 4
+        train "${nm}_none" "$nr" "$dpr" "$@" || return
         for mode in attention block; do
-            run "${nm}_$mode" "$nr" "$dpr" "$npocl" "$@" --recompute "$mode" &&
+            train "${nm}_$mode" "$nr" "$dpr" "$@" --recompute "$mode" &&
                 bitwise "$D/${nm}_none.jsonl" "$D/${nm}_$mode.jsonl" "$what, recompute $mode" &&
                 predcheck "$D/${nm}_$mode.jsonl"
         done
     }
-    rc_layout thr "threads dp 4 (ep 2) ZeRO-1" 1 4 4 --dp 4 --ep 2 --zero 1 --devices-per-rank 4
-    rc_layout rk "ranks dp 2 (ep 2)" 2 1 1 --dp 2 --ep 2
-    rc_layout pp "threads pp 2 (1F1B)" 1 2 2 --pp 2 --schedule 1f1b --devices-per-rank 2
+    rc_layout thr "threads dp 4 (ep 2) ZeRO-1" 1 4 --dp 4 --ep 2 --zero 1
+    rc_layout rk "ranks dp 2 (ep 2)" 2 1 --dp 2 --ep 2
+    rc_layout pp "threads pp 2 (1F1B)" 1 2 --pp 2 --schedule 1f1b
 fi
 
-if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
-echo "all passed"
+finish

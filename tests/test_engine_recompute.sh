@@ -14,39 +14,15 @@
 # 3. Refused with status 2 and a message before any work: an unknown mode, block with zb1,
 #    attention with zb1 on the fused path ("refuse").
 # part: "all" (default), "single", "dp", "tp", "pp", "refuse".
-set -u
+. "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
 PART=${3:-all}
-D=$(mktemp -d /tmp/ct_test_recompute.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-PY=/usr/bin/python3
-export OMP_WAIT_POLICY=passive
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
-$PY -c "open('$D/text.txt','w').write('the quick brown fox jumps over the lazy dog. ' * 300)"
+text_file 300
 ARGS="--layers 4 --heads 4 --dim 32 --seq 16 --batch 8 --total-batch 256 --steps 10 \
       --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 --eval-every 0 \
       --peak-tflops 1 --bucket-mb 0.03"
-
-# run NAME RANKS "POCL_DEVICES" ARGS...: train_gpt (under mpiexec when RANKS > 1).
-run() {
-    name=$1 nr=$2 pd=$3
-    shift 3
-    if [ "$nr" -gt 1 ]; then
-        POCL_DEVICES="$pd" "$MPIEXEC" -n "$nr" "$TRAIN" $ARGS --metrics "$D/$name.jsonl" "$@" \
-            >"$D/$name.log" 2>&1
-    else
-        POCL_DEVICES="$pd" "$TRAIN" $ARGS --metrics "$D/$name.jsonl" "$@" >"$D/$name.log" 2>&1
-    fi
-    rc=$?
-    if [ $rc -ne 0 ]; then
-        fail "$name: exit $rc"; tail -5 "$D/$name.log"; return 1
-    fi
-    return 0
-}
 
 # same NONE OTHER WHAT: the losses and norms of every step identical as written (9 significant
 # digits, which tell floats apart); the memory records' predictions equal what is allocated;
@@ -85,50 +61,37 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
-# modes NAME RANKS "POCL_DEVICES" ARGS...: none, attention and block (or those given in MODES).
+# modes NAME RANKS DEVICES_PER_RANK ARGS...: none, attention and block (or those given in MODES).
 modes() {
-    mn=$1 mr=$2 mpd=$3
+    mn=$1 mr=$2 mdpr=$3
     shift 3
-    run "${mn}_none" "$mr" "$mpd" --recompute none "$@" || return
+    train "${mn}_none" "$mr" "$mdpr" --recompute none "$@" || return
     for m in ${MODES:-attention block}; do
-        run "${mn}_$m" "$mr" "$mpd" --recompute "$m" "$@" &&
+        train "${mn}_$m" "$mr" "$mdpr" --recompute "$m" "$@" &&
             same "${mn}_none" "${mn}_$m" "$mn --recompute $m"
     done
 }
 
 if want single; then
-    modes gemm 1 pthread
-    modes fused 1 pthread --attention fused
+    modes gemm 1 1
+    modes fused 1 1 --attention fused
 fi
 if want dp; then
-    modes dp2_threads_z1 1 "pthread pthread" --dp 2 --devices-per-rank 2 --zero 1
-    MODES=block modes dp2_ranks_z3 2 pthread --dp 2 --zero 3
+    modes dp2_threads_z1 1 2 --dp 2 --zero 1
+    MODES=block modes dp2_ranks_z3 2 1 --dp 2 --zero 3
 fi
 if want tp; then
-    modes tp2_sp 1 "pthread pthread" --tp 2 --devices-per-rank 2 --sequence-parallel 1
+    modes tp2_sp 1 2 --tp 2 --sequence-parallel 1
 fi
 if want pp; then
-    modes pp2_1f1b 1 "pthread pthread" --pp 2 --devices-per-rank 2 --schedule 1f1b
-    MODES=attention modes pp2_zb1 1 "pthread pthread" --pp 2 --devices-per-rank 2 --schedule zb1
+    modes pp2_1f1b 1 2 --pp 2 --schedule 1f1b
+    MODES=attention modes pp2_zb1 1 2 --pp 2 --schedule zb1
 fi
 if want refuse; then
-    # refused NAME "message part" ARGS...: status 2, the message, no metrics written
-    refused() {
-        name=$1 msg=$2
-        shift 2
-        POCL_DEVICES="pthread pthread" "$TRAIN" $ARGS --metrics "$D/$name.jsonl" "$@" \
-            >"$D/$name.log" 2>&1
-        rc=$?
-        if [ $rc -ne 2 ] || ! grep -q -- "$msg" "$D/$name.log" || [ -s "$D/$name.jsonl" ]; then
-            fail "$name: exit $rc (want 2) with '$msg'"; cat "$D/$name.log"
-        else
-            echo "ok: refused $name: $(grep -- "$msg" "$D/$name.log" | head -1 | cut -c1-150)"
-        fi
-    }
-    refused mode "--recompute must be none, attention or block" --recompute blocks
-    refused zb1_block "split backward" --recompute block --pp 2 --devices-per-rank 2 --schedule zb1
-    refused zb1_fused "drop nothing" --recompute attention --attention fused --pp 2 \
+    refused mode "--recompute must be none, attention or block" 1 2 --recompute blocks
+    refused zb1_block "split backward" 1 2 --recompute block --pp 2 --devices-per-rank 2 \
+        --schedule zb1
+    refused zb1_fused "drop nothing" 1 2 --recompute attention --attention fused --pp 2 \
         --devices-per-rank 2 --schedule zb1
 fi
-[ $fails -eq 0 ] && echo "test_engine_recompute ($PART): all passed" || echo "test_engine_recompute ($PART): $fails failed"
-exit $((fails > 0))
+finish

@@ -5,16 +5,10 @@
 # actions (forward, backward with their micro-batch), the op groups (attention, mlp, loss) and the
 # optimizer; communication on its own lane under data parallelism. Bad --trace-steps and a
 # --trace in a missing directory are refused with status 2.
-set -u
+. "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
-D=$(mktemp -d /tmp/ct_test_trace.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-PY=/usr/bin/python3
-export OMP_WAIT_POLICY=passive
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-$PY -c "open('$D/text.txt','w').write('the quick brown fox jumps over the lazy dog. ' * 100)"
+text_file 100
 ARGS="--layers 2 --heads 2 --dim 32 --seq 16 --batch 4 --total-batch 128 --steps 5 \
       --text $D/text.txt --sample-len 0 --eval-every 0 --peak-tflops 1"
 
@@ -51,30 +45,12 @@ sys.exit(0 if ok else 1)
 PYEOF
 }
 
-run() { # NAME RANKS args...
-    name=$1; nr=$2; shift 2
-    if [ "$nr" -gt 1 ]; then
-        "$MPIEXEC" -n "$nr" "$TRAIN" $ARGS "$@" >"$D/$name.log" 2>&1
-    else
-        "$TRAIN" $ARGS "$@" >"$D/$name.log" 2>&1
-    fi
-    rc=$?
-    [ $rc -eq 0 ] || { fail "$name: exit status $rc"; tail -n 5 "$D/$name.log"; return 1; }
-}
-
-run one 1 --trace "$D/one.json" && check "$D/one.json" 1 3 "1 device, last three steps"
-POCL_DEVICES="pthread pthread" run threads 1 --dp 2 --devices-per-rank 2 --trace "$D/th.json" \
-    --trace-steps 1:2 && check "$D/th.json" 2 2 "dp 2 as threads, steps 1:2"
-run ranks 2 --dp 2 --zero 1 --trace "$D/rk.json" && check "$D/rk.json" 2 3 "dp 2 as ranks, ZeRO-1"
+train one 1 1 --trace "$D/one.json" && check "$D/one.json" 1 3 "1 device, last three steps"
+train threads 1 2 --dp 2 --trace "$D/th.json" --trace-steps 1:2 &&
+    check "$D/th.json" 2 2 "dp 2 as threads, steps 1:2"
+train ranks 2 1 --dp 2 --zero 1 --trace "$D/rk.json" && check "$D/rk.json" 2 3 "dp 2 as ranks, ZeRO-1"
 
 for bad in "--trace-steps 3" "--trace-steps 4:2" "--trace $D/nowhere/t.json"; do
-    "$TRAIN" $ARGS $bad >"$D/bad.log" 2>&1
-    rc=$?
-    if [ $rc -eq 2 ] && grep -q -- "--trace" "$D/bad.log"; then
-        echo "ok: refused $bad: $(grep error "$D/bad.log" | head -n 1)"
-    else
-        fail "$bad: status $rc"; cat "$D/bad.log"
-    fi
+    refused "$bad" "--trace" 1 1 $bad
 done
-[ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
-echo "all trace checks passed"
+finish

@@ -9,15 +9,10 @@
 #    with a checkpoint at N, resumed from it; (b) N steps, save, resume to 2N, against 2N in one
 #    run; with gradient accumulation and shuffling on.
 # 3. The llm.c model file written by --save-model is read back by --init and by sample_gpt.
-set -u
+. "$(dirname "$0")/lib.sh"
 TRAIN=$1
 SAMPLE=$2
-D=$(mktemp -d /tmp/ct_test_train_cli.XXXXXX)
-trap 'rm -rf "$D"' EXIT
-PY=/usr/bin/python3
-fails=0
 checks=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # Small, fast settings shared by every run.
 TINY="--layers 1 --heads 2 --dim 16 --seq 8 --batch 2 --sample-len 0 --eval-every 0 --peak-tflops 1"
@@ -284,5 +279,5 @@ else
     fail "sample_gpt --checkpoint"; cat "$D/err"
 fi
 
-echo "test_train_cli: $checks checks, $fails failed"
-[ $fails -eq 0 ]
+echo "test_train_cli: $checks checks"
+finish
