@@ -4,12 +4,8 @@
 # (the last argument) and a value that is not a number are refused with status 2 and a message
 # on stderr naming the flag. (A lone trailing flag was once silently ignored by two benches,
 # which then ran for minutes with their defaults.)
-set -u
+. "$(dirname "$0")/lib.sh"
 BIN=$1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-D=$(mktemp -d /tmp/ct_test_cli.XXXXXX)
-trap 'rm -rf "$D"' EXIT
 # program and one flag it takes with a number: the missing-value and non-number cases use it
 for pf in "train_gpt --steps" "sample_gpt --len" "ct_plan --workers" "ct_pipeline --pp" \
           "ct_tune --budget" "bench_train --steps" "bench_gemm --reps" "bench_plan --steps" \
@@ -35,5 +31,4 @@ for pf in "train_gpt --steps" "sample_gpt --len" "ct_plan --workers" "ct_pipelin
     fi
     echo "ok: $p: --help 0; unknown flag, $flag without a value, $flag x1 refused with 2: $(head -n 1 "$D/err" | cut -c1-80)"
 done
-if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
-echo "all passed"
+finish
