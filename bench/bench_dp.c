@@ -123,8 +123,10 @@ static int flag_num(const char *flag, const char *v, double *out) {
     return 1;
 }
 
-static const char *const usage = "usage: bench_dp [--devices-per-rank N] [--overlap 0|1] [--zero 0-3] [--steps S] [--layers L]\n"
-    "         [--dim C] [--heads NH] [--seq T] [--batch B] [--bucket-mb X] [--base-ms X]\n"
+static const char *const usage =
+    "usage: bench_dp [--devices-per-rank N] [--overlap 0|1] [--zero 0-3] [--steps S]\n"
+    "         [--layers L] [--dim C] [--heads NH] [--seq T] [--batch B] [--bucket-mb X]\n"
+    "         [--base-ms X]\n"
     "  the data-parallel step split into compute, exposed communication and the rest\n"
     "  (see bench/bench_dp.c)\n";
 

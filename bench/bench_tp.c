@@ -210,10 +210,12 @@ static int flag_num(const char *flag, const char *v, double *out) {
     return 1;
 }
 
-static const char *const usage = "usage: bench_tp [--devices-per-rank N] [--sp 0|1] [--steps S] [--warmup W] [--layers L] [--dim C]\n"
-    "         [--heads NH] [--seq T] [--batch B] [--vocab V] [--verbose 0|1]\n"
-    "  one TP group of ranks x N workers: the step split into compute, exposed TP communication\n"
-    "  and the rest; bytes per worker against the formula; activation memory (see bench/bench_tp.c)\n";
+static const char *const usage =
+    "usage: bench_tp [--devices-per-rank N] [--sp 0|1] [--steps S] [--warmup W] [--layers L]\n"
+    "         [--dim C] [--heads NH] [--seq T] [--batch B] [--vocab V] [--verbose 0|1]\n"
+    "  one TP group of ranks x N workers: the step split into compute, exposed TP\n"
+    "  communication and the rest; bytes per worker against the formula; activation memory\n"
+    "  (see bench/bench_tp.c)\n";
 
 int main(int argc, char **argv) {
     bopts o = {1, 0, 3, 1, 4, 256, 4, 256, 4, 50257, 0};

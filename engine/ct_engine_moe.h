@@ -99,19 +99,20 @@ typedef struct ct_moe_weights {
     ct_view routerw, fcw, fcb, fcprojw, fcprojb;
 } ct_moe_weights;
 
-/* y (B,T,C) "=" the layer of x (B,T,C) (under TP: this worker's partial sum). saved: the block's region of the slot (block_floats),
- * kept until its backward; scratch: the layer's scratch (scratch_floats, shared). The routing is
- * recorded under (slot, block) for the backward and counted under layer in the statistics.
- * Collective over the EP group. Reads the routing counts back (the device is waited for). */
+/* y (B,T,C) "=" the layer of x (B,T,C) (under TP: this worker's partial sum). saved: the block's
+ * region of the slot (block_floats), kept until its backward; scratch: the layer's scratch
+ * (scratch_floats, shared). The routing is recorded under (slot, block) for the backward and
+ * counted under layer in the statistics. Collective over the EP group. Reads the routing counts
+ * back (the device is waited for). */
 ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, ct_view saved,
                          ct_view scratch, ct_view x, const ct_moe_weights *w, int B, int T);
-/* dx (B,T,C) "=" the gradient of x (under TP: this worker's partial sum); dw "+=" the parameters' gradients, of the objective
- * sum(y * dy) + loss_scale * alpha * aux given dy (B,T,C) (which carries the loss scale already:
- * it comes from the head's backward), for the slot's last forward of the block. The experts'
- * weight gradients are of the EP group's mean objective (1 / ep times the sum over the group's
- * workers' rows): averaged over the workers holding the same experts they are the data-parallel
- * mean, as the router's and every dense gradient averaged over DP are. Collective over the EP
- * group. */
+/* dx (B,T,C) "=" the gradient of x (under TP: this worker's partial sum); dw "+=" the parameters'
+ * gradients, of the objective sum(y * dy) + loss_scale * alpha * aux given dy (B,T,C) (which
+ * carries the loss scale already: it comes from the head's backward), for the slot's last forward
+ * of the block. The experts' weight gradients are of the EP group's mean objective (1 / ep times
+ * the sum over the group's workers' rows): averaged over the workers holding the same experts they
+ * are the data-parallel mean, as the router's and every dense gradient averaged over DP are.
+ * Collective over the EP group. */
 ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_moe_weights *dw,
                           ct_view dy, ct_view saved, ct_view scratch, ct_view x,
                           const ct_moe_weights *w, float loss_scale);

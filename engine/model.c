@@ -874,8 +874,12 @@ static ct_status block_run(ct_model *m, int slot, int l, int recompute) {
             ct_moe_forward(m->moe, slot, (int)k, l, XV(proj),
                            ct_view_of(am, slot_base(m, slot) + m->ar.s.moe + k * m->ar.lmoe),
                            XV(moex), xin, &w, B, T));
-        if (m->sp) RUN(CT_PROF_moe_fwd, ct_tp_reduce_scatter(m->dev, m->tp, XV(proj), XV(proj), rowC));
-        else if (m->tp) RUN(CT_PROF_moe_fwd, ct_tp_allreduce(m->dev, m->tp, XV(proj), XV(proj), rowC, CT_OP_SUM));
+        if (m->sp)
+            RUN(CT_PROF_moe_fwd,
+                ct_tp_reduce_scatter(m->dev, m->tp, XV(proj), XV(proj), rowC));
+        else if (m->tp)
+            RUN(CT_PROF_moe_fwd,
+                ct_tp_allreduce(m->dev, m->tp, XV(proj), XV(proj), rowC, CT_OP_SUM));
     } else if (!recompute) {
         RUN(CT_PROF_matmul_fcproj_fwd,
             ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), fchg, PV(fcprojw, l),
@@ -1046,8 +1050,11 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
         RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)pos(m, l), XV(dA), &dw, dy, saved,
                                              XV(moex), xin, &w, ss->loss_scale));
         /* TP: the partial input gradients summed (SP: each worker its rows of the sum) */
-        if (m->sp) RUN(CT_PROF_moe_bwd, ct_tp_reduce_scatter(m->dev, m->tp, XV(dA), XV(dA), rowC));
-        else if (m->tp) RUN(CT_PROF_moe_bwd, ct_tp_allreduce(m->dev, m->tp, XV(dA), XV(dA), rowC, CT_OP_SUM));
+        if (m->sp)
+            RUN(CT_PROF_moe_bwd, ct_tp_reduce_scatter(m->dev, m->tp, XV(dA), XV(dA), rowC));
+        else if (m->tp)
+            RUN(CT_PROF_moe_bwd,
+                ct_tp_allreduce(m->dev, m->tp, XV(dA), XV(dA), rowC, CT_OP_SUM));
     } else {
         RUN(CT_PROF_matmul_fcproj_bwd,
             ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(fcprojw, l), GV(fcprojb, l), XV(dres),

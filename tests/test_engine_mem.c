@@ -277,7 +277,8 @@ static void test_layouts(void) {
         /* experts under tp 2: each expert split as the dense MLP is (fc by rows, fcproj by
          * columns, fcprojb whole); the router, like the LayerNorms, whole on every worker */
         ct_layout tpe = {1, 2, 1, 0, 1};
-        size_t E = 4, tsplit = 64 * C + L * (3 * C * C + 3 * C + C * C) + L * E * (8 * C * C + 4 * C);
+        size_t E = 4;
+        size_t tsplit = 64 * C + L * (3 * C * C + 3 * C + C * C) + L * E * (8 * C * C + 4 * C);
         size_t twhole = 32 * C + L * (4 * C + C + 2 * E * C) + 2 * C;
         CT_ASSERT_EQ_INT(tsplit + twhole, dense + 4 * ex); /* the same model, counted by split */
         ct_mem_predict e3;

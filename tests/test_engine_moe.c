@@ -339,7 +339,8 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     double *fpw = rnd(16, Ez * F * C, 0.3), *fpb = rnd(17, Ez * C, 0.1);
     if (lc->ties) memcpy(wr + C, wr, sizeof(double) * C);
     if (lc->skew) {
-        for (size_t i = 0; i < BT; i++) x[i * C] = 1.0 + 0.1 * x[i * C];
+        for (size_t i = 0; i < BT; i++)
+            x[i * C] = 1.0 + 0.1 * x[i * C];
         wr[0] = 6.0;
     }
     round_f(x, BT * C), round_f(dy, BT * C), round_f(wr, Ez * C);
@@ -356,7 +357,12 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     c->at = 0;
     float *h;
     ct_moe_weights w, dw;
-#define PUTV(v, src, n)                                                                                do {                                                                                                   h = tof((src), (n));                                                                               (v) = put(c, h, (n));                                                                              free(h);                                                                                       } while (0)
+#define PUTV(v, src, n)                                                                            \
+    do {                                                                                           \
+        h = tof((src), (n));                                                                       \
+        (v) = put(c, h, (n));                                                                      \
+        free(h);                                                                                   \
+    } while (0)
     ct_view vx, vdy, vy = put(c, NULL, BT * C), vdx = put(c, NULL, BT * C);
     PUTV(vx, x, BT * C);
     PUTV(vdy, dy, BT * C);
@@ -395,8 +401,8 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     double *rwr = rg, *rfcw = rwr + Ez * C, *rfcb = rfcw + Ez * F * C, *rfpw = rfcb + Ez * F;
     double *rfpb = rfpw + Ez * F * C;
     double aux = ct_ref_moe_forward(ry, x, wr, fcw, fcb, fpw, fpb, B, T, C, E, K, cap);
-    ct_ref_moe_backward(rdx, rwr, rfcw, rfcb, rfpw, rfpb, dy, x, wr, fcw, fcb, fpw, fpb, B, T, C,
-                        E, K, cap, lc->alpha * lc->scale);
+    ct_ref_moe_backward(rdx, rwr, rfcw, rfcb, rfpw, rfpb, dy, x, wr, fcw, fcb, fpw, fpb, B, T, C, E,
+                        K, cap, lc->alpha * lc->scale);
     /* the reference's slices of the split gradients */
     double *qfcw = malloc(Ez * Fl * C * sizeof(double)), *qfcb = malloc(Ez * Fl * sizeof(double));
     double *qfpw = malloc(Ez * C * Fl * sizeof(double));
@@ -409,7 +415,12 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     float *y = get(c, vy, BT * C), *dx = get(c, vdx, BT * C);
     CLOSE(y, ry, BT * C, 2e-5, "%s (tp %d, worker %d): y", lc->name, N, r);
     CLOSE(dx, rdx, BT * C, 5e-5, "%s (tp %d, worker %d): dx", lc->name, N, r);
-#define CHECKT(field, ref, n, what)                                                                    do {                                                                                                   float *d_ = get(c, dw.field, (n));                                                                 CLOSE(d_, (ref), (n), 5e-5, "%s (tp %d, worker %d): %s", lc->name, N, r, what);                    free(d_);                                                                                      } while (0)
+#define CHECKT(field, ref, n, what)                                                                \
+    do {                                                                                           \
+        float *d_ = get(c, dw.field, (n));                                                         \
+        CLOSE(d_, (ref), (n), 5e-5, "%s (tp %d, worker %d): %s", lc->name, N, r, what);            \
+        free(d_);                                                                                  \
+    } while (0)
     CHECKT(routerw, rwr, Ez * C, "d routerw (whole)");
     CHECKT(fcw, qfcw, Ez * Fl * C, "d fcw (slice)");
     CHECKT(fcb, qfcb, Ez * Fl, "d fcb (slice)");
@@ -421,7 +432,8 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     CT_ASSERT_MSG(fabs(s.aux - aux) <= 1e-5 * fabs(aux) + 1e-7, "%s (tp): aux %.9g, reference %.9g",
                   lc->name, s.aux, aux);
     double routed = 0;
-    for (int e = 0; e < E; e++) routed += s.routed[e];
+    for (int e = 0; e < E; e++)
+        routed += s.routed[e];
     CT_ASSERT_EQ_INT((long long)routed, r == 0 ? (long long)(BT * K) : 0LL);
     if (r == 0 && ct_test_failures == fails0)
         printf("%-28s tp %d: y, dx (summed over TP), whole and sliced gradients within tolerance; "
