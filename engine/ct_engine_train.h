@@ -325,7 +325,7 @@ ct_status ct_train_mem_predict(const ct_train_params *p, const ct_gpt_config *cf
 ct_status ct_train_config(const ct_train_params *p, int argc, char **argv, ct_gpt_config *cfg,
                           ct_err *err);
 /* What the layouts support with a mixture of experts (cfg->experts > 0), the checks
- * ct_train_run_open makes: ep divides E, no --tp, ZeRO 0 or 1, no zb1, a safetensors
+ * ct_train_run_open makes: ep divides E, ZeRO 0 or 1, no zb1, a safetensors
  * --save-model; --ep > 1 needs experts. CT_ERR_ARG naming the flag. */
 ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg, ct_sched_kind kind,
                              ct_err *err);
