@@ -226,8 +226,8 @@ typedef struct ct_plan_estimate {
     double comm_ms;      /* exposed communication (TP, pipeline staging, DP, ZeRO), busiest stage */
     double comm_share;   /* comm_ms / step_ms */
     double opt_ms;
-    double tp_bytes, dp_bytes, pp_bytes; /* per worker per step, sent (busiest worker); tp_bytes
-                                            holds EP's all-to-alls too (MoE: no TP) */
+    double tp_bytes, dp_bytes, pp_bytes; /* per worker per step, sent (busiest worker) */
+    double ep_bytes;                     /* the same for EP's all-to-alls (MoE) */
 } ct_plan_estimate;
 
 /* Pure: the step time of `l` from `c`. CT_ERR_ARG when c lacks a cost l needs (names it). */

@@ -640,8 +640,9 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
                              first * (k->embed_fwd + k->embed_bwd - k->tp_embed) +
                              last * (k->head_fwd + k->head_bwd - k->tp_head));
         tp_stage[q] = m * (nb * (k->tp_block + 2 * ep_blk) + first * k->tp_embed + last * k->tp_head);
-        double tpb = m * (nb * (tpbytes_blk + ep_bytes_blk) + first * tpbytes_emb + last * tpbytes_head);
+        double tpb = m * (nb * tpbytes_blk + first * tpbytes_emb + last * tpbytes_head);
         if (tpb > out->tp_bytes) out->tp_bytes = tpb;
+        if (m * nb * ep_bytes_blk > out->ep_bytes) out->ep_bytes = m * nb * ep_bytes_blk;
     }
     /* the sends are on every stage alike: comm cost of the first stage's channel */
     for (int q = 0; q < N; q++) sc[q].comm = sc[0].comm;
@@ -831,9 +832,9 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
     if (r->mem_note[0]) fprintf(f, "memory: %s\n", r->mem_note);
     fprintf(f, "%d layouts, %d fit%s\n", r->n, r->nfit,
             r->nfit == r->n ? "" : " (the others are listed after them)");
-    fprintf(f, "%4s  %-26s %11s %10s %10s %7s %6s %8s %9s %9s %9s\n", "rank", "layout",
+    fprintf(f, "%4s  %-26s %11s %10s %10s %7s %6s %8s %9s %9s %9s%s\n", "rank", "layout",
             "mem/worker", "step ms", "tokens/s", "bubble", "comm", "comp ms", "TP MB", "DP MB",
-            "PP MB");
+            "PP MB", pb->cfg.experts > 0 ? "     EP MB" : "");
     int shown = 0;
     for (int i = 0; i < r->n && shown < top; i++, shown++) {
         const ct_plan_entry *e = &r->e[i];
@@ -841,10 +842,12 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
         ct_plan_layout_name(&e->lay, name, sizeof name);
         if (e->mem_known) snprintf(mem, sizeof mem, "%.1f MiB", mib(e->mem.total));
         else snprintf(mem, sizeof mem, "?");
-        fprintf(f, "%4d%s %-26s %11s %10.2f %10.0f %7.3f %5.0f%% %8.2f %9.3f %9.3f %9.3f\n", i + 1,
+        fprintf(f, "%4d%s %-26s %11s %10.2f %10.0f %7.3f %5.0f%% %8.2f %9.3f %9.3f %9.3f", i + 1,
                 e->fits ? " " : "!", name, mem, e->est.step_ms, e->est.tokens_per_s, e->est.bubble,
                 100 * e->est.comm_share, e->est.compute_ms, e->est.tp_bytes / 1e6,
                 e->est.dp_bytes / 1e6, e->est.pp_bytes / 1e6);
+        if (pb->cfg.experts > 0) fprintf(f, " %9.3f", e->est.ep_bytes / 1e6);
+        fputc('\n', f);
     }
     if (r->nfit > 0) {
         char name[96], flags[256];
@@ -902,10 +905,10 @@ void ct_plan_print_json(FILE *f, const ct_plan_problem *pb, const ct_plan_costs 
         fprintf(f,
                 "],\"step_ms\":%.4f,\"tokens_per_s\":%.2f,\"compute_ms\":%.4f,\"bubble\":%.5f,"
                 "\"comm_ms\":%.4f,\"comm_share\":%.5f,\"opt_ms\":%.4f,\"tp_bytes\":%.0f,"
-                "\"dp_bytes\":%.0f,\"pp_bytes\":%.0f}",
+                "\"dp_bytes\":%.0f,\"pp_bytes\":%.0f,\"ep_bytes\":%.0f}",
                 e->est.step_ms, e->est.tokens_per_s, e->est.compute_ms, e->est.bubble,
                 e->est.comm_ms, e->est.comm_share, e->est.opt_ms, e->est.tp_bytes, e->est.dp_bytes,
-                e->est.pp_bytes);
+                e->est.pp_bytes, e->est.ep_bytes);
     }
     fprintf(f, "],\"chosen\":");
     if (r->nfit > 0) {

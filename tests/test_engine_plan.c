@@ -207,6 +207,33 @@ static void test_time_model(void) {
         CT_ASSERT_NEAR(e.compute_ms, m * (L * 3.5 + 0.625 + 1.75), 1e-9);
         ct_plan_costs_free(&c);
     }
+    /* 5. experts under TP: tp 2 x dp 2 (ep 2). TP's bytes as in 4 (the experts' TP sums are the
+     * dense MLP's), EP's apart: per block and micro-batch four all-to-alls of K b T C floats, each
+     * worker sending (ep-1)/ep of them; each all-to-all (over the ep workers of one TP rank) is
+     * staged, its link cost added to every block's forward and backward twice */
+    {
+        int m = 2, L = 3, T = 16, C = 32, B = 8, b = 4, K = 2;
+        ct_plan_problem pb = problem(L, 4, C, 256, T, B, m, 4, 4);
+        pb.cfg.experts = 4, pb.cfg.top_k = K;
+        ct_plan_costs c = zero_costs(b, 2, 0);
+        c.comp[0].block_fwd = 2.0, c.comp[0].block_bwd = 3.0;
+        add_link(&c, CT_COLL_ALLREDUCE, 2, CT_PLACE_THREADS, 0, 0);
+        add_link(&c, CT_COLL_ALLREDUCE, 4, CT_PLACE_THREADS, 0, 0);
+        add_link(&c, CT_COLL_ALLTOALL, 2, CT_PLACE_THREADS, 0.25, 0);
+        ct_plan_layout l = {2, 2, 1, 2, 0, CT_SCHED_TRIVIAL, 1, 0};
+        CT_ASSERT_OK(ct_plan_predict(&pb, &l, &c, &e, &err), err.msg);
+        double act = (double)b * T * C * 4;
+        CT_ASSERT_NEAR(e.tp_bytes, m * (L * 4 * act + act + act + 3.0 * b * T * 4), 1e-6);
+        CT_ASSERT_NEAR(e.ep_bytes, m * L * 4 * K * act * 0.5, 1e-6);
+        /* the blocks' compute plus 2 staged all-to-alls (0.25 ms each) in each block's forward
+         * and backward, m micro-batches; the optimizer and the DP links are free here */
+        CT_ASSERT_NEAR(e.step_ms, m * L * (5.0 + 4 * 0.25), 1e-9);
+        l.ep = 1; /* no EP: no all-to-all, no EP bytes */
+        CT_ASSERT_OK(ct_plan_predict(&pb, &l, &c, &e, &err), err.msg);
+        CT_ASSERT_NEAR(e.ep_bytes, 0, 0);
+        CT_ASSERT_NEAR(e.step_ms, m * L * 5.0, 1e-9);
+        ct_plan_costs_free(&c);
+    }
 }
 
 static void test_fit_and_table(void) {
