@@ -261,10 +261,12 @@ ct_status ct_model_tp_check(const ct_gpt_config *c, int N, int sp, int T, ct_err
 }
 
 /* Floats of each of the TP pieces' two host staging buffers: the largest transfer, a (B,T,C)
- * activation or the loss statistics (3 per token). */
+ * activation, the loss statistics (3 per token) or a MoE layer's gate gradients (K per token). */
 static size_t tp_staging_floats(const ct_gpt_config *cfg, int B, int T) {
     size_t BTC = (size_t)B * T * (size_t)cfg->channels, BT3 = 3 * (size_t)B * T;
-    return BTC > BT3 ? BTC : BT3;
+    size_t BTK = cfg->experts > 0 ? (size_t)B * T * (size_t)cfg->top_k : 0;
+    size_t n = BTC > BT3 ? BTC : BT3;
+    return n > BTK ? n : BTK;
 }
 
 /* The MoE layer's configuration for this model (cfg->experts > 0), nb blocks per slot, checked

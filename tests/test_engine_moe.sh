@@ -26,7 +26,8 @@
 #    (the moe records' rows per worker add up to tp x the choices kept: each TP worker computes
 #    its slice of every kept choice); memory predicted == allocated; a checkpoint written at
 #    tp 2 x dp 2 (ep 2) resumes at dp 2 (ep 2) on the reference curve; recomputation (attention,
-#    block) under tp 2 x dp 2 (ep 2) with SP bitwise the losses of none.
+#    block) under tp 2 x dp 2 (ep 2) with SP bitwise the losses of none; top-6 of 8 experts at
+#    C = 4 under tp 2 (more gate gradients per token than channels) against its own one device.
 # 5. Recomputation with MoE blocks (--recompute attention, block): the losses, auxiliary losses
 #    and gradient norms bitwise those of --recompute none, on one device, as threads dp 4 (ep 2)
 #    ZeRO-1, as ranks dp 2 (ep 2) and under pp 2 (1F1B); the memory records predicted == allocated.
@@ -306,6 +307,12 @@ if want tp; then
                 predcheck "$D/tp2dp2sp_$mode.jsonl"
         done
     fi
+    # more choices per token than channels (K = 6 of 8 experts, C = 4): the gates' gradients
+    # summed over TP (B T K floats) outgrow a (B,T,C) activation in the TP staging
+    KC="--dim 4 --experts 8 --top-k 6"
+    train refkc 1 1 $KC && train tpkc 1 2 $KC --tp 2 &&
+        compare_moe "$D/refkc.jsonl" "$D/tpkc.jsonl" "threads tp 2, top-6 of 8 experts at C = 4" 0 2 &&
+        predcheck "$D/tpkc.jsonl"
 fi
 
 if want recompute; then
