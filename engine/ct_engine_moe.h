@@ -118,7 +118,8 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
                           const ct_moe_weights *w, float loss_scale);
 
 /* What the forwards since the last reset routed (this worker's rows; counts summed over the
- * forwards) and what its experts computed. */
+ * forwards; under TP the routed and kept counts on TP rank 0 only, as every TP worker routes the
+ * same tokens) and what its experts computed. */
 typedef struct ct_moe_stats {
     int layers, experts;
     const double *routed; /* [layers * experts]: choices routed to each expert, before dropping */
