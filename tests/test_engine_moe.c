@@ -327,6 +327,21 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
     free(ry), free(rdx), free(rg), free(scr_wr), free(junk), free(y), free(dx);
 }
 
+/* TP rank r's slices of E experts' fc (rows [r Fl, (r+1) Fl) of each (F, C) fcw and F fcb) and
+ * fcproj (the same columns of each (C, F) fcproj): as params.c lays a worker's slices out. */
+static void expert_slices(double **fcw, double **fcb, double **fpw, const double *wfc,
+                          const double *bfc, const double *wfp, size_t E, size_t F, size_t Fl,
+                          size_t C, size_t r) {
+    *fcw = malloc(E * Fl * C * sizeof(double)), *fcb = malloc(E * Fl * sizeof(double));
+    *fpw = malloc(E * C * Fl * sizeof(double));
+    for (size_t e = 0; e < E; e++) {
+        memcpy(*fcw + e * Fl * C, wfc + e * F * C + r * Fl * C, Fl * C * sizeof(double));
+        memcpy(*fcb + e * Fl, bfc + e * F + r * Fl, Fl * sizeof(double));
+        for (size_t o = 0; o < C; o++)
+            memcpy(*fpw + (e * C + o) * Fl, wfp + (e * C + o) * F + r * Fl, Fl * sizeof(double));
+    }
+}
+
 /* The layer over a TP group of N workers (see the header). */
 static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     int N = ct_comm_size(tpc), r = ct_comm_rank(tpc);
@@ -345,15 +360,8 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     }
     round_f(x, BT * C), round_f(dy, BT * C), round_f(wr, Ez * C);
     round_f(fcw, Ez * F * C), round_f(fcb, Ez * F), round_f(fpw, Ez * F * C), round_f(fpb, Ez * C);
-    /* this worker's slices: fc rows [r Fl, (r+1) Fl) of each expert, fcproj's columns alike */
-    double *sfcw = malloc(Ez * Fl * C * sizeof(double)), *sfcb = malloc(Ez * Fl * sizeof(double));
-    double *sfpw = malloc(Ez * C * Fl * sizeof(double));
-    for (size_t e = 0; e < Ez; e++) {
-        memcpy(sfcw + e * Fl * C, fcw + e * F * C + r * Fl * C, Fl * C * sizeof(double));
-        memcpy(sfcb + e * Fl, fcb + e * F + r * Fl, Fl * sizeof(double));
-        for (size_t o = 0; o < (size_t)C; o++)
-            memcpy(sfpw + (e * C + o) * Fl, fpw + (e * C + o) * F + r * Fl, Fl * sizeof(double));
-    }
+    double *sfcw, *sfcb, *sfpw; /* this worker's slices */
+    expert_slices(&sfcw, &sfcb, &sfpw, fcw, fcb, fpw, Ez, F, Fl, (size_t)C, (size_t)r);
     c->at = 0;
     float *h;
     ct_moe_weights w, dw;
@@ -403,15 +411,8 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     double aux = ct_ref_moe_forward(ry, x, wr, fcw, fcb, fpw, fpb, B, T, C, E, K, cap);
     ct_ref_moe_backward(rdx, rwr, rfcw, rfcb, rfpw, rfpb, dy, x, wr, fcw, fcb, fpw, fpb, B, T, C, E,
                         K, cap, lc->alpha * lc->scale);
-    /* the reference's slices of the split gradients */
-    double *qfcw = malloc(Ez * Fl * C * sizeof(double)), *qfcb = malloc(Ez * Fl * sizeof(double));
-    double *qfpw = malloc(Ez * C * Fl * sizeof(double));
-    for (size_t e = 0; e < Ez; e++) {
-        memcpy(qfcw + e * Fl * C, rfcw + e * F * C + r * Fl * C, Fl * C * sizeof(double));
-        memcpy(qfcb + e * Fl, rfcb + e * F + r * Fl, Fl * sizeof(double));
-        for (size_t o = 0; o < (size_t)C; o++)
-            memcpy(qfpw + (e * C + o) * Fl, rfpw + (e * C + o) * F + r * Fl, Fl * sizeof(double));
-    }
+    double *qfcw, *qfcb, *qfpw; /* the reference's slices of the split gradients */
+    expert_slices(&qfcw, &qfcb, &qfpw, rfcw, rfcb, rfpw, Ez, F, Fl, (size_t)C, (size_t)r);
     float *y = get(c, vy, BT * C), *dx = get(c, vdx, BT * C);
     CLOSE(y, ry, BT * C, 2e-5, "%s (tp %d, worker %d): y", lc->name, N, r);
     CLOSE(dx, rdx, BT * C, 5e-5, "%s (tp %d, worker %d): dx", lc->name, N, r);
