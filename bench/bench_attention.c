@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
             alloc(dev, &b.qkvr, 3 * BTC, "qkvr") || alloc(dev, &b.att, A, "att") ||
             alloc(dev, &b.vacc, BTC, "vaccum") || alloc(dev, &b.dout, BTC, "dout") ||
             alloc(dev, &b.dinp, 3 * BTC, "dinp") || alloc(dev, &b.dqkvr, 3 * BTC, "dqkvr") ||
-            alloc(dev, &b.datt, 2 * A, "datt") || alloc(dev, &b.dvacc, BTC, "dvaccum") ||
+            alloc(dev, &b.datt, A, "datt") || alloc(dev, &b.dvacc, BTC, "dvaccum") ||
             alloc(dev, &b.lse, BNT, "lse") || alloc(dev, &b.dsum, BNT, "dsum")) {
             bufs_free(&b);
             rc = 1;

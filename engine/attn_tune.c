@@ -59,7 +59,7 @@ static ct_status bufs_alloc(ct_device *dev, attn_bufs *b, int gemm, int B, int T
     ALLOC(dsum, BNT)
     if (gemm) {
         ALLOC(qkvr, 3 * BTC) ALLOC(att, A) ALLOC(vacc, BTC) ALLOC(dqkvr, 3 * BTC)
-        ALLOC(datt, 2 * A) ALLOC(dvacc, BTC)
+        ALLOC(datt, A) ALLOC(dvacc, BTC)
     }
 #undef ALLOC
     /* inputs of a few units: softmax rows neither flat nor one-hot */

@@ -121,13 +121,15 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
  * so a recomputation before the backward (ct_model_plan.recompute) gives the forward's bits. */
 ct_status ct_attention_probs(ct_device *dev, ct_view att /* (B,NH,T,T) = */,
                              ct_view qkvr /* (3,B,NH,T,hs) */, int B, int T, int C, int NH);
-/* Scratch: dqkvr (3,B,NH,T,hs), datt (2,B,NH,T,T) (the score gradient and a transposed copy),
- * dvaccum (B,NH,T,hs). */
+/* Scratch: dqkvr (3,B,NH,T,hs), datt (B,NH,T,T) (the score gradient), dvaccum (B,NH,T,hs).
+ * att is consumed: it comes back holding each (T,T) matrix transposed (transposed in place for
+ * the products with att^T and dscores^T, instead of into another (B,NH,T,T) of scratch). */
 ct_status ct_attention_backward(ct_device *dev, ct_view dinp /* (B,T,3C) = */,
-                                ct_view dqkvr /* scratch */, ct_view datt /* (2,B,NH,T,T) scratch */,
+                                ct_view dqkvr /* scratch */, ct_view datt /* (B,NH,T,T) scratch */,
                                 ct_view dvaccum /* scratch */, ct_view dout /* (B,T,C) */,
-                                ct_view qkvr /* (3,B,NH,T,hs) */, ct_view att /* (B,NH,T,T) */,
-                                int B, int T, int C, int NH);
+                                ct_view qkvr /* (3,B,NH,T,hs) */,
+                                ct_view att /* (B,NH,T,T), left transposed */, int B, int T, int C,
+                                int NH);
 
 /* ---- the same attention fused (engine/kernels/attention_fused.cl): an online softmax over key
  * blocks, no (B,NH,T,T) tensor. Saved for backward: the input qkv itself (B,T,3C), the output and

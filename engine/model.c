@@ -158,10 +158,11 @@ static void plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, i
     REGION(x, dres, rowC);
     REGION(x, dA, BT * (F > C ? F : C));
     REGION(x, dB, BT * (F > Cq ? F : Cq));
-    REGION(x, dqkvr, g * BT * Cq);
-    REGION(x, datt, fused ? att : 2 * att); /* the score gradient and a transposed copy; fused:
-                                               rowsum(dout * out) */
-    REGION(x, dvaccum, g * BT * Ca);
+    REGION(x, datt, att); /* the score gradient; fused: rowsum(dout * out) */
+    /* the attention backward's head-major temporaries share the forward's: each is written and
+     * read within one forward or one attention backward call, and a worker runs those one at a
+     * time (a recomputed forward ends before its backward starts) */
+    x->dqkvr = x->qkv, x->dvaccum = x->vaccum;
     REGION(x, xfull, spx * BTC);
     REGION(x, dfull, spx * BTC);
     REGION(x, stats, tpx * 3 * BT);

@@ -289,21 +289,23 @@ ct_status ct_matmul_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_v
 
 /* ------------------------------------------------------------------ attention */
 
-/* C_i = A_i^T . B_i for the (T,T) matrices A_i, i < BNH, through an explicit transpose into
- * `scratch` and a non-transposed batched GEMM. Why not SgemmStridedBatched with a transposed A:
- * CLBlast 1.5.3 returns wrong results for a transposed A at a non-zero offset once m >= 128 (seen
- * on PoCL with the shipped CPU parameters; offset 0, or the same shapes through one Sgemm per
- * matrix, are right), and one Sgemm per matrix costs ~0.1 ms of call overhead each (1152 calls
- * per step at GPT-2 124M). The attention test covers T = 130 and 256 for this reason. */
+/* C_i = A_i^T . B_i for the (T,T) matrices A_i, i < BNH, through a transpose of A in place (A is
+ * left transposed) and a non-transposed batched GEMM. Why not SgemmStridedBatched with a
+ * transposed A: CLBlast 1.5.3 returns wrong results for a transposed A at a non-zero offset once
+ * m >= 128 (seen on PoCL with the shipped CPU parameters; offset 0, or the same shapes through one
+ * Sgemm per matrix, are right), and one Sgemm per matrix costs ~0.1 ms of call overhead each (1152
+ * calls per step at GPT-2 124M). In place rather than into a copy: a copy is another (B,NH,T,T)
+ * of scratch (192 MiB at GPT-2 124M's B 4, T 1024), and both callers' A is dead after its use.
+ * The attention test covers T = 130 and 256 for the bug's sake. */
 static ct_status gemm_tn_square_batched(ct_device *dev, size_t T, size_t n, ct_view a, ct_view b,
                                         size_t ldb, size_t sb, ct_view c, size_t ldc, size_t sc,
-                                        size_t BNH, ct_view scratch) {
-    karg args[] = {KMEM(scratch), KMEM(a), KINT(BNH), KINT(T)};
-    ct_status st = launch2(dev, "attention", "transpose_square", T, BNH * T, 64, args,
+                                        size_t BNH) {
+    karg args[] = {KMEM(a), KINT(BNH), KINT(T)};
+    ct_status st = launch2(dev, "attention", "transpose_square_inplace", T, BNH * T, 64, args,
                            NARGS(args));
     if (st != CT_OK) return st;
-    return ct_gemm_strided_batched(dev, 0, 0, T, n, T, 1.0f, scratch.mem, scratch.off, T, T * T,
-                                   b.mem, b.off, ldb, sb, 0.0f, c.mem, c.off, ldc, sc, BNH, NULL);
+    return ct_gemm_strided_batched(dev, 0, 0, T, n, T, 1.0f, a.mem, a.off, T, T * T, b.mem, b.off,
+                                   ldb, sb, 0.0f, c.mem, c.off, ldc, sc, BNH, NULL);
 }
 
 /* The forward's probabilities alone: the same GEMM and softmax calls ct_attention_forward makes
@@ -368,17 +370,17 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
                                  dvaccum.off, (size_t)hs, Ths, qkvr.mem, qkvr.off + 2 * part,
                                  (size_t)hs, Ths, 0.0f, datt.mem, datt.off, (size_t)T, TT, BNH, NULL);
     if (st != CT_OK) return st;
-    /* dv (T,hs) = att^T (T,T) . dvaccum (T,hs) */
-    st = gemm_tn_square_batched(dev, (size_t)T, (size_t)hs, att, dvaccum, (size_t)hs, Ths,
-                                ct_view_at(dqkvr, 2 * part), (size_t)hs, Ths, BNH,
-                                ct_view_at(datt, BNH * TT));
-    if (st != CT_OK) return st;
     {
         float scale = 1.0f / sqrtf((float)hs);
         karg a[] = {KMEM(datt), KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
         st = launch(dev, "attention", "softmax_causal_backward", BNH * T, 64, a, NARGS(a));
         if (st != CT_OK) return st;
     }
+    /* dv (T,hs) = att^T (T,T) . dvaccum (T,hs): after the softmax backward, the last reader of
+     * att as it is (the transpose is done in place) */
+    st = gemm_tn_square_batched(dev, (size_t)T, (size_t)hs, att, dvaccum, (size_t)hs, Ths,
+                                ct_view_at(dqkvr, 2 * part), (size_t)hs, Ths, BNH);
+    if (st != CT_OK) return st;
     /* dq (T,hs) = dpre (T,T) . k (T,hs) */
     st = ct_gemm_strided_batched(dev, 0, 0, (size_t)T, (size_t)hs, (size_t)T, 1.0f, datt.mem,
                                  datt.off, (size_t)T, TT, qkvr.mem, qkvr.off + part, (size_t)hs, Ths,
@@ -386,8 +388,7 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
     if (st != CT_OK) return st;
     /* dk (T,hs) = dpre^T (T,T) . q (T,hs) */
     st = gemm_tn_square_batched(dev, (size_t)T, (size_t)hs, datt, qkvr, (size_t)hs, Ths,
-                                ct_view_at(dqkvr, part), (size_t)hs, Ths, BNH,
-                                ct_view_at(datt, BNH * TT));
+                                ct_view_at(dqkvr, part), (size_t)hs, Ths, BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(dinp), KMEM(dqkvr), KINT(B), KINT(T), KINT(NH), KINT(hs)};
     return launch2(dev, "attention", "heads_to_qkv", (size_t)C, (size_t)B * T, 256, a, NARGS(a));

@@ -194,7 +194,7 @@ static void test_vs_gemm(int B, int T, int NH, int hs) {
     dt inp = dt_make(3 * BTC, 1.5, 0), dout = dt_make(BTC, 1, 0);
     dt o1 = dt_make(BTC, 0, 7.0f), qkvr = dt_make(3 * BTC, 0, 0), att = dt_make(A, 0, 0);
     dt vacc = dt_make(BTC, 0, 0), d1 = dt_make(3 * BTC, 0, 7.0f), dq = dt_make(3 * BTC, 0, 0);
-    dt datt = dt_make(2 * A, 0, 0), dva = dt_make(BTC, 0, 0);
+    dt datt = dt_make(A, 0, 0), dva = dt_make(BTC, 0, 0);
     dt o2 = dt_make(BTC, 0, 7.0f), lse = dt_make(BNT, 0, 0), d2 = dt_make(3 * BTC, 0, 7.0f);
     dt ds = dt_make(BNT, 0, 0);
     CT_ASSERT_OK(ct_attention_forward(g_dev, o1.v, qkvr.v, att.v, inp.v, vacc.v, B, T, C, NH),

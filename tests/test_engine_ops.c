@@ -191,6 +191,8 @@ static void test_attention(int B, int T, int C, int NH) {
     close_to("attention_forward out", &out, ro, ATOL, RTOL);
     close_to("attention_forward att (incl. exact zeros above the diagonal)", &att, ra, 1e-6, RTOL);
     dt dout = dt_make(BTC, 1, 0), dinp = dt_make(3 * BTC, 0, 7.0);
+    /* datt: the backward's scratch is one (B,NH,T,T); a second one after it, filled with 7,
+     * must come back untouched */
     dt dqkvr = dt_make(3 * BTC, 0, 7.0), datt = dt_make(2 * A, 0, 7.0), dvacc = dt_make(BTC, 0, 7.0);
     memset(dinp.d, 0, dinp.n * sizeof(double));
     CT_ASSERT_OK(ct_attention_backward(g_dev, dinp.v, dqkvr.v, datt.v, dvacc.v, dout.v, qkvr.v,
@@ -199,6 +201,21 @@ static void test_attention(int B, int T, int C, int NH) {
     ct_ref_attention_backward(dinp.d, dout.d, inp.d, ra, B, T, C, NH);
     dt_read(&dinp);
     close_to("attention_backward dinp", &dinp, dinp.d, 1e-4, RTOL);
+    dt_read(&datt);
+    size_t beyond = 0;
+    for (size_t i = A; i < 2 * A; i++) beyond += datt.h[i] != 7.0f;
+    CT_ASSERT(beyond == 0);
+    /* att comes back as its transpose (the backward transposes it in place): the same bits */
+    float *before = malloc(A * sizeof(float));
+    memcpy(before, att.h, A * sizeof(float));
+    dt_read(&att);
+    size_t moved = 0;
+    for (size_t m = 0; m < (size_t)B * NH; m++)
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++)
+                moved += att.h[(m * T + i) * T + j] != before[(m * T + j) * T + i];
+    CT_ASSERT(moved == 0);
+    free(before);
     free(ro); free(ra);
     dt_free(&inp); dt_free(&out); dt_free(&qkvr); dt_free(&att); dt_free(&vacc);
     dt_free(&dout); dt_free(&dinp); dt_free(&dqkvr); dt_free(&datt); dt_free(&dvacc);

@@ -86,13 +86,17 @@ __kernel void softmax_causal_backward(__global float *datt, ulong datt_off,
     for (int j = t + 1; j < T; j++) da[j] = 0.0f;
 }
 
-/* out (BNH,T,T) = transpose of each (T,T) matrix of inp; 2-D range (column c, row bh*T + r):
- * out[bh][r][c] = inp[bh][c][r]. */
-__kernel void transpose_square(__global float *out, ulong out_off, __global const float *inp,
-                               ulong inp_off, int BNH, int T) {
+/* Each (T,T) matrix of buf (BNH of them) transposed in place; 2-D range (column c, row
+ * bh*T + r): the work-item above the diagonal (c > r) swaps its element with its mirror, the others
+ * do nothing, so every pair is swapped once. */
+__kernel void transpose_square_inplace(__global float *buf, ulong off, int BNH, int T) {
     uint c = (uint)get_global_id(0), row = (uint)get_global_id(1);
     if (c >= (uint)T || row >= (uint)(BNH * T)) return;
     uint bh = row / (uint)T, r = row - bh * (uint)T;
-    size_t base = (size_t)bh * T * T;
-    out[out_off + base + (size_t)r * T + c] = inp[inp_off + base + (size_t)c * T + r];
+    if (c <= r) return;
+    size_t base = off + (size_t)bh * T * T, up = base + (size_t)r * T + c, lo = base + (size_t)c * T + r;
+    float x = buf[up];
+    buf[up] = buf[lo];
+    buf[lo] = x;
 }
+
