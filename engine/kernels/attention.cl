@@ -94,9 +94,9 @@ __kernel void transpose_square_inplace(__global float *buf, ulong off, int BNH, 
     if (c >= (uint)T || row >= (uint)(BNH * T)) return;
     uint bh = row / (uint)T, r = row - bh * (uint)T;
     if (c <= r) return;
-    size_t base = off + (size_t)bh * T * T, up = base + (size_t)r * T + c, lo = base + (size_t)c * T + r;
+    size_t base = off + (size_t)bh * T * T;
+    size_t up = base + (size_t)r * T + c, lo = base + (size_t)c * T + r;
     float x = buf[up];
     buf[up] = buf[lo];
     buf[lo] = x;
 }
-
