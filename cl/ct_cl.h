@@ -98,7 +98,8 @@ typedef struct ct_device_opts {
     const char *cache_dir; /* program binary cache; NULL = $XDG_CACHE_HOME/cltrain or
                               ~/.cache/cltrain; "" disables the disk cache */
     const char *tune_dir;  /* stored tuning results; NULL = <cache_dir>/tune */
-    int row_groups;        /* reductions along a row (LayerNorm, cross-entropy, norms): 1 = a
+    int row_groups;        /* reductions along a row (LayerNorm, cross-entropy, norms, the
+                              attention scores' softmax and its backward): 1 = a
                               work-group per row (GPUs: many rows' worth of threads), 0 = a
                               work-item per row (CPUs: a core walks a row with SIMD), -1 = by
                               device type (the default) */

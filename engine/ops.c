@@ -289,23 +289,70 @@ ct_status ct_matmul_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_v
 
 /* ------------------------------------------------------------------ attention */
 
-/* C_i = A_i^T . B_i for the (T,T) matrices A_i, i < BNH, through a transpose of A in place (A is
- * left transposed) and a non-transposed batched GEMM. Why not SgemmStridedBatched with a
- * transposed A: CLBlast 1.5.3 returns wrong results for a transposed A at a non-zero offset once
- * m >= 128 (seen on PoCL with the shipped CPU parameters; offset 0, or the same shapes through one
- * Sgemm per matrix, are right), and one Sgemm per matrix costs ~0.1 ms of call overhead each (1152
- * calls per step at GPT-2 124M). In place rather than into a copy: a copy is another (B,NH,T,T)
- * of scratch (192 MiB at GPT-2 124M's B 4, T 1024), and both callers' A is dead after its use.
- * The attention test covers T = 130 and 256 for the bug's sake. */
-static ct_status gemm_tn_square_batched(ct_device *dev, size_t T, size_t n, ct_view a, ct_view b,
-                                        size_t ldb, size_t sb, ct_view c, size_t ldc, size_t sc,
-                                        size_t BNH) {
+/* Each (T,T) matrix of a (BNH of them) transposed in place. Why the backward transposes P and dS
+ * rather than passing a transposed A to SgemmStridedBatched: CLBlast 1.5.3 returns wrong results
+ * for a transposed A at a non-zero offset once m >= 128 (seen on PoCL with the shipped CPU
+ * parameters; offset 0, or the same shapes through one Sgemm per matrix, are right), and one Sgemm
+ * per matrix costs ~0.1 ms of call overhead each (1152 calls per step at GPT-2 124M). In place
+ * rather than into a copy: a copy is another (B,NH,T,T) of scratch (192 MiB at GPT-2 124M's B 4,
+ * T 1024), and both callers' A is dead after its use. The attention test covers T = 130 and 256
+ * for the bug's sake. */
+static ct_status transpose_square(ct_device *dev, size_t T, ct_view a, size_t BNH) {
     karg args[] = {KMEM(a), KINT(BNH), KINT(T)};
-    ct_status st = launch2(dev, "attention", "transpose_square_inplace", T, BNH * T, 64, args,
-                           NARGS(args));
-    if (st != CT_OK) return st;
-    return ct_gemm_strided_batched(dev, 0, 0, T, n, T, 1.0f, a.mem, a.off, T, T * T, b.mem, b.off,
-                                   ldb, sb, 0.0f, c.mem, c.off, ldc, sc, BNH, NULL);
+    return launch2(dev, "attention", "transpose_square_inplace", T, BNH * T, 64, args,
+                   NARGS(args));
+}
+
+/* Causal attention multiplies only what the mask keeps. Each (T,T) product is cut into row
+ * blocks of CT__ATT_ROWS rows; row block [r0, r1) of a lower-triangular operand (the scores, P,
+ * dS: exact zeros above the diagonal) has nothing beyond column r1, and of an upper-triangular one
+ * (their transposes) nothing before column r0. With n blocks that is (n + 1) / 2n of the full
+ * square's work (T 1024: 4 blocks, 62.5 %; T 2048: 56 %) for n GEMM calls instead of one; T up to
+ * one block is a single call, as before. The zeros skipped add nothing to any sum. */
+#define CT__ATT_ROWS ((size_t)256)
+
+/* scores C[r0:r1, 0:r1] = A[r0:r1, :] . B[0:r1, :]^T per (b,h): A, B (T,hs) at stride Ths, C
+ * (T,T). C's entries right of r1 are not written (the softmax forward and backward read only
+ * j <= t and write the zeros above the diagonal themselves). */
+static ct_status gemm_scores_causal(ct_device *dev, size_t T, size_t hs, ct_view a, ct_view b,
+                                    ct_view c, size_t BNH) {
+    ct_status st = CT_OK;
+    for (size_t r0 = 0; st == CT_OK && r0 < T; r0 += CT__ATT_ROWS) {
+        size_t r1 = r0 + CT__ATT_ROWS < T ? r0 + CT__ATT_ROWS : T;
+        st = ct_gemm_strided_batched(dev, 0, 1, r1 - r0, r1, hs, 1.0f, a.mem, a.off + r0 * hs, hs,
+                                     T * hs, b.mem, b.off, hs, T * hs, 0.0f, c.mem,
+                                     c.off + r0 * T, T, T * T, BNH, NULL);
+    }
+    return st;
+}
+
+/* out[r0:r1, :] = L[r0:r1, 0:r1] . X[0:r1, :] per (b,h), L (T,T) lower-triangular (zeros above
+ * the diagonal), X and out (T,hs) at stride Ths. */
+static ct_status gemm_lower_causal(ct_device *dev, size_t T, size_t hs, ct_view l, ct_view x,
+                                   ct_view out, size_t BNH) {
+    ct_status st = CT_OK;
+    for (size_t r0 = 0; st == CT_OK && r0 < T; r0 += CT__ATT_ROWS) {
+        size_t r1 = r0 + CT__ATT_ROWS < T ? r0 + CT__ATT_ROWS : T;
+        st = ct_gemm_strided_batched(dev, 0, 0, r1 - r0, hs, r1, 1.0f, l.mem, l.off + r0 * T, T,
+                                     T * T, x.mem, x.off, hs, T * hs, 0.0f, out.mem,
+                                     out.off + r0 * hs, hs, T * hs, BNH, NULL);
+    }
+    return st;
+}
+
+/* out[r0:r1, :] = U[r0:r1, r0:T] . X[r0:T, :] per (b,h), U (T,T) upper-triangular (a transposed
+ * lower one), X and out (T,hs) at stride Ths. */
+static ct_status gemm_upper_causal(ct_device *dev, size_t T, size_t hs, ct_view u, ct_view x,
+                                   ct_view out, size_t BNH) {
+    ct_status st = CT_OK;
+    for (size_t r0 = 0; st == CT_OK && r0 < T; r0 += CT__ATT_ROWS) {
+        size_t r1 = r0 + CT__ATT_ROWS < T ? r0 + CT__ATT_ROWS : T;
+        st = ct_gemm_strided_batched(dev, 0, 0, r1 - r0, hs, T - r0, 1.0f, u.mem,
+                                     u.off + r0 * T + r0, T, T * T, x.mem, x.off + r0 * hs, hs,
+                                     T * hs, 0.0f, out.mem, out.off + r0 * hs, hs, T * hs, BNH,
+                                     NULL);
+    }
+    return st;
 }
 
 /* The forward's probabilities alone: the same GEMM and softmax calls ct_attention_forward makes
@@ -315,16 +362,17 @@ ct_status ct_attention_probs(ct_device *dev, ct_view att, ct_view qkvr, int B, i
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_probs", "B, T, C, NH must be positive with NH dividing C");
     int hs = C / NH;
-    size_t BNH = (size_t)B * NH, TT = (size_t)T * T, Ths = (size_t)T * hs;
+    size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
-    /* att (T,T) = q (T,hs) . k^T per (b,h) */
-    ct_status st = ct_gemm_strided_batched(dev, 0, 1, (size_t)T, (size_t)T, (size_t)hs, 1.0f,
-                                           qkvr.mem, qkvr.off, (size_t)hs, Ths, qkvr.mem,
-                                           qkvr.off + part, (size_t)hs, Ths, 0.0f, att.mem,
-                                           att.off, (size_t)T, TT, BNH, NULL);
+    /* att (T,T) = q (T,hs) . k^T per (b,h), on and below the diagonal */
+    ct_status st = gemm_scores_causal(dev, (size_t)T, (size_t)hs, qkvr, ct_view_at(qkvr, part),
+                                      att, BNH);
     if (st != CT_OK) return st;
     float scale = 1.0f / sqrtf((float)hs);
     karg a[] = {KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
+    if (ct_device_row_groups(dev))
+        return launch_groups(dev, "attention", "softmax_causal_forward_rows", BNH * T, a,
+                             NARGS(a));
     return launch(dev, "attention", "softmax_causal_forward", BNH * T, 64, a, NARGS(a));
 }
 
@@ -333,7 +381,7 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_vie
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_forward", "B, T, C, NH must be positive with NH dividing C");
     int hs = C / NH;
-    size_t BNH = (size_t)B * NH, TT = (size_t)T * T, Ths = (size_t)T * hs;
+    size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
     ct_status st;
     {
@@ -343,9 +391,8 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_vie
     }
     if ((st = ct_attention_probs(dev, att, qkvr, B, T, C, NH)) != CT_OK) return st;
     /* vaccum (T,hs) = att (T,T) . v (T,hs) per (b,h) */
-    st = ct_gemm_strided_batched(dev, 0, 0, (size_t)T, (size_t)hs, (size_t)T, 1.0f, att.mem,
-                                 att.off, (size_t)T, TT, qkvr.mem, qkvr.off + 2 * part, (size_t)hs,
-                                 Ths, 0.0f, vaccum.mem, vaccum.off, (size_t)hs, Ths, BNH, NULL);
+    st = gemm_lower_causal(dev, (size_t)T, (size_t)hs, att, ct_view_at(qkvr, 2 * part), vaccum,
+                           BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(out), KMEM(vaccum), KINT(B), KINT(T), KINT(NH), KINT(hs)};
     return launch2(dev, "attention", "heads_to_seq", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
@@ -357,7 +404,7 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_backward", "B, T, C, NH must be positive with NH dividing C");
     int hs = C / NH;
-    size_t BNH = (size_t)B * NH, TT = (size_t)T * T, Ths = (size_t)T * hs;
+    size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C;
     ct_status st;
     {
@@ -366,29 +413,30 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
         if (st != CT_OK) return st;
     }
     /* datt (T,T) = dvaccum (T,hs) . v^T */
-    st = ct_gemm_strided_batched(dev, 0, 1, (size_t)T, (size_t)T, (size_t)hs, 1.0f, dvaccum.mem,
-                                 dvaccum.off, (size_t)hs, Ths, qkvr.mem, qkvr.off + 2 * part,
-                                 (size_t)hs, Ths, 0.0f, datt.mem, datt.off, (size_t)T, TT, BNH, NULL);
+    st = gemm_scores_causal(dev, (size_t)T, (size_t)hs, dvaccum, ct_view_at(qkvr, 2 * part), datt,
+                            BNH);
     if (st != CT_OK) return st;
     {
         float scale = 1.0f / sqrtf((float)hs);
         karg a[] = {KMEM(datt), KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
-        st = launch(dev, "attention", "softmax_causal_backward", BNH * T, 64, a, NARGS(a));
+        st = ct_device_row_groups(dev)
+                 ? launch_groups(dev, "attention", "softmax_causal_backward_rows", BNH * T, a,
+                                 NARGS(a))
+                 : launch(dev, "attention", "softmax_causal_backward", BNH * T, 64, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     /* dv (T,hs) = att^T (T,T) . dvaccum (T,hs): after the softmax backward, the last reader of
      * att as it is (the transpose is done in place) */
-    st = gemm_tn_square_batched(dev, (size_t)T, (size_t)hs, att, dvaccum, (size_t)hs, Ths,
-                                ct_view_at(dqkvr, 2 * part), (size_t)hs, Ths, BNH);
+    if ((st = transpose_square(dev, (size_t)T, att, BNH)) != CT_OK) return st;
+    st = gemm_upper_causal(dev, (size_t)T, (size_t)hs, att, dvaccum, ct_view_at(dqkvr, 2 * part),
+                           BNH);
     if (st != CT_OK) return st;
     /* dq (T,hs) = dpre (T,T) . k (T,hs) */
-    st = ct_gemm_strided_batched(dev, 0, 0, (size_t)T, (size_t)hs, (size_t)T, 1.0f, datt.mem,
-                                 datt.off, (size_t)T, TT, qkvr.mem, qkvr.off + part, (size_t)hs, Ths,
-                                 0.0f, dqkvr.mem, dqkvr.off, (size_t)hs, Ths, BNH, NULL);
+    st = gemm_lower_causal(dev, (size_t)T, (size_t)hs, datt, ct_view_at(qkvr, part), dqkvr, BNH);
     if (st != CT_OK) return st;
     /* dk (T,hs) = dpre^T (T,T) . q (T,hs) */
-    st = gemm_tn_square_batched(dev, (size_t)T, (size_t)hs, datt, qkvr, (size_t)hs, Ths,
-                                ct_view_at(dqkvr, part), (size_t)hs, Ths, BNH);
+    if ((st = transpose_square(dev, (size_t)T, datt, BNH)) != CT_OK) return st;
+    st = gemm_upper_causal(dev, (size_t)T, (size_t)hs, datt, qkvr, ct_view_at(dqkvr, part), BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(dinp), KMEM(dqkvr), KINT(B), KINT(T), KINT(NH), KINT(hs)};
     return launch2(dev, "attention", "heads_to_qkv", (size_t)C, (size_t)B * T, 256, a, NARGS(a));

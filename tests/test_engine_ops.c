@@ -381,8 +381,9 @@ int main(void) {
     test_attention(3, 7, 20, 4);
     test_attention(2, 1, 6, 2);
     test_attention(1, 33, 24, 3);
-    test_attention(1, 130, 24, 2); /* T >= 128: see gemm_tn_batched in ops.c */
+    test_attention(1, 130, 24, 2); /* T >= 128: see transpose_square in ops.c */
     test_attention(2, 256, 32, 4);
+    test_attention(1, 520, 16, 2); /* three row blocks of the causal products, the last short */
     test_elementwise(3 * 7 * 20, 20);
     test_elementwise(1001, 13);
     test_crossentropy(3, 7, 37, 40);
@@ -393,9 +394,10 @@ int main(void) {
     ct_mem_stats ms;
     ct_device_mem_stats(g_dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
-    /* The other kernel family for the row reductions (LayerNorm, cross-entropy, the norm): a
-     * work-group per row on GPUs, a work-item per row on CPUs; both against the reference on
-     * every device, with rows longer than a work-group. */
+    /* The other kernel family for the row reductions (LayerNorm, cross-entropy, the norm, the
+     * attention scores' softmax forward and backward): a work-group per row on GPUs, a work-item
+     * per row on CPUs; both against the reference on every device, with rows longer than a
+     * work-group. */
     int first = ct_device_row_groups(g_dev);
     ct_device_free(g_dev);
     o.row_groups = !first;
@@ -411,6 +413,9 @@ int main(void) {
     test_crossentropy(3, 7, 37, 40);
     test_crossentropy(2, 5, 11, 11);
     test_crossentropy(2, 3, 3000, 3072);
+    test_attention(3, 7, 20, 4);
+    test_attention(1, 130, 24, 2);
+    test_attention(1, 300, 16, 2); /* rows of up to 300 scores: longer than a work-group */
     test_optim(10007);
     test_optim(3);
     test_optim(300001);

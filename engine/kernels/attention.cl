@@ -51,23 +51,51 @@ __kernel void seq_to_heads(__global float *y, ulong y_off, __global const float 
     y[y_off + (((size_t)b * NH + h) * T + t) * hs + d] = out[out_off + (size_t)bt * C + c];
 }
 
+/* The work-item-per-row softmaxes (CPU devices: a core walks a row) read and write the row in
+ * float16 vectors, so a CPU's vector units compute 16 exponentials at once; sums are kept per lane
+ * and added in a fixed order at the end (deterministic). */
+#define SM_W 16
+
+/* The max and the sum of a float16's lanes, in a fixed order. */
+float sm_hmax(float16 v) {
+    float8 a = fmax(v.lo, v.hi);
+    float4 b = fmax(a.lo, a.hi);
+    float2 c = fmax(b.lo, b.hi);
+    return fmax(c.x, c.y);
+}
+float sm_hsum(float16 v) {
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
 /* att row r = (b,h,t): softmax over t2 <= t of scale*att, zeros for t2 > t; in place. */
 __kernel void softmax_causal_forward(__global float *att, ulong att_off, int rows, int T,
                                      float scale) {
     size_t r = get_global_id(0);
     if (r >= (size_t)rows) return;
-    int t = (int)(r % (size_t)T);
+    int t = (int)(r % (size_t)T), nv = (t + 1) / SM_W, j0 = nv * SM_W;
     __global float *a = att + att_off + r * T;
-    float mx = -INFINITY;
-    for (int j = 0; j <= t; j++) mx = fmax(mx, scale * a[j]);
-    float s = 0.0f;
-    for (int j = 0; j <= t; j++) {
+    float16 m16 = (float16)(-INFINITY);
+    for (int i = 0; i < nv; i++) m16 = fmax(m16, scale * vload16(i, a));
+    float mx = sm_hmax(m16);
+    for (int j = j0; j <= t; j++) mx = fmax(mx, scale * a[j]);
+    float16 s16 = (float16)(0.0f);
+    for (int i = 0; i < nv; i++) {
+        float16 e = exp(scale * vload16(i, a) - mx);
+        vstore16(e, i, a);
+        s16 += e;
+    }
+    float s = sm_hsum(s16);
+    for (int j = j0; j <= t; j++) {
         float e = exp(scale * a[j] - mx);
         a[j] = e;
         s += e;
     }
     float inv = 1.0f / s;
-    for (int j = 0; j <= t; j++) a[j] *= inv;
+    for (int i = 0; i < nv; i++) vstore16(vload16(i, a) * inv, i, a);
+    for (int j = j0; j <= t; j++) a[j] *= inv;
     for (int j = t + 1; j < T; j++) a[j] = 0.0f;
 }
 
@@ -77,13 +105,76 @@ __kernel void softmax_causal_backward(__global float *datt, ulong datt_off,
                                       float scale) {
     size_t r = get_global_id(0);
     if (r >= (size_t)rows) return;
+    int t = (int)(r % (size_t)T), nv = (t + 1) / SM_W, j0 = nv * SM_W;
+    __global float *da = datt + datt_off + r * T;
+    __global const float *a = att + att_off + r * T;
+    float16 d16 = (float16)(0.0f);
+    for (int i = 0; i < nv; i++) d16 += vload16(i, a) * vload16(i, da);
+    float dot = sm_hsum(d16);
+    for (int j = j0; j <= t; j++) dot += a[j] * da[j];
+    for (int i = 0; i < nv; i++)
+        vstore16(scale * vload16(i, a) * (vload16(i, da) - dot), i, da);
+    for (int j = j0; j <= t; j++) da[j] = scale * a[j] * (da[j] - dot);
+    for (int j = t + 1; j < T; j++) da[j] = 0.0f;
+}
+
+/* ---- the same two softmaxes with a work-group per row (devices where ct_device_row_groups holds:
+ * GPUs, whose many threads a work-item per row leaves idle and whose loads it leaves uncoalesced).
+ * Launched as one group per row (group size a power of two <= 256); each item walks the row at a
+ * stride of the group's size and the max, sum and dot are reduced by a fixed tree in local
+ * memory, so the result is deterministic for a given group size. The exponentials are the same
+ * expressions as above; only the order of the sums differs. */
+
+/* The max (is_max) or sum of v over the work-group, returned to every item; buf holds
+ * get_local_size(0) floats. */
+float att_group_reduce(float v, __local float *buf, int is_max) {
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = n / 2; s > 0; s >>= 1) {
+        if (lid < s) buf[lid] = is_max ? fmax(buf[lid], buf[lid + s]) : buf[lid] + buf[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = buf[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+__kernel void softmax_causal_forward_rows(__global float *att, ulong att_off, int rows, int T,
+                                          float scale) {
+    __local float buf[256];
+    size_t r = get_group_id(0);
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    int t = (int)(r % (size_t)T);
+    __global float *a = att + att_off + r * T;
+    float mx = -INFINITY;
+    for (int j = lid; j <= t; j += n) mx = fmax(mx, scale * a[j]);
+    mx = att_group_reduce(mx, buf, 1);
+    float s = 0.0f;
+    for (int j = lid; j <= t; j += n) {
+        float e = exp(scale * a[j] - mx);
+        a[j] = e;
+        s += e;
+    }
+    float inv = 1.0f / att_group_reduce(s, buf, 0);
+    for (int j = lid; j <= t; j += n) a[j] *= inv;
+    for (int j = t + 1 + lid; j < T; j += n) a[j] = 0.0f;
+}
+
+__kernel void softmax_causal_backward_rows(__global float *datt, ulong datt_off,
+                                           __global const float *att, ulong att_off, int rows,
+                                           int T, float scale) {
+    __local float buf[256];
+    size_t r = get_group_id(0);
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
     int t = (int)(r % (size_t)T);
     __global float *da = datt + datt_off + r * T;
     __global const float *a = att + att_off + r * T;
     float dot = 0.0f;
-    for (int j = 0; j <= t; j++) dot += a[j] * da[j];
-    for (int j = 0; j <= t; j++) da[j] = scale * a[j] * (da[j] - dot);
-    for (int j = t + 1; j < T; j++) da[j] = 0.0f;
+    for (int j = lid; j <= t; j += n) dot += a[j] * da[j];
+    dot = att_group_reduce(dot, buf, 0);
+    for (int j = lid; j <= t; j += n) da[j] = scale * a[j] * (da[j] - dot);
+    for (int j = t + 1 + lid; j < T; j += n) da[j] = 0.0f;
 }
 
 /* Each (T,T) matrix of buf (BNH of them) transposed in place; 2-D range (column c, row
