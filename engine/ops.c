@@ -311,46 +311,30 @@ static ct_status transpose_square(ct_device *dev, size_t T, ct_view a, size_t BN
  * one block is a single call, as before. The zeros skipped add nothing to any sum. */
 #define CT__ATT_ROWS ((size_t)256)
 
-/* scores C[r0:r1, 0:r1] = A[r0:r1, :] . B[0:r1, :]^T per (b,h): A, B (T,hs) at stride Ths, C
- * (T,T). C's entries right of r1 are not written (the softmax forward and backward read only
- * j <= t and write the zeros above the diagonal themselves). */
-static ct_status gemm_scores_causal(ct_device *dev, size_t T, size_t hs, ct_view a, ct_view b,
-                                    ct_view c, size_t BNH) {
+/* The three shapes of causal product, per (b,h); X, out, A, B are (T,hs) at stride T*hs, the
+ * square operands (T,T):
+ * - CAUSAL_SCORES: C[r0:r1, 0:r1] = A[r0:r1, :] . B[0:r1, :]^T (the scores, dP). C's entries
+ *   right of r1 are not written: the softmax forward and backward read only j <= t and write the
+ *   zeros above the diagonal themselves.
+ * - CAUSAL_LOWER: out[r0:r1, :] = L[r0:r1, 0:r1] . X[0:r1, :], L lower-triangular (P, dS).
+ * - CAUSAL_UPPER: out[r0:r1, :] = U[r0:r1, r0:T] . X[r0:T, :], U upper-triangular (their
+ *   transposes). */
+typedef enum { CAUSAL_SCORES, CAUSAL_LOWER, CAUSAL_UPPER } causal_kind;
+static ct_status gemm_causal(ct_device *dev, causal_kind kind, size_t T, size_t hs, ct_view a,
+                             ct_view b, ct_view c, size_t BNH) {
     ct_status st = CT_OK;
     for (size_t r0 = 0; st == CT_OK && r0 < T; r0 += CT__ATT_ROWS) {
         size_t r1 = r0 + CT__ATT_ROWS < T ? r0 + CT__ATT_ROWS : T;
-        st = ct_gemm_strided_batched(dev, 0, 1, r1 - r0, r1, hs, 1.0f, a.mem, a.off + r0 * hs, hs,
-                                     T * hs, b.mem, b.off, hs, T * hs, 0.0f, c.mem,
-                                     c.off + r0 * T, T, T * T, BNH, NULL);
-    }
-    return st;
-}
-
-/* out[r0:r1, :] = L[r0:r1, 0:r1] . X[0:r1, :] per (b,h), L (T,T) lower-triangular (zeros above
- * the diagonal), X and out (T,hs) at stride Ths. */
-static ct_status gemm_lower_causal(ct_device *dev, size_t T, size_t hs, ct_view l, ct_view x,
-                                   ct_view out, size_t BNH) {
-    ct_status st = CT_OK;
-    for (size_t r0 = 0; st == CT_OK && r0 < T; r0 += CT__ATT_ROWS) {
-        size_t r1 = r0 + CT__ATT_ROWS < T ? r0 + CT__ATT_ROWS : T;
-        st = ct_gemm_strided_batched(dev, 0, 0, r1 - r0, hs, r1, 1.0f, l.mem, l.off + r0 * T, T,
-                                     T * T, x.mem, x.off, hs, T * hs, 0.0f, out.mem,
-                                     out.off + r0 * hs, hs, T * hs, BNH, NULL);
-    }
-    return st;
-}
-
-/* out[r0:r1, :] = U[r0:r1, r0:T] . X[r0:T, :] per (b,h), U (T,T) upper-triangular (a transposed
- * lower one), X and out (T,hs) at stride Ths. */
-static ct_status gemm_upper_causal(ct_device *dev, size_t T, size_t hs, ct_view u, ct_view x,
-                                   ct_view out, size_t BNH) {
-    ct_status st = CT_OK;
-    for (size_t r0 = 0; st == CT_OK && r0 < T; r0 += CT__ATT_ROWS) {
-        size_t r1 = r0 + CT__ATT_ROWS < T ? r0 + CT__ATT_ROWS : T;
-        st = ct_gemm_strided_batched(dev, 0, 0, r1 - r0, hs, T - r0, 1.0f, u.mem,
-                                     u.off + r0 * T + r0, T, T * T, x.mem, x.off + r0 * hs, hs,
-                                     T * hs, 0.0f, out.mem, out.off + r0 * hs, hs, T * hs, BNH,
-                                     NULL);
+        /* the square left operand (L or U) into the (T,hs) output */
+        int tb = 0;
+        size_t n = hs, k = r1, ao = r0 * T, lda = T, sa = T * T, bo = 0, ldc = hs, sc = T * hs;
+        if (kind == CAUSAL_SCORES) /* (T,hs) . (T,hs)^T into the square */
+            tb = 1, n = r1, k = hs, ao = r0 * hs, lda = hs, sa = T * hs, ldc = T, sc = T * T;
+        else if (kind == CAUSAL_UPPER)
+            k = T - r0, ao = r0 * T + r0, bo = r0 * hs;
+        st = ct_gemm_strided_batched(dev, 0, tb, r1 - r0, n, k, 1.0f, a.mem, a.off + ao, lda, sa,
+                                     b.mem, b.off + bo, hs, T * hs, 0.0f, c.mem, c.off + r0 * ldc,
+                                     ldc, sc, BNH, NULL);
     }
     return st;
 }
@@ -365,8 +349,8 @@ ct_status ct_attention_probs(ct_device *dev, ct_view att, ct_view qkvr, int B, i
     size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
     /* att (T,T) = q (T,hs) . k^T per (b,h), on and below the diagonal */
-    ct_status st = gemm_scores_causal(dev, (size_t)T, (size_t)hs, qkvr, ct_view_at(qkvr, part),
-                                      att, BNH);
+    ct_status st = gemm_causal(dev, CAUSAL_SCORES, (size_t)T, (size_t)hs, qkvr,
+                               ct_view_at(qkvr, part), att, BNH);
     if (st != CT_OK) return st;
     float scale = 1.0f / sqrtf((float)hs);
     karg a[] = {KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
@@ -391,8 +375,8 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_vie
     }
     if ((st = ct_attention_probs(dev, att, qkvr, B, T, C, NH)) != CT_OK) return st;
     /* vaccum (T,hs) = att (T,T) . v (T,hs) per (b,h) */
-    st = gemm_lower_causal(dev, (size_t)T, (size_t)hs, att, ct_view_at(qkvr, 2 * part), vaccum,
-                           BNH);
+    st = gemm_causal(dev, CAUSAL_LOWER, (size_t)T, (size_t)hs, att, ct_view_at(qkvr, 2 * part),
+                     vaccum, BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(out), KMEM(vaccum), KINT(B), KINT(T), KINT(NH), KINT(hs)};
     return launch2(dev, "attention", "heads_to_seq", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
@@ -413,8 +397,8 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
         if (st != CT_OK) return st;
     }
     /* datt (T,T) = dvaccum (T,hs) . v^T */
-    st = gemm_scores_causal(dev, (size_t)T, (size_t)hs, dvaccum, ct_view_at(qkvr, 2 * part), datt,
-                            BNH);
+    st = gemm_causal(dev, CAUSAL_SCORES, (size_t)T, (size_t)hs, dvaccum,
+                     ct_view_at(qkvr, 2 * part), datt, BNH);
     if (st != CT_OK) return st;
     {
         float scale = 1.0f / sqrtf((float)hs);
@@ -428,15 +412,17 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
     /* dv (T,hs) = att^T (T,T) . dvaccum (T,hs): after the softmax backward, the last reader of
      * att as it is (the transpose is done in place) */
     if ((st = transpose_square(dev, (size_t)T, att, BNH)) != CT_OK) return st;
-    st = gemm_upper_causal(dev, (size_t)T, (size_t)hs, att, dvaccum, ct_view_at(dqkvr, 2 * part),
-                           BNH);
+    st = gemm_causal(dev, CAUSAL_UPPER, (size_t)T, (size_t)hs, att, dvaccum,
+                     ct_view_at(dqkvr, 2 * part), BNH);
     if (st != CT_OK) return st;
     /* dq (T,hs) = dpre (T,T) . k (T,hs) */
-    st = gemm_lower_causal(dev, (size_t)T, (size_t)hs, datt, ct_view_at(qkvr, part), dqkvr, BNH);
+    st = gemm_causal(dev, CAUSAL_LOWER, (size_t)T, (size_t)hs, datt, ct_view_at(qkvr, part),
+                     dqkvr, BNH);
     if (st != CT_OK) return st;
     /* dk (T,hs) = dpre^T (T,T) . q (T,hs) */
     if ((st = transpose_square(dev, (size_t)T, datt, BNH)) != CT_OK) return st;
-    st = gemm_upper_causal(dev, (size_t)T, (size_t)hs, datt, qkvr, ct_view_at(dqkvr, part), BNH);
+    st = gemm_causal(dev, CAUSAL_UPPER, (size_t)T, (size_t)hs, datt, qkvr,
+                     ct_view_at(dqkvr, part), BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(dinp), KMEM(dqkvr), KINT(B), KINT(T), KINT(NH), KINT(hs)};
     return launch2(dev, "attention", "heads_to_qkv", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
