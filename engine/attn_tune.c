@@ -160,6 +160,11 @@ static int candidates(const ct_device_info *info, int hs, ct_attn_blocks *out) {
     return n;
 }
 
+int ct_attn_search_heads(const ct_device_info *info) {
+    int bnh = 2 * (int)info->compute_units;
+    return bnh < 4 ? 4 : bnh > 128 ? 128 : bnh;
+}
+
 /* Search: time every candidate that fits, keep the best forward and the best backward. */
 static ct_status search(ct_device *dev, int hs, ct_attn_cfg *out, char *note, size_t len) {
     const ct_device_info *info = ct_device_get_info(dev);
@@ -174,8 +179,7 @@ static ct_status search(ct_device *dev, int hs, ct_attn_cfg *out, char *note, si
     ct_attn_cfg def = ct_attn_cfg_default(info, hs);
     if (!nf) cand[nc++] = def.fwd;
     if (!nb) cand[nc++] = def.bwd;
-    int bnh = 2 * (int)info->compute_units;
-    bnh = bnh < 4 ? 4 : bnh > 128 ? 128 : bnh;
+    int bnh = ct_attn_search_heads(info);
     int T = 1024, B = 1, NH = bnh, C = NH * hs;
     attn_bufs b;
     ct_status st = bufs_alloc(dev, &b, 0, B, T, C, NH);

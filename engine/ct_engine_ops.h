@@ -189,6 +189,9 @@ ct_status ct_attn_path_parse(const char *s, ct_attn_path *out);
  * source (may be NULL) receives where they came from. Safe to call from several workers at once. */
 ct_status ct_attn_tune(ct_device *dev, int hs, int again, ct_attn_cfg *out, char *source,
                        size_t len);
+/* The head count (B = 1) the search times its candidates at on this device: 2 per compute unit,
+ * 4 to 128. */
+int ct_attn_search_heads(const ct_device_info *info);
 /* Time one layer's attention forward and backward on `path` (gemm or fused) at (B,T,C,NH), on
  * temporary workspace buffers freed before returning: best of `reps` after a warm-up, seconds.
  * CT_ERR_DEVICE_MEM when that path's buffers do not fit. */

@@ -261,15 +261,13 @@ static void test_tune(const ct_device_info *info) {
     CT_ASSERT_OK(ct_attn_tune(d, 20, 0, &c2, src, sizeof src), ct_device_errmsg(d));
     CT_ASSERT(c2.fwd.bq == 32 && c2.bwd.bk == 32);
     ct_device_free(d);
-    /* what the search picked, at the search's own head count (2 per compute unit, 4..128): the
-     * kernels then run at work-group sizes the search itself launched. At another head count the
-     * dot kernel's group size would differ, and a CPU driver that compiles a kernel per group size
-     * (PoCL) would build one more for whichever shape won: a build the kernel cache of an earlier
-     * run need not hold when the search's timings pick another winner (the sanitizer suite's
-     * cold-compile leak reports, docs/RELIABILITY.md section 7). */
-    int bnh = 2 * (int)info->compute_units;
-    bnh = bnh < 4 ? 4 : bnh > 128 ? 128 : bnh;
-    test_fused(2, 130, bnh, 64, &c, 0);
+    /* what the search picked, at the search's own head count: the kernels then run at work-group
+     * sizes the search itself launched. At another head count the dot kernel's group size would
+     * differ, and a CPU driver that compiles a kernel per group size (PoCL) would build one more
+     * for whichever shape won: a build the kernel cache of an earlier run need not hold when the
+     * search's timings pick another winner (the sanitizer suite's cold-compile leak reports,
+     * docs/RELIABILITY.md section 7). */
+    test_fused(2, 130, ct_attn_search_heads(info), 64, &c, 0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
