@@ -37,7 +37,8 @@
 #include "ct_parallel.h"
 
 typedef struct bopts {
-    int D, sp, steps, warmup, L, C, NH, T, B, V, verbose;
+    int D, sp, steps, warmup, L, C, NH, T, B, V, verbose, comm;
+    cl_context *shared; /* [npicks]: workers on one device open it in one context */
 } bopts;
 
 #define DIE(...)                                                                 \
@@ -116,7 +117,7 @@ static void run_ways(ct_exec *x, ct_model *m, ct_comm *world, const bopts *o, co
     ct_sched_free(sched);
 }
 
-static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *list, int *picks,
+static void worker(ct_topo *topo, bopts *o, int thread, ct_device_info *list, int *picks,
                    int npicks) {
     ct_err err = {0};
     ct_comm *world = NULL;
@@ -126,7 +127,17 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     if (k >= npicks) k = thread % npicks;
     ct_device *dev = NULL;
     ct_device_opts dopts = ct_device_opts_default();
-    if (ct_device_open(&dev, &list[picks[k]], &dopts, &err)) DIE("%s", err.msg);
+    int bad = 0;
+#pragma omp critical(bench_tp_context)
+    {
+        dopts.context = o->shared[k];
+        bad = ct_device_open(&dev, &list[picks[k]], &dopts, &err) != CT_OK;
+        if (!bad && !o->shared[k]) {
+            o->shared[k] = ct_device_context(dev);
+            clRetainContext(o->shared[k]);
+        }
+    }
+    if (bad) DIE("%s", err.msg);
     int Vp = (o->V + 127) / 128 * 128;
     ct_gpt_config cfg = {o->T, o->V, Vp, o->L, o->NH, o->C, 0, 0};
     int sp = N > 1 && o->sp;
@@ -137,6 +148,7 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     ct_model_plan pl;
     memset(&pl, 0, sizeof pl);
     pl.max_B = o->B, pl.max_T = o->T, pl.slots = 1, pl.tp = ct_grid_tp(grid), pl.sp = sp;
+    pl.tp_comm = o->comm;
     ct_model *m = NULL;
     if (ct_model_create_plan(&m, &cfg, &lay, ct_grid_coords(grid), dev, &pl, &err))
         DIE("%s", err.msg);
@@ -162,8 +174,9 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     if (r == 0) {
         double exposed = w[0].step_ms - w[2].step_ms, gain = w[1].step_ms - w[0].step_ms;
         double rest = w[2].step_ms - w[2].compute_ms, want = formula_bytes(o, N, sp);
-        printf("tp %d (%dx%d) SP %d | L=%d C=%d NH=%d T=%d B=%d V=%d\n", N, ct_topo_nranks(topo),
-               ct_topo_devices_per_rank(topo), sp, o->L, o->C, o->NH, o->T, o->B, o->V);
+        printf("tp %d (%dx%d) SP %d | L=%d C=%d NH=%d T=%d B=%d V=%d | collectives %s\n", N,
+               ct_topo_nranks(topo), ct_topo_devices_per_rank(topo), sp, o->L, o->C, o->NH, o->T,
+               o->B, o->V, ct_tp_device_comm(tp) ? "device-resident" : "host-staged");
         printf("  step %.1f ms (no overlap %.1f, no TP comm %.1f): compute %.1f | exposed TP comm "
                "%.1f (%.1f%%) | rest %.1f | overlap saves %.1f ms\n",
                w[0].step_ms, w[1].step_ms, w[2].step_ms, w[2].compute_ms, exposed,
@@ -179,12 +192,12 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
                w[0].wire_bytes / 1e6, want / 1e6, want > 0 ? w[0].wire_bytes / want : 1.0);
         printf("  activation memory per worker %.1f MiB (arena) + %.1f MiB TP host staging\n",
                act / 1048576, host / 1048576);
-        printf("JSON {\"tp\":%d,\"ranks\":%d,\"sp\":%d,\"best_ms\":%.3f,\"best_no_overlap_ms\":%.3f,"
+        printf("JSON {\"tp\":%d,\"ranks\":%d,\"sp\":%d,\"device_comm\":%d,\"best_ms\":%.3f,\"best_no_overlap_ms\":%.3f,"
                "\"best_no_comm_ms\":%.3f,\"step_ms\":%.3f,\"step_no_overlap_ms\":%.3f,"
                "\"step_no_comm_ms\":%.3f,\"compute_ms\":%.3f,\"exposed_tp_ms\":%.3f,"
                "\"rest_ms\":%.3f,\"tp_comm_ms\":%.3f,\"tp_overlap_ms\":%.3f,\"bytes\":%.0f,"
                "\"bytes_formula\":%.0f,\"act_bytes\":%.0f,\"staging_bytes\":%.0f}\n",
-               N, ct_topo_nranks(topo), sp, w[0].best_ms, w[1].best_ms, w[2].best_ms, w[0].step_ms,
+               N, ct_topo_nranks(topo), sp, ct_tp_device_comm(tp), w[0].best_ms, w[1].best_ms, w[2].best_ms, w[0].step_ms,
                w[1].step_ms, w[2].step_ms,
                w[2].compute_ms, exposed, rest, w[0].tp_comm_ms, w[0].tp_overlap_ms,
                w[0].wire_bytes, want, act, host);
@@ -213,12 +226,14 @@ static int flag_num(const char *flag, const char *v, double *out) {
 static const char *const usage =
     "usage: bench_tp [--devices-per-rank N] [--sp 0|1] [--steps S] [--warmup W] [--layers L]\n"
     "         [--dim C] [--heads NH] [--seq T] [--batch B] [--vocab V] [--verbose 0|1]\n"
+    "         [--tp-comm auto|host|device]\n"
     "  one TP group of ranks x N workers: the step split into compute, exposed TP\n"
     "  communication and the rest; bytes per worker against the formula; activation memory\n"
     "  (see bench/bench_tp.c)\n";
 
 int main(int argc, char **argv) {
-    bopts o = {1, 0, 3, 1, 4, 256, 4, 256, 4, 50257, 0};
+    ct_err err = {0};
+    bopts o = {1, 0, 3, 1, 4, 256, 4, 256, 4, 50257, 0, CT_TP_COMM_AUTO, NULL};
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
@@ -231,6 +246,13 @@ int main(int argc, char **argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *f = argv[i], *v = argv[i + 1];
         double x = 0;
+        if (!strcmp(f, "--tp-comm")) {
+            if (ct_tp_comm_parse(v, &o.comm, &err)) {
+                fprintf(stderr, "bench_tp: %s\n", err.msg);
+                return 2;
+            }
+            continue;
+        }
         if (strncmp(f, "--", 2) == 0 && !flag_num(f, v, &x)) return 2;
         if (!strcmp(f, "--devices-per-rank")) o.D = (int)x;
         else if (!strcmp(f, "--sp")) o.sp = (int)x;
@@ -253,7 +275,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_tp: bad shape or counts\n");
         return 2;
     }
-    ct_err err = {0};
     ct_topo *topo = NULL;
     if (ct_topo_create(&topo, &argc, &argv, o.D, &err)) {
         fprintf(stderr, "bench_tp: %s\n", err.msg);
@@ -266,13 +287,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     int *picks = malloc(sizeof(int) * (size_t)(n + 1));
-    /* workers share a device when there are fewer (a GPU: each its own context and queue) */
+    /* workers share a device when there are fewer (each its own queue, in one context) */
     if (ct_device_select(list, n, ct_device_spec_env(), 0, picks, &npicks, &err) || npicks < 1) {
         fprintf(stderr, "bench_tp: %s\n", err.msg);
         return 2;
     }
+    o.shared = calloc((size_t)npicks, sizeof *o.shared);
 #pragma omp parallel num_threads(o.D)
     worker(topo, &o, omp_get_thread_num(), list, picks, npicks);
+    for (int k = 0; k < npicks; k++)
+        if (o.shared[k]) clReleaseContext(o.shared[k]);
+    free(o.shared);
     free(picks);
     ct_device_list_free(list);
     ct_topo_free(topo);

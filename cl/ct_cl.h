@@ -103,6 +103,9 @@ typedef struct ct_device_opts {
                               work-group per row (GPUs: many rows' worth of threads), 0 = a
                               work-item per row (CPUs: a core walks a row with SIMD), -1 = by
                               device type (the default) */
+    cl_context context;    /* NULL: a context of its own; else open in this context (retained),
+                              which must hold the device: workers sharing one device then
+                              share memory objects and events (device-resident collectives) */
 } ct_device_opts;
 
 ct_device_opts ct_device_opts_default(void);
@@ -203,6 +206,14 @@ ct_status ct_event_wait_err(ct_event *ev, ct_err *err);
 void ct_event_release(ct_event *ev);
 /* ct_event_wait, then ct_event_release whatever the wait returned. */
 ct_status ct_event_wait_release(ct_event *ev);
+/* n more holders of the event (threads that will each wait on it or queue behind it, then
+ * ct_event_release it): the record and its cl_event live until the last release. Call before
+ * handing the event to the others. */
+void ct_event_share(ct_event *ev, int n);
+/* Commands enqueued on dev after this wait for the n events (clEnqueueBarrierWithWaitList);
+ * the events may be other queues' of the same context (another worker's, same device), which
+ * must have been flushed. The host does not wait. */
+ct_status ct_device_wait_events(ct_device *dev, ct_event *const *evs, int n);
 /* Without blocking: *done = 1 once the command has completed or failed (then a wait reports it). */
 ct_status ct_event_query(ct_event *ev, int *done);
 /* Device timestamps of a completed command in ns (clGetEventProfilingInfo START/END), on a device

@@ -66,6 +66,7 @@ struct ct_buffer {
 struct ct_event {
     cl_event ev; /* NULL until the enqueue succeeded */
     ct_device *dev;
+    int extra; /* holders beyond the first (ct_event_share); atomic */
     char what[160];
 };
 

@@ -306,7 +306,27 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
     cl_int rc = CL_SUCCESS;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)info->platform_id,
                                      0};
-    d->ctx = clCreateContext(props, 1, &info->device_id, NULL, NULL, &rc);
+    if (o.context) {
+        /* another worker's context: it must hold this device */
+        cl_device_id ids[64];
+        size_t bytes = 0;
+        int found = 0;
+        rc = clGetContextInfo(o.context, CL_CONTEXT_DEVICES, sizeof ids, ids, &bytes);
+        for (size_t i = 0; rc == CL_SUCCESS && i < bytes / sizeof ids[0]; i++)
+            found |= ids[i] == info->device_id;
+        if (rc != CL_SUCCESS || !found) {
+            st = rc != CL_SUCCESS
+                     ? CT_CL_FAIL(err, rc, "the shared context for device %d (%s)", info->index,
+                                  info->name)
+                     : CT_ERR(err, CT_ERR_ARG, "the shared context does not hold device %d (%s)",
+                              info->index, info->name);
+            goto cleanup;
+        }
+        clRetainContext(o.context);
+        d->ctx = o.context;
+    } else {
+        d->ctx = clCreateContext(props, 1, &info->device_id, NULL, NULL, &rc);
+    }
     if (rc != CL_SUCCESS) {
         d->ctx = NULL;
         st = CT_CL_FAIL(err, rc, "clCreateContext for device %d (%s)", info->index, info->name);

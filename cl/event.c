@@ -34,6 +34,7 @@ ct_status ct__event_new(ct_device *d, ct_event **out, ct_event **e, const char *
 
 void ct_event_release(ct_event *e) {
     if (!e) return;
+    if (__atomic_fetch_sub(&e->extra, 1, __ATOMIC_ACQ_REL) > 0) return; /* others hold it */
     if (e->ev) clReleaseEvent(e->ev);
     free(e);
 }
@@ -103,6 +104,29 @@ ct_status ct_device_marker(ct_device *d, ct_event **ev) {
         return CT_CL_FAIL(&d->err, rc, "enqueueing a marker on device %d", d->info.index);
     }
     *ev = e;
+    return CT_OK;
+}
+
+void ct_event_share(ct_event *e, int n) {
+    if (e && n > 0) __atomic_fetch_add(&e->extra, n, __ATOMIC_ACQ_REL);
+}
+
+ct_status ct_device_wait_events(ct_device *d, ct_event *const *evs, int n) {
+    cl_event list[64];
+    if (n <= 0) return CT_OK;
+    if (n > 64)
+        return CT_ERR(&d->err, CT_ERR_ARG, "waiting for %d events on device %d: at most 64", n,
+                      d->info.index);
+    for (int i = 0; i < n; i++) {
+        if (!evs[i] || !evs[i]->ev)
+            return CT_ERR(&d->err, CT_ERR_STATE, "device %d asked to wait for an event that was "
+                                                 "never enqueued", d->info.index);
+        list[i] = evs[i]->ev;
+    }
+    cl_int rc = clEnqueueBarrierWithWaitList(d->queue, (cl_uint)n, list, NULL);
+    if (rc != CL_SUCCESS)
+        return CT_CL_FAIL(&d->err, rc, "queueing a wait for %d events on device %d", n,
+                          d->info.index);
     return CT_OK;
 }
 

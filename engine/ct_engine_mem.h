@@ -37,7 +37,8 @@ extern "C" {
 #endif
 
 typedef struct ct_mem_predict {
-    /* device bytes per category (CT_MEM_PARAMS ... CT_MEM_COMM; comm is 0: no device buffer) */
+    /* device bytes per category (CT_MEM_PARAMS ... CT_MEM_COMM; comm: TP's device scratch when
+     * plan.tp_comm is device, else 0) */
     uint64_t device[CT_MEM__COUNT];
     uint64_t device_total;
     /* host staging bytes (the memory report adds them to its comm column): the gradient

@@ -93,6 +93,7 @@ typedef struct ct_model_plan {
      * parallelism (1: activations outside the TP regions split over the group's rows). */
     ct_comm *tp;
     int sp;
+    int tp_comm; /* CT_TP_COMM_AUTO (0, default), _HOST or _DEVICE (ct_engine_tp.h) */
     /* A mixture-of-experts model (config experts > 0; engine/moe.c): the capacity factor F (0:
      * no limit) and the auxiliary loss's weight alpha (0: none), and with expert parallelism
      * (layout ep > 1) this worker's handle on its EP group (ct_grid_ep; the block's all-to-alls

@@ -249,6 +249,10 @@ ct_status ct_encoder_backward_vp(ct_device *dev, ct_view dwte /* (Vl,C) += */,
                                  ct_view dwpe /* (>=T,C) += */, ct_view dout /* (B,T,C) */,
                                  ct_view inp /* (B,T) int32 */, int B, int T, int C, int lo,
                                  int Vl);
+/* dst = a + b (max_op 0) or max(a, b) elementwise, n floats; the views may be memory of other
+ * workers in this device's context; dst may be a or b. */
+ct_status ct_combine(ct_device *dev, ct_view dst /* (n) = */, ct_view a, ct_view b, size_t n,
+                     int max_op);
 /* mx[r] = max of logits[r, 0..nreal) (-inf when nreal = 0). */
 ct_status ct_crossentropy_vp_max(ct_device *dev, ct_view mx /* (B,T) = */,
                                  ct_view logits /* (B,T,Vl) */, int B, int T, int Vl, int nreal);

@@ -24,8 +24,9 @@
  * column/row-parallel regions (the LayerNorms, residuals, the embedding output, dres), which is
  * Megatron's split of its (T, B, C) layout's token axis applied to ours.
  *
- * Communication goes through host staging: a read of the device range into host memory, the
- * host collective of parallel/, a write back (PoCL's CPU device makes the copies memcpys). Every
+ * Communication goes through host staging (a read of the device range into host memory, the
+ * host collective of parallel/, a write back), or, when every member is a thread sharing one
+ * device's context, stays on the device (ct_tp_opts.comm). Every
  * piece takes tp = NULL as "one worker" and then runs the single-device op, the same kernels in
  * the same order, so tp = 1 is the plain model bit for bit.
  *
@@ -50,11 +51,19 @@ extern "C" {
 
 typedef struct ct_tp ct_tp;
 
+/* How TP's collectives move data. host: every transfer staged through host memory and the
+ * host collectives of parallel/ (any layout). device: device-resident (the members' kernels and
+ * copies read each other's memory, their queues wait on each other's events; the host never
+ * waits for the device): needs every member a thread of one process with its device opened in
+ * one shared context (workers sharing one device). auto: device where possible. */
+enum { CT_TP_COMM_AUTO = 0, CT_TP_COMM_HOST = 1, CT_TP_COMM_DEVICE = 2 };
+
 typedef struct ct_tp_opts {
     int sp;        /* sequence parallelism: activations outside TP regions are split over rows */
     int overlap;   /* 1: a column-parallel backward's input-gradient reduction runs while the
                       weight-gradient GEMM computes (default 1) */
     int skip_comm; /* timing only (benchmarks): no staging and no collective; results wrong */
+    int comm;      /* CT_TP_COMM_AUTO (default), _HOST or _DEVICE (refused where impossible) */
 } ct_tp_opts;
 ct_tp_opts ct_tp_opts_default(void);
 
@@ -68,7 +77,10 @@ void ct_tp_free(ct_tp *t);
 int ct_tp_size(const ct_tp *t); /* N (1 for NULL) */
 int ct_tp_rank(const ct_tp *t); /* r (0 for NULL) */
 int ct_tp_sp(const ct_tp *t);
-size_t ct_tp_host_bytes(const ct_tp *t); /* host staging ("comm") */
+size_t ct_tp_host_bytes(const ct_tp *t); /* host staging ("comm"; 0 in device mode) */
+int ct_tp_device_comm(const ct_tp *t);     /* 1: device-resident collectives */
+/* "auto" | "host" | "device" -> CT_TP_COMM_*; anything else CT_ERR_ARG with a message. */
+ct_status ct_tp_comm_parse(const char *s, int *out, ct_err *err);
 void ct_tp_set_overlap(ct_tp *t, int on);
 void ct_tp_set_skip_comm(ct_tp *t, int on);
 

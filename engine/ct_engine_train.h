@@ -132,6 +132,10 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "1 = LayerNorm/residual activations split over the TP group's tokens (needs --tp >= 2)") \
     X(INT, tp_overlap, "tp-overlap", "1",                                                       \
       "1 = reduce a column-parallel layer's input gradient while its weight gradient computes") \
+    X(STR, tp_comm, "tp-comm", "auto",                                                          \
+      "TP collectives: host (staged through host memory), device (kernels read the other "     \
+      "workers' memory: TP workers that are threads sharing one device), auto = device where " \
+      "possible")                                                                               \
     X(INT, ep, "ep", "1",                                                                       \
       "expert-parallel degree: each block's experts divided over ep consecutive DP workers "    \
       "(divides --dp and --experts)")                                                           \

@@ -38,7 +38,13 @@ ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout
     out->slots = plan->slots, out->blocks = a.blocks;
     out->attention = a.attention, out->attention_bound = plan->attention == CT_ATTN_AUTO;
     out->device[CT_MEM_ACTIVATIONS] += (uint64_t)plan->slots * out->act_slot + out->act_scratch;
-    out->host_tp = 2 * (uint64_t)a.tp_staging * sizeof(float);
+    /* TP's buffer: two host staging buffers, or one device scratch buffer when the collectives
+     * run on the device (plan.tp_comm device; auto is predicted as host: whether the workers
+     * share a device is known only once they open it) */
+    if (plan->tp_comm == CT_TP_COMM_DEVICE)
+        out->device[CT_MEM_COMM] += (uint64_t)a.tp_staging * sizeof(float);
+    else
+        out->host_tp = 2 * (uint64_t)a.tp_staging * sizeof(float);
     out->host_moe = 2 * (uint64_t)a.moe_staging * sizeof(float);
     /* 3. The optimizer's norm buffers: the model's own (ct_model_adamw_step), and the
      * executor's. */

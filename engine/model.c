@@ -446,6 +446,7 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     if (N > 1) {
         ct_tp_opts to = ct_tp_opts_default();
         to.sp = m->sp;
+        to.comm = plan->tp_comm;
         if ((st = ct_tp_create(&m->tp, plan->tp, dev, m->acts, tp_staging_floats(cfg, max_B, max_T),
                                &to, err)) != CT_OK)
             goto cleanup;

@@ -669,6 +669,12 @@ ct_status ct_encoder_backward_vp(ct_device *dev, ct_view dwte, ct_view dwpe, ct_
     return launch(dev, "encoder", "encoder_backward_wpe", (size_t)T * C, 256, a, NARGS(a));
 }
 
+ct_status ct_combine(ct_device *dev, ct_view dst, ct_view a, ct_view b, size_t n, int max_op) {
+    NEED(dst.mem && a.mem && b.mem, "ct_combine", "dst, a and b are needed");
+    karg k[] = {KMEM(dst), KMEM(a), KMEM(b), KUL(n), KINT(max_op != 0)};
+    return launch(dev, "tp", "tp_combine", n, 256, k, NARGS(k));
+}
+
 ct_status ct_crossentropy_vp_max(ct_device *dev, ct_view mx, ct_view logits, int B, int T, int Vl,
                                  int nreal) {
     NEED(dims_ok(B, T, Vl) && nreal >= 0 && nreal <= Vl, "ct_crossentropy_vp_max",

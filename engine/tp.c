@@ -15,6 +15,7 @@
  * a whole ct_buffer, and TP's tensors are views into the activation arena; mapping part of the
  * arena while kernels run on other parts is undefined in OpenCL. On PoCL's CPU device a read or
  * write is a memcpy, a small cost beside the collective itself (docs/BENCHMARKS.md). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,22 +32,62 @@ struct ct_tp {
     ct_tp_opts o;
     float *stage[2];
     size_t cap; /* floats per staging buffer */
+    int devmode;     /* device-resident collectives (every member shares this context) */
+    ct_buffer *tmp;  /* device mode: cap floats of scratch (reduce-scatter, all-gather) */
     ct_tp_stats stats;
     ct_err err;
 };
+
+typedef struct ct_xview {
+    ct_view src, dst;
+} ct_xview;
 
 /* One transfer in flight: started (read queued), then finished (communicated, write queued). */
 typedef struct xfer {
     int kind, stage, overlapped, live;
     size_t n; /* all-reduce: elements; reduce-scatter: output elements; all-gather: input ones */
     ct_op op;
-    ct_view dst;
+    ct_view dst, src;
     ct_event *rd;
 } xfer;
 
 ct_tp_opts ct_tp_opts_default(void) {
-    ct_tp_opts o = {0, 1, 0};
+    ct_tp_opts o = {0, 1, 0, CT_TP_COMM_AUTO};
     return o;
+}
+
+/* Device-resident collectives need every member in this process (threads) with its device
+ * opened in one shared context (ct_device_opts.context): then each worker's kernels read the
+ * others' memory and its queue waits on their events. Decided from what every member reports,
+ * so all decide alike. */
+static ct_status choose_mode(ct_tp *t, ct_err *err) {
+    t->devmode = 0;
+    if (t->o.comm == CT_TP_COMM_HOST || t->n < 2) return CT_OK;
+    int local = ct_comm_local_size(t->c) == t->n;
+    uint64_t mine = (uint64_t)(uintptr_t)ct_device_context(t->dev), *all = NULL;
+    int same = local;
+    if (local) {
+        all = ct_malloc(sizeof *all * (size_t)t->n);
+        if (!all) return CT_ERR(err, CT_ERR_NOMEM, "ct_tp_create: out of host memory");
+        ct_status st = ct_comm_allgather(t->c, &mine, all, 2, CT_I32, NULL);
+        if (st != CT_OK) {
+            free(all);
+            return CT_ERR(err, st, "ct_tp_create: exchanging contexts over the TP group: %s",
+                          ct_comm_errmsg(t->c));
+        }
+        for (int k = 0; k < t->n; k++) same &= all[k] == mine;
+        free(all);
+    }
+    if (same) {
+        t->devmode = 1;
+        return CT_OK;
+    }
+    if (t->o.comm == CT_TP_COMM_DEVICE)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "TP communication 'device' needs the %d workers of a TP group to be threads "
+                      "of one process sharing one device (--workers-per-device); %s",
+                      t->n, local ? "their devices differ" : "this group spans processes");
+    return CT_OK;
 }
 
 ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_buffer *arena,
@@ -64,6 +105,22 @@ ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_buffer *arena
     t->arena = arena;
     t->o = o ? *o : ct_tp_opts_default();
     t->cap = max_floats;
+    ct_status st = choose_mode(t, err);
+    if (st != CT_OK) {
+        ct_tp_free(t);
+        return st;
+    }
+    if (t->devmode) {
+        st = ct_buffer_alloc(dev, CT_MEM_COMM, "TP device scratch", max_floats * sizeof(float),
+                             &t->tmp);
+        if (st != CT_OK) {
+            CT_ERR(err, st, "ct_tp_create: %s", ct_device_errmsg(dev));
+            ct_tp_free(t);
+            return st;
+        }
+        *out = t;
+        return CT_OK;
+    }
     t->stage[0] = ct_malloc(max_floats * sizeof(float));
     t->stage[1] = ct_malloc(max_floats * sizeof(float));
     if (!t->stage[0] || !t->stage[1]) {
@@ -78,6 +135,7 @@ ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_buffer *arena
 void ct_tp_free(ct_tp *t) {
     if (!t) return;
     ct_device_finish(t->dev); /* writes from the staging may still be queued */
+    ct_buffer_free(t->tmp);
     free(t->stage[0]);
     free(t->stage[1]);
     free(t);
@@ -86,7 +144,21 @@ void ct_tp_free(ct_tp *t) {
 int ct_tp_size(const ct_tp *t) { return t ? t->n : 1; }
 int ct_tp_rank(const ct_tp *t) { return t ? t->r : 0; }
 int ct_tp_sp(const ct_tp *t) { return t ? t->o.sp : 0; }
-size_t ct_tp_host_bytes(const ct_tp *t) { return t ? 2 * t->cap * sizeof(float) : 0; }
+size_t ct_tp_host_bytes(const ct_tp *t) {
+    return t && !t->devmode ? 2 * t->cap * sizeof(float) : 0;
+}
+int ct_tp_device_comm(const ct_tp *t) { return t ? t->devmode : 0; }
+
+ct_status ct_tp_comm_parse(const char *s, int *out, ct_err *err) {
+    static const char *const names[] = {"auto", "host", "device"};
+    for (int k = 0; k < 3; k++)
+        if (s && !strcmp(s, names[k])) {
+            *out = k;
+            return CT_OK;
+        }
+    return CT_ERR(err, CT_ERR_ARG, "--tp-comm must be auto, host or device (got '%s')",
+                  s ? s : "");
+}
 void ct_tp_set_overlap(ct_tp *t, int on) {
     if (t) t->o.overlap = on != 0;
 }
@@ -138,11 +210,175 @@ static ct_status x_start(ct_tp *t, xfer *x, int kind, int stage, ct_view dst, ct
         (st = in_arena(t, dst, outn, kind_name[kind])) != CT_OK)
         return st;
     x->live = 1;
-    if (t->o.skip_comm) return CT_OK;
+    x->src = src;
+    if (t->o.skip_comm || t->devmode) return CT_OK; /* device mode: all of it in x_finish */
     float *h = t->stage[stage] + (kind == X_AG ? (size_t)t->r * n : 0);
     st = ct_buffer_read_async(t->arena, src.off * sizeof(float), in * sizeof(float), h, &x->rd);
     if (st == CT_OK) st = ct_device_flush(t->dev);
     return dev_err(t, st, "staging read");
+}
+
+static void count(ct_tp *t, const xfer *x, double wait_s, double comm_s) {
+    ct_tp_stats *s = &t->stats;
+    size_t N = (size_t)t->n;
+    double payload = (double)(x->kind == X_AR ? x->n : x->n * N) * sizeof(float);
+    s->calls[x->kind]++;
+    s->payload_bytes[x->kind] += payload;
+    s->wire_bytes += payload * (double)(N - 1) / (double)N * (x->kind == X_AR ? 2.0 : 1.0);
+    s->wait_ms += 1e3 * wait_s;
+    s->comm_ms += 1e3 * comm_s;
+    if (x->overlapped) s->overlap_ms += 1e3 * comm_s;
+}
+
+/* ---- device-resident collectives (every member a thread sharing this context)
+ *
+ * The members swap, through the host collective, only small records: event handles and the
+ * memory objects of their views. Everything else is queued: each worker's queue waits on the
+ * others' events (never the host on the device), its kernels read the others' memory.
+ *   all-reduce      1. ready: each posts a marker behind the producers of its src;
+ *                   2. worker r combines chunk r of every src (its own first, then r+1, ..)
+ *                      into chunk r of its dst, after all are ready;
+ *                   3. it copies every other chunk s from worker s's dst, after s combined;
+ *                   4. its later commands wait until the others have copied its chunk.
+ *                   Each chunk is summed once: every worker ends with the same bits.
+ *   reduce-scatter  block r of every src combined into this worker's scratch, then copied to
+ *                   dst once every worker is done reading this one's src (dst may be src).
+ *   all-gather      src copied to scratch, then every worker copies each scratch into its
+ *                   block of dst; later commands wait until the others copied this scratch.
+ * Events cross threads with one hold per reader (ct_event_share): a reader releases its hold
+ * once its queue waits on the event, the owner its own after the next swap. */
+typedef struct dev_rec {
+    uint64_t ev, src_mem, src_off, dst_mem, dst_off;
+} dev_rec;
+
+static ct_status swap(ct_tp *t, ct_event *mine, const ct_xview *views, dev_rec *all,
+                      const char *what) {
+    dev_rec me = {(uint64_t)(uintptr_t)mine, 0, 0, 0, 0};
+    if (views) {
+        me.src_mem = (uint64_t)(uintptr_t)views->src.mem, me.src_off = views->src.off;
+        me.dst_mem = (uint64_t)(uintptr_t)views->dst.mem, me.dst_off = views->dst.off;
+    }
+    ct_event_share(mine, t->n - 1);
+    ct_status st = ct_comm_allgather(t->c, &me, all, sizeof me / 4, CT_I32, NULL);
+    if (st != CT_OK) {
+        for (int k = 0; k < t->n - 1; k++) ct_event_release(mine); /* nobody got them */
+        return CT_ERR(ct_device_err(t->dev), st, "TP %s over the TP group: %s", what,
+                      ct_comm_errmsg(t->c));
+    }
+    return CT_OK;
+}
+
+/* This queue waits for every other member's event in `all`, then drops those holds. */
+static ct_status wait_others(ct_tp *t, const dev_rec *all) {
+    ct_event *ev[64] = {NULL};
+    int m = 0;
+    for (int k = 0; k < t->n; k++)
+        if (k != t->r) ev[m++] = (ct_event *)(uintptr_t)all[k].ev;
+    ct_status st = ct_device_wait_events(t->dev, ev, m);
+    for (int k = 0; k < m; k++) ct_event_release(ev[k]);
+    return st;
+}
+
+static ct_status post(ct_tp *t, ct_event **ev) {
+    ct_status st = ct_device_marker(t->dev, ev);
+    if (st == CT_OK) st = ct_device_flush(t->dev); /* others' queues will wait on it */
+    return st;
+}
+
+static ct_view vw(uint64_t mem, uint64_t off) {
+    return ct_view_of((cl_mem)(uintptr_t)mem, (size_t)off);
+}
+#define at ct_view_at
+
+/* into = the combination of (the src of every member k, at its offset + lo), n floats, in the
+ * order r, r+1, .., r-1 (mod N): this worker's own src first, so `into` may be its src (read
+ * before it is written). */
+static ct_status combine_all(ct_tp *t, ct_view into, const dev_rec *all, size_t lo, size_t n,
+                             int max_op) {
+    if (n == 0) return CT_OK;
+    int N = t->n, r = t->r;
+#define SRC(k) at(vw(all[(k) % N].src_mem, all[(k) % N].src_off), lo)
+    ct_status st = ct_combine(t->dev, into, SRC(r), SRC(r + 1), n, max_op);
+    for (int k = 2; k < N && st == CT_OK; k++) st = ct_combine(t->dev, into, into, SRC(r + k), n, max_op);
+#undef SRC
+    return st;
+}
+
+static ct_status dev_coll(ct_tp *t, xfer *x) {
+    if (t->n > 64)
+        return CT_ERR(ct_device_err(t->dev), CT_ERR_ARG, "TP device collectives: at most 64 "
+                                                         "workers (%d)", t->n);
+    if (x->op != CT_OP_SUM && x->op != CT_OP_MAX)
+        return CT_ERR(ct_device_err(t->dev), CT_ERR_ARG, "TP device collectives: only sum and "
+                                                         "max (asked for %s)", ct_op_str(x->op));
+    double t0 = ct_time_now();
+    size_t N = (size_t)t->n, r = (size_t)t->r, n = x->n;
+    int mx = x->op == CT_OP_MAX;
+    dev_rec all[64];
+    ct_event *e1 = NULL, *e2 = NULL, *e3 = NULL;
+    ct_xview views = {x->src, x->dst};
+    ct_view tmp = ct_view_of(ct_buffer_mem(t->tmp), 0);
+    ct_status st;
+    const char *what = kind_name[x->kind];
+#define DTRY(expr)                                                                                 \
+    do {                                                                                           \
+        if ((st = (expr)) != CT_OK) goto done;                                                     \
+    } while (0)
+    if (x->kind == X_AR) {
+        size_t lo = n * r / N, hi = n * (r + 1) / N;
+        DTRY(post(t, &e1));
+        DTRY(swap(t, e1, &views, all, what));
+        DTRY(wait_others(t, all));
+        DTRY(combine_all(t, at(x->dst, lo), all, lo, hi - lo, mx));
+        DTRY(post(t, &e2));
+        dev_rec all2[64];
+        DTRY(swap(t, e2, NULL, all2, what));
+        DTRY(wait_others(t, all2));
+        for (size_t k = 0; k < N; k++) {
+            size_t a = n * k / N, b = n * (k + 1) / N;
+            if (k == r || b == a) continue;
+            DTRY(ct_mem_copy(t->dev, (cl_mem)(uintptr_t)all[k].dst_mem,
+                             (all[k].dst_off + a) * sizeof(float), x->dst.mem,
+                             (x->dst.off + a) * sizeof(float), (b - a) * sizeof(float)));
+        }
+        DTRY(post(t, &e3));
+        DTRY(swap(t, e3, NULL, all2, what));
+        DTRY(wait_others(t, all2));
+    } else if (x->kind == X_RS) {
+        DTRY(post(t, &e1));
+        DTRY(swap(t, e1, &views, all, what));
+        DTRY(wait_others(t, all));
+        DTRY(combine_all(t, tmp, all, r * n, n, mx));
+        DTRY(post(t, &e2));
+        dev_rec all2[64];
+        DTRY(swap(t, e2, NULL, all2, what));
+        DTRY(wait_others(t, all2)); /* the others have read this worker's src */
+        DTRY(ct_mem_copy(t->dev, tmp.mem, 0, x->dst.mem, x->dst.off * sizeof(float),
+                         n * sizeof(float)));
+    } else {
+        DTRY(ct_mem_copy(t->dev, x->src.mem, x->src.off * sizeof(float), tmp.mem, 0,
+                         n * sizeof(float)));
+        DTRY(post(t, &e1));
+        ct_xview tv = {tmp, x->dst};
+        DTRY(swap(t, e1, &tv, all, what));
+        DTRY(wait_others(t, all));
+        for (size_t k = 0; k < N; k++)
+            DTRY(ct_mem_copy(t->dev, (cl_mem)(uintptr_t)all[k].src_mem,
+                             all[k].src_off * sizeof(float), x->dst.mem,
+                             (x->dst.off + k * n) * sizeof(float), n * sizeof(float)));
+        DTRY(post(t, &e2));
+        dev_rec all2[64];
+        DTRY(swap(t, e2, NULL, all2, what));
+        DTRY(wait_others(t, all2)); /* the others have copied this worker's scratch */
+    }
+#undef DTRY
+done:
+    ct_event_release(e1);
+    ct_event_release(e2);
+    ct_event_release(e3);
+    if (st != CT_OK) return dev_err(t, st, what);
+    count(t, x, 0.0, ct_time_now() - t0);
+    return CT_OK;
 }
 
 /* Wait for the input, communicate on the host, queue the write of the result. */
@@ -150,6 +386,7 @@ static ct_status x_finish(ct_tp *t, xfer *x) {
     if (!x->live) return CT_OK;
     x->live = 0;
     if (t->o.skip_comm) return CT_OK;
+    if (t->devmode) return dev_coll(t, x);
     double t0 = ct_time_now();
     ct_status st = ct_event_wait_release(x->rd);
     x->rd = NULL;
@@ -171,14 +408,7 @@ static ct_status x_finish(ct_tp *t, xfer *x) {
     if (st == CT_OK) st = ct_device_flush(t->dev);
     if (st != CT_OK) return dev_err(t, st, "staging write");
     double t2 = ct_time_now();
-    ct_tp_stats *s = &t->stats;
-    double payload = (double)(x->kind == X_AR ? x->n : x->n * N) * sizeof(float);
-    s->calls[x->kind]++;
-    s->payload_bytes[x->kind] += payload;
-    s->wire_bytes += payload * (double)(N - 1) / (double)N * (x->kind == X_AR ? 2.0 : 1.0);
-    s->wait_ms += 1e3 * (t1 - t0);
-    s->comm_ms += 1e3 * (t2 - t1);
-    if (x->overlapped) s->overlap_ms += 1e3 * (t2 - t1);
+    count(t, x, t1 - t0, t2 - t1);
     return CT_OK;
 }
 

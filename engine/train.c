@@ -7,6 +7,7 @@
  * call here is made by every worker in the same order; only the leader (world worker 0) writes
  * files and prints. */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,10 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
          "the TP group");
     NEED(p->tp_overlap == 0 || p->tp_overlap == 1, "--tp-overlap must be 0 or 1 (got %d)",
          p->tp_overlap);
+    {
+        int mode = 0;
+        if ((st = ct_tp_comm_parse(p->tp_comm, &mode, err)) != CT_OK) return st;
+    }
     NEED(p->zero >= 0 && p->zero <= 3, "--zero must be 0, 1, 2 or 3 (got %d)", p->zero);
     NEED(!(p->zero > 0 && p->dp < 2),
          "--zero %d needs data parallelism (--dp >= 2): ZeRO shards over the DP group", p->zero);
@@ -199,6 +204,11 @@ struct ct_train_run {
     ct_tokenizer *tok;
     ct_device_info *list;
     int ndev, *picks, npicks;
+    /* Workers of this process sharing a device (--workers-per-device) open it in one context,
+     * the first to open it making it: their memory and events are then one another's (TP's
+     * device-resident collectives). [npicks], each retained here until the run is freed. */
+    cl_context *ctx;
+    pthread_mutex_t ctx_lock;
     ct_topo *topo; /* NULL: one worker, no MPI */
     int W;
 };
@@ -350,6 +360,7 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
     *out = NULL;
     ct_train_run *r = ct_calloc(1, sizeof *r);
     if (!r) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
+    pthread_mutex_init(&r->ctx_lock, NULL);
     r->p = *pp;
     const ct_train_params *p = &r->p;
     r->topo = topo;
@@ -489,7 +500,8 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
     const char *spec = p->device[0] ? p->device : ct_device_spec_env();
     TRY(ct_device_list(&r->list, &r->ndev, err));
     r->picks = ct_malloc(sizeof(int) * (size_t)(r->ndev + 1));
-    if (!r->picks) {
+    r->ctx = ct_calloc((size_t)r->ndev + 1, sizeof *r->ctx);
+    if (!r->picks || !r->ctx) {
         st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
         goto fail;
     }
@@ -520,6 +532,10 @@ void ct_train_run_free(ct_train_run *r) {
     free(r->split);
     free(r->init_params);
     ct_tokenizer_free(r->tok);
+    for (int k = 0; r->ctx && k <= r->ndev; k++)
+        if (r->ctx[k]) clReleaseContext(r->ctx[k]);
+    free(r->ctx);
+    pthread_mutex_destroy(&r->ctx_lock);
     ct_device_list_free(r->list);
     free(r->picks);
     ct_data_free(r->train);
@@ -556,6 +572,7 @@ struct ct_trainer {
     const char *peak_src;
     int *in, *tg;       /* this worker's rows of every micro-batch of a step */
     uint64_t *mem;      /* the memory report, W x CT_MEM__COUNT */
+    int32_t *tpdev;     /* [W]: 1 where the worker's TP collectives run on the device */
     ct_err err;
 };
 
@@ -647,6 +664,7 @@ ct_status ct_train_worker_plan(const ct_train_params *p, const ct_gpt_config *cf
     plan->split_backward = kind == CT_SCHED_ZB1;
     ct_attn_path_parse(p->attention, &plan->attention); /* checked by ct_train_params_check */
     plan->sp = p->sequence_parallel;
+    ct_tp_comm_parse(p->tp_comm, &plan->tp_comm, NULL); /* checked by ct_train_params_check */
     ct_recompute_parse(p->recompute, &plan->recompute);
     plan->moe_capacity = p->capacity_factor;
     plan->moe_aux = p->aux_loss;
@@ -714,7 +732,19 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     t->info = &r->list[r->picks[k]];
     ct_device_opts dopts = ct_device_opts_default();
     dopts.mem_cap = (uint64_t)(p->mem_cap_gb * 1073741824.0);
-    if ((st = ct_device_open(&t->dev, t->info, &dopts, err)) != CT_OK) goto fail;
+    if (p->workers_per_device > 1) {
+        pthread_mutex_lock(&r->ctx_lock);
+        dopts.context = r->ctx[k];
+        st = ct_device_open(&t->dev, t->info, &dopts, err);
+        if (st == CT_OK && !r->ctx[k]) {
+            r->ctx[k] = ct_device_context(t->dev);
+            clRetainContext(r->ctx[k]);
+        }
+        pthread_mutex_unlock(&r->ctx_lock);
+    } else {
+        st = ct_device_open(&t->dev, t->info, &dopts, err);
+    }
+    if (st != CT_OK) goto fail;
     /* 3. The schedule, and the model planned for it: this stage's chunks of blocks (stage s
      * holds model chunks s, s + pp, ...), as many activation slots as the schedule keeps alive
      * on this stage (the simulator's peak, not the micro-batch count), room for the deferred
@@ -820,7 +850,8 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     t->in = ct_malloc(bt * sizeof(int));
     t->tg = ct_malloc(bt * sizeof(int));
     t->mem = ct_calloc((size_t)t->W * CT_MEM__COUNT, sizeof(uint64_t));
-    if (!t->in || !t->tg || !t->mem) {
+    t->tpdev = ct_calloc((size_t)t->W, sizeof(int32_t));
+    if (!t->in || !t->tg || !t->mem || !t->tpdev) {
         st = terr(t, err, CT_ERR_NOMEM, "no memory for a batch");
         goto fail;
     }
@@ -836,6 +867,16 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     if ((st = ct_exec_mem_gather(t->x, t->mem)) != CT_OK) {
         terr(t, err, st, "%s", ct_exec_errmsg(t->x));
         goto fail;
+    }
+    {
+        /* where each worker's TP collectives run (the memory model places their buffer) */
+        int32_t mine = ct_tp_device_comm(ct_model_tp(t->model));
+        if (t->world && (st = ct_comm_allgather(t->world, &mine, t->tpdev, 1, CT_I32, NULL)) !=
+                            CT_OK) {
+            terr(t, err, st, "%s", ct_comm_errmsg(t->world));
+            goto fail;
+        }
+        if (!t->world) t->tpdev[0] = mine;
     }
     /* 6. A pipeline's measured bubble: the executed timeline of the traced steps, else of the
      * last three (not the run's first step, which compiles kernels, when there are others). */
@@ -880,6 +921,7 @@ void ct_trainer_free(ct_trainer *t) {
     free(t->in);
     free(t->tg);
     free(t->mem);
+    free(t->tpdev);
     free(t);
 }
 
@@ -959,10 +1001,13 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
         fprintf(f,
                 "  tensor parallel= %d workers per TP group: heads %d / %d, MLP %d / %d, "
                 "vocabulary %d / %d rows each; sequence parallelism %s; input-gradient overlap "
-                "%s\n",
+                "%s; collectives %s\n",
                 p->tp, cfg->heads / p->tp, cfg->heads, 4 * cfg->channels / p->tp,
                 4 * cfg->channels, cfg->padded_vocab / p->tp, cfg->padded_vocab,
-                p->sequence_parallel ? "on" : "off", p->tp_overlap ? "on" : "off");
+                p->sequence_parallel ? "on" : "off", p->tp_overlap ? "on" : "off",
+                ct_tp_device_comm(ct_model_tp(t->model))
+                    ? "on the device (the TP workers share one device's context)"
+                    : "staged through host memory");
     if (cfg->experts > 0)
         fprintf(f,
                 "  experts        = %d per block, top-k %d, capacity factor %g (an expert takes at "
@@ -1094,6 +1139,7 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
         const uint64_t *u = t->mem + (size_t)w * CT_MEM__COUNT;
         ct_mem_predict mp;
         ct_err e2 = {0};
+        pp_.tp_comm = t->tpdev[w] ? "device" : "host";
         int okp = ct_train_mem_predict(&pp_, cfg, w, &mp, &e2) == CT_OK;
         uint64_t pred[CT_MEM__COUNT];
         for (int c = 0; c < CT_MEM__COUNT; c++)

@@ -16,6 +16,7 @@
  * gradient norm that is not finite under --nonfinite stop, or --max-skips times in a row). Every file it
  * writes appears complete or not at all (temporary file + rename). */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,11 @@ static void die(int code, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "train_gpt: error: %s\n", msg);
     fflush(stderr);
+    /* Several worker threads may fail alike (a model none of them can build): exit() is not
+     * safe to run twice at once (the exit handlers would run in both), so the first one ends the
+     * process and the others wait here for it. */
+    static pthread_mutex_t ending = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&ending);
     if (g_mpi_ranks > 1) {
         /* MPICH's launcher drops a rank's output still on its way when MPI_Abort tears the job
          * down (the message was lost in 3 of 8 tries): give it a moment to arrive first */

@@ -68,6 +68,12 @@ fails=0
 
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
+# logsays FILE TEXT: the run's log must contain TEXT (what the run reported doing).
+logsays() {
+    if grep -qF -- "$2" "$1"; then echo "ok: $(basename "$1" .log) says '$2'"; else
+        fail "$(basename "$1" .log): the log does not say '$2'"; fi
+}
+
 want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
 text_file() {

@@ -452,7 +452,7 @@ static void test_refusals(ctx *c, ct_grid *grid) {
     ct_model_free(m);
 }
 
-static void worker(ct_topo *topo, int thread, ct_device_info *info) {
+static void worker(ct_topo *topo, int thread, ct_device_info *info, cl_context shared) {
     ct_err err = {0};
     ctx c;
     memset(&c, 0, sizeof c);
@@ -465,6 +465,7 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
     c.tpc = ct_grid_tp(grid);
     c.N = ct_comm_size(c.tpc), c.r = ct_comm_rank(c.tpc);
     ct_device_opts dopts = ct_device_opts_default();
+    dopts.context = shared;
     REQUIRE_OK(ct_device_open(&c.dev, info, &dopts, &err), err.msg);
     REQUIRE_OK(ct_buffer_alloc(c.dev, CT_MEM_ACTIVATIONS, "test arena", (size_t)4 << 20, &c.arena),
                ct_device_errmsg(c.dev));
@@ -473,6 +474,22 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
         ct_tp_opts o = ct_tp_opts_default();
         o.sp = sp;
         REQUIRE_OK(ct_tp_create(&tps[sp], c.tpc, c.dev, c.arena, (size_t)1 << 16, &o, &err), err.msg);
+        /* device-resident exactly when every member is a thread of this process sharing the
+         * context; otherwise staged through the host */
+        int dev_expected = shared && c.N > 1 && ct_comm_local_size(c.tpc) == c.N;
+        CT_ASSERT_MSG(ct_tp_device_comm(tps[sp]) == dev_expected,
+                      "TP communication is %s, expected %s (N %d, %d in this process)",
+                      ct_tp_device_comm(tps[sp]) ? "device" : "host",
+                      dev_expected ? "device" : "host", c.N, ct_comm_local_size(c.tpc));
+    }
+    if (shared && c.N > 1 && ct_comm_local_size(c.tpc) < c.N) {
+        /* device mode asked for across processes: refused on every worker alike */
+        ct_tp_opts o = ct_tp_opts_default();
+        o.comm = CT_TP_COMM_DEVICE;
+        ct_tp *bad = NULL;
+        ct_status st = ct_tp_create(&bad, c.tpc, c.dev, c.arena, 64, &o, &err);
+        CT_ASSERT_EQ_INT(st, CT_ERR_ARG);
+        CT_ASSERT_STR_CONTAINS(err.msg, "spans processes");
     }
     for (int sp = 0; sp < 2; sp++) {
         test_col(&c, tps[sp], sp, 1);
@@ -503,6 +520,9 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
 
 int main(int argc, char **argv) {
     int D = argc > 1 ? atoi(argv[1]) : 1;
+    /* "shared": every thread opens the first device in one context (workers sharing a device:
+     * TP's collectives then stay on the device) */
+    int shared = argc > 2 && !strcmp(argv[2], "shared");
     ct_err err = {0};
     ct_topo *topo = NULL;
     CT_ASSERT_OK(ct_topo_create(&topo, &argc, &argv, D, &err), err.msg);
@@ -514,8 +534,16 @@ int main(int argc, char **argv) {
     const char *spec = ct_device_spec_env();
     CT_ASSERT_OK(ct_device_select(list, n, spec ? spec : "cpu", 0, picks, &np, &err), err.msg);
     CT_ASSERT_MSG(np >= 1, "no device");
+    ct_device *holder = NULL;
+    if (shared) {
+        ct_device_opts o = ct_device_opts_default();
+        CT_ASSERT_OK(ct_device_open(&holder, &list[picks[0]], &o, &err), err.msg);
+        np = 1;
+    }
 #pragma omp parallel num_threads(D)
-    worker(topo, omp_get_thread_num(), &list[picks[omp_get_thread_num() % np]]);
+    worker(topo, omp_get_thread_num(), &list[picks[omp_get_thread_num() % np]],
+           holder ? ct_device_context(holder) : NULL);
+    ct_device_free(holder);
     ct_device_list_free(list);
     int fails = ct_test_failures, all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

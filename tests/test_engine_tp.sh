@@ -65,6 +65,17 @@ if want threads; then
     train t22z2 1 4 --tp 2 --dp 2 --zero 2 --sequence-parallel 1 &&
         compare "$D/ref.jsonl" "$D/t22z2.jsonl" "threads dp 2 x tp 2 SP ZeRO-2" &&
         memcheck "$D/t22z2.jsonl" 4
+    # TP workers sharing one device: their collectives stay on the device (auto picks it);
+    # dp 2 x tp 2 on two devices: each TP group on its own device, DP across them
+    train t2d 1 2 --tp 2 --sequence-parallel 1 --workers-per-device 2 &&
+        compare "$D/ref.jsonl" "$D/t2d.jsonl" "threads tp 2 SP on one device" &&
+        logsays "$D/t2d.log" "collectives on the device"
+    train t22d 1 4 --tp 2 --dp 2 --zero 1 --workers-per-device 2 &&
+        compare "$D/ref.jsonl" "$D/t22d.jsonl" "threads dp 2 x tp 2 ZeRO-1, a device per TP group" &&
+        logsays "$D/t22d.log" "collectives on the device"
+    train t2h 1 2 --tp 2 --workers-per-device 2 --tp-comm host &&
+        compare "$D/ref.jsonl" "$D/t2h.jsonl" "threads tp 2 on one device, --tp-comm host" &&
+        logsays "$D/t2h.log" "staged through host memory"
 fi
 if want ranks; then
     need_ref
@@ -123,6 +134,9 @@ if want refuse; then
     refused "layout vs workers" "--dp 1 x --tp 2 x --pp 1 = 2 does not match the 1 workers" 1 1 --tp 2
     refused "layout vs ranks" "--dp 2 x --tp 2 x --pp 1 = 4 does not match the 2 workers" 2 1 --tp 2 --dp 2
     refused "--tp 0" "--tp must be >= 1" 1 1 --tp 0
+    refused "--tp-comm bogus" "--tp-comm must be auto, host or device" 1 1 --tp-comm bogus
+    refused "--tp-comm device across devices" "their devices differ" 1 2 --tp 2 \
+        --devices-per-rank 2 --tp-comm device
     refused "zb1 with TP" "--schedule zb1 with --tp 2" 1 4 --tp 2 --pp 2 --devices-per-rank 4 \
         --schedule zb1
 fi

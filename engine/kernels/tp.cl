@@ -92,3 +92,14 @@ __kernel void crossentropy_vp_backward_inplace(__global float *buf, ulong buf_of
     }
     buf[i] = g;
 }
+
+/* dst[i] = a[i] + b[i] (op 0) or max(a[i], b[i]) (op 1): one step of a device-resident
+ * reduction, the operands another worker's memory in the same context. dst may be a or b
+ * (the same elements). */
+__kernel void tp_combine(__global float *dst, ulong dst_off, __global const float *a, ulong a_off,
+                         __global const float *b, ulong b_off, ulong n, int op) {
+    size_t i = get_global_id(0);
+    if (i >= n) return;
+    float x = a[a_off + i], y = b[b_off + i];
+    dst[dst_off + i] = op ? fmax(x, y) : x + y;
+}
