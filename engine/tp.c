@@ -78,10 +78,14 @@ static ct_status choose_mode(ct_tp *t, ct_err *err) {
         for (int k = 0; k < t->n; k++) same &= all[k] == mine;
         free(all);
     }
-    if (same) {
+    /* auto: not on a CPU device, where device memory is host memory and the staging a memcpy
+     * (measured faster there than the rounds of event exchange: docs/BENCHMARKS.md) */
+    int cpu = (ct_device_get_info(t->dev)->type & CL_DEVICE_TYPE_CPU) != 0;
+    if (same && (t->o.comm == CT_TP_COMM_DEVICE || !cpu)) {
         t->devmode = 1;
         return CT_OK;
     }
+    if (same) return CT_OK;
     if (t->o.comm == CT_TP_COMM_DEVICE)
         return CT_ERR(err, CT_ERR_ARG,
                       "TP communication 'device' needs the %d workers of a TP group to be threads "
@@ -235,12 +239,13 @@ static void count(ct_tp *t, const xfer *x, double wait_s, double comm_s) {
  * The members swap, through the host collective, only small records: event handles and the
  * memory objects of their views. Everything else is queued: each worker's queue waits on the
  * others' events (never the host on the device), its kernels read the others' memory.
- *   all-reduce      1. ready: each posts a marker behind the producers of its src;
- *                   2. worker r combines chunk r of every src (its own first, then r+1, ..)
- *                      into chunk r of its dst, after all are ready;
- *                   3. it copies every other chunk s from worker s's dst, after s combined;
- *                   4. its later commands wait until the others have copied its chunk.
- *                   Each chunk is summed once: every worker ends with the same bits.
+ *   all-reduce      each posts a marker behind the producers of its src; once all are ready,
+ *                   each combines every src (in member order 0, 1, .., N-1) into its scratch;
+ *                   once every worker has read the others' src, it copies the scratch to dst
+ *                   (dst may be src). The same kernels in the same order on the same inputs:
+ *                   every worker ends with the same bits. Every worker sums the whole tensor
+ *                   (N-1 passes, not 2(N-1)/N): on one device the passes are cheap and the
+ *                   rounds of event exchange are what cost, so two rounds, not three.
  *   reduce-scatter  block r of every src combined into this worker's scratch, then copied to
  *                   dst once every worker is done reading this one's src (dst may be src).
  *   all-gather      src copied to scratch, then every worker copies each scratch into its
@@ -291,15 +296,15 @@ static ct_view vw(uint64_t mem, uint64_t off) {
 #define at ct_view_at
 
 /* into = the combination of (the src of every member k, at its offset + lo), n floats, in the
- * order r, r+1, .., r-1 (mod N): this worker's own src first, so `into` may be its src (read
- * before it is written). */
+ * order first, first+1, .., first-1 (mod N). */
 static ct_status combine_all(ct_tp *t, ct_view into, const dev_rec *all, size_t lo, size_t n,
-                             int max_op) {
+                             int max_op, int first) {
     if (n == 0) return CT_OK;
-    int N = t->n, r = t->r;
+    int N = t->n;
 #define SRC(k) at(vw(all[(k) % N].src_mem, all[(k) % N].src_off), lo)
-    ct_status st = ct_combine(t->dev, into, SRC(r), SRC(r + 1), n, max_op);
-    for (int k = 2; k < N && st == CT_OK; k++) st = ct_combine(t->dev, into, into, SRC(r + k), n, max_op);
+    ct_status st = ct_combine(t->dev, into, SRC(first), SRC(first + 1), n, max_op);
+    for (int k = 2; k < N && st == CT_OK; k++)
+        st = ct_combine(t->dev, into, into, SRC(first + k), n, max_op);
 #undef SRC
     return st;
 }
@@ -315,7 +320,7 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
     size_t N = (size_t)t->n, r = (size_t)t->r, n = x->n;
     int mx = x->op == CT_OP_MAX;
     dev_rec all[64];
-    ct_event *e1 = NULL, *e2 = NULL, *e3 = NULL;
+    ct_event *e1 = NULL, *e2 = NULL;
     ct_xview views = {x->src, x->dst};
     ct_view tmp = ct_view_of(ct_buffer_mem(t->tmp), 0);
     ct_status st;
@@ -325,30 +330,21 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
         if ((st = (expr)) != CT_OK) goto done;                                                     \
     } while (0)
     if (x->kind == X_AR) {
-        size_t lo = n * r / N, hi = n * (r + 1) / N;
         DTRY(post(t, &e1));
         DTRY(swap(t, e1, &views, all, what));
         DTRY(wait_others(t, all));
-        DTRY(combine_all(t, at(x->dst, lo), all, lo, hi - lo, mx));
+        DTRY(combine_all(t, tmp, all, 0, n, mx, 0));
         DTRY(post(t, &e2));
         dev_rec all2[64];
         DTRY(swap(t, e2, NULL, all2, what));
-        DTRY(wait_others(t, all2));
-        for (size_t k = 0; k < N; k++) {
-            size_t a = n * k / N, b = n * (k + 1) / N;
-            if (k == r || b == a) continue;
-            DTRY(ct_mem_copy(t->dev, (cl_mem)(uintptr_t)all[k].dst_mem,
-                             (all[k].dst_off + a) * sizeof(float), x->dst.mem,
-                             (x->dst.off + a) * sizeof(float), (b - a) * sizeof(float)));
-        }
-        DTRY(post(t, &e3));
-        DTRY(swap(t, e3, NULL, all2, what));
-        DTRY(wait_others(t, all2));
+        DTRY(wait_others(t, all2)); /* the others have read this worker's src */
+        DTRY(ct_mem_copy(t->dev, tmp.mem, 0, x->dst.mem, x->dst.off * sizeof(float),
+                         n * sizeof(float)));
     } else if (x->kind == X_RS) {
         DTRY(post(t, &e1));
         DTRY(swap(t, e1, &views, all, what));
         DTRY(wait_others(t, all));
-        DTRY(combine_all(t, tmp, all, r * n, n, mx));
+        DTRY(combine_all(t, tmp, all, r * n, n, mx, (int)r));
         DTRY(post(t, &e2));
         dev_rec all2[64];
         DTRY(swap(t, e2, NULL, all2, what));
@@ -375,7 +371,6 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
 done:
     ct_event_release(e1);
     ct_event_release(e2);
-    ct_event_release(e3);
     if (st != CT_OK) return dev_err(t, st, what);
     count(t, x, 0.0, ct_time_now() - t0);
     return CT_OK;

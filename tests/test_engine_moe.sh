@@ -290,7 +290,7 @@ if want tp; then
     train tp2sp 2 1 --tp 2 --sequence-parallel 1 &&
         compare_moe "$D/ref.jsonl" "$D/tp2sp.jsonl" "ranks tp 2 SP" 0 2 && predcheck "$D/tp2sp.jsonl"
     # the two TP workers on one device: TP's collectives (the router's too) stay on the device
-    train tp2d 1 2 --tp 2 --sequence-parallel 1 --workers-per-device 2 &&
+    train tp2d 1 2 --tp 2 --sequence-parallel 1 --workers-per-device 2 --tp-comm device &&
         compare_moe "$D/ref.jsonl" "$D/tp2d.jsonl" "threads tp 2 SP on one device" 0 2 &&
         logsays "$D/tp2d.log" "collectives on the device" && predcheck "$D/tp2d.jsonl"
     if train tp2dp2 1 4 --tp 2 --dp 2 --ep 2 --zero 1 --save "$D/cktp" \

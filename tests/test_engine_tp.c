@@ -60,6 +60,7 @@ typedef struct ctx {
     size_t at;
     int N, r;
     ct_comm *tpc;
+    int tp_comm; /* CT_TP_COMM_DEVICE where the threads share the device, else auto */
 } ctx;
 
 static ct_view vw(ctx *c, size_t off) { return ct_view_of(ct_buffer_mem(c->arena), off); }
@@ -363,6 +364,7 @@ static void test_model(ctx *c, ct_grid *grid, int sp) {
     ct_model_plan pl;
     memset(&pl, 0, sizeof pl);
     pl.max_B = B_, pl.max_T = T_, pl.slots = 1, pl.tp = ct_grid_tp(grid), pl.sp = sp;
+    pl.tp_comm = c->tp_comm;
     REQUIRE_OK(ct_model_create_plan(&m, &cfg, &lay, ct_grid_coords(grid), c->dev, &pl, &err), err.msg);
     size_t np = ct_model_num_params(ref);
     float *p = rnd(71, np, 0.3f); /* moderate random parameters: every gradient non-trivial */
@@ -470,17 +472,30 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info, cl_context s
     REQUIRE_OK(ct_buffer_alloc(c.dev, CT_MEM_ACTIVATIONS, "test arena", (size_t)4 << 20, &c.arena),
                ct_device_errmsg(c.dev));
     ct_tp *tps[2] = {NULL, NULL};
+    /* device-resident collectives where every member is a thread of this process sharing the
+     * context (asked for: auto keeps a CPU device's on the host), otherwise staged through the
+     * host */
+    int dev_expected = shared && c.N > 1 && ct_comm_local_size(c.tpc) == c.N;
+    c.tp_comm = dev_expected ? CT_TP_COMM_DEVICE : CT_TP_COMM_AUTO;
     for (int sp = 0; sp < 2; sp++) {
         ct_tp_opts o = ct_tp_opts_default();
         o.sp = sp;
+        o.comm = c.tp_comm;
         REQUIRE_OK(ct_tp_create(&tps[sp], c.tpc, c.dev, c.arena, (size_t)1 << 16, &o, &err), err.msg);
-        /* device-resident exactly when every member is a thread of this process sharing the
-         * context; otherwise staged through the host */
-        int dev_expected = shared && c.N > 1 && ct_comm_local_size(c.tpc) == c.N;
         CT_ASSERT_MSG(ct_tp_device_comm(tps[sp]) == dev_expected,
                       "TP communication is %s, expected %s (N %d, %d in this process)",
                       ct_tp_device_comm(tps[sp]) ? "device" : "host",
                       dev_expected ? "device" : "host", c.N, ct_comm_local_size(c.tpc));
+    }
+    if (shared && c.N > 1 && ct_comm_local_size(c.tpc) == c.N) {
+        /* auto on a CPU device keeps the host staging (a memcpy there); elsewhere the device */
+        ct_tp_opts o = ct_tp_opts_default();
+        ct_tp *a = NULL;
+        REQUIRE_OK(ct_tp_create(&a, c.tpc, c.dev, c.arena, 64, &o, &err), err.msg);
+        int cpu = (ct_device_get_info(c.dev)->type & CL_DEVICE_TYPE_CPU) != 0;
+        CT_ASSERT_MSG(ct_tp_device_comm(a) == !cpu, "auto chose %s on a %s device",
+                      ct_tp_device_comm(a) ? "device" : "host", cpu ? "CPU" : "non-CPU");
+        ct_tp_free(a);
     }
     if (shared && c.N > 1 && ct_comm_local_size(c.tpc) < c.N) {
         /* device mode asked for across processes: refused on every worker alike */

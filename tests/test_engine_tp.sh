@@ -65,16 +65,17 @@ if want threads; then
     train t22z2 1 4 --tp 2 --dp 2 --zero 2 --sequence-parallel 1 &&
         compare "$D/ref.jsonl" "$D/t22z2.jsonl" "threads dp 2 x tp 2 SP ZeRO-2" &&
         memcheck "$D/t22z2.jsonl" 4
-    # TP workers sharing one device: their collectives stay on the device (auto picks it);
-    # dp 2 x tp 2 on two devices: each TP group on its own device, DP across them
-    train t2d 1 2 --tp 2 --sequence-parallel 1 --workers-per-device 2 &&
+    # TP workers sharing one device: their collectives stay on the device (asked for: auto
+    # keeps a CPU device's on the host); dp 2 x tp 2 on two devices: each TP group on its own
+    # device, DP across them
+    train t2d 1 2 --tp 2 --sequence-parallel 1 --workers-per-device 2 --tp-comm device &&
         compare "$D/ref.jsonl" "$D/t2d.jsonl" "threads tp 2 SP on one device" &&
         logsays "$D/t2d.log" "collectives on the device"
-    train t22d 1 4 --tp 2 --dp 2 --zero 1 --workers-per-device 2 &&
+    train t22d 1 4 --tp 2 --dp 2 --zero 1 --workers-per-device 2 --tp-comm device &&
         compare "$D/ref.jsonl" "$D/t22d.jsonl" "threads dp 2 x tp 2 ZeRO-1, a device per TP group" &&
         logsays "$D/t22d.log" "collectives on the device"
-    train t2h 1 2 --tp 2 --workers-per-device 2 --tp-comm host &&
-        compare "$D/ref.jsonl" "$D/t2h.jsonl" "threads tp 2 on one device, --tp-comm host" &&
+    train t2h 1 2 --tp 2 --workers-per-device 2 &&
+        compare "$D/ref.jsonl" "$D/t2h.jsonl" "threads tp 2 on one CPU device, auto: host" &&
         logsays "$D/t2h.log" "staged through host memory"
 fi
 if want ranks; then
