@@ -6,7 +6,10 @@
  *         [--warmup W] [--layers L --dim C --heads NH --seq T --batch B --vocab V]
  *     mpiexec -n 2 bench_tp ...                           (the TP group across ranks)
  *     CT_DEVICE=gpu bench_tp --devices-per-rank 2 ...     (workers sharing one GPU)
+ *     ... --tp-comm host|device                           (where TP's collectives run)
  *
+ * Workers on one device open it in one context, so with --tp-comm device (or auto on a GPU)
+ * their collectives stay on the device (engine/tp.c); host stages them through host memory.
  * Default shape: bench_train's "tiny" (L=4, C=256, NH=4, T=256, B=4, GPT-2's V=50257, Vp=50304).
  * Each layout is timed three ways on the same model, interleaved step by step (so a changing
  * load on a shared machine hits them alike), after W warm-up rounds, as the mean and the best of
@@ -26,7 +29,7 @@
  * loss statistics; with SP (4L+2) reduce-scatters and (6L+3) all-gathers of B*T*C (the
  * backward re-gathers the LayerNorm outputs it does not keep) + the same loss statistics.
  * Activation memory: the worker's activation arena (device, category activations) and its TP
- * host staging. Worker 0 prints one line per way and a "JSON " line for scripts. */
+ * host staging (0 on the device path, whose scratch is device memory of category comm). Worker 0 prints one line per way and a "JSON " line for scripts. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
