@@ -329,24 +329,15 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
     do {                                                                                           \
         if ((st = (expr)) != CT_OK) goto done;                                                     \
     } while (0)
-    if (x->kind == X_AR) {
+    dev_rec all2[64];
+    if (x->kind != X_AG) {
+        /* all-reduce: the whole of every src; reduce-scatter: block r, from this worker's own */
+        size_t lo = x->kind == X_RS ? r * n : 0;
         DTRY(post(t, &e1));
         DTRY(swap(t, e1, &views, all, what));
         DTRY(wait_others(t, all));
-        DTRY(combine_all(t, tmp, all, 0, n, mx, 0));
+        DTRY(combine_all(t, tmp, all, lo, n, mx, x->kind == X_RS ? (int)r : 0));
         DTRY(post(t, &e2));
-        dev_rec all2[64];
-        DTRY(swap(t, e2, NULL, all2, what));
-        DTRY(wait_others(t, all2)); /* the others have read this worker's src */
-        DTRY(ct_mem_copy(t->dev, tmp.mem, 0, x->dst.mem, x->dst.off * sizeof(float),
-                         n * sizeof(float)));
-    } else if (x->kind == X_RS) {
-        DTRY(post(t, &e1));
-        DTRY(swap(t, e1, &views, all, what));
-        DTRY(wait_others(t, all));
-        DTRY(combine_all(t, tmp, all, r * n, n, mx, (int)r));
-        DTRY(post(t, &e2));
-        dev_rec all2[64];
         DTRY(swap(t, e2, NULL, all2, what));
         DTRY(wait_others(t, all2)); /* the others have read this worker's src */
         DTRY(ct_mem_copy(t->dev, tmp.mem, 0, x->dst.mem, x->dst.off * sizeof(float),
@@ -363,7 +354,6 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
                              all[k].src_off * sizeof(float), x->dst.mem,
                              (x->dst.off + k * n) * sizeof(float), n * sizeof(float)));
         DTRY(post(t, &e2));
-        dev_rec all2[64];
         DTRY(swap(t, e2, NULL, all2, what));
         DTRY(wait_others(t, all2)); /* the others have copied this worker's scratch */
     }
