@@ -161,7 +161,8 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "links, picks the fastest layout that fits memory and runs it (layout flags given pin "    \
       "their choice); predicted and measured step times are printed after a few steps")          \
     X(INT, workers_per_device, "workers-per-device", "1",                                       \
-      "workers sharing one device (each its own context and queue; to try layouts on one GPU)") \
+      "workers sharing one device (each its own queue, in one context per process: TP's "      \
+      "collectives can stay on it; to try layouts on one GPU)")                                  \
     X(STR, trace, "trace", "", "write a Chrome/Perfetto trace (JSON) of the traced steps here")  \
     X(STR, attention, "attention", "gemm",                                                      \
       "attention path: gemm (batched GEMMs, keeps the (B,NH,T,T) scores), fused (online softmax, " \

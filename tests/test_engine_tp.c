@@ -545,7 +545,8 @@ int main(int argc, char **argv) {
     int n = 0, picks[16], np = 0;
     CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
     /* CPU devices (PoCL: one per POCL_DEVICES entry) unless CT_DEVICE names others; workers
-     * share a device when there are fewer (each its own context and queue) */
+     * share a device when there are fewer (each its own context and queue, or one
+     * context with "shared") */
     const char *spec = ct_device_spec_env();
     CT_ASSERT_OK(ct_device_select(list, n, spec ? spec : "cpu", 0, picks, &np, &err), err.msg);
     CT_ASSERT_MSG(np >= 1, "no device");
