@@ -263,13 +263,13 @@ static ct_status swap(ct_tp *t, ct_event *mine, const ct_xview *views, dev_rec *
         me.src_mem = (uint64_t)(uintptr_t)views->src.mem, me.src_off = views->src.off;
         me.dst_mem = (uint64_t)(uintptr_t)views->dst.mem, me.dst_off = views->dst.off;
     }
+    /* On a failed exchange the holds stay: some members may have the record, and the run ends;
+     * a small event record outlives it rather than being freed twice. */
     ct_event_share(mine, t->n - 1);
     ct_status st = ct_comm_allgather(t->c, &me, all, sizeof me / 4, CT_I32, NULL);
-    if (st != CT_OK) {
-        for (int k = 0; k < t->n - 1; k++) ct_event_release(mine); /* nobody got them */
+    if (st != CT_OK)
         return CT_ERR(ct_device_err(t->dev), st, "TP %s over the TP group: %s", what,
                       ct_comm_errmsg(t->c));
-    }
     return CT_OK;
 }
 
