@@ -29,7 +29,8 @@
  * loss statistics; with SP (4L+2) reduce-scatters and (6L+3) all-gathers of B*T*C (the
  * backward re-gathers the LayerNorm outputs it does not keep) + the same loss statistics.
  * Activation memory: the worker's activation arena (device, category activations) and its TP
- * host staging (0 on the device path, whose scratch is device memory of category comm). Worker 0 prints one line per way and a "JSON " line for scripts. */
+ * host staging (0 on the device path, whose scratch is device memory of category comm). Worker 0
+ * prints one line per way and a "JSON " line for scripts. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -130,17 +131,10 @@ static void worker(ct_topo *topo, bopts *o, int thread, ct_device_info *list, in
     if (k >= npicks) k = thread % npicks;
     ct_device *dev = NULL;
     ct_device_opts dopts = ct_device_opts_default();
-    int bad = 0;
+    ct_status st;
 #pragma omp critical(bench_tp_context)
-    {
-        dopts.context = o->shared[k];
-        bad = ct_device_open(&dev, &list[picks[k]], &dopts, &err) != CT_OK;
-        if (!bad && !o->shared[k]) {
-            o->shared[k] = ct_device_context(dev);
-            clRetainContext(o->shared[k]);
-        }
-    }
-    if (bad) DIE("%s", err.msg);
+    st = ct_device_open_shared(&dev, &list[picks[k]], &dopts, &o->shared[k], &err);
+    if (st != CT_OK) DIE("%s", err.msg);
     int Vp = (o->V + 127) / 128 * 128;
     ct_gpt_config cfg = {o->T, o->V, Vp, o->L, o->NH, o->C, 0, 0};
     int sp = N > 1 && o->sp;
@@ -195,12 +189,14 @@ static void worker(ct_topo *topo, bopts *o, int thread, ct_device_info *list, in
                w[0].wire_bytes / 1e6, want / 1e6, want > 0 ? w[0].wire_bytes / want : 1.0);
         printf("  activation memory per worker %.1f MiB (arena) + %.1f MiB TP host staging\n",
                act / 1048576, host / 1048576);
-        printf("JSON {\"tp\":%d,\"ranks\":%d,\"sp\":%d,\"device_comm\":%d,\"best_ms\":%.3f,\"best_no_overlap_ms\":%.3f,"
+        printf("JSON {\"tp\":%d,\"ranks\":%d,\"sp\":%d,\"device_comm\":%d,\"best_ms\":%.3f,"
+               "\"best_no_overlap_ms\":%.3f,"
                "\"best_no_comm_ms\":%.3f,\"step_ms\":%.3f,\"step_no_overlap_ms\":%.3f,"
                "\"step_no_comm_ms\":%.3f,\"compute_ms\":%.3f,\"exposed_tp_ms\":%.3f,"
                "\"rest_ms\":%.3f,\"tp_comm_ms\":%.3f,\"tp_overlap_ms\":%.3f,\"bytes\":%.0f,"
                "\"bytes_formula\":%.0f,\"act_bytes\":%.0f,\"staging_bytes\":%.0f}\n",
-               N, ct_topo_nranks(topo), sp, ct_tp_device_comm(tp), w[0].best_ms, w[1].best_ms, w[2].best_ms, w[0].step_ms,
+               N, ct_topo_nranks(topo), sp, ct_tp_device_comm(tp), w[0].best_ms, w[1].best_ms,
+               w[2].best_ms, w[0].step_ms,
                w[1].step_ms, w[2].step_ms,
                w[2].compute_ms, exposed, rest, w[0].tp_comm_ms, w[0].tp_overlap_ms,
                w[0].wire_bytes, want, act, host);
@@ -298,8 +294,7 @@ int main(int argc, char **argv) {
     o.shared = calloc((size_t)npicks, sizeof *o.shared);
 #pragma omp parallel num_threads(o.D)
     worker(topo, &o, omp_get_thread_num(), list, picks, npicks);
-    for (int k = 0; k < npicks; k++)
-        if (o.shared[k]) clReleaseContext(o.shared[k]);
+    for (int k = 0; k < npicks; k++) ct_context_release(o.shared[k]);
     free(o.shared);
     free(picks);
     ct_device_list_free(list);

@@ -112,6 +112,12 @@ ct_device_opts ct_device_opts_default(void);
 
 ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_device_opts *opts,
                          ct_err *err);
+/* Open in *shared (the context of other workers on this device) when it is set; otherwise in a
+ * new context, which *shared then also holds (retained: ct_context_release it when no worker
+ * will open the device again). Callers sharing *shared serialise their calls. */
+ct_status ct_device_open_shared(ct_device **out, const ct_device_info *info,
+                                const ct_device_opts *opts, cl_context *shared, ct_err *err);
+void ct_context_release(cl_context ctx); /* NULL: no-op */
 void ct_device_free(ct_device *dev);
 
 const ct_device_info *ct_device_get_info(const ct_device *dev);

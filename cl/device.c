@@ -358,6 +358,22 @@ cleanup:
     return st;
 }
 
+ct_status ct_device_open_shared(ct_device **out, const ct_device_info *info,
+                                const ct_device_opts *opts, cl_context *shared, ct_err *err) {
+    ct_device_opts o = opts ? *opts : ct_device_opts_default();
+    o.context = *shared;
+    ct_status st = ct_device_open(out, info, &o, err);
+    if (st == CT_OK && !*shared) {
+        *shared = (*out)->ctx;
+        clRetainContext(*shared);
+    }
+    return st;
+}
+
+void ct_context_release(cl_context ctx) {
+    if (ctx) clReleaseContext(ctx);
+}
+
 void ct_device_free(ct_device *d) {
     if (!d) return;
     for (int i = 0; i < d->nprograms; i++) {

@@ -38,10 +38,6 @@ struct ct_tp {
     ct_err err;
 };
 
-typedef struct ct_xview {
-    ct_view src, dst;
-} ct_xview;
-
 /* One transfer in flight: started (read queued), then finished (communicated, write queued). */
 typedef struct xfer {
     int kind, stage, overlapped, live;
@@ -253,16 +249,12 @@ static void count(ct_tp *t, const xfer *x, double wait_s, double comm_s) {
  * Events cross threads with one hold per reader (ct_event_share): a reader releases its hold
  * once its queue waits on the event, the owner its own after the next swap. */
 typedef struct dev_rec {
-    uint64_t ev, src_mem, src_off, dst_mem, dst_off;
+    uint64_t ev, src_mem, src_off;
 } dev_rec;
 
-static ct_status swap(ct_tp *t, ct_event *mine, const ct_xview *views, dev_rec *all,
-                      const char *what) {
-    dev_rec me = {(uint64_t)(uintptr_t)mine, 0, 0, 0, 0};
-    if (views) {
-        me.src_mem = (uint64_t)(uintptr_t)views->src.mem, me.src_off = views->src.off;
-        me.dst_mem = (uint64_t)(uintptr_t)views->dst.mem, me.dst_off = views->dst.off;
-    }
+/* Every member's record (this worker's event and its src view) into all[N]. */
+static ct_status swap(ct_tp *t, ct_event *mine, ct_view src, dev_rec *all, const char *what) {
+    dev_rec me = {(uint64_t)(uintptr_t)mine, (uint64_t)(uintptr_t)src.mem, src.off};
     /* On a failed exchange the holds stay: some members may have the record, and the run ends;
      * a small event record outlives it rather than being freed twice. */
     ct_event_share(mine, t->n - 1);
@@ -293,7 +285,6 @@ static ct_status post(ct_tp *t, ct_event **ev) {
 static ct_view vw(uint64_t mem, uint64_t off) {
     return ct_view_of((cl_mem)(uintptr_t)mem, (size_t)off);
 }
-#define at ct_view_at
 
 /* into = the combination of (the src of every member k, at its offset + lo), n floats, in the
  * order first, first+1, .., first-1 (mod N). */
@@ -301,7 +292,7 @@ static ct_status combine_all(ct_tp *t, ct_view into, const dev_rec *all, size_t 
                              int max_op, int first) {
     if (n == 0) return CT_OK;
     int N = t->n;
-#define SRC(k) at(vw(all[(k) % N].src_mem, all[(k) % N].src_off), lo)
+#define SRC(k) ct_view_at(vw(all[(k) % N].src_mem, all[(k) % N].src_off), lo)
     ct_status st = ct_combine(t->dev, into, SRC(first), SRC(first + 1), n, max_op);
     for (int k = 2; k < N && st == CT_OK; k++)
         st = ct_combine(t->dev, into, into, SRC(first + k), n, max_op);
@@ -321,7 +312,6 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
     int mx = x->op == CT_OP_MAX;
     dev_rec all[64];
     ct_event *e1 = NULL, *e2 = NULL;
-    ct_xview views = {x->src, x->dst};
     ct_view tmp = ct_view_of(ct_buffer_mem(t->tmp), 0);
     ct_status st;
     const char *what = kind_name[x->kind];
@@ -334,11 +324,11 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
         /* all-reduce: the whole of every src; reduce-scatter: block r, from this worker's own */
         size_t lo = x->kind == X_RS ? r * n : 0;
         DTRY(post(t, &e1));
-        DTRY(swap(t, e1, &views, all, what));
+        DTRY(swap(t, e1, x->src, all, what));
         DTRY(wait_others(t, all));
         DTRY(combine_all(t, tmp, all, lo, n, mx, x->kind == X_RS ? (int)r : 0));
         DTRY(post(t, &e2));
-        DTRY(swap(t, e2, NULL, all2, what));
+        DTRY(swap(t, e2, ct_view_none(), all2, what));
         DTRY(wait_others(t, all2)); /* the others have read this worker's src */
         DTRY(ct_mem_copy(t->dev, tmp.mem, 0, x->dst.mem, x->dst.off * sizeof(float),
                          n * sizeof(float)));
@@ -346,15 +336,14 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
         DTRY(ct_mem_copy(t->dev, x->src.mem, x->src.off * sizeof(float), tmp.mem, 0,
                          n * sizeof(float)));
         DTRY(post(t, &e1));
-        ct_xview tv = {tmp, x->dst};
-        DTRY(swap(t, e1, &tv, all, what));
+        DTRY(swap(t, e1, tmp, all, what));
         DTRY(wait_others(t, all));
         for (size_t k = 0; k < N; k++)
             DTRY(ct_mem_copy(t->dev, (cl_mem)(uintptr_t)all[k].src_mem,
                              all[k].src_off * sizeof(float), x->dst.mem,
                              (x->dst.off + k * n) * sizeof(float), n * sizeof(float)));
         DTRY(post(t, &e2));
-        DTRY(swap(t, e2, NULL, all2, what));
+        DTRY(swap(t, e2, ct_view_none(), all2, what));
         DTRY(wait_others(t, all2)); /* the others have copied this worker's scratch */
     }
 #undef DTRY

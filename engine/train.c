@@ -532,8 +532,7 @@ void ct_train_run_free(ct_train_run *r) {
     free(r->split);
     free(r->init_params);
     ct_tokenizer_free(r->tok);
-    for (int k = 0; r->ctx && k <= r->ndev; k++)
-        if (r->ctx[k]) clReleaseContext(r->ctx[k]);
+    for (int k = 0; r->ctx && k <= r->ndev; k++) ct_context_release(r->ctx[k]);
     free(r->ctx);
     pthread_mutex_destroy(&r->ctx_lock);
     ct_device_list_free(r->list);
@@ -734,12 +733,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     dopts.mem_cap = (uint64_t)(p->mem_cap_gb * 1073741824.0);
     if (p->workers_per_device > 1) {
         pthread_mutex_lock(&r->ctx_lock);
-        dopts.context = r->ctx[k];
-        st = ct_device_open(&t->dev, t->info, &dopts, err);
-        if (st == CT_OK && !r->ctx[k]) {
-            r->ctx[k] = ct_device_context(t->dev);
-            clRetainContext(r->ctx[k]);
-        }
+        st = ct_device_open_shared(&t->dev, t->info, &dopts, &r->ctx[k], err);
         pthread_mutex_unlock(&r->ctx_lock);
     } else {
         st = ct_device_open(&t->dev, t->info, &dopts, err);
