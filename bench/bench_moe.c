@@ -59,7 +59,8 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info, const 
     ct_err err = {0};
     ct_comm *world = NULL;
     ct_device *dev = NULL;
-    ct_buffer *arena = NULL;
+    ct_arena *arena = NULL; /* one piece: ab */
+    ct_buffer *ab = NULL;
     if (ct_comm_world(topo, thread, &world)) DIE("no world");
     int N = ct_comm_size(world), r = ct_comm_rank(world);
     ct_device_opts dopts = ct_device_opts_default();
@@ -70,9 +71,12 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info, const 
     ct_moe_plan(&mc, N, &blk, &scr);
     size_t wsz = (size_t)o->E * C + El * (8 * C * C + 5 * C); /* router + the local experts */
     size_t need = 4 * BT * C + 2 * wsz + blk + scr + 64 * 16;
-    if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "bench arena", need * sizeof(float), &arena))
+    static const size_t part0 = 0;
+    if (ct_arena_alloc(dev, CT_MEM_WORKSPACE, "bench arena", need * sizeof(float), &part0, NULL, 1,
+                       &arena))
         DIE("%s", ct_device_errmsg(dev));
-    cl_mem am = ct_buffer_mem(arena);
+    ab = ct_arena_at(arena, 0, NULL);
+    cl_mem am = ct_buffer_mem(ab);
     size_t at = 0;
 #define TAKE(n) (at += ((size_t)(n) + 15) / 16 * 16, ct_view_of(am, at - ((size_t)(n) + 15) / 16 * 16))
     ct_view x = TAKE(BT * C), y = TAKE(BT * C), dy = TAKE(BT * C), dx = TAKE(BT * C);
@@ -92,7 +96,7 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info, const 
     float *he = rnd(8 + (unsigned long long)r, El * 4 * C * C, 0.05f);
     float *hdy = rnd(200 + (unsigned long long)r, BT * C, 1.0f);
 #define PUT(v, h, n)                                                                               \
-    if (ct_buffer_write(arena, (v).off * sizeof(float), (h), (n) * sizeof(float)))                \
+    if (ct_buffer_write(ab, (v).off * sizeof(float), (h), (n) * sizeof(float)))                \
         DIE("%s", ct_device_errmsg(dev));
     PUT(x, hx, BT * C);
     PUT(dy, hdy, BT * C);
@@ -152,7 +156,7 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info, const 
     }
     free(rows), free(hx), free(hw), free(he), free(hdy);
     ct_moe_free(moe);
-    ct_buffer_free(arena);
+    ct_arena_free(arena);
     ct_device_free(dev);
     ct_comm_free(world);
 }

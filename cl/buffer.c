@@ -73,7 +73,7 @@ ct_status ct_buffer_alloc(ct_device *d, ct_mem_category cat, const char *name, s
     uint64_t total = 0;
     for (int c = 0; c < CT_MEM__COUNT; c++) total += d->mem_current[c];
     int over_cap = total + bytes > d->mem_cap;
-    if (over_cap || bytes > d->info.max_alloc_bytes) usage_line(d, use, sizeof use);
+    if (over_cap || bytes > d->max_alloc) usage_line(d, use, sizeof use);
     if (!over_cap) { /* reserve now so two threads cannot both pass the check */
         d->mem_current[cat] += bytes;
         d->live_buffers++;
@@ -86,13 +86,15 @@ ct_status ct_buffer_alloc(ct_device *d, ct_mem_category cat, const char *name, s
                       nm, cat_names[cat], bytes, bytes / 1048576.0, d->info.index, d->info.name, use);
     ct_status st = CT_OK;
     ct_buffer *b = NULL;
-    if (bytes > d->info.max_alloc_bytes) {
+    if (bytes > d->max_alloc) {
         st = CT_ERR(&d->err, CT_ERR_DEVICE_MEM,
                     "cannot allocate '%s' (%s): %zu bytes (%.1f MiB) exceed the largest single "
-                    "allocation of device %d (%s), CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu bytes; in "
-                    "use:%s",
+                    "allocation of device %d (%s), %llu bytes (%s); in use:%s",
                     nm, cat_names[cat], bytes, bytes / 1048576.0, d->info.index, d->info.name,
-                    (unsigned long long)d->info.max_alloc_bytes, use);
+                    (unsigned long long)d->max_alloc,
+                    d->max_alloc < d->info.max_alloc_bytes ? "lowered by the device options"
+                                                           : "CL_DEVICE_MAX_MEM_ALLOC_SIZE",
+                    use);
         goto cleanup;
     }
     if (ct__alloc_fails(CT_ALLOC_DEVICE, bytes)) {
@@ -161,6 +163,117 @@ void ct_buffer_free(ct_buffer *b) {
     d->live_buffers--;
     pthread_mutex_unlock(&d->mem_lock);
     free(b);
+}
+
+uint64_t ct_device_max_alloc(const ct_device *d) { return d->max_alloc; }
+
+/* ---------------------------------------------------------------- arenas */
+
+struct ct_arena {
+    size_t bytes;
+    int n;
+    size_t *base;       /* [n]: each piece's first byte in the arena */
+    ct_buffer **pieces; /* [n] */
+};
+
+void ct_arena_free(ct_arena *a) {
+    if (!a) return;
+    for (int i = 0; i < a->n; i++) ct_buffer_free(a->pieces[i]);
+    free(a->pieces);
+    free(a->base);
+    free(a);
+}
+
+ct_status ct_arena_alloc(ct_device *d, ct_mem_category cat, const char *name, size_t bytes,
+                         const size_t *parts, const char *const *names, size_t nparts,
+                         ct_arena **out) {
+    *out = NULL;
+    const char *nm = name ? name : "(unnamed)";
+    if (!parts || nparts == 0 || parts[0] != 0)
+        return CT_ERR(&d->err, CT_ERR_ARG, "arena '%s': its parts must start at byte 0", nm);
+    for (size_t i = 1; i < nparts; i++)
+        if (parts[i] <= parts[i - 1] || parts[i] >= bytes)
+            return CT_ERR(&d->err, CT_ERR_ARG,
+                          "arena '%s': part %zu starts at %zu, not after part %zu (%zu) and "
+                          "before the end (%zu)",
+                          nm, i, parts[i], i - 1, parts[i - 1], bytes);
+    uint64_t lim = d->max_alloc;
+    /* pieces: from a part's start, whole parts while they fit the limit */
+    size_t npieces = 0;
+    for (size_t i = 0; i < nparts;) {
+        size_t j = i + 1;
+        size_t end = j < nparts ? parts[j] : bytes;
+        if (end - parts[i] > lim) {
+            char where[160];
+            if (names && names[i]) snprintf(where, sizeof where, "'%s'", names[i]);
+            else snprintf(where, sizeof where, "at byte %zu", parts[i]);
+            return CT_ERR(&d->err, CT_ERR_DEVICE_MEM,
+                          "cannot allocate '%s' (%s, %.1f MiB in all): its part %s is %.1f MiB, "
+                          "above the largest single allocation of device %d (%s), %.1f MiB; a "
+                          "smaller batch or sequence makes it smaller",
+                          nm, cat_names[cat], bytes / 1048576.0, where,
+                          (end - parts[i]) / 1048576.0, d->info.index, d->info.name,
+                          lim / 1048576.0);
+        }
+        while (j < nparts && (j + 1 < nparts ? parts[j + 1] : bytes) - parts[i] <= lim) j++;
+        npieces++;
+        i = j;
+    }
+    ct_arena *a = ct_calloc(1, sizeof *a);
+    if (a) {
+        a->base = ct_calloc(npieces, sizeof *a->base);
+        a->pieces = ct_calloc(npieces, sizeof *a->pieces);
+    }
+    if (!a || !a->base || !a->pieces) {
+        ct_arena_free(a);
+        return CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory for arena '%s'", nm);
+    }
+    a->bytes = bytes;
+    for (size_t i = 0; i < nparts;) {
+        size_t j = i + 1;
+        while (j < nparts && (j + 1 < nparts ? parts[j + 1] : bytes) - parts[i] <= lim) j++;
+        size_t end = j < nparts ? parts[j] : bytes;
+        char pn[64];
+        if (npieces > 1) snprintf(pn, sizeof pn, "%.40s %d/%d", nm, a->n + 1, (int)npieces);
+        else snprintf(pn, sizeof pn, "%s", nm);
+        a->base[a->n] = parts[i];
+        ct_status st = ct_buffer_alloc(d, cat, pn, end - parts[i], &a->pieces[a->n]);
+        if (st != CT_OK) {
+            ct_arena_free(a);
+            return st;
+        }
+        a->n++;
+        i = j;
+    }
+    *out = a;
+    return CT_OK;
+}
+
+size_t ct_arena_bytes(const ct_arena *a) { return a->bytes; }
+int ct_arena_npieces(const ct_arena *a) { return a->n; }
+size_t ct_arena_largest_piece(const ct_arena *a) {
+    size_t m = 0;
+    for (int i = 0; i < a->n; i++)
+        if (a->pieces[i]->bytes > m) m = a->pieces[i]->bytes;
+    return m;
+}
+
+ct_buffer *ct_arena_at(const ct_arena *a, size_t off, size_t *in_piece) {
+    if (off > a->bytes) return NULL;
+    int lo = 0, hi = a->n - 1; /* the last piece starting at or before off */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (a->base[mid] <= off) lo = mid;
+        else hi = mid - 1;
+    }
+    if (in_piece) *in_piece = off - a->base[lo];
+    return a->pieces[lo];
+}
+
+ct_buffer *ct_arena_piece_of(const ct_arena *a, cl_mem mem) {
+    for (int i = 0; mem && i < a->n; i++)
+        if (a->pieces[i]->mem == mem) return a->pieces[i];
+    return NULL;
 }
 
 cl_mem ct_buffer_mem(const ct_buffer *b) { return b->mem; }

@@ -94,6 +94,9 @@ typedef struct ct_device ct_device;
 typedef struct ct_device_opts {
     int profiling;         /* queue created with CL_QUEUE_PROFILING_ENABLE */
     uint64_t mem_cap;      /* bytes; 0 = the device's global memory */
+    uint64_t max_alloc;    /* the largest single buffer in bytes; 0 (or more than the device's
+                              CL_DEVICE_MAX_MEM_ALLOC_SIZE) = the device's. Lower it for a driver
+                              that fails below its stated limit, or to test arenas in pieces */
     int apply_tuning;      /* apply stored/shipped CLBlast parameters at open (default 1) */
     const char *cache_dir; /* program binary cache; NULL = $XDG_CACHE_HOME/cltrain or
                               ~/.cache/cltrain; "" disables the disk cache */
@@ -181,6 +184,31 @@ cl_mem ct_buffer_mem(const ct_buffer *b);
 size_t ct_buffer_bytes(const ct_buffer *b);
 const char *ct_buffer_name(const ct_buffer *b);
 ct_device *ct_buffer_device(const ct_buffer *b);
+
+/* The largest single buffer ct_buffer_alloc accepts on this device (ct_device_opts.max_alloc). */
+uint64_t ct_device_max_alloc(const ct_device *dev);
+
+/* An arena: one logical allocation of `bytes` held as consecutive buffers ("pieces"), none above
+ * the device's largest single allocation, for tensors that together exceed it (OpenCL caps one
+ * buffer at CL_DEVICE_MAX_MEM_ALLOC_SIZE, often a quarter of the device's memory). The arena
+ * is made of `nparts` indivisible parts, part i starting at byte parts[i] (parts[0] = 0,
+ * increasing, each < bytes) and ending where the next starts: a piece holds whole parts, as many
+ * as fit, so a tensor that lies within one part lies within one piece. One piece when the whole
+ * fits. A part larger than the limit is refused (CT_ERR_DEVICE_MEM) naming it (names[i], or its
+ * offset when names is NULL); a failure leaves nothing allocated. Contents are zeroed. */
+typedef struct ct_arena ct_arena;
+ct_status ct_arena_alloc(ct_device *dev, ct_mem_category cat, const char *name, size_t bytes,
+                         const size_t *parts, const char *const *names, size_t nparts,
+                         ct_arena **out);
+void ct_arena_free(ct_arena *a);
+size_t ct_arena_bytes(const ct_arena *a);
+int ct_arena_npieces(const ct_arena *a);
+size_t ct_arena_largest_piece(const ct_arena *a); /* bytes */
+/* The piece holding byte `off` of the arena and off's position in it (off == bytes: the end of
+ * the last piece). NULL when off > bytes. */
+ct_buffer *ct_arena_at(const ct_arena *a, size_t off, size_t *in_piece);
+/* The piece whose memory object is `mem`, or NULL. */
+ct_buffer *ct_arena_piece_of(const ct_arena *a, cl_mem mem);
 
 /* Blocking host <-> device copies of [off, off+bytes). */
 ct_status ct_buffer_write(ct_buffer *b, size_t off, const void *src, size_t bytes);

@@ -41,6 +41,7 @@ struct ct_device {
     uint64_t mem_peak[CT_MEM__COUNT];
     uint64_t mem_total_peak;
     uint64_t mem_cap;
+    uint64_t max_alloc; /* the largest single buffer: the device's, or opts.max_alloc below it */
     int live_buffers;
 
     /* program cache */

@@ -303,6 +303,8 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
     d->row_groups = o.row_groups >= 0 ? o.row_groups != 0 : !(info->type & CL_DEVICE_TYPE_CPU);
     pthread_mutex_init(&d->mem_lock, NULL);
     d->mem_cap = o.mem_cap ? o.mem_cap : info->global_mem_bytes;
+    d->max_alloc = o.max_alloc && o.max_alloc < info->max_alloc_bytes ? o.max_alloc
+                                                                      : info->max_alloc_bytes;
     cl_int rc = CL_SUCCESS;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)info->platform_id,
                                      0};

@@ -149,6 +149,9 @@ size_t ct_model_scratch_bytes(const ct_model *m);
 size_t ct_model_layer_bytes(const ct_model *m);
 /* The part of the scratch that holds one block's dropped tensors (0 with recompute none). */
 size_t ct_model_recompute_bytes(const ct_model *m);
+/* How many device buffers hold the activation arena (more than one when it exceeds the device's
+ * largest single allocation), and the largest one's bytes. */
+int ct_model_act_pieces(const ct_model *m, size_t *largest);
 /* The attention path the model runs (gemm or fused; auto is resolved at creation), the fused
  * block shapes (cfg may be NULL), and one line saying what was chosen and why. */
 ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg);

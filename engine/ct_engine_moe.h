@@ -86,7 +86,7 @@ size_t ct_moe_staging_floats(const ct_moe_cfg *c, int ep);
  * into (staged reads and writes go through it). Host memory: the routing records and, with
  * ep > 1, two staging buffers of the largest exchange. */
 ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_tp *tp,
-                        ct_device *dev, ct_buffer *arena, ct_err *err);
+                        ct_device *dev, ct_arena *arena, ct_err *err);
 void ct_moe_free(ct_moe *m);
 /* This worker's experts [first, first + count). */
 void ct_moe_experts(const ct_moe *m, int *first, int *count);

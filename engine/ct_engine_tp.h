@@ -72,7 +72,7 @@ ct_tp_opts ct_tp_opts_default(void);
 /* The TP group `c` (this worker's handle; used from the worker's thread only), the device, and
  * the buffer every view passed to the pieces lies in (the model's activation arena). Host
  * staging: two buffers of max_floats (the largest collective: B*T*C). Not collective. */
-ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_buffer *arena,
+ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_arena *arena,
                        size_t max_floats, const ct_tp_opts *o, ct_err *err);
 /* Waits for the device (writes from the staging may be queued), then frees. NULL: no-op. */
 void ct_tp_free(ct_tp *t);

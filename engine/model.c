@@ -38,11 +38,21 @@ typedef struct scratch_plan {
     size_t total;
 } scratch_plan;
 
+/* One planned region: offset and floats, and for a per-block region the stride of its copies
+ * (the arena may be cut into pieces between copies; 0: never within the region). */
+typedef struct arena_region {
+    size_t off, n, stride;
+    const char *name;
+} arena_region;
+#define CT__MAX_REGIONS 40
+
 /* The whole arena plan: a pure function of (config, plan, layout, held blocks, path), shared by
  * the model (which allocates it) and the memory model (which predicts it). */
 typedef struct arena_plan {
     slot_plan s;
     scratch_plan x;
+    arena_region xr[CT__MAX_REGIONS], sr[CT__MAX_REGIONS]; /* scratch's and a slot's regions */
+    int nxr, nsr;
     int kept[B__COUNT];   /* 1: in the slot; 0: dropped (recompute scratch) */
     size_t bsz[B__COUNT]; /* floats of one block's copy */
     /* per-block strides within a slot (floats): rows outside the TP regions (BTl x C, BTl),
@@ -75,7 +85,7 @@ struct ct_model {
     ct_attn_path attn;      /* the attention path this model runs (gemm or fused) */
     ct_attn_cfg acfg;       /* the fused kernels' block shapes */
     char attn_note[1800];   /* why (for the start-up log) */
-    ct_buffer *acts;   /* [scratch | slot 0 | slot 1 | ...] */
+    ct_arena *acts;    /* [scratch | slot 0 | slot 1 | ...], in pieces (arena_parts) */
     slot_state *st;
     ct_trace *tr; /* op groups recorded while it is on */
     ct_profile prof;
@@ -122,6 +132,38 @@ int ct_model_tensor_decays(int i) {
  * floats per block in the slot (ct_moe_plan), and xmoe floats of scratch. Those are kept under
  * every recompute mode: recomputing them would repeat the layer's routing and its all-to-alls
  * over the EP group (block mode recomputes the block up to ln2, the MoE layer's input). */
+/* A block's saved tensor, named for messages. */
+static const char *blk_name(int t, int fused) {
+    static const char *const names[B__COUNT] = {
+        "a block's ln1",      "a block's ln1 means", "a block's ln1 deviations",
+        "a block's QKV",      "a block's scores",    "a block's attention output",
+        "a block's residual", "a block's ln2",       "a block's ln2 means",
+        "a block's ln2 deviations", "a block's fc output", "a block's GELU output",
+        "a block's output"};
+    if (t == B_ATT && fused) return "a block's attention log-sum-exp";
+    return t >= 0 && t < B__COUNT ? names[t] : "?";
+}
+
+/* The arena's indivisible parts as byte offsets (ct_arena_alloc): each region that holds
+ * anything, and within a per-block region each copy that starts 64-byte aligned, so a piece of
+ * the arena holds whole tensors. Fills parts and names when given; returns the count. */
+static size_t arena_parts(const arena_plan *a, int slots, size_t *parts, const char **names) {
+    size_t n = 0, last = 0;
+    for (int s = -1; s < slots; s++) {
+        const arena_region *r = s < 0 ? a->xr : a->sr;
+        int nr = s < 0 ? a->nxr : a->nsr;
+        size_t base = s < 0 ? 0 : a->x.total + (size_t)s * a->s.total;
+        for (int i = 0; i < nr; i++)
+            for (size_t k = 0; k < r[i].n; k += r[i].stride ? r[i].stride : r[i].n) {
+                size_t at = base + r[i].off + k;
+                if ((k && at % 16) || (n && at <= last)) continue;
+                if (parts) parts[n] = at * sizeof(float), names[n] = r[i].name;
+                n++, last = at;
+            }
+    }
+    return n;
+}
+
 static void plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, int nbw, int head,
                        ct_attn_path attn, int B, int T, int split, ct_recompute rc, size_t lmoe,
                        size_t xmoe) {
@@ -149,49 +191,59 @@ static void plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, i
         a->kept[B_ATT] = fused;
         if (!split) a->kept[B_LN1] = a->kept[B_LN2] = a->kept[B_FCHG] = 0;
     }
+    a->nxr = a->nsr = 0;
     size_t o = 0;
-#define REGION(p, f, n) ((p)->f = o, o += ((size_t)(n) + 15) / 16 * 16) /* 64-byte aligned */
+/* 64-byte aligned; recorded with a name (messages) and the stride of its copies (k) */
+#define REGIONK(list, cnt, p, f, n, k, nm)                                                 \
+    ((p)->f = o, a->list[a->cnt++] = (arena_region){o, (size_t)(n), (size_t)(k), nm},      \
+     o += ((size_t)(n) + 15) / 16 * 16)
+#define XREG(f, n, nm) REGIONK(xr, nxr, x, f, n, 0, nm)
+#define SREG(f, n, nm) REGIONK(sr, nsr, s, f, n, 0, nm)
     scratch_plan *x = &a->x;
-    REGION(x, qkv, g * BT * Cq);
-    REGION(x, proj, BTC);
-    REGION(x, vaccum, g * BT * Ca);
-    REGION(x, dres, rowC);
-    REGION(x, dA, BT * (F > C ? F : C));
-    REGION(x, dB, BT * (F > Cq ? F : Cq));
-    REGION(x, datt, att); /* the score gradient; fused: rowsum(dout * out) */
+    XREG(qkv, g * BT * Cq, "the QKV scratch");
+    XREG(proj, BTC, "the projection scratch");
+    XREG(vaccum, g * BT * Ca, "the attention output scratch");
+    XREG(dres, rowC, "the residual gradient");
+    XREG(dA, BT * (F > C ? F : C), "gradient scratch A");
+    XREG(dB, BT * (F > Cq ? F : Cq), "gradient scratch B");
+    XREG(datt, att, fused ? "the attention row sums" : "the score gradient"); /* the score gradient; fused: rowsum(dout * out) */
     /* the attention backward's head-major temporaries share the forward's: each is written and
      * read within one forward or one attention backward call, and a worker runs those one at a
      * time (a recomputed forward ends before its backward starts) */
     x->dqkvr = x->qkv, x->dvaccum = x->vaccum;
-    REGION(x, xfull, spx * BTC);
-    REGION(x, dfull, spx * BTC);
-    REGION(x, stats, tpx * 3 * BT);
-    REGION(x, moex, xmoe);
+    XREG(xfull, spx * BTC, "the gathered rows");
+    XREG(dfull, spx * BTC, "the gathered gradient rows");
+    XREG(stats, tpx * 3 * BT, "the loss statistics");
+    XREG(moex, xmoe, "the MoE scratch");
     x->rc_lo = o;
-    for (int t = 0; t < B__COUNT; t++) REGION(x, rc[t], a->kept[t] ? 0 : bsz[t]);
+    for (int t = 0; t < B__COUNT; t++)
+        XREG(rc[t], a->kept[t] ? 0 : bsz[t], blk_name(t, fused));
     x->rc_hi = o;
     x->total = o;
     o = 0;
     slot_plan *s = &a->s;
-    REGION(s, tokens, BT);
-    REGION(s, targets, BT);
-    REGION(s, in, rowC);
-    for (int t = 0; t < B__COUNT; t++) REGION(s, blk[t], a->kept[t] ? nb * bsz[t] : 0);
-    REGION(s, moe, nb * lmoe);
+    SREG(tokens, BT, "the tokens");
+    SREG(targets, BT, "the targets");
+    SREG(in, rowC, "the stage input");
+    for (int t = 0; t < B__COUNT; t++)
+        REGIONK(sr, nsr, s, blk[t], a->kept[t] ? nb * bsz[t] : 0, bsz[t], blk_name(t, fused));
+    REGIONK(sr, nsr, s, moe, nb * lmoe, lmoe, "a block's MoE tensors");
     /* zero-bubble plans: what the deferred weight gradient needs beyond the saved activations,
      * per block [output gradient | dln2 | residual gradient after ln2 | dln1]; its other two
      * inputs (the gradients of fch and of qkv) go where fch and qkvr were, dead by then (not
      * planned under tensor parallelism, which refuses the split) */
-    REGION(s, wg, split ? nb * 4 * BTC : 0);
+    REGIONK(sr, nsr, s, wg, split ? nb * 4 * BTC : 0, 4 * BTC, "a block's weight-gradient inputs");
     size_t h = head ? 1 : 0;
-    REGION(s, lnf, h * rowC);
-    REGION(s, lnfm, h * BTl);
-    REGION(s, lnfr, h * BTl);
-    REGION(s, logits, h * BT * Vl);
-    REGION(s, losses, h * BT);
-    REGION(s, lse, h * BT);
-    REGION(s, loss, 1);
-#undef REGION
+    SREG(lnf, h * rowC, "the final LayerNorm");
+    SREG(lnfm, h * BTl, "the final LayerNorm's means");
+    SREG(lnfr, h * BTl, "the final LayerNorm's deviations");
+    SREG(logits, h * BT * Vl, "the logits");
+    SREG(losses, h * BT, "the losses");
+    SREG(lse, h * BT, "the log-sum-exp");
+    SREG(loss, 1, "the loss");
+#undef XREG
+#undef SREG
+#undef REGIONK
     s->total = o;
     a->lrow = rowC, a->lst = BTl, a->lqkv = BT * Cq, a->latty = BT * Ca, a->lfc = BT * F;
     a->attL = att;
@@ -438,11 +490,19 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     plan_arena(&m->ar, cfg, N, m->sp, m->nb, ct_params_has_head(m->P), m->attn, max_B, max_T,
                plan->split_backward, plan->recompute, lmoe, xmoe);
     size_t total = m->ar.x.total + (size_t)plan->slots * m->ar.s.total;
-    if ((st = ct_buffer_alloc(dev, CT_MEM_ACTIVATIONS, "activations", total * sizeof(float),
-                              &m->acts)) != CT_OK) {
-        CT_ERR(err, st, "ct_model_create: %s", ct_device_errmsg(dev));
-        goto cleanup;
+    size_t np = arena_parts(&m->ar, plan->slots, NULL, NULL);
+    size_t *parts = ct_malloc(np * sizeof *parts);
+    const char **names = ct_malloc(np * sizeof *names);
+    if (!parts || !names) st = CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
+    else {
+        arena_parts(&m->ar, plan->slots, parts, names);
+        if ((st = ct_arena_alloc(dev, CT_MEM_ACTIVATIONS, "activations", total * sizeof(float),
+                                 parts, names, np, &m->acts)) != CT_OK)
+            CT_ERR(err, st, "ct_model_create: %s", ct_device_errmsg(dev));
     }
+    free(parts);
+    free(names);
+    if (st != CT_OK) goto cleanup;
     if (N > 1) {
         ct_tp_opts to = ct_tp_opts_default();
         to.sp = m->sp;
@@ -508,7 +568,7 @@ void ct_model_free(ct_model *m) {
     ct_moe_free(m->moe);
     ct_tp_free(m->tp);
     ct_optim_free(m->opt);
-    ct_buffer_free(m->acts);
+    ct_arena_free(m->acts);
     ct_params_free(m->P);
     free(m->chunk_of);
     free(m->st);
@@ -541,6 +601,10 @@ ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg) {
 }
 const char *ct_model_attention_note(const ct_model *m) { return m->attn_note; }
 size_t ct_model_scratch_bytes(const ct_model *m) { return m->ar.x.total * sizeof(float); }
+int ct_model_act_pieces(const ct_model *m, size_t *largest) {
+    if (largest) *largest = ct_arena_largest_piece(m->acts);
+    return ct_arena_npieces(m->acts);
+}
 
 void ct_model_tensor(const ct_model *m, int i, size_t *offset, size_t *count) {
     size_t sizes[CT_GPT_NUM_TENSORS], o = 0;
@@ -617,6 +681,13 @@ static ct_status check_ids(ct_model *m, const int *ids, size_t n, const char *wh
 
 /* Float offset of slot s in the arena. */
 static size_t slot_base(const ct_model *m, int s) { return m->ar.x.total + (size_t)s * m->ar.s.total; }
+/* The view of arena float `off`: its piece and the offset within that piece (a planned
+ * tensor lies within one piece: arena_parts). */
+static ct_view av(const ct_model *m, size_t off) {
+    size_t in = 0;
+    ct_buffer *b = ct_arena_at(m->acts, off * sizeof(float), &in);
+    return ct_view_of(b ? ct_buffer_mem(b) : NULL, in / sizeof(float));
+}
 /* Position of block l within its chunk (its copy in a slot's per-block regions). */
 static size_t pos(const ct_model *m, int l) {
     int lo;
@@ -631,9 +702,9 @@ static int chunk_first(const ct_model *m, int l) {
 
 #define PV(t, l) ct_view_of(pm, ct_params_pview(m->P, CT_GPT_##t, l))
 #define GV(t, l) ct_view_of(gm, ct_params_gview(m->P, CT_GPT_##t, l))
-#define SV(f) ct_view_of(am, sb + m->ar.s.f)         /* the slot's region */
-#define BV(f, k) ct_view_of(am, sb + m->ar.s.f + (k)) /* ... at offset k within it */
-#define XV(f) ct_view_of(am, m->ar.x.f)              /* shared scratch */
+#define SV(f) av(m, sb + m->ar.s.f)         /* the slot's region */
+#define BV(f, k) av(m, sb + m->ar.s.f + (k)) /* ... at offset k within it */
+#define XV(f) av(m, m->ar.x.f)              /* shared scratch */
 
 /* The tensors block l saves, as views: in slot `slot` (its copy at position pos(l) in the
  * chunk) or, where the recompute mode drops them, the shared recompute scratch; res is the
@@ -642,51 +713,49 @@ typedef struct bviews {
     ct_view res, t[B__COUNT], wg;
 } bviews;
 static void block_views(const ct_model *m, int slot, int l, bviews *v) {
-    cl_mem am = ct_buffer_mem(m->acts);
     size_t sb = slot_base(m, slot), k = pos(m, l);
     for (int t = 0; t < B__COUNT; t++)
-        v->t[t] = m->ar.kept[t] ? ct_view_of(am, sb + m->ar.s.blk[t] + k * m->ar.bsz[t])
-                                : ct_view_of(am, m->ar.x.rc[t]);
-    v->res = chunk_first(m, l) ? ct_view_of(am, sb + m->ar.s.in)
-                               : ct_view_of(am, sb + m->ar.s.blk[B_RES3] + (k - 1) * m->ar.lrow);
-    v->wg = ct_view_of(am, sb + m->ar.s.wg + 4 * k * m->ar.lrow);
+        v->t[t] = m->ar.kept[t] ? av(m, sb + m->ar.s.blk[t] + k * m->ar.bsz[t])
+                                : av(m, m->ar.x.rc[t]);
+    v->res = chunk_first(m, l) ? av(m, sb + m->ar.s.in)
+                               : av(m, sb + m->ar.s.blk[B_RES3] + (k - 1) * m->ar.lrow);
+    v->wg = av(m, sb + m->ar.s.wg + 4 * k * m->ar.lrow);
 }
 
-static ct_status view_check(ct_model *m, ct_view v, size_t bytes, const char *what) {
-    if (v.mem != ct_buffer_mem(m->acts) || v.off * sizeof(float) + bytes > ct_buffer_bytes(m->acts))
-        return CT_ERR(&m->err, CT_ERR_ARG, "%s: the view is not inside the activation arena", what);
-    return CT_OK;
+/* The arena piece holding view v's next `bytes`, or NULL with the model's error set. */
+static ct_buffer *act_piece(ct_model *m, ct_view v, size_t bytes, const char *what) {
+    ct_buffer *b = ct_arena_piece_of(m->acts, v.mem);
+    if (!b || v.off * sizeof(float) + bytes > ct_buffer_bytes(b)) {
+        CT_ERR(&m->err, CT_ERR_ARG, "%s: the view is not inside the activation arena", what);
+        return NULL;
+    }
+    return b;
 }
 ct_status ct_model_view_read(ct_model *m, ct_view v, void *host, size_t bytes) {
-    ct_status st = view_check(m, v, bytes, "ct_model_view_read");
-    if (st == CT_OK)
-        st = dev_fail(m, ct_buffer_read(m->acts, v.off * sizeof(float), host, bytes),
-                      "ct_model_view_read");
-    return st;
+    ct_buffer *b = act_piece(m, v, bytes, "ct_model_view_read");
+    if (!b) return CT_ERR_ARG;
+    return dev_fail(m, ct_buffer_read(b, v.off * sizeof(float), host, bytes), "ct_model_view_read");
 }
 ct_status ct_model_view_write(ct_model *m, ct_view v, const void *host, size_t bytes) {
-    ct_status st = view_check(m, v, bytes, "ct_model_view_write");
-    if (st == CT_OK)
-        st = dev_fail(m, ct_buffer_write(m->acts, v.off * sizeof(float), host, bytes),
-                      "ct_model_view_write");
-    return st;
+    ct_buffer *b = act_piece(m, v, bytes, "ct_model_view_write");
+    if (!b) return CT_ERR_ARG;
+    return dev_fail(m, ct_buffer_write(b, v.off * sizeof(float), host, bytes),
+                    "ct_model_view_write");
 }
 
 ct_status ct_model_view_read_async(ct_model *m, ct_view v, void *host, size_t bytes,
                                    ct_event **ev) {
-    ct_status st = view_check(m, v, bytes, "ct_model_view_read_async");
-    if (st == CT_OK)
-        st = dev_fail(m, ct_buffer_read_async(m->acts, v.off * sizeof(float), bytes, host, ev),
-                      "ct_model_view_read_async");
-    return st;
+    ct_buffer *b = act_piece(m, v, bytes, "ct_model_view_read_async");
+    if (!b) return CT_ERR_ARG;
+    return dev_fail(m, ct_buffer_read_async(b, v.off * sizeof(float), bytes, host, ev),
+                    "ct_model_view_read_async");
 }
 ct_status ct_model_view_write_async(ct_model *m, ct_view v, const void *host, size_t bytes,
                                     ct_event **ev) {
-    ct_status st = view_check(m, v, bytes, "ct_model_view_write_async");
-    if (st == CT_OK)
-        st = dev_fail(m, ct_buffer_write_async(m->acts, v.off * sizeof(float), bytes, host, ev),
-                      "ct_model_view_write_async");
-    return st;
+    ct_buffer *b = act_piece(m, v, bytes, "ct_model_view_write_async");
+    if (!b) return CT_ERR_ARG;
+    return dev_fail(m, ct_buffer_write_async(b, v.off * sizeof(float), bytes, host, ev),
+                    "ct_model_view_write_async");
 }
 
 void ct_model_set_trace(ct_model *m, ct_trace *t) { m->tr = t; }
@@ -716,7 +785,7 @@ static ct_moe_weights moe_weights(const ct_model *m, cl_mem b, int l, int grads)
     return w;
 }
 
-ct_view ct_model_dres(ct_model *m) { return ct_view_of(ct_buffer_mem(m->acts), m->ar.x.dres); }
+ct_view ct_model_dres(ct_model *m) { return av(m, m->ar.x.dres); }
 
 /* ------------------------------------------------------------------ forward */
 
@@ -755,9 +824,8 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     ss->B = B, ss->T = T, ss->chunk = 0, ss->have_targets = 0, ss->logits_valid = 0;
     ss->loss_scale = 1.0f;
     size_t sb = slot_base(m, slot);
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
-    RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->ar.s.tokens) * sizeof(float), tokens,
-                                   BT * sizeof(int)));
+    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
+    RUN(CT_PROF_upload, ct_model_view_write(m, SV(tokens), tokens, BT * sizeof(int)));
     RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SV(in), XV(proj), SV(tokens),
                                             PV(wte, 0), PV(wpe, 0), B, T, m->cfg.channels,
                                             m->cfg.padded_vocab));
@@ -778,7 +846,7 @@ ct_status ct_model_stage_input(ct_model *m, int slot, int chunk, int B, int T, c
     slot_state *ss = &m->st[slot];
     ss->B = B, ss->T = T, ss->chunk = chunk, ss->have_targets = 0, ss->logits_valid = 0;
     ss->loss_scale = 1.0f;
-    *in = ct_view_of(ct_buffer_mem(m->acts), slot_base(m, slot) + m->ar.s.in);
+    *in = av(m, slot_base(m, slot) + m->ar.s.in);
     return CT_OK;
 }
 
@@ -787,8 +855,7 @@ ct_status ct_model_block_output(ct_model *m, int slot, int l, ct_view *out) {
     if ((st = check_slot(m, slot, "ct_model_block_output")) != CT_OK ||
         (st = check_layer(m, l, "ct_model_block_output")) != CT_OK)
         return st;
-    *out = ct_view_of(ct_buffer_mem(m->acts),
-                      slot_base(m, slot) + m->ar.s.blk[B_RES3] + pos(m, l) * m->ar.lrow);
+    *out = av(m, slot_base(m, slot) + m->ar.s.blk[B_RES3] + pos(m, l) * m->ar.lrow);
     return CT_OK;
 }
 
@@ -811,7 +878,7 @@ static ct_status block_run(ct_model *m, int slot, int l, int recompute) {
     int Cl = C / N, NHl = m->cfg.heads / N; /* this worker's attention channels and heads */
     row_shape(m, B, T, &rb, &rt);
     size_t rowC = (size_t)rb * rt * C, BT = (size_t)B * T;
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
+    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
     bviews v;
     block_views(m, slot, l, &v);
     const int *kept = m->ar.kept;
@@ -876,7 +943,7 @@ static ct_status block_run(ct_model *m, int slot, int l, int recompute) {
         }
         RUN(CT_PROF_moe_fwd,
             ct_moe_forward(m->moe, slot, (int)k, l, XV(proj),
-                           ct_view_of(am, slot_base(m, slot) + m->ar.s.moe + k * m->ar.lmoe),
+                           av(m, slot_base(m, slot) + m->ar.s.moe + k * m->ar.lmoe),
                            XV(moex), xin, &w, B, T));
         if (m->sp)
             RUN(CT_PROF_moe_fwd,
@@ -935,12 +1002,11 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
     if (B < 1) return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_head_forward: slot %d is empty", slot);
     if (targets && (st = check_ids(m, targets, BT, "targets")) != CT_OK) return st;
     row_shape(m, B, T, &rb, &rt);
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
+    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
     ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     double tg_ = ct_time_now();
     if (targets)
-        RUN(CT_PROF_upload, ct_buffer_write(m->acts, (sb + m->ar.s.targets) * sizeof(float), targets,
-                                       BT * sizeof(int)));
+        RUN(CT_PROF_upload, ct_model_view_write(m, SV(targets), targets, BT * sizeof(int)));
     RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SV(lnf), SV(lnfm), SV(lnfr), last,
                                                PV(lnfw, 0), PV(lnfb, 0), rb, rt, C));
     /* the logits: column-parallel over the vocabulary (this worker's Vp/N columns) */
@@ -954,8 +1020,7 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
                                        SV(targets), B, T, m->cfg.vocab, Vp));
         RUN(CT_PROF_crossentropy_fwd, ct_mean_forward(m->dev, SV(loss), SV(losses), BT));
         if (loss)
-            RUN(CT_PROF_readback, ct_buffer_read(m->acts, (sb + m->ar.s.loss) * sizeof(float), loss,
-                                            sizeof *loss));
+            RUN(CT_PROF_readback, ct_model_view_read(m, SV(loss), loss, sizeof *loss));
     }
     GROUP("logits and loss");
 cleanup:
@@ -976,9 +1041,8 @@ ct_status ct_model_slot_logits(ct_model *m, int slot, float *host, size_t n) {
                       "ct_model_logits: %zu floats given, this worker's logits are %zu (B x T x "
                       "Vp/tp)",
                       n, want);
-    return dev_fail(m, ct_buffer_read(m->acts, (slot_base(m, slot) + m->ar.s.logits) * sizeof(float),
-                                      host, n * sizeof(float)),
-                    "ct_model_logits");
+    return ct_model_view_read(m, av(m, slot_base(m, slot) + m->ar.s.logits), host,
+                              n * sizeof(float));
 }
 
 /* ------------------------------------------------------------------ backward */
@@ -994,7 +1058,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
     size_t BT = (size_t)B * T, sb = slot_base(m, slot);
     row_shape(m, B, T, &rb, &rt);
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
+    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
     cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
     ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     ss->logits_valid = 0; /* the logits become their gradient */
@@ -1032,7 +1096,7 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
         return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_block_backward: slot %d is empty", slot);
     row_shape(m, B, T, &rb, &rt);
     size_t BT = (size_t)B * T;
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
+    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
     cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
     bviews v;
     block_views(m, slot, l, &v);
@@ -1043,7 +1107,7 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
     double tg_ = ct_time_now();
     if (m->moe) { /* dA = the gradient of ln2's output */
         ct_moe_weights w = moe_weights(m, pm, l, 0), dw = moe_weights(m, gm, l, 1);
-        ct_view saved = ct_view_of(am, slot_base(m, slot) + m->ar.s.moe + pos(m, l) * m->ar.lmoe);
+        ct_view saved = av(m, slot_base(m, slot) + m->ar.s.moe + pos(m, l) * m->ar.lmoe);
         ct_view xin = ln2, dy = XV(dres);
         size_t rowC = (size_t)rb * rt * C;
         if (m->sp) { /* SP: the layer's input and output gradient gathered over the TP group */
@@ -1119,7 +1183,7 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels, NH = m->cfg.heads;
     size_t BTC = (size_t)B * T * C;
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P)), am = ct_buffer_mem(m->acts);
+    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
     bviews v;
     block_views(m, slot, l, &v);
     ct_view res = v.res, ln1 = v.t[B_LN1], qkvr = v.t[B_QKVR], att = v.t[B_ATT];
@@ -1133,18 +1197,18 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
     if ((st = recompute_block(m, slot, l)) != CT_OK) goto cleanup;
     double tg_ = ct_time_now();
     RUN(CT_PROF_matmul_fcproj_bwd,
-        ct_mem_copy(m->dev, am, XV(dres).off * f4, am, wdout.off * f4, BTC * f4));
+        ct_mem_copy(m->dev, XV(dres).mem, XV(dres).off * f4, wdout.mem, wdout.off * f4, BTC * f4));
     RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres), fchg,
                                                  PV(fcprojw, l), B, T, 4 * C, C));
     RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), 4 * BTC));
-    RUN(CT_PROF_gelu_bwd, ct_mem_copy(m->dev, am, XV(dB).off * f4, am, fch.off * f4, 4 * BTC * f4));
+    RUN(CT_PROF_gelu_bwd, ct_mem_copy(m->dev, XV(dB).mem, XV(dB).off * f4, fch.mem, fch.off * f4, 4 * BTC * f4));
     RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, wdln2, none, none, XV(dB), ln2, PV(fcw, l), B,
                                              T, C, 4 * C));
     RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln2, res2,
                                                 PV(ln2w, l), v.t[B_LN2M], v.t[B_LN2R], B, T, C, 1));
     GROUP("mlp backward (input)");
     RUN(CT_PROF_matmul_attproj_bwd,
-        ct_mem_copy(m->dev, am, XV(dres).off * f4, am, wdres2.off * f4, BTC * f4));
+        ct_mem_copy(m->dev, XV(dres).mem, XV(dres).off * f4, wdres2.mem, wdres2.off * f4, BTC * f4));
     RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres), atty,
                                                   PV(attprojw, l), B, T, C, C));
     if (m->attn == CT_ATTN_FUSED) /* the same attention backward as the whole block's */
@@ -1156,7 +1220,7 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
             ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum), XV(dA), qkvr,
                                   att, B, T, C, NH));
     RUN(CT_PROF_attention_bwd,
-        ct_mem_copy(m->dev, am, XV(dB).off * f4, am, qkvr.off * f4, 3 * BTC * f4));
+        ct_mem_copy(m->dev, XV(dB).mem, XV(dB).off * f4, qkvr.mem, qkvr.off * f4, 3 * BTC * f4));
     RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, wdln1, none, none, XV(dB), ln1, PV(qkvw, l), B,
                                               T, C, 3 * C));
     RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), none, none, wdln1, res,
@@ -1205,7 +1269,7 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
                       "ct_model_embed_backward: this worker does not hold the embedding");
     slot_state *ss = &m->st[slot];
     size_t sb = slot_base(m, slot);
-    cl_mem am = ct_buffer_mem(m->acts), gm = ct_buffer_mem(ct_params_grads(m->P));
+    cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
     RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XV(dres),
                                              XV(dfull), SV(tokens), ss->B, ss->T,
                                              m->cfg.channels, m->cfg.padded_vocab));

@@ -42,7 +42,7 @@ struct ct_moe {
     int n, r, el; /* EP size, rank, experts per worker */
     int H, tr;    /* an expert's hidden width here (4C / tp); the TP rank */
     ct_device *dev;
-    ct_buffer *arena;
+    ct_arena *arena;
     moe_regions o;
     size_t nmax, mmax; /* the largest kept choices sent / rows received */
     moe_rec *rec;      /* [slots * blocks] */
@@ -152,7 +152,7 @@ ct_status ct_moe_check(const ct_moe_cfg *c, int ep, ct_err *err) {
 }
 
 ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_tp *tp,
-                        ct_device *dev, ct_buffer *arena, ct_err *err) {
+                        ct_device *dev, ct_arena *arena, ct_err *err) {
     *out = NULL;
     int n = ep ? ct_comm_size(ep) : 1;
     ct_status st = ct_moe_check(c, n, err);
@@ -270,14 +270,33 @@ static ct_status lap(ct_moe *m, double *bucket, double *t0) {
     return st;
 }
 
+/* The arena piece holding v's next `floats` (NULL: not in the arena). */
+static ct_buffer *arena_piece(ct_moe *m, ct_view v, size_t floats) {
+    ct_buffer *b = ct_arena_piece_of(m->arena, v.mem);
+    return b && (v.off + floats) * sizeof(float) <= ct_buffer_bytes(b) ? b : NULL;
+}
+static ct_status not_in_arena(ct_moe *m, ct_view v, size_t floats) {
+    return CT_ERR(ct_device_err(m->dev), CT_ERR_ARG,
+                  "MoE: a view of %zu floats at %zu is not inside the activation arena", floats,
+                  v.off);
+}
 static ct_status arena_read(ct_moe *m, ct_view v, void *host, size_t floats) {
     if (!floats) return CT_OK;
-    return ct_buffer_read(m->arena, v.off * sizeof(float), host, floats * sizeof(float));
+    ct_buffer *b = arena_piece(m, v, floats);
+    if (!b) return not_in_arena(m, v, floats);
+    return ct_buffer_read(b, v.off * sizeof(float), host, floats * sizeof(float));
 }
 static ct_status arena_write(ct_moe *m, ct_view v, const void *host, size_t floats) {
     if (!floats) return CT_OK;
-    return ct_buffer_write_async(m->arena, v.off * sizeof(float), floats * sizeof(float), host,
-                                 NULL);
+    ct_buffer *b = arena_piece(m, v, floats);
+    if (!b) return not_in_arena(m, v, floats);
+    return ct_buffer_write_async(b, v.off * sizeof(float), floats * sizeof(float), host, NULL);
+}
+static ct_status arena_zero(ct_moe *m, ct_view v, size_t floats) {
+    if (!floats) return CT_OK;
+    ct_buffer *b = arena_piece(m, v, floats);
+    if (!b) return not_in_arena(m, v, floats);
+    return ct_buffer_zero(b, v.off * sizeof(float), floats * sizeof(float));
 }
 
 /* Rows from peer j for local expert e, and their sums per peer. */
@@ -527,7 +546,7 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
                            ct_view_none(), X(lg), x, w->routerw, B, T, C, E),
         "router GEMMs backward");
     if (m->tr != 0)
-        TRY(ct_buffer_zero(m->arena, X(dxr).off * sizeof(float), N * Cz * sizeof(float)),
+        TRY(arena_zero(m, X(dxr), N * Cz),
             "zeroing the router's input gradient");
     if ((st = lap(m, &m->st.route_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     TRY(ct_moe_dispatch_backward(m->dev, dx, X(dxr), dxs, S(pos), N, C, K, (float)m->n),

@@ -28,7 +28,7 @@ struct ct_tp {
     ct_comm *c;
     int n, r;
     ct_device *dev;
-    ct_buffer *arena;
+    ct_arena *arena;
     ct_tp_opts o;
     float *stage[2];
     size_t cap; /* floats per staging buffer */
@@ -44,6 +44,7 @@ typedef struct xfer {
     size_t n; /* all-reduce: elements; reduce-scatter: output elements; all-gather: input ones */
     ct_op op;
     ct_view dst, src;
+    ct_buffer *dstb; /* the arena piece dst lies in */
     ct_event *rd;
 } xfer;
 
@@ -90,7 +91,7 @@ static ct_status choose_mode(ct_tp *t, ct_err *err) {
     return CT_OK;
 }
 
-ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_buffer *arena,
+ct_status ct_tp_create(ct_tp **out, ct_comm *c, ct_device *dev, ct_arena *arena,
                        size_t max_floats, const ct_tp_opts *o, ct_err *err) {
     *out = NULL;
     if (!c || !dev || !arena || max_floats == 0)
@@ -184,9 +185,10 @@ static ct_status dev_err(ct_tp *t, ct_status st, const char *what) {
     return st;
 }
 
-static ct_status in_arena(ct_tp *t, ct_view v, size_t n, const char *what) {
-    if (v.mem != ct_buffer_mem(t->arena) ||
-        (v.off + n) * sizeof(float) > ct_buffer_bytes(t->arena))
+/* The arena piece holding v's n floats (*piece), or an error. */
+static ct_status in_arena(ct_tp *t, ct_view v, size_t n, const char *what, ct_buffer **piece) {
+    ct_buffer *b = *piece = ct_arena_piece_of(t->arena, v.mem);
+    if (!b || (v.off + n) * sizeof(float) > ct_buffer_bytes(b))
         return CT_ERR(ct_device_err(t->dev), CT_ERR_ARG,
                       "TP %s: a view of %zu floats at %zu is not inside the activation arena",
                       what, n, v.off);
@@ -206,14 +208,15 @@ static ct_status x_start(ct_tp *t, xfer *x, int kind, int stage, ct_view dst, ct
     size_t in = kind == X_RS ? n * (size_t)t->n : n;
     size_t outn = kind == X_AG ? n * (size_t)t->n : n;
     ct_status st;
-    if ((st = in_arena(t, src, in, kind_name[kind])) != CT_OK ||
-        (st = in_arena(t, dst, outn, kind_name[kind])) != CT_OK)
+    ct_buffer *srcb;
+    if ((st = in_arena(t, src, in, kind_name[kind], &srcb)) != CT_OK ||
+        (st = in_arena(t, dst, outn, kind_name[kind], &x->dstb)) != CT_OK)
         return st;
     x->live = 1;
     x->src = src;
     if (t->o.skip_comm || t->devmode) return CT_OK; /* device mode: all of it in x_finish */
     float *h = t->stage[stage] + (kind == X_AG ? (size_t)t->r * n : 0);
-    st = ct_buffer_read_async(t->arena, src.off * sizeof(float), in * sizeof(float), h, &x->rd);
+    st = ct_buffer_read_async(srcb, src.off * sizeof(float), in * sizeof(float), h, &x->rd);
     if (st == CT_OK) st = ct_device_flush(t->dev);
     return dev_err(t, st, "staging read");
 }
@@ -377,7 +380,7 @@ static ct_status x_finish(ct_tp *t, xfer *x) {
         return CT_ERR(ct_device_err(t->dev), st, "TP %s of %zu floats over the TP group: %s",
                       kind_name[x->kind], x->kind == X_RS ? x->n * N : outn,
                       ct_comm_errmsg(t->c));
-    st = ct_buffer_write_async(t->arena, x->dst.off * sizeof(float), outn * sizeof(float), h,
+    st = ct_buffer_write_async(x->dstb, x->dst.off * sizeof(float), outn * sizeof(float), h,
                                NULL);
     if (st == CT_OK) st = ct_device_flush(t->dev);
     if (st != CT_OK) return dev_err(t, st, "staging write");

@@ -86,6 +86,7 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(p->val_frac >= 0 && p->val_frac < 1, "--val-frac must be in [0, 1) (got %g)", p->val_frac);
     NEED(p->peak_tflops >= 0, "--peak-tflops must be >= 0 (got %g)", p->peak_tflops);
     NEED(p->mem_cap_gb >= 0, "--mem-cap-gb must be >= 0 (got %g)", p->mem_cap_gb);
+    NEED(p->max_alloc_mb >= 0, "--max-alloc-mb must be >= 0 (got %g)", p->max_alloc_mb);
     NEED(p->log_every > 0, "--log-every must be positive (got %d)", p->log_every);
     NEED(p->dp >= 1, "--dp must be >= 1 (got %d)", p->dp);
     NEED(p->devices_per_rank >= 1, "--devices-per-rank must be >= 1 (got %d)", p->devices_per_rank);
@@ -731,6 +732,8 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     t->info = &r->list[r->picks[k]];
     ct_device_opts dopts = ct_device_opts_default();
     dopts.mem_cap = (uint64_t)(p->mem_cap_gb * 1073741824.0);
+    dopts.max_alloc = (uint64_t)(p->max_alloc_mb * 1048576.0);
+    if (p->max_alloc_mb > 0 && !dopts.max_alloc) dopts.max_alloc = 1;
     if (p->workers_per_device > 1) {
         pthread_mutex_lock(&r->ctx_lock);
         st = ct_device_open_shared(&t->dev, t->info, &dopts, &r->ctx[k], err);
@@ -1074,6 +1077,13 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
             ct_model_slot_bytes(t->model) / 1048576.0, ct_model_layer_bytes(t->model) / 1048576.0,
             ct_model_scratch_bytes(t->model) / 1048576.0,
             ct_model_recompute_bytes(t->model) / 1048576.0);
+    size_t big = 0;
+    int npc = ct_model_act_pieces(t->model, &big);
+    if (npc > 1)
+        fprintf(f,
+                "                   held in %d device buffers (the largest %.1f MiB): one would "
+                "exceed the device's largest allocation, %.1f MiB\n",
+                npc, big / 1048576.0, ct_device_max_alloc(t->dev) / 1048576.0);
     fprintf(f, "  flops/token    = %.4g (6*N + 12*L*C*T%s)\n", t->flops_tok,
             cfg->experts > 0 ? ", N the active parameters" : "");
     fprintf(f, "  peak           = %.4g TFLOP/s (%s)\n", t->peak, t->peak_src);

@@ -1,5 +1,8 @@
 /* test_cl_memory - buffers counted by category (current and peak), the cap and the max allocation
- * give clear errors naming the tensor and bytes, nothing is leaked, copies and maps round-trip. */
+ * give clear errors naming the tensor and bytes, nothing is leaked, copies and maps round-trip;
+ * an arena is cut into pieces of whole parts below a lowered max allocation, each byte found in
+ * its piece, and a part above the limit is refused by name. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -99,6 +102,97 @@ int main(void) {
                                          (size_t)list[pick].global_mem_bytes + 1, &big),
                          CT_ERR_DEVICE_MEM);
         CT_ASSERT(big == NULL);
+        ct_device_mem_stats(d, &s);
+        CT_ASSERT_EQ_INT(s.total_current, 0);
+        CT_ASSERT_EQ_INT(s.live_buffers, 0);
+    }
+    ct_device_free(d);
+
+    /* arenas: a logical allocation in pieces, each at most the (lowered) largest allocation */
+    o.max_alloc = (uint64_t)list[pick].max_alloc_bytes * 2; /* above the device's: the device's */
+    CT_ASSERT_OK(ct_device_open(&d, &list[pick], &o, &err), err.msg);
+    if (d) CT_ASSERT_EQ_INT(ct_device_max_alloc(d), list[pick].max_alloc_bytes);
+    ct_device_free(d);
+    o.max_alloc = 1000;
+    CT_ASSERT_OK(ct_device_open(&d, &list[pick], &o, &err), err.msg);
+    if (d) {
+        CT_ASSERT_EQ_INT(ct_device_max_alloc(d), 1000);
+        CT_ASSERT_EQ_INT(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "w", 1004, &big), CT_ERR_DEVICE_MEM);
+        CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "lowered by the device options");
+        /* parts of 100, 200, 400, 500, 300 and 500 bytes */
+        static const size_t parts[] = {0, 100, 300, 700, 1200, 1500};
+        static const char *const names[] = {"a", "b", "c", "d", "e", "f"};
+        const size_t np_ = sizeof parts / sizeof *parts, total = 2000;
+        ct_arena *a = NULL;
+        CT_ASSERT_OK(ct_arena_alloc(d, CT_MEM_ACTIVATIONS, "acts", total, parts, names, np_, &a),
+                     ct_device_errmsg(d));
+        if (a) {
+            int n_ = ct_arena_npieces(a);
+            size_t start = 0, largest = 0;
+            /* every piece: whole parts, at most the limit, and as long as the rule allows
+             * (the next part would not have fitted) */
+            for (int i = 0; i < n_; i++) {
+                size_t in = 0;
+                ct_buffer *b = ct_arena_at(a, start, &in);
+                CT_ASSERT(b != NULL && in == 0);
+                if (!b) break;
+                size_t len = ct_buffer_bytes(b), end = start + len, k = 0;
+                CT_ASSERT(len <= 1000);
+                while (k < np_ && parts[k] < end) k++;
+                CT_ASSERT(end == total || (k < np_ && parts[k] == end)); /* ends at a part */
+                if (end < total) {
+                    size_t next_end = k + 1 < np_ ? parts[k + 1] : total;
+                    CT_ASSERT(next_end - start > 1000);
+                }
+                if (len > largest) largest = len;
+                CT_ASSERT(ct_arena_piece_of(a, ct_buffer_mem(b)) == b);
+                start = end;
+            }
+            CT_ASSERT_EQ_INT(start, total);
+            CT_ASSERT_EQ_INT(n_, 3);
+            CT_ASSERT_EQ_INT(ct_arena_largest_piece(a), largest);
+            CT_ASSERT(ct_arena_piece_of(a, NULL) == NULL);
+            /* each byte found in the piece that holds it: write the arena's bytes through the
+             * lookup one part at a time, read them back piece by piece */
+            unsigned char w[2000], r[2000];
+            for (size_t i = 0; i < total; i++) w[i] = (unsigned char)(i * 7 + 3);
+            for (size_t k = 0; k < np_; k++) {
+                size_t in = 0, end = k + 1 < np_ ? parts[k + 1] : total;
+                ct_buffer *b = ct_arena_at(a, parts[k], &in);
+                CT_ASSERT_OK(ct_buffer_write(b, in, w + parts[k], end - parts[k]),
+                             ct_device_errmsg(d));
+            }
+            for (size_t off = 0; off < total;) {
+                size_t in = 0;
+                ct_buffer *b = ct_arena_at(a, off, &in);
+                CT_ASSERT_OK(ct_buffer_read(b, 0, r + off, ct_buffer_bytes(b)), ct_device_errmsg(d));
+                CT_ASSERT_EQ_INT(in, 0);
+                off += ct_buffer_bytes(b);
+            }
+            CT_ASSERT(memcmp(w, r, total) == 0);
+            size_t in = 1;
+            CT_ASSERT(ct_arena_at(a, total, &in) != NULL && in == 500); /* the end: last piece's */
+            CT_ASSERT(ct_arena_at(a, total + 1, &in) == NULL);
+            ct_device_mem_stats(d, &s);
+            CT_ASSERT_EQ_INT(s.current[CT_MEM_ACTIVATIONS], total);
+            CT_ASSERT_EQ_INT(s.live_buffers, n_);
+        }
+        ct_arena_free(a);
+        ct_arena_free(NULL);
+        /* a part above the limit is refused by name, nothing left allocated */
+        static const size_t two[] = {0, 100};
+        CT_ASSERT_EQ_INT(ct_arena_alloc(d, CT_MEM_ACTIVATIONS, "acts", 1200, two, names, 2, &a),
+                         CT_ERR_DEVICE_MEM);
+        CT_ASSERT(a == NULL);
+        CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "its part 'b' is");
+        /* parts not starting at 0, or not increasing, or past the end */
+        static const size_t bad1[] = {4, 100}, bad2[] = {0, 100, 100}, bad3[] = {0, 900};
+        CT_ASSERT_EQ_INT(ct_arena_alloc(d, CT_MEM_ACTIVATIONS, "x", 500, bad1, NULL, 2, &a),
+                         CT_ERR_ARG);
+        CT_ASSERT_EQ_INT(ct_arena_alloc(d, CT_MEM_ACTIVATIONS, "x", 500, bad2, NULL, 3, &a),
+                         CT_ERR_ARG);
+        CT_ASSERT_EQ_INT(ct_arena_alloc(d, CT_MEM_ACTIVATIONS, "x", 500, bad3, NULL, 2, &a),
+                         CT_ERR_ARG);
         ct_device_mem_stats(d, &s);
         CT_ASSERT_EQ_INT(s.total_current, 0);
         CT_ASSERT_EQ_INT(s.live_buffers, 0);

@@ -48,25 +48,26 @@
 
 typedef struct ctx {
     ct_device *dev;
-    ct_buffer *arena;
+    ct_arena *arena; /* one piece: ab */
+    ct_buffer *ab;
     size_t at;
 } ctx;
 
 static ct_view put(ctx *c, const void *h, size_t n) {
     size_t off = c->at;
     c->at += (n + 15) / 16 * 16;
-    if (c->at * 4 > ct_buffer_bytes(c->arena)) {
+    if (c->at * 4 > ct_buffer_bytes(c->ab)) {
         fprintf(stderr, "test arena too small\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (h) REQUIRE_OK(ct_buffer_write(c->arena, off * 4, h, n * 4), ct_device_errmsg(c->dev));
-    else REQUIRE_OK(ct_buffer_zero(c->arena, off * 4, n * 4), ct_device_errmsg(c->dev));
-    return ct_view_of(ct_buffer_mem(c->arena), off);
+    if (h) REQUIRE_OK(ct_buffer_write(c->ab, off * 4, h, n * 4), ct_device_errmsg(c->dev));
+    else REQUIRE_OK(ct_buffer_zero(c->ab, off * 4, n * 4), ct_device_errmsg(c->dev));
+    return ct_view_of(ct_buffer_mem(c->ab), off);
 }
 static void *get(ctx *c, ct_view v, size_t n) {
     void *h = malloc(n * 4 + 4);
     REQUIRE_OK(ct_device_finish(c->dev), ct_device_errmsg(c->dev));
-    REQUIRE_OK(ct_buffer_read(c->arena, v.off * 4, h, n * 4), ct_device_errmsg(c->dev));
+    REQUIRE_OK(ct_buffer_read(c->ab, v.off * 4, h, n * 4), ct_device_errmsg(c->dev));
     return h;
 }
 
@@ -469,8 +470,10 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info) {
     REQUIRE_OK(ct_comm_world(topo, thread, &world), "world");
     ct_device_opts o = ct_device_opts_default();
     REQUIRE_OK(ct_device_open(&c.dev, info, &o, &err), err.msg);
-    REQUIRE_OK(ct_buffer_alloc(c.dev, CT_MEM_WORKSPACE, "test arena", (size_t)48 << 20, &c.arena),
+    static const size_t part0 = 0;
+    REQUIRE_OK(ct_arena_alloc(c.dev, CT_MEM_WORKSPACE, "test arena", (size_t)48 << 20, &part0, NULL, 1, &c.arena),
                ct_device_errmsg(c.dev));
+    c.ab = ct_arena_at(c.arena, 0, NULL);
     int N = ct_comm_size(world);
     ct_comm *ep = N > 1 ? world : NULL;
     if (N == 1) {
@@ -489,7 +492,7 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info) {
     for (size_t i = 0; N > 1 && i < sizeof cases / sizeof cases[0]; i++)
         if ((4 * cases[i].C) % N == 0) test_layer_tp(&c, world, &cases[i]);
     test_refusals(&c, N);
-    ct_buffer_free(c.arena);
+    ct_arena_free(c.arena);
     ct_device_free(c.dev);
     ct_comm_free(world);
 }

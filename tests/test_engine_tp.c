@@ -56,31 +56,32 @@
 
 typedef struct ctx {
     ct_device *dev;
-    ct_buffer *arena;
+    ct_arena *arena; /* one piece: ab */
+    ct_buffer *ab;
     size_t at;
     int N, r;
     ct_comm *tpc;
     int tp_comm; /* CT_TP_COMM_DEVICE where the threads share the device, else auto */
 } ctx;
 
-static ct_view vw(ctx *c, size_t off) { return ct_view_of(ct_buffer_mem(c->arena), off); }
+static ct_view vw(ctx *c, size_t off) { return ct_view_of(ct_buffer_mem(c->ab), off); }
 
 /* n floats in the arena, 64-byte aligned, filled from host (or zeros when h is NULL). */
 static ct_view put(ctx *c, const void *h, size_t n) {
     size_t off = c->at;
     c->at += (n + 15) / 16 * 16;
-    if (c->at * 4 > ct_buffer_bytes(c->arena)) {
+    if (c->at * 4 > ct_buffer_bytes(c->ab)) {
         fprintf(stderr, "test arena too small\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (h) REQUIRE_OK(ct_buffer_write(c->arena, off * 4, h, n * 4), ct_device_errmsg(c->dev));
-    else REQUIRE_OK(ct_buffer_zero(c->arena, off * 4, n * 4), ct_device_errmsg(c->dev));
+    if (h) REQUIRE_OK(ct_buffer_write(c->ab, off * 4, h, n * 4), ct_device_errmsg(c->dev));
+    else REQUIRE_OK(ct_buffer_zero(c->ab, off * 4, n * 4), ct_device_errmsg(c->dev));
     return vw(c, off);
 }
 static float *get(ctx *c, ct_view v, size_t n) {
     float *h = malloc(n * 4);
     REQUIRE_OK(ct_device_finish(c->dev), ct_device_errmsg(c->dev));
-    REQUIRE_OK(ct_buffer_read(c->arena, v.off * 4, h, n * 4), ct_device_errmsg(c->dev));
+    REQUIRE_OK(ct_buffer_read(c->ab, v.off * 4, h, n * 4), ct_device_errmsg(c->dev));
     return h;
 }
 
@@ -469,8 +470,10 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info, cl_context s
     ct_device_opts dopts = ct_device_opts_default();
     dopts.context = shared;
     REQUIRE_OK(ct_device_open(&c.dev, info, &dopts, &err), err.msg);
-    REQUIRE_OK(ct_buffer_alloc(c.dev, CT_MEM_ACTIVATIONS, "test arena", (size_t)4 << 20, &c.arena),
+    static const size_t part0 = 0;
+    REQUIRE_OK(ct_arena_alloc(c.dev, CT_MEM_ACTIVATIONS, "test arena", (size_t)4 << 20, &part0, NULL, 1, &c.arena),
                ct_device_errmsg(c.dev));
+    c.ab = ct_arena_at(c.arena, 0, NULL);
     ct_tp *tps[2] = {NULL, NULL};
     /* device-resident collectives where every member is a thread of this process sharing the
      * context (asked for: auto keeps a CPU device's on the host), otherwise staged through the
@@ -524,7 +527,7 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info, cl_context s
                       s.calls[2], s.wire_bytes);
     ct_tp_free(tps[0]);
     ct_tp_free(tps[1]);
-    ct_buffer_free(c.arena);
+    ct_arena_free(c.arena);
     for (int sp = 0; sp < 2; sp++) test_model(&c, grid, sp);
     test_refusals(&c, grid);
     if (ct_comm_rank(world) == 0) printf("N = %d: pieces, model and refusals checked\n", c.N);
