@@ -145,13 +145,15 @@ int main(int argc, char **argv) {
     ct_plan_needs *need = NULL;
     ct_plan_costs costs;
     ct_plan_result res;
-    double mem_min = 0, t0 = ct_time_now();
+    double mem_min = 0, alloc_min = 0, t0 = ct_time_now();
     if (ct_plan_needs_make(&pb, &need, &err) != CT_OK ||
-        ct_plan_measure(topo, &p, &pb, need, W > 1, NULL, o.reps, NULL, &costs, &mem_min, &err) != CT_OK) {
+        ct_plan_measure(topo, &p, &pb, need, W > 1, NULL, o.reps, NULL, &costs, &mem_min,
+                        &alloc_min, &err) != CT_OK) {
         fprintf(stderr, "bench_plan: %s\n", err.msg);
         return 1;
     }
     if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
+    if (pb.max_alloc <= 0) pb.max_alloc = alloc_min;
     if (ct_plan_rank(&pb, &costs, &res, &err) != CT_OK) {
         fprintf(stderr, "bench_plan: %s\n", err.msg);
         return 2;

@@ -74,6 +74,7 @@ typedef struct ct_plan_problem {
     int micro;         /* micro-batches per step: --total-batch / (B T) */
     int W, D;          /* workers; devices (worker threads) per rank: where groups fall */
     double mem_cap;    /* bytes per worker; 0: no cap */
+    double max_alloc;  /* the largest single buffer a device takes, bytes; 0: no limit */
     ct_attn_path attn; /* gemm or fused (auto: resolved by ct_plan_calibrate's timing) */
     double bucket_mb;  /* --bucket-mb */
     int overlap, tp_overlap;
@@ -112,6 +113,8 @@ typedef struct ct_plan_mem {
     double total;           /* the device bytes: the sum of the five; what the cap is against */
     double host;            /* host staging (the report's comm column), not in total */
     int attention_bound;    /* --attention auto: the GEMM path's arena, an upper bound */
+    double largest;         /* the largest single device buffer (ct_mem_predict.largest) */
+    char largest_name[64];
 } ct_plan_mem;
 
 /* Worker w's bytes for layout l: the engine's own memory model, ct_train_mem_predict
@@ -207,12 +210,14 @@ void ct_plan_fit(const double *x, const double *t, int n, double *alpha, double 
  * without topo) each open the device train_gpt would give them (p->device, CT_DEVICE,
  * --workers-per-device) and run ct_plan_calibrate, collectively over the world when `live`
  * (every worker of the run is here), else each alone; then `links` (may be NULL) is loaded.
- * Every worker of the process ends with the same costs in *out; *mem_min (may be NULL) is the
- * smallest global memory among this process's devices. Runs its own OpenMP region: call it
- * from the program's main thread. */
+ * Every worker of the process ends with the same costs in *out; *mem_min and *alloc_min (each
+ * may be NULL) are the smallest global memory and the smallest CL_DEVICE_MAX_MEM_ALLOC_SIZE
+ * among this process's devices. Runs its own OpenMP region: call it from the program's main
+ * thread. */
 ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan_problem *pb,
                           const ct_plan_needs *need, int live, const char *links, int reps,
-                          FILE *log, ct_plan_costs *out, double *mem_min, ct_err *err);
+                          FILE *log, ct_plan_costs *out, double *mem_min, double *alloc_min,
+                          ct_err *err);
 /* Set train_gpt's layout flags to l (dp, tp, pp, zero, schedule, virtual stages, SP). */
 void ct_plan_apply(const ct_plan_layout *l, ct_train_params *p);
 
@@ -236,10 +241,13 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
 
 typedef struct ct_plan_entry {
     ct_plan_layout lay;
-    int fits;            /* every worker's total <= mem_cap (or no cap) */
+    int fits;            /* every worker's total <= mem_cap (or no cap), and its largest buffer
+                            <= max_alloc (or no limit) */
     int mem_known;       /* the engine's memory model answered */
     ct_plan_mem mem;     /* the worker with the most bytes */
     ct_plan_mem *worker; /* [W] */
+    double largest;      /* the largest single buffer of any worker, and its name */
+    char largest_name[64];
     ct_plan_estimate est;
 } ct_plan_entry;
 
@@ -251,10 +259,14 @@ typedef struct ct_plan_result {
 } ct_plan_result;
 
 /* Enumerate, predict memory and time (c NULL: memory only, times 0), rank. CT_ERR_ARG when no layout passes the checks;
- * res->nfit = 0 (CT_OK) when none fits memory: the caller refuses, naming e[0]'s shortfall. */
+ * res->nfit = 0 (CT_OK) when none fits memory: the caller refuses with ct_plan_why_none. */
 ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_plan_result *res,
                        ct_err *err);
 void ct_plan_result_free(ct_plan_result *r);
+/* Why no layout fits (res->nfit == 0), one sentence: the smallest memory shortfall per worker,
+ * or, where layouts fit the memory but each needs one buffer above the device's largest
+ * allocation, the smallest such buffer. */
+void ct_plan_why_none(const ct_plan_problem *pb, const ct_plan_result *r, char *buf, size_t len);
 
 /* The table of the best `top` layouts and the choice (text), and the whole result as one JSON
  * object ({"workers":..,"layouts":[{"name","flags","fits","mem":{..},"workers":[..],

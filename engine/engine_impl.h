@@ -16,6 +16,8 @@
 typedef struct ct__arena {
     size_t slot, scratch, layer, recompute, tp_staging;
     size_t moe_staging; /* floats of each of the MoE layer's two EP staging buffers (0: none) */
+    size_t largest_part; /* floats of the arena's largest indivisible part (ct_arena_alloc) */
+    const char *largest_part_name;
     int blocks;
     ct_attn_path attention;
 } ct__arena;

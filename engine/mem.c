@@ -2,6 +2,7 @@
  * host staging, from the same functions that size the allocations (params.c's buffer table,
  * the model's arena plan, the optimizer's norm buffers, the gradient reducer's buckets, ZeRO's
  * gathers, the TP staging, the MoE layer's EP staging). Nothing here knows a size of its own. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,13 @@
  * and compares them, never calls through them. */
 static char stand_in[4];
 #define STAND_IN(k) ((ct_comm *)(void *)&stand_in[k])
+
+/* Keep the largest single buffer seen. */
+static void biggest(ct_mem_predict *out, uint64_t bytes, const char *name) {
+    if (bytes <= out->largest) return;
+    out->largest = bytes;
+    snprintf(out->largest_name, sizeof out->largest_name, "%s", name ? name : "?");
+}
 
 ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout,
                                const ct_coords *coords, const ct_model_plan *plan,
@@ -29,7 +37,10 @@ ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout
         return st;
     ct_params_buf bufs[CT_PARAMS_MAX_BUFFERS];
     int nb = ct_params_buffers(P, bufs);
-    for (int k = 0; k < nb; k++) out->device[bufs[k].category] += bufs[k].bytes;
+    for (int k = 0; k < nb; k++) {
+        out->device[bufs[k].category] += bufs[k].bytes;
+        biggest(out, bufs[k].bytes, bufs[k].name);
+    }
     /* 2. The activation arena. */
     ct__arena a;
     if ((st = ct__model_arena_plan(cfg, P, plan, &a, err)) != CT_OK) goto done;
@@ -38,11 +49,14 @@ ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout
     out->slots = plan->slots, out->blocks = a.blocks;
     out->attention = a.attention, out->attention_bound = plan->attention == CT_ATTN_AUTO;
     out->device[CT_MEM_ACTIVATIONS] += (uint64_t)plan->slots * out->act_slot + out->act_scratch;
+    biggest(out, a.largest_part * sizeof(float), a.largest_part_name);
     /* TP's buffer: two host staging buffers, or one device scratch buffer when the collectives
      * run on the device (plan.tp_comm device; auto is predicted as host: whether the workers
      * share a device is known only once they open it) */
-    if (plan->tp_comm == CT_TP_COMM_DEVICE)
+    if (plan->tp_comm == CT_TP_COMM_DEVICE) {
         out->device[CT_MEM_COMM] += (uint64_t)a.tp_staging * sizeof(float);
+        biggest(out, a.tp_staging * sizeof(float), "TP scratch");
+    }
     else
         out->host_tp = 2 * (uint64_t)a.tp_staging * sizeof(float);
     out->host_moe = 2 * (uint64_t)a.moe_staging * sizeof(float);

@@ -560,6 +560,21 @@ ct_status ct__model_arena_plan(const ct_gpt_config *cfg, const ct_params *P,
     out->blocks = nb;
     out->attention = attn;
     out->tp_staging = N > 1 ? tp_staging_floats(cfg, plan->max_B, plan->max_T) : 0;
+    /* the largest part: the arena's regions and copies, as the model cuts them */
+    size_t np = arena_parts(&a, plan->slots, NULL, NULL), total = a.x.total + plan->slots * a.s.total;
+    size_t *parts = ct_malloc(np * sizeof *parts);
+    const char **names = ct_malloc(np * sizeof *names);
+    if (!parts || !names) {
+        free(parts), free(names);
+        return CT_ERR(err, CT_ERR_NOMEM, "ct_model_mem_predict: out of host memory");
+    }
+    arena_parts(&a, plan->slots, parts, names);
+    for (size_t i = 0; i < np; i++) {
+        size_t len = (i + 1 < np ? parts[i + 1] : total * sizeof(float)) - parts[i];
+        if (len / sizeof(float) > out->largest_part)
+            out->largest_part = len / sizeof(float), out->largest_part_name = names[i];
+    }
+    free(parts), free(names);
     return CT_OK;
 }
 

@@ -73,6 +73,7 @@ void ct_plan_problem_from_params(ct_plan_problem *pb, const ct_train_params *p,
     pb->W = W;
     pb->D = D;
     pb->mem_cap = p->mem_cap_gb * 1073741824.0;
+    pb->max_alloc = (double)(uint64_t)(p->max_alloc_mb * 1048576.0); /* as the device takes it */
     ct_attn_path_parse(p->attention, &pb->attn);
     pb->bucket_mb = p->bucket_mb;
     pb->overlap = p->overlap;
@@ -229,6 +230,8 @@ ct_status ct_plan_memory(const ct_plan_problem *pb, const ct_plan_layout *l, int
     out->total = (double)mp.device_total;
     out->host = (double)(mp.device[CT_MEM_COMM] + mp.host_comm);
     out->attention_bound = mp.attention_bound;
+    out->largest = (double)mp.largest;
+    snprintf(out->largest_name, sizeof out->largest_name, "%s", mp.largest_name);
     return CT_OK;
 }
 
@@ -746,8 +749,9 @@ void ct_plan_result_free(ct_plan_result *r) {
 static int cmp_entry(const void *pa, const void *pb) {
     const ct_plan_entry *a = pa, *b = pb;
     if (a->fits != b->fits) return b->fits - a->fits;
-    if (!a->fits) { /* the smallest shortfall first */
+    if (!a->fits) { /* the smallest shortfall first (memory, then the largest buffer) */
         if (a->mem.total != b->mem.total) return a->mem.total < b->mem.total ? -1 : 1;
+        if (a->largest != b->largest) return a->largest < b->largest ? -1 : 1;
     }
     if (a->est.step_ms != b->est.step_ms) return a->est.step_ms < b->est.step_ms ? -1 : 1;
     if (a->mem.total != b->mem.total) return a->mem.total < b->mem.total ? -1 : 1;
@@ -795,8 +799,13 @@ ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_pla
                 break;
             }
             if (e->worker[w].total > e->mem.total) e->mem = e->worker[w];
+            if (e->worker[w].largest > e->largest) {
+                e->largest = e->worker[w].largest;
+                snprintf(e->largest_name, sizeof e->largest_name, "%s", e->worker[w].largest_name);
+            }
         }
-        e->fits = !e->mem_known || pb->mem_cap <= 0 || e->mem.total <= pb->mem_cap;
+        e->fits = !e->mem_known || ((pb->mem_cap <= 0 || e->mem.total <= pb->mem_cap) &&
+                                    (pb->max_alloc <= 0 || e->largest <= pb->max_alloc));
         if (c) st = ct_plan_predict(pb, &e->lay, c, &e->est, err);
     }
     free(ls);
@@ -821,8 +830,10 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
             "per rank), memory cap ",
             cfg->layers, cfg->heads, cfg->channels, cfg->vocab, pb->T, pb->B, pb->micro, pb->W,
             pb->D);
-    if (pb->mem_cap > 0) fprintf(f, "%.1f MiB per worker\n", mib(pb->mem_cap));
-    else fprintf(f, "none\n");
+    if (pb->mem_cap > 0) fprintf(f, "%.1f MiB per worker", mib(pb->mem_cap));
+    else fprintf(f, "none");
+    if (pb->max_alloc > 0) fprintf(f, ", single buffers up to %.1f MiB", mib(pb->max_alloc));
+    fputc('\n', f);
     if (c)
         fprintf(f, "costs: compute timed on %d worker%s at once (%s attention), %s; overlap %.2f\n",
                 c->workers_timed, c->workers_timed > 1 ? "s" : "", ct_attn_path_name(c->attn),
@@ -856,12 +867,37 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
         fprintf(f, "chosen: %s (%.2f ms per step predicted): train_gpt %s\n", name,
                 r->e[0].est.step_ms, flags);
     } else if (r->n > 0) {
-        char name[96];
+        char why[512];
+        ct_plan_why_none(pb, r, why, sizeof why);
+        fprintf(f, "chosen: none fits: %s\n", why);
+    }
+}
+
+void ct_plan_why_none(const ct_plan_problem *pb, const ct_plan_result *r, char *buf, size_t len) {
+    /* the layout that fits the memory with the smallest largest buffer, if any does */
+    const ct_plan_entry *best = NULL;
+    for (int i = 0; i < r->n; i++) {
+        const ct_plan_entry *e = &r->e[i];
+        if (e->mem_known && (pb->mem_cap <= 0 || e->mem.total <= pb->mem_cap) &&
+            (!best || e->largest < best->largest))
+            best = e;
+    }
+    char name[96];
+    if (best) {
+        ct_plan_layout_name(&best->lay, name, sizeof name);
+        snprintf(buf, len,
+                 "every layout of %d workers that fits the memory needs a single buffer above the "
+                 "device's largest allocation (%.1f MiB): the smallest is %.1f MiB (%s of %s)",
+                 pb->W, mib(pb->max_alloc), mib(best->largest), best->largest_name, name);
+    } else if (r->n > 0) {
         ct_plan_layout_name(&r->e[0].lay, name, sizeof name);
-        fprintf(f, "chosen: none fits: the smallest shortfall is %.1f MiB per worker (%s needs "
-                   "%.1f MiB, the cap is %.1f MiB)\n",
-                mib(r->e[0].mem.total - pb->mem_cap), name, mib(r->e[0].mem.total),
-                mib(pb->mem_cap));
+        snprintf(buf, len,
+                 "no layout of %d workers fits %.1f MiB per worker: the smallest shortfall is "
+                 "%.1f MiB (%s needs %.1f MiB on its fullest worker)",
+                 pb->W, mib(pb->mem_cap), mib(r->e[0].mem.total - pb->mem_cap), name,
+                 mib(r->e[0].mem.total));
+    } else {
+        snprintf(buf, len, "no layout of %d workers", pb->W);
     }
 }
 
@@ -878,10 +914,10 @@ void ct_plan_print_json(FILE *f, const ct_plan_problem *pb, const ct_plan_costs 
     ct_json_escape(src, sizeof src, c ? c->source : "not measured");
     fprintf(f, "{\"model\":{\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"seq\":%d},"
                "\"batch\":%d,\"micro_batches\":%d,\"workers\":%d,\"devices_per_rank\":%d,"
-               "\"mem_cap\":%.0f,\"costs\":{\"source\":%s,\"workers_timed\":%d,\"overlap\":%.4f,"
+               "\"mem_cap\":%.0f,\"max_alloc\":%.0f,\"costs\":{\"source\":%s,\"workers_timed\":%d,\"overlap\":%.4f,"
                "\"attention\":\"%s\"},\"fit\":%d,\"layouts\":[",
             cfg->layers, cfg->heads, cfg->channels, cfg->vocab, pb->T, pb->B, pb->micro, pb->W,
-            pb->D, pb->mem_cap, src, c ? c->workers_timed : 0, c ? c->overlap : 0.0,
+            pb->D, pb->mem_cap, pb->max_alloc, src, c ? c->workers_timed : 0, c ? c->overlap : 0.0,
             ct_attn_path_name(c ? c->attn : pb->attn), r->nfit);
     for (int i = 0; i < r->n; i++) {
         const ct_plan_entry *e = &r->e[i];
@@ -891,10 +927,12 @@ void ct_plan_print_json(FILE *f, const ct_plan_problem *pb, const ct_plan_costs 
         fprintf(f,
                 "%s{\"rank\":%d,\"name\":\"%s\",\"flags\":\"%s\",\"dp\":%d,\"tp\":%d,\"pp\":%d,"
                 "\"ep\":%d,\"zero\":%d,\"schedule\":\"%s\",\"virtual_stages\":%d,"
-                "\"sequence_parallel\":%d,\"fits\":%s,\"mem_known\":%s,\"mem\":{",
+                "\"sequence_parallel\":%d,\"fits\":%s,\"mem_known\":%s,\"largest_buffer\":%.0f,"
+                "\"largest_name\":\"%s\",\"mem\":{",
                 i ? "," : "", i + 1, name, flags, e->lay.dp, e->lay.tp, e->lay.pp, e->lay.ep,
                 e->lay.zero, e->lay.pp > 1 ? ct_sched_name(e->lay.sched) : "none", e->lay.virt,
-                e->lay.sp, e->fits ? "true" : "false", e->mem_known ? "true" : "false");
+                e->lay.sp, e->fits ? "true" : "false", e->mem_known ? "true" : "false",
+                e->largest, e->largest_name);
         json_mem(f, &e->mem);
         fprintf(f, "},\"workers\":[");
         for (int w = 0; e->mem_known && w < pb->W; w++) {
@@ -918,7 +956,7 @@ void ct_plan_print_json(FILE *f, const ct_plan_problem *pb, const ct_plan_costs 
     } else {
         fprintf(f, "null");
     }
-    if (r->nfit == 0 && r->n > 0)
+    if (r->nfit == 0 && r->n > 0 && pb->mem_cap > 0 && r->e[0].mem.total > pb->mem_cap)
         fprintf(f, ",\"shortfall\":%.0f", r->e[0].mem.total - pb->mem_cap);
     fprintf(f, "}\n");
 }

@@ -17,7 +17,7 @@ typedef struct shared {
     int npicks, live, reps;
     FILE *log;
     ct_plan_costs costs; /* the first worker's */
-    double mem_min;
+    double mem_min, alloc_min;
     ct_status st;
     char msg[CT_ERR_MSG_MAX];
 } shared;
@@ -73,6 +73,8 @@ static void measure_worker(shared *s, int thread) {
         if (st == CT_OK && k < s->npicks) {
             double gm = (double)s->list[s->picks[k]].global_mem_bytes;
             if (s->mem_min == 0 || gm < s->mem_min) s->mem_min = gm;
+            double am = (double)s->list[s->picks[k]].max_alloc_bytes;
+            if (s->alloc_min == 0 || am < s->alloc_min) s->alloc_min = am;
         }
         if (st != CT_OK && s->st == CT_OK) {
             s->st = st;
@@ -86,7 +88,8 @@ static void measure_worker(shared *s, int thread) {
 
 ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan_problem *pb,
                           const ct_plan_needs *need, int live, const char *links, int reps,
-                          FILE *log, ct_plan_costs *out, double *mem_min, ct_err *err) {
+                          FILE *log, ct_plan_costs *out, double *mem_min, double *alloc_min,
+                          ct_err *err) {
     memset(out, 0, sizeof *out);
     ct_device_info *list = NULL;
     int ndev = 0, npicks = 0;
@@ -125,6 +128,7 @@ ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan
     if (st == CT_OK) {
         *out = s.costs;
         if (mem_min) *mem_min = s.mem_min;
+        if (alloc_min) *alloc_min = s.alloc_min;
     } else {
         ct_plan_costs_free(&s.costs);
     }

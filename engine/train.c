@@ -1187,7 +1187,8 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                 ",\"predicted\":{\"params\":%llu,\"grads\":%llu,\"optimizer\":%llu,"
                 "\"activations\":%llu,\"workspace\":%llu,\"comm\":%llu,\"host_grads\":%llu,"
                 "\"host_zero\":%llu,\"host_tp\":%llu,\"act_slot\":%llu,\"act_scratch\":%llu,"
-                "\"act_layer\":%llu,\"act_recompute\":%llu,\"slots\":%d,\"attention\":\"%s\"}",
+                "\"act_layer\":%llu,\"act_recompute\":%llu,\"slots\":%d,\"attention\":\"%s\","
+                "\"largest\":%llu,\"largest_name\":\"%s\"}",
                 (unsigned long long)pred[CT_MEM_PARAMS], (unsigned long long)pred[CT_MEM_GRADS],
                 (unsigned long long)pred[CT_MEM_OPTIMIZER],
                 (unsigned long long)pred[CT_MEM_ACTIVATIONS],
@@ -1195,7 +1196,8 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                 (unsigned long long)mp.host_grads, (unsigned long long)mp.host_zero,
                 (unsigned long long)mp.host_tp, (unsigned long long)mp.act_slot,
                 (unsigned long long)mp.act_scratch, (unsigned long long)mp.act_layer,
-                (unsigned long long)mp.act_recompute, mp.slots, ct_attn_path_name(mp.attention));
+                (unsigned long long)mp.act_recompute, mp.slots, ct_attn_path_name(mp.attention),
+                (unsigned long long)mp.largest, mp.largest_name);
         if (p->pp > 1) /* the stage and its activation slots */
             snprintf(rec + k, sizeof rec - k, ",\"stage\":%d,\"slots\":%d,\"stage_params\":%.0f",
                      q, t->slots[q], psi);

@@ -159,12 +159,14 @@ int main(int argc, char **argv) {
             g_ranks = ct_topo_nranks(topo);
             if (ct_topo_rank(topo) > 0) setvbuf(stdout, NULL, _IOFBF, 1 << 16);
         }
-        double mem_min = 0;
+        double mem_min = 0, alloc_min = 0;
         int leader0 = !topo || ct_topo_rank(topo) == 0;
         ct_status st = ct_plan_measure(topo, &p, &pb, need, live, o.links, o.reps,
-                                       o.verbose && leader0 ? stderr : NULL, &costs_v, &mem_min, &err);
+                                       o.verbose && leader0 ? stderr : NULL, &costs_v, &mem_min,
+                                       &alloc_min, &err);
         if (st != CT_OK) die(st == CT_ERR_ARG || st == CT_ERR_IO ? 2 : 1, "%s", err.msg);
         if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
+        if (pb.max_alloc <= 0) pb.max_alloc = alloc_min;
         costs = &costs_v;
     } else if (o.links) {
         die(2, "--links with --no-calibrate: without measured compute no time is predicted");
@@ -181,14 +183,9 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     if (res.nfit == 0) {
-        char name[96];
-        ct_plan_layout_name(&res.e[0].lay, name, sizeof name);
-        if (leader)
-            fprintf(stderr,
-                    "ct_plan: error: no layout of %d workers fits %.1f MiB per worker: the "
-                    "smallest shortfall is %.1f MiB (%s needs %.1f MiB on its fullest worker)\n",
-                    W, pb.mem_cap / 1048576.0, (res.e[0].mem.total - pb.mem_cap) / 1048576.0, name,
-                    res.e[0].mem.total / 1048576.0);
+        char why[512];
+        ct_plan_why_none(&pb, &res, why, sizeof why);
+        if (leader) fprintf(stderr, "ct_plan: error: %s\n", why);
         rc = 2;
     }
     ct_plan_result_free(&res);

@@ -172,23 +172,21 @@ static void plan_layout(ct_train_params *p, ct_topo *topo, int W, int argc, char
     ct_plan_needs *need = NULL;
     if (ct_plan_needs_make(&pb, &need, &err) != CT_OK) die(2, "--layout auto: %s", err.msg);
     ct_plan_costs costs;
-    double mem_min = 0;
+    double mem_min = 0, alloc_min = 0;
     if (leader) printf("layout auto: measuring the devices and links of the %d worker%s ...\n", W,
                        W > 1 ? "s" : "");
     ct_status st = ct_plan_measure(topo, p, &pb, need, W > 1 && topo, NULL, 5, NULL, &costs,
-                                   &mem_min, &err);
+                                   &mem_min, &alloc_min, &err);
     if (st != CT_OK) die(st == CT_ERR_ARG ? 2 : 1, "--layout auto: %s", err.msg);
     if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
+    if (pb.max_alloc <= 0) pb.max_alloc = alloc_min;
     ct_plan_result res;
     if (ct_plan_rank(&pb, &costs, &res, &err) != CT_OK) die(2, "--layout auto: %s", err.msg);
     if (leader) ct_plan_print(stdout, &pb, &costs, &res, 8);
     if (res.nfit == 0) {
-        char name[96];
-        ct_plan_layout_name(&res.e[0].lay, name, sizeof name);
-        die(2, "--layout auto: no layout of %d workers fits %.1f MiB per worker: the smallest "
-               "shortfall is %.1f MiB (%s needs %.1f MiB on its fullest worker)",
-            W, pb.mem_cap / 1048576.0, (res.e[0].mem.total - pb.mem_cap) / 1048576.0, name,
-            res.e[0].mem.total / 1048576.0);
+        char why[512];
+        ct_plan_why_none(&pb, &res, why, sizeof why);
+        die(2, "--layout auto: %s", why);
     }
     ct_plan_apply(&res.e[0].lay, p);
     g_plan_ms = res.e[0].est.step_ms;

@@ -8,8 +8,11 @@
 #    single device's within 1e-5 (whatever it picked runs right); it prints the predicted step
 #    time beside the measured one after 5 steps and writes a "plan" record; a pinned flag
 #    (--tp 2) is kept.
+#    Under --max-alloc-mb (a device's largest single buffer) only the layouts whose largest
+#    buffer fits are chosen, and --layout auto trains one.
 # 3. A model that fits no layout under --mem-cap-gb is refused (status 2) naming the smallest
-#    shortfall, by ct_plan and by train_gpt --layout auto, before any training.
+#    shortfall, by ct_plan and by train_gpt --layout auto, before any training; one whose every
+#    layout needs a buffer above --max-alloc-mb, naming the smallest such buffer.
 # 4. Bad input: status 2 with a message naming it.
 # (1b: a mixture of experts enumerates exactly the layouts its rules allow, ep among them.)
 . "$(dirname "$0")/lib.sh"
@@ -128,13 +131,41 @@ EOF
 auto auto
 auto auto_tp2 --tp 2 && grep -q '"tp":2' "$D/auto_tp2.jsonl" || fail "--layout auto --tp 2 did not keep tp 2"
 
-# 3. nothing fits: the smallest shortfall
+# 2b. a device whose largest single buffer (--max-alloc-mb 0.1: 104857 bytes) holds the
+#     parameters of a TP or pipeline worker but not a whole model's: exactly the layouts whose
+#     largest buffer is below it fit (dp 2 does not), the choice among them; train_gpt --layout
+#     auto under the same limit trains what it picked within 1e-5 of one device
+if logged "$D/plan_a.json" "$D/plan_a.err" launch 1 2 "$PLAN" $MODEL --devices-per-rank 2 --json \
+        --reps 1 --max-alloc-mb 0.1; then
+    if $PY - "$D/plan_a.json" <<'EOF'; then :; else fail "ct_plan --max-alloc-mb"; fi
+import json, sys
+r = json.load(open(sys.argv[1]))
+L, lim = r["layouts"], r["max_alloc"]
+ok = lim == int(0.1 * 1048576) and all(l["largest_buffer"] > 0 for l in L)
+ok &= all(l["fits"] == (l["largest_buffer"] <= lim) for l in L)
+ok &= any(not l["fits"] and l["dp"] == 2 for l in L) and any(l["fits"] for l in L)
+ok &= r["chosen"] == [l for l in L if l["fits"]][0]["name"]
+print("%s: ct_plan --max-alloc-mb 0.1: %d of %d layouts fit (largest buffers %s), chosen %s" %
+      ("ok" if ok else "FAIL", r["fit"], len(L),
+       sorted({(" ".join(l["name"].split()[:3]), l["largest_buffer"]) for l in L}),
+       r["chosen"]))
+sys.exit(0 if ok else 1)
+EOF
+else
+    fail "ct_plan --max-alloc-mb"; cat "$D/plan_a.err"
+fi
+auto auto_alloc --max-alloc-mb 0.1 && logsays "$D/auto_alloc.log" "single buffers up to 0.1 MiB"
+
+# 3. nothing fits: the smallest shortfall; the smallest buffer above the device's limit
 expect_refusal "ct_plan, nothing fits" "smallest shortfall" env POCL_DEVICES="pthread pthread" \
     "$PLAN" $MODEL --devices-per-rank 2 --reps 1 --mem-cap-gb 0.0001
 expect_refusal "train_gpt --layout auto, nothing fits" "smallest shortfall" env \
     POCL_DEVICES="pthread pthread" "$TRAIN" $ARGS --devices-per-rank 2 --layout auto \
     --mem-cap-gb 0.0001 --metrics "$D/bad.jsonl"
 [ -s "$D/bad.jsonl" ] && fail "train_gpt --layout auto started training although nothing fits"
+expect_refusal "ct_plan, no buffer fits" "needs a single buffer above the device's largest" env \
+    POCL_DEVICES="pthread pthread" "$PLAN" $MODEL --devices-per-rank 2 --reps 1 \
+    --max-alloc-mb 0.05
 
 # 4. bad input
 expect_refusal "--layout maybe" "--layout must be manual or auto" "$TRAIN" $ARGS --layout maybe

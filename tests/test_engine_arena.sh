@@ -13,9 +13,11 @@
 #    the peer's pieces); pp 2 with zb1 (the split backward's weight-gradient region; stage
 #    transfers); experts with ep 2 (the MoE layer's reads and writes of the arena). One device
 #    is also run under four more limits, so the cuts fall between other tensors.
-# 2. Refused with status 2 and a message, before any step ("refuse"): a limit below one tensor
-#    of the arena (the message names it), a limit below the parameters (a single buffer), a
-#    negative --max-alloc-mb.
+# 2. The memory model's "largest" (the largest single buffer, an arena part counted alone) is
+#    exactly the least limit that runs: at it the model is built, 64 bytes below it the run is
+#    refused naming it (the logits; the parameters). Refused with status 2 and a message, before
+#    any step ("refuse"): a limit below one tensor of the arena (the message names it), a limit
+#    below the parameters (a single buffer), a negative --max-alloc-mb.
 # part: "all" (default), "layouts", "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
@@ -90,6 +92,23 @@ if want layouts; then
         --aux-loss 0.05 --dp 2 --ep 2
 fi
 if want refuse; then
+    # the memory model's largest buffer is what must fit: a limit of exactly it runs, 64 bytes
+    # less is refused naming it (the logits here, an arena part; the parameters by default)
+    for cfg in "logits|--layers 1 --dim 8 --heads 2 --batch 16 --seq 32 --total-batch 512" "params|"; do
+        cname=${cfg%%|*} cargs=${cfg#*|}
+        if train "big_$cname" 1 1 $cargs --steps 1; then
+            lim=$($PY -c "
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '\"memory\"' in l][0]['predicted']
+print('%s %r %r' % (r['largest_name'].replace(' ', '_'), r['largest'] / 1048576,
+                    (r['largest'] - 64) / 1048576))" "$D/big_$cname.jsonl")
+            set -- $lim
+            case "$1" in *"$cname"*) echo "ok: $cname: predicted largest buffer '$1'" ;;
+                *) fail "$cname: predicted largest buffer '$1'" ;; esac
+            train "fit_$cname" 1 1 $cargs --steps 1 --max-alloc-mb "$2"
+            refused "below_$cname" "$cname" 1 1 $cargs --steps 1 --max-alloc-mb "$3"
+        fi
+    done
     # 0.25 MiB holds the parameters; 0.05 MiB does not hold the logits (8 x 16 x Vp floats)
     refused part "its part 'the logits'" 1 1 --max-alloc-mb 0.05 --layers 1 --dim 8 --heads 1
     refused params "exceed the largest single allocation" 1 1 --max-alloc-mb 0.1
