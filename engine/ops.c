@@ -680,6 +680,8 @@ ct_status ct_crossentropy_vp_max(ct_device *dev, ct_view mx, ct_view logits, int
     NEED(dims_ok(B, T, Vl) && nreal >= 0 && nreal <= Vl, "ct_crossentropy_vp_max",
          "B, T, Vl must be positive and 0 <= nreal <= Vl");
     karg a[] = {KMEM(mx), KMEM(logits), KINT(B * T), KINT(Vl), KINT(nreal)};
+    if (ct_device_row_groups(dev))
+        return launch_groups(dev, "tp", "crossentropy_vp_max_rows", (size_t)B * T, a, NARGS(a));
     return launch(dev, "tp", "crossentropy_vp_max", (size_t)B * T, 64, a, NARGS(a));
 }
 
@@ -689,6 +691,8 @@ ct_status ct_crossentropy_vp_sums(ct_device *dev, ct_view sums, ct_view logits, 
          "B, T, Vl must be positive, 0 <= nreal <= Vl, lo >= 0");
     karg a[] = {KMEM(sums), KMEM(logits), KMEM(mx), KMEM(targets), KINT(B * T),
                 KINT(Vl),   KINT(nreal),  KINT(lo)};
+    if (ct_device_row_groups(dev))
+        return launch_groups(dev, "tp", "crossentropy_vp_sums_rows", (size_t)B * T, a, NARGS(a));
     return launch(dev, "tp", "crossentropy_vp_sums", (size_t)B * T, 64, a, NARGS(a));
 }
 

@@ -10,7 +10,7 @@ if(TARGET ct_engine)
   # "shared": the threads share one device and its context, so TP's collectives run on the
   # device (2x2shared: the group spans two processes, so staged through the host, and asking
   # for device collectives is refused)
-  foreach(shape "1x2;1;2;pthread pthread" "2x1;2;1;pthread" "1x3;1;3;pthread pthread pthread"
+  foreach(shape "1x2;1;2;pthread pthread" "1x2rows;1;2;pthread pthread;rows" "2x1;2;1;pthread" "1x3;1;3;pthread pthread pthread"
                 "2x2;2;2;pthread pthread" "1x2shared;1;2;pthread;shared"
                 "1x3shared;1;3;pthread;shared" "2x2shared;2;2;pthread;shared")
     list(GET shape 0 nm)

@@ -24,7 +24,10 @@
  *     single device's, every gradient piece this worker holds within tolerance (this also checks
  *     ct_params' slicing of every tensor);
  *   - refusals: NH, Vp, 4C not divisible by N, T not divisible under SP, a model without its TP
- *     group; a bad shape from every worker together (nothing hangs). */
+ *     group; a bad shape from every worker together (nothing hangs).
+ * A second argument "shared" opens every thread's device in one context (the device path of
+ * TP's collectives); "rows" runs the GPUs' work-group-per-row reduction kernels (LayerNorm,
+ * softmax, both cross-entropies) on the CPU device, against references of the same family. */
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
@@ -455,6 +458,9 @@ static void test_refusals(ctx *c, ct_grid *grid) {
     ct_model_free(m);
 }
 
+/* "rows": every device runs the work-group-per-row reduction kernels (GPUs' family) */
+static int g_row_groups = -1;
+
 static void worker(ct_topo *topo, int thread, ct_device_info *info, cl_context shared) {
     ct_err err = {0};
     ctx c;
@@ -469,6 +475,7 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info, cl_context s
     c.N = ct_comm_size(c.tpc), c.r = ct_comm_rank(c.tpc);
     ct_device_opts dopts = ct_device_opts_default();
     dopts.context = shared;
+    dopts.row_groups = g_row_groups;
     REQUIRE_OK(ct_device_open(&c.dev, info, &dopts, &err), err.msg);
     static const size_t part0 = 0;
     REQUIRE_OK(ct_arena_alloc(c.dev, CT_MEM_ACTIVATIONS, "test arena", (size_t)4 << 20, &part0, NULL, 1, &c.arena),
@@ -541,6 +548,7 @@ int main(int argc, char **argv) {
     /* "shared": every thread opens the first device in one context (workers sharing a device:
      * TP's collectives then stay on the device) */
     int shared = argc > 2 && !strcmp(argv[2], "shared");
+    if (argc > 2 && !strcmp(argv[2], "rows")) g_row_groups = 1;
     ct_err err = {0};
     ct_topo *topo = NULL;
     CT_ASSERT_OK(ct_topo_create(&topo, &argc, &argv, D, &err), err.msg);

@@ -93,6 +93,56 @@ __kernel void crossentropy_vp_backward_inplace(__global float *buf, ulong buf_of
     buf[i] = g;
 }
 
+/* ---- a work-group per row (GPUs): the same two row reductions, each over the group by a fixed
+ * tree in local memory (deterministic for a given group size). Launched with exactly N groups
+ * of a power-of-two size <= 256: no early return before the barriers. */
+
+/* The group's fmax (op 0) or sum (op 1) of v, in buf[0] for every item. */
+static float vp_group_reduce(__local float *buf, float v, int op) {
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = n / 2; s > 0; s >>= 1) {
+        if (lid < s) buf[lid] = op ? buf[lid] + buf[lid + s] : fmax(buf[lid], buf[lid + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = buf[0];
+    barrier(CLK_LOCAL_MEM_FENCE); /* buf is reused by the caller's next reduction */
+    return r;
+}
+
+__kernel void crossentropy_vp_max_rows(__global float *mx, ulong mx_off,
+                                       __global const float *logits, ulong logits_off, int N,
+                                       int Vl, int nreal) {
+    __local float buf[256];
+    size_t r = get_group_id(0);
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    __global const float *l = logits + logits_off + r * (size_t)Vl;
+    float m = -INFINITY;
+    for (int v = lid; v < nreal; v += n) m = fmax(m, l[v]);
+    m = vp_group_reduce(buf, m, 0);
+    if (lid == 0) mx[mx_off + r] = m;
+}
+
+__kernel void crossentropy_vp_sums_rows(__global float *sums, ulong sums_off,
+                                        __global const float *logits, ulong logits_off,
+                                        __global const float *mx, ulong mx_off,
+                                        __global const int *targets, ulong targets_off, int N,
+                                        int Vl, int nreal, int lo) {
+    __local float buf[256];
+    size_t r = get_group_id(0);
+    int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    __global const float *l = logits + logits_off + r * (size_t)Vl;
+    float m = mx[mx_off + r], s = 0.0f;
+    for (int v = lid; v < nreal; v += n) s += exp(l[v] - m);
+    s = vp_group_reduce(buf, s, 1);
+    if (lid == 0) {
+        int tg = targets[targets_off + r] - lo;
+        sums[sums_off + r] = s;
+        sums[sums_off + (size_t)N + r] = (tg >= 0 && tg < nreal) ? l[tg] : 0.0f;
+    }
+}
+
 /* dst[i] = a[i] + b[i] (op 0) or max(a[i], b[i]) (op 1): one step of a device-resident
  * reduction, the operands another worker's memory in the same context. dst may be a or b
  * (the same elements). */
