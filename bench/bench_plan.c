@@ -153,7 +153,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
-    if (pb.max_alloc <= 0) pb.max_alloc = alloc_min;
+    ct_plan_limit_alloc(&pb, alloc_min);
     if (ct_plan_rank(&pb, &costs, &res, &err) != CT_OK) {
         fprintf(stderr, "bench_plan: %s\n", err.msg);
         return 2;

@@ -208,12 +208,14 @@ ct_status ct_arena_alloc(ct_device *d, ct_mem_category cat, const char *name, si
             if (names && names[i]) snprintf(where, sizeof where, "'%s'", names[i]);
             else snprintf(where, sizeof where, "at byte %zu", parts[i]);
             return CT_ERR(&d->err, CT_ERR_DEVICE_MEM,
-                          "cannot allocate '%s' (%s, %.1f MiB in all): its part %s is %.1f MiB, "
-                          "above the largest single allocation of device %d (%s), %.1f MiB; a "
-                          "smaller batch or sequence makes it smaller",
-                          nm, cat_names[cat], bytes / 1048576.0, where,
+                          "cannot allocate '%s' (%s, %.1f MiB in all): its part %s is %zu bytes "
+                          "(%.1f MiB), above the largest single allocation of device %d (%s), "
+                          "%llu bytes (%s)",
+                          nm, cat_names[cat], bytes / 1048576.0, where, end - parts[i],
                           (end - parts[i]) / 1048576.0, d->info.index, d->info.name,
-                          lim / 1048576.0);
+                          (unsigned long long)lim,
+                          lim < d->info.max_alloc_bytes ? "lowered by the device options"
+                                                        : "CL_DEVICE_MAX_MEM_ALLOC_SIZE");
         }
         while (j < nparts && (j + 1 < nparts ? parts[j + 1] : bytes) - parts[i] <= lim) j++;
         npieces++;

@@ -212,7 +212,8 @@ void ct_plan_fit(const double *x, const double *t, int n, double *alpha, double 
  * (every worker of the run is here), else each alone; then `links` (may be NULL) is loaded.
  * Every worker of the process ends with the same costs in *out; *mem_min and *alloc_min (each
  * may be NULL) are the smallest global memory and the smallest CL_DEVICE_MAX_MEM_ALLOC_SIZE
- * among this process's devices. Runs its own OpenMP region: call it from the program's main
+ * among the devices of every worker (of the world when `topo` is given: every rank plans alike;
+ * then rounded down to KiB). Runs its own OpenMP region: call it from the program's main
  * thread. */
 ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan_problem *pb,
                           const ct_plan_needs *need, int live, const char *links, int reps,
@@ -263,6 +264,9 @@ typedef struct ct_plan_result {
 ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_plan_result *res,
                        ct_err *err);
 void ct_plan_result_free(ct_plan_result *r);
+/* The devices' largest allocation (0: unknown) as the problem's limit: --max-alloc-mb may
+ * lower it (pb->max_alloc set from the flag), not raise it (the device would refuse). */
+void ct_plan_limit_alloc(ct_plan_problem *pb, double device_max_alloc);
 /* Why no layout fits (res->nfit == 0), one sentence: the smallest memory shortfall per worker,
  * or, where layouts fit the memory but each needs one buffer above the device's largest
  * allocation, the smallest such buffer. */

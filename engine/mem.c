@@ -21,6 +21,17 @@ static void biggest(ct_mem_predict *out, uint64_t bytes, const char *name) {
     snprintf(out->largest_name, sizeof out->largest_name, "%s", name ? name : "?");
 }
 
+int ct_model_gemm_exceeds(const ct_gpt_config *cfg, const ct_layout *layout,
+                          const ct_coords *coords, const ct_model_plan *plan, uint64_t max_alloc) {
+    ct_model_plan pg = *plan, pf = *plan;
+    pg.attention = CT_ATTN_GEMM, pf.attention = CT_ATTN_FUSED;
+    ct_mem_predict g, f;
+    ct_err e = {0};
+    return ct_model_mem_predict(cfg, layout, coords, &pg, NULL, &g, &e) == CT_OK &&
+           ct_model_mem_predict(cfg, layout, coords, &pf, NULL, &f, &e) == CT_OK &&
+           g.largest > max_alloc && f.largest <= max_alloc;
+}
+
 ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout,
                                const ct_coords *coords, const ct_model_plan *plan,
                                const ct_exec_opts *xo, ct_mem_predict *out, ct_err *err) {

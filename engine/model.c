@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ct_engine_mem.h"
 #include "ct_engine_model.h"
 #include "ct_engine_step.h"
 #include "engine_impl.h"
@@ -42,7 +43,7 @@ typedef struct scratch_plan {
  * (the arena may be cut into pieces between copies; 0: never within the region). */
 typedef struct arena_region {
     size_t off, n, stride;
-    const char *name;
+    const char *name, *all; /* one copy's; every copy's (when they form one part) */
 } arena_region;
 #define CT__MAX_REGIONS 40
 
@@ -120,6 +121,51 @@ int ct_model_tensor_decays(int i) {
     return i >= 0 && i < CT_GPT_NUM_TENSORS && decays[i];
 }
 
+/* A block's saved tensor, named for messages: one copy, or every block's copies where they
+ * form one part (a copy not a whole number of 64-byte lines). */
+#define CT__BLK_NAMES(X)                                                                        \
+    X("ln1") X("ln1 means") X("ln1 deviations") X("QKV") X("scores") X("attention output")     \
+    X("residual") X("ln2") X("ln2 means") X("ln2 deviations") X("fc output") X("GELU output")  \
+    X("output")
+static const char *blk_name(int t, int fused, int every) {
+#define CT__ONE(s) "a block's " s,
+#define CT__ALL(s) "every block's " s,
+    static const char *const one[B__COUNT] = {CT__BLK_NAMES(CT__ONE)};
+    static const char *const all[B__COUNT] = {CT__BLK_NAMES(CT__ALL)};
+#undef CT__ONE
+#undef CT__ALL
+    if (t == B_ATT && fused)
+        return every ? "every block's attention log-sum-exp" : "a block's attention log-sum-exp";
+    return t >= 0 && t < B__COUNT ? (every ? all : one)[t] : "?";
+}
+
+/* The arena's indivisible parts as byte offsets (ct_arena_alloc): each region that holds
+ * anything, and within a per-block region each copy when copies are whole 64-byte lines, so a
+ * piece of the arena holds whole tensors. Fills parts and names when given; returns the count. */
+static size_t arena_parts(const arena_plan *a, int slots, size_t *parts, const char **names) {
+    size_t n = 0, last = 0;
+    for (int s = -1; s < slots; s++) {
+        const arena_region *r = s < 0 ? a->xr : a->sr;
+        int nr = s < 0 ? a->nxr : a->nsr;
+        size_t base = s < 0 ? 0 : a->x.total + (size_t)s * a->s.total;
+        for (int i = 0; i < nr; i++) {
+            /* copies cut apart only when each starts on a 64-byte line (the offsets the
+             * kernels see stay as aligned as in one buffer) */
+            int each = r[i].stride && r[i].stride % 16 == 0;
+            size_t step = each ? r[i].stride : r[i].n;
+            for (size_t k = 0; k < r[i].n; k += step) {
+                size_t at = base + r[i].off + k;
+                if (n && at <= last) continue;
+                if (parts)
+                    parts[n] = at * sizeof(float),
+                    names[n] = r[i].stride && !each && r[i].n > r[i].stride ? r[i].all : r[i].name;
+                n++, last = at;
+            }
+        }
+    }
+    return n;
+}
+
 /* The arena for micro-batches <= B x T. Under tensor parallelism over N workers the column- and
  * row-parallel regions hold this worker's columns (3C/N of QKV, NH/N heads' scores or
  * log-sum-exp and outputs, 4C/N of the MLP, Vp/N logits) for all B*T rows; with sequence
@@ -132,38 +178,6 @@ int ct_model_tensor_decays(int i) {
  * floats per block in the slot (ct_moe_plan), and xmoe floats of scratch. Those are kept under
  * every recompute mode: recomputing them would repeat the layer's routing and its all-to-alls
  * over the EP group (block mode recomputes the block up to ln2, the MoE layer's input). */
-/* A block's saved tensor, named for messages. */
-static const char *blk_name(int t, int fused) {
-    static const char *const names[B__COUNT] = {
-        "a block's ln1",      "a block's ln1 means", "a block's ln1 deviations",
-        "a block's QKV",      "a block's scores",    "a block's attention output",
-        "a block's residual", "a block's ln2",       "a block's ln2 means",
-        "a block's ln2 deviations", "a block's fc output", "a block's GELU output",
-        "a block's output"};
-    if (t == B_ATT && fused) return "a block's attention log-sum-exp";
-    return t >= 0 && t < B__COUNT ? names[t] : "?";
-}
-
-/* The arena's indivisible parts as byte offsets (ct_arena_alloc): each region that holds
- * anything, and within a per-block region each copy that starts 64-byte aligned, so a piece of
- * the arena holds whole tensors. Fills parts and names when given; returns the count. */
-static size_t arena_parts(const arena_plan *a, int slots, size_t *parts, const char **names) {
-    size_t n = 0, last = 0;
-    for (int s = -1; s < slots; s++) {
-        const arena_region *r = s < 0 ? a->xr : a->sr;
-        int nr = s < 0 ? a->nxr : a->nsr;
-        size_t base = s < 0 ? 0 : a->x.total + (size_t)s * a->s.total;
-        for (int i = 0; i < nr; i++)
-            for (size_t k = 0; k < r[i].n; k += r[i].stride ? r[i].stride : r[i].n) {
-                size_t at = base + r[i].off + k;
-                if ((k && at % 16) || (n && at <= last)) continue;
-                if (parts) parts[n] = at * sizeof(float), names[n] = r[i].name;
-                n++, last = at;
-            }
-    }
-    return n;
-}
-
 static void plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, int nbw, int head,
                        ct_attn_path attn, int B, int T, int split, ct_recompute rc, size_t lmoe,
                        size_t xmoe) {
@@ -194,11 +208,11 @@ static void plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, i
     a->nxr = a->nsr = 0;
     size_t o = 0;
 /* 64-byte aligned; recorded with a name (messages) and the stride of its copies (k) */
-#define REGIONK(list, cnt, p, f, n, k, nm)                                                 \
-    ((p)->f = o, a->list[a->cnt++] = (arena_region){o, (size_t)(n), (size_t)(k), nm},      \
+#define REGIONK(list, cnt, p, f, n, k, nm, all)                                            \
+    ((p)->f = o, a->list[a->cnt++] = (arena_region){o, (size_t)(n), (size_t)(k), nm, all}, \
      o += ((size_t)(n) + 15) / 16 * 16)
-#define XREG(f, n, nm) REGIONK(xr, nxr, x, f, n, 0, nm)
-#define SREG(f, n, nm) REGIONK(sr, nsr, s, f, n, 0, nm)
+#define XREG(f, n, nm) REGIONK(xr, nxr, x, f, n, 0, nm, nm)
+#define SREG(f, n, nm) REGIONK(sr, nsr, s, f, n, 0, nm, nm)
     scratch_plan *x = &a->x;
     XREG(qkv, g * BT * Cq, "the QKV scratch");
     XREG(proj, BTC, "the projection scratch");
@@ -217,7 +231,7 @@ static void plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, i
     XREG(moex, xmoe, "the MoE scratch");
     x->rc_lo = o;
     for (int t = 0; t < B__COUNT; t++)
-        XREG(rc[t], a->kept[t] ? 0 : bsz[t], blk_name(t, fused));
+        XREG(rc[t], a->kept[t] ? 0 : bsz[t], blk_name(t, fused, 0));
     x->rc_hi = o;
     x->total = o;
     o = 0;
@@ -226,13 +240,15 @@ static void plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, i
     SREG(targets, BT, "the targets");
     SREG(in, rowC, "the stage input");
     for (int t = 0; t < B__COUNT; t++)
-        REGIONK(sr, nsr, s, blk[t], a->kept[t] ? nb * bsz[t] : 0, bsz[t], blk_name(t, fused));
-    REGIONK(sr, nsr, s, moe, nb * lmoe, lmoe, "a block's MoE tensors");
+        REGIONK(sr, nsr, s, blk[t], a->kept[t] ? nb * bsz[t] : 0, bsz[t], blk_name(t, fused, 0),
+                blk_name(t, fused, 1));
+    REGIONK(sr, nsr, s, moe, nb * lmoe, lmoe, "a block's MoE tensors", "every block's MoE tensors");
     /* zero-bubble plans: what the deferred weight gradient needs beyond the saved activations,
      * per block [output gradient | dln2 | residual gradient after ln2 | dln1]; its other two
      * inputs (the gradients of fch and of qkv) go where fch and qkvr were, dead by then (not
      * planned under tensor parallelism, which refuses the split) */
-    REGIONK(sr, nsr, s, wg, split ? nb * 4 * BTC : 0, 4 * BTC, "a block's weight-gradient inputs");
+    REGIONK(sr, nsr, s, wg, split ? nb * 4 * BTC : 0, 4 * BTC, "a block's weight-gradient inputs",
+            "every block's weight-gradient inputs");
     size_t h = head ? 1 : 0;
     SREG(lnf, h * rowC, "the final LayerNorm");
     SREG(lnfm, h * BTl, "the final LayerNorm's means");
@@ -473,6 +489,21 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
         CT_ERR(err, st, "ct_model_create: choosing the attention path: %s", ct_device_errmsg(dev));
         goto cleanup;
     }
+    if (plan->attention == CT_ATTN_AUTO && m->attn == CT_ATTN_GEMM) {
+        /* auto timed one row: at the planned batch the GEMM path's scores may not fit where
+         * the fused path, which keeps none, does */
+        int huge = (double)max_B * (cfg->heads / N) * max_T * max_T >= 2147483647.0;
+        if (huge || ct_model_gemm_exceeds(cfg, layout, coords, plan, ct_device_max_alloc(dev))) {
+            m->attn = CT_ATTN_FUSED;
+            size_t k = strlen(m->attn_note);
+            snprintf(m->attn_note + k, sizeof m->attn_note - k,
+                     "; fused instead: at batch %d the GEMM path's scores (%d x %d x %d x %d "
+                     "floats a block) %s",
+                     max_B, max_B, cfg->heads / N, max_T, max_T,
+                     huge ? "exceed 2^31 elements"
+                          : "need a buffer above the device's largest allocation");
+        }
+    }
     if (m->attn == CT_ATTN_GEMM &&
         (double)max_B * (cfg->heads / N) * max_T * max_T >= 2147483647.0) {
         st = CT_ERR(err, CT_ERR_UNSUPPORTED,
@@ -498,7 +529,11 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
         arena_parts(&m->ar, plan->slots, parts, names);
         if ((st = ct_arena_alloc(dev, CT_MEM_ACTIVATIONS, "activations", total * sizeof(float),
                                  parts, names, np, &m->acts)) != CT_OK)
-            CT_ERR(err, st, "ct_model_create: %s", ct_device_errmsg(dev));
+            CT_ERR(err, st,
+                   "ct_model_create: %s. A smaller micro-batch or sequence shrinks every part; "
+                   "tensor parallelism divides the logits and the scores; --attention fused "
+                   "keeps no scores",
+                   ct_device_errmsg(dev));
     }
     free(parts);
     free(names);

@@ -873,6 +873,11 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
     }
 }
 
+void ct_plan_limit_alloc(ct_plan_problem *pb, double device_max_alloc) {
+    if (device_max_alloc > 0 && (pb->max_alloc <= 0 || pb->max_alloc > device_max_alloc))
+        pb->max_alloc = device_max_alloc;
+}
+
 void ct_plan_why_none(const ct_plan_problem *pb, const ct_plan_result *r, char *buf, size_t len) {
     /* the layout that fits the memory with the smallest largest buffer, if any does */
     const ct_plan_entry *best = NULL;

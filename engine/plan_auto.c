@@ -49,6 +49,19 @@ static void measure_worker(shared *s, int thread) {
         if (bad && st == CT_OK)
             st = CT_ERR(&err, CT_ERR_STATE, "another worker could not open its device");
     }
+    /* the smallest memory and largest allocation over every worker of the world (KiB, so that
+     * an int holds 2 TiB): ranks with different devices must plan alike */
+    double gm = 0, am = 0;
+    if (st == CT_OK) {
+        gm = (double)s->list[s->picks[k]].global_mem_bytes;
+        am = (double)s->list[s->picks[k]].max_alloc_bytes;
+    }
+    if (world && st == CT_OK) {
+        int32_t v[2] = {-(int32_t)(gm / 1024), -(int32_t)(am / 1024)};
+        if (ct_comm_allreduce(world, v, v, 2, CT_I32, CT_OP_MAX, NULL) != CT_OK)
+            st = CT_ERR(&err, CT_ERR_STATE, "%s", ct_comm_errmsg(world));
+        gm = -1024.0 * v[0], am = -1024.0 * v[1];
+    }
     if (st == CT_OK) {
         FILE *log = first ? s->log : NULL;
         if (log) fprintf(log, "planner: measuring on %s (%s)\n", s->list[s->picks[k]].name,
@@ -71,9 +84,7 @@ static void measure_worker(shared *s, int thread) {
             memset(&c, 0, sizeof c);
         }
         if (st == CT_OK && k < s->npicks) {
-            double gm = (double)s->list[s->picks[k]].global_mem_bytes;
             if (s->mem_min == 0 || gm < s->mem_min) s->mem_min = gm;
-            double am = (double)s->list[s->picks[k]].max_alloc_bytes;
             if (s->alloc_min == 0 || am < s->alloc_min) s->alloc_min = am;
         }
         if (st != CT_OK && s->st == CT_OK) {

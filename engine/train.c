@@ -782,6 +782,14 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
                 chosen = -1;
             else
                 chosen = path == CT_ATTN_FUSED ? 1 : 0;
+            /* as ct_model_create does for auto: the timing was of one row; at this batch the
+             * GEMM path's scores may need a buffer the device cannot give where the fused path
+             * fits (every worker holds the same rows and heads) */
+            ct_model_plan pg = plan;
+            pg.attention = CT_ATTN_GEMM;
+            if (chosen == 0 &&
+                ct_model_gemm_exceeds(cfg, &lay, &at, &pg, ct_device_max_alloc(t->dev)))
+                chosen = 1;
         }
         if ((st = ct_comm_bcast(t->world, &chosen, 1, CT_I32, 0, NULL)) != CT_OK) {
             terr(t, err, st, "agreeing on the attention path: %s", ct_comm_errmsg(t->world));

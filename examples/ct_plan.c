@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
                                        &alloc_min, &err);
         if (st != CT_OK) die(st == CT_ERR_ARG || st == CT_ERR_IO ? 2 : 1, "%s", err.msg);
         if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
-        if (pb.max_alloc <= 0) pb.max_alloc = alloc_min;
+        ct_plan_limit_alloc(&pb, alloc_min);
         costs = &costs_v;
     } else if (o.links) {
         die(2, "--links with --no-calibrate: without measured compute no time is predicted");

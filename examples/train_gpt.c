@@ -179,7 +179,7 @@ static void plan_layout(ct_train_params *p, ct_topo *topo, int W, int argc, char
                                    &mem_min, &alloc_min, &err);
     if (st != CT_OK) die(st == CT_ERR_ARG ? 2 : 1, "--layout auto: %s", err.msg);
     if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
-    if (pb.max_alloc <= 0) pb.max_alloc = alloc_min;
+    ct_plan_limit_alloc(&pb, alloc_min);
     ct_plan_result res;
     if (ct_plan_rank(&pb, &costs, &res, &err) != CT_OK) die(2, "--layout auto: %s", err.msg);
     if (leader) ct_plan_print(stdout, &pb, &costs, &res, 8);

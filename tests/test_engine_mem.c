@@ -16,6 +16,8 @@
  *    E / ep experts (their optimizer state sharded over dp / ep) and the EP staging; the
  *    prediction is pure (two calls give the same bytes) and refuses what the model refuses,
  *    with the same code.
+ *    The largest single buffer: one block's scores on the GEMM path, the parameters on the fused
+ *    path; --attention auto's fallback (ct_model_gemm_exceeds) exactly at the scores' bytes.
  * Mixture-of-experts shapes (K = 2 with a capacity, K = 1 without) run through 1. as well.
  */
 #include <stdio.h>
@@ -196,6 +198,28 @@ static void test_formula(void) {
     CT_ASSERT_EQ_INT(blk.act_recompute, 4 * (BT * (15 * C + 4) + att));
     CT_ASSERT_EQ_INT(fattn.act_recompute, 4 * 6 * BT * C);
     CT_ASSERT_EQ_INT(fblk.act_recompute, 4 * (BT * (15 * C + 4) + lse));
+    /* the largest single buffer at B 8: one block's scores on the GEMM path (an indivisible part
+     * of the arena), the parameters on the fused path; auto's GEMM choice gives way to fused
+     * exactly when the scores exceed the limit and the fused path's largest fits it */
+    {
+        ct_mem_predict g, f;
+        pl.max_B = 8, pl.recompute = CT_RECOMPUTE_NONE, pl.split_backward = 0;
+        pl.attention = CT_ATTN_GEMM;
+        CT_ASSERT_OK(ct_model_mem_predict(&c, &lay, &at, &pl, NULL, &g, &err), err.msg);
+        pl.attention = CT_ATTN_FUSED;
+        CT_ASSERT_OK(ct_model_mem_predict(&c, &lay, &at, &pl, NULL, &f, &err), err.msg);
+        size_t scores = 4 * 8 * NH * T * T;
+        CT_ASSERT_EQ_INT(g.largest, scores);
+        CT_ASSERT_STR_CONTAINS(g.largest_name, "score"); /* the scores or their gradient */
+        CT_ASSERT_EQ_INT(f.largest, f.device[CT_MEM_PARAMS]);
+        CT_ASSERT_STR_CONTAINS(f.largest_name, "params");
+        CT_ASSERT(f.largest < g.largest);
+        pl.attention = CT_ATTN_AUTO;
+        CT_ASSERT_EQ_INT(ct_model_gemm_exceeds(&c, &lay, &at, &pl, scores - 4), 1);
+        CT_ASSERT_EQ_INT(ct_model_gemm_exceeds(&c, &lay, &at, &pl, scores), 0);
+        CT_ASSERT_EQ_INT(ct_model_gemm_exceeds(&c, &lay, &at, &pl, f.largest - 4), 0);
+        pl.max_B = (int)B;
+    }
     /* zb1 keeps 4 (B,T,C) more per block; attention mode then drops the probabilities only */
     CT_ASSERT_EQ_INT(snone.act_layer, none.act_layer + 4 * 4 * BT * C);
     CT_ASSERT_EQ_INT(sattn.act_layer, snone.act_layer - 4 * att);
