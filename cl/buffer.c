@@ -184,6 +184,15 @@ void ct_arena_free(ct_arena *a) {
     free(a);
 }
 
+/* The first part after the piece starting at part i: whole parts while the piece stays within
+ * lim (part i alone is checked by the caller). */
+static size_t piece_next(const size_t *parts, size_t nparts, size_t bytes, uint64_t lim,
+                         size_t i) {
+    size_t j = i + 1;
+    while (j < nparts && (j + 1 < nparts ? parts[j + 1] : bytes) - parts[i] <= lim) j++;
+    return j;
+}
+
 ct_status ct_arena_alloc(ct_device *d, ct_mem_category cat, const char *name, size_t bytes,
                          const size_t *parts, const char *const *names, size_t nparts,
                          ct_arena **out) {
@@ -217,9 +226,8 @@ ct_status ct_arena_alloc(ct_device *d, ct_mem_category cat, const char *name, si
                           lim < d->info.max_alloc_bytes ? "lowered by the device options"
                                                         : "CL_DEVICE_MAX_MEM_ALLOC_SIZE");
         }
-        while (j < nparts && (j + 1 < nparts ? parts[j + 1] : bytes) - parts[i] <= lim) j++;
         npieces++;
-        i = j;
+        i = piece_next(parts, nparts, bytes, lim, i);
     }
     ct_arena *a = ct_calloc(1, sizeof *a);
     if (a) {
@@ -232,8 +240,7 @@ ct_status ct_arena_alloc(ct_device *d, ct_mem_category cat, const char *name, si
     }
     a->bytes = bytes;
     for (size_t i = 0; i < nparts;) {
-        size_t j = i + 1;
-        while (j < nparts && (j + 1 < nparts ? parts[j + 1] : bytes) - parts[i] <= lim) j++;
+        size_t j = piece_next(parts, nparts, bytes, lim, i);
         size_t end = j < nparts ? parts[j] : bytes;
         char pn[64];
         if (npieces > 1) snprintf(pn, sizeof pn, "%.40s %d/%d", nm, a->n + 1, (int)npieces);

@@ -166,6 +166,20 @@ static size_t arena_parts(const arena_plan *a, int slots, size_t *parts, const c
     return n;
 }
 
+/* arena_parts into malloc'd arrays (the caller frees both); 0 when out of host memory. */
+static size_t arena_part_list(const arena_plan *a, int slots, size_t **parts,
+                              const char ***names) {
+    size_t np = arena_parts(a, slots, NULL, NULL);
+    *parts = ct_malloc(np * sizeof **parts);
+    *names = ct_malloc(np * sizeof **names);
+    if (!*parts || !*names) {
+        free(*parts), free(*names);
+        *parts = NULL, *names = NULL;
+        return 0;
+    }
+    return arena_parts(a, slots, *parts, *names);
+}
+
 /* The arena for micro-batches <= B x T. Under tensor parallelism over N workers the column- and
  * row-parallel regions hold this worker's columns (3C/N of QKV, NH/N heads' scores or
  * log-sum-exp and outputs, 4C/N of the MLP, Vp/N logits) for all B*T rows; with sequence
@@ -521,12 +535,11 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     plan_arena(&m->ar, cfg, N, m->sp, m->nb, ct_params_has_head(m->P), m->attn, max_B, max_T,
                plan->split_backward, plan->recompute, lmoe, xmoe);
     size_t total = m->ar.x.total + (size_t)plan->slots * m->ar.s.total;
-    size_t np = arena_parts(&m->ar, plan->slots, NULL, NULL);
-    size_t *parts = ct_malloc(np * sizeof *parts);
-    const char **names = ct_malloc(np * sizeof *names);
-    if (!parts || !names) st = CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
+    size_t *parts = NULL, np = 0;
+    const char **names = NULL;
+    if (!(np = arena_part_list(&m->ar, plan->slots, &parts, &names)))
+        st = CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
     else {
-        arena_parts(&m->ar, plan->slots, parts, names);
         if ((st = ct_arena_alloc(dev, CT_MEM_ACTIVATIONS, "activations", total * sizeof(float),
                                  parts, names, np, &m->acts)) != CT_OK)
             CT_ERR(err, st,
@@ -596,14 +609,10 @@ ct_status ct__model_arena_plan(const ct_gpt_config *cfg, const ct_params *P,
     out->attention = attn;
     out->tp_staging = N > 1 ? tp_staging_floats(cfg, plan->max_B, plan->max_T) : 0;
     /* the largest part: the arena's regions and copies, as the model cuts them */
-    size_t np = arena_parts(&a, plan->slots, NULL, NULL), total = a.x.total + plan->slots * a.s.total;
-    size_t *parts = ct_malloc(np * sizeof *parts);
-    const char **names = ct_malloc(np * sizeof *names);
-    if (!parts || !names) {
-        free(parts), free(names);
+    size_t total = a.x.total + plan->slots * a.s.total, *parts = NULL, np;
+    const char **names = NULL;
+    if (!(np = arena_part_list(&a, plan->slots, &parts, &names)))
         return CT_ERR(err, CT_ERR_NOMEM, "ct_model_mem_predict: out of host memory");
-    }
-    arena_parts(&a, plan->slots, parts, names);
     for (size_t i = 0; i < np; i++) {
         size_t len = (i + 1 < np ? parts[i + 1] : total * sizeof(float)) - parts[i];
         if (len / sizeof(float) > out->largest_part)
