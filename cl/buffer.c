@@ -172,6 +172,8 @@ uint64_t ct_device_max_alloc(const ct_device *d) { return d->max_alloc; }
 struct ct_arena {
     size_t bytes;
     int n;
+    ct_device *dev;
+    char name[64];
     size_t *base;       /* [n]: each piece's first byte in the arena */
     ct_buffer **pieces; /* [n] */
 };
@@ -239,6 +241,8 @@ ct_status ct_arena_alloc(ct_device *d, ct_mem_category cat, const char *name, si
         return CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory for arena '%s'", nm);
     }
     a->bytes = bytes;
+    a->dev = d;
+    snprintf(a->name, sizeof a->name, "%s", nm);
     for (size_t i = 0; i < nparts;) {
         size_t j = piece_next(parts, nparts, bytes, lim, i);
         size_t end = j < nparts ? parts[j] : bytes;
@@ -277,6 +281,62 @@ ct_buffer *ct_arena_at(const ct_arena *a, size_t off, size_t *in_piece) {
     }
     if (in_piece) *in_piece = off - a->base[lo];
     return a->pieces[lo];
+}
+
+size_t ct_arena_span(const ct_arena *a, size_t off) {
+    size_t in;
+    ct_buffer *b = ct_arena_at(a, off, &in);
+    return b ? b->bytes - in : 0;
+}
+
+typedef enum { AR_READ, AR_WRITE, AR_ZERO, AR_READ_ASYNC, AR_WRITE_ASYNC } arena_op;
+
+/* One copy (or zeroing) of [off, off + bytes) of the arena, one command per piece it crosses;
+ * the event, if asked, is the last command's. */
+static ct_status arena_range(const ct_arena *a, arena_op op, size_t off, size_t bytes, void *host,
+                             ct_event **ev) {
+    static const char *what[] = {"read", "write", "zero", "read", "write"};
+    if (ev) *ev = NULL;
+    if (off > a->bytes || bytes > a->bytes - off)
+        return CT_ERR(&a->dev->err, CT_ERR_ARG,
+                      "%s of arena '%s': range [%zu, %zu) is outside its %zu bytes", what[op],
+                      a->name, off, off + bytes, a->bytes);
+    ct_status st = CT_OK;
+    char *h = (char *)host;
+    do {
+        size_t in;
+        ct_buffer *b = ct_arena_at(a, off, &in);
+        size_t n = b->bytes - in < bytes ? b->bytes - in : bytes;
+        ct_event **e = n == bytes ? ev : NULL; /* the last command */
+        switch (op) {
+        case AR_READ: st = ct_buffer_read(b, in, h, n); break;
+        case AR_WRITE: st = ct_buffer_write(b, in, h, n); break;
+        case AR_ZERO: st = ct_buffer_zero(b, in, n); break;
+        case AR_READ_ASYNC: st = ct_buffer_read_async(b, in, n, h, e); break;
+        case AR_WRITE_ASYNC: st = ct_buffer_write_async(b, in, n, h, e); break;
+        }
+        off += n, bytes -= n;
+        if (h) h += n;
+    } while (st == CT_OK && bytes);
+    return st;
+}
+
+ct_status ct_arena_read(const ct_arena *a, size_t off, void *dst, size_t bytes) {
+    return arena_range(a, AR_READ, off, bytes, dst, NULL);
+}
+ct_status ct_arena_write(ct_arena *a, size_t off, const void *src, size_t bytes) {
+    return arena_range(a, AR_WRITE, off, bytes, (void *)src, NULL);
+}
+ct_status ct_arena_zero(ct_arena *a, size_t off, size_t bytes) {
+    return arena_range(a, AR_ZERO, off, bytes, NULL, NULL);
+}
+ct_status ct_arena_read_async(const ct_arena *a, size_t off, size_t bytes, void *dst,
+                              ct_event **ev) {
+    return arena_range(a, AR_READ_ASYNC, off, bytes, dst, ev);
+}
+ct_status ct_arena_write_async(ct_arena *a, size_t off, size_t bytes, const void *src,
+                               ct_event **ev) {
+    return arena_range(a, AR_WRITE_ASYNC, off, bytes, (void *)src, ev);
 }
 
 ct_buffer *ct_arena_piece_of(const ct_arena *a, cl_mem mem) {

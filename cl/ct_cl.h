@@ -197,6 +197,7 @@ uint64_t ct_device_max_alloc(const ct_device *dev);
  * fits. A part larger than the limit is refused (CT_ERR_DEVICE_MEM) naming it (names[i], or its
  * offset when names is NULL); a failure leaves nothing allocated. Contents are zeroed. */
 typedef struct ct_arena ct_arena;
+typedef struct ct_event ct_event; /* below */
 ct_status ct_arena_alloc(ct_device *dev, ct_mem_category cat, const char *name, size_t bytes,
                          const size_t *parts, const char *const *names, size_t nparts,
                          ct_arena **out);
@@ -209,6 +210,20 @@ size_t ct_arena_largest_piece(const ct_arena *a); /* bytes */
 ct_buffer *ct_arena_at(const ct_arena *a, size_t off, size_t *in_piece);
 /* The piece whose memory object is `mem`, or NULL. */
 ct_buffer *ct_arena_piece_of(const ct_arena *a, cl_mem mem);
+/* Bytes from byte `off` to the end of off's piece: how far a view starting there may reach
+ * (0 at the arena's end or beyond). */
+size_t ct_arena_span(const ct_arena *a, size_t off);
+/* Host copies and zeroing of [off, off + bytes) of the arena, one command per piece the range
+ * crosses; a range outside the arena is CT_ERR_ARG. The non-blocking forms' event (when ev is
+ * non-NULL) is the last piece's command's: on the device's in-order queue it completes after
+ * the others (see the events below). */
+ct_status ct_arena_read(const ct_arena *a, size_t off, void *dst, size_t bytes);
+ct_status ct_arena_write(ct_arena *a, size_t off, const void *src, size_t bytes);
+ct_status ct_arena_zero(ct_arena *a, size_t off, size_t bytes);
+ct_status ct_arena_read_async(const ct_arena *a, size_t off, size_t bytes, void *dst,
+                              ct_event **ev);
+ct_status ct_arena_write_async(ct_arena *a, size_t off, size_t bytes, const void *src,
+                               ct_event **ev);
 
 /* Blocking host <-> device copies of [off, off+bytes). */
 ct_status ct_buffer_write(ct_buffer *b, size_t off, const void *src, size_t bytes);

@@ -53,9 +53,10 @@ typedef struct ct_mem_predict {
     int slots, blocks;      /* activation slots; blocks per slot (the longest chunk held) */
     ct_attn_path attention; /* the path predicted: gemm or fused */
     int attention_bound;    /* 1: plan.attention was auto; the GEMM path's figures, a bound */
-    /* the largest single device buffer the worker allocates (the activation arena counted by
-     * its largest indivisible part: it is held in pieces below the device's limit), and its
-     * name: what must fit CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    /* the largest single device buffer the worker must allocate (the activation arena and the
+     * parameter, gradient and optimizer buffers counted by their largest indivisible part: one
+     * (tensor, layer) slice; they are held in pieces below the device's limit), and its name:
+     * what must fit CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     uint64_t largest;
     char largest_name[64];
 } ct_mem_predict;

@@ -39,6 +39,13 @@ static inline ct_view ct_view_at(ct_view v, size_t off) {
     v.off += off;
     return v;
 }
+/* Float `off` of an arena (cl/) as a view: the piece holding it, the offset in that piece. */
+static inline ct_view ct_arena_view(const ct_arena *a, size_t off) {
+    size_t in = 0;
+    ct_buffer *b = ct_arena_at(a, off * sizeof(float), &in);
+    ct_view v = {b ? ct_buffer_mem(b) : NULL, in / sizeof(float)};
+    return v;
+}
 static inline ct_view ct_view_none(void) {
     ct_view v = {NULL, 0};
     return v;

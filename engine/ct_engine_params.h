@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "ct_cl.h"
+#include "ct_engine_ops.h"
 #include "ct_gpt_config.h"
 
 #ifdef __cplusplus
@@ -75,8 +76,14 @@ typedef struct ct_params_buf {
     ct_mem_category category;
     const char *name;
     size_t bytes;
+    size_t largest;        /* bytes of its largest indivisible part: one (tensor, layer) slice */
+    char largest_name[48]; /* that part ("fcw of block 3", "wte") */
 } ct_params_buf;
 int ct_params_buffers(const ct_params *P, ct_params_buf out[CT_PARAMS_MAX_BUFFERS]);
+/* How they are held on the device: returns the count of arrays (as ct_params_buffers lists
+ * them); *nbuffers the device buffers holding them (more when an array exceeds the device's
+ * largest single allocation: each is an arena), *largest the largest one's bytes. */
+int ct_params_held(const ct_params *P, int *nbuffers, size_t *largest);
 const char *ct_params_errmsg(const ct_params *P);
 
 const ct_gpt_config *ct_params_config(const ct_params *P);
@@ -141,20 +148,27 @@ void ct_params_wte_range(const ct_params *P, size_t *lo, size_t *hi);
  * (ct_params_grads: flat, or the ZeRO-2 working buffer). */
 size_t ct_params_pview(const ct_params *P, int i, int l);
 size_t ct_params_gview(const ct_params *P, int i, int l);
+/* The same as views kernels take: the device buffer holding the slice, the offset in it. */
+ct_view ct_params_pv(const ct_params *P, int i, int l);
+ct_view ct_params_gv(const ct_params *P, int i, int l);
 /* Where flat range [lo, hi) of block l / of the non-block tensors lies in a working buffer:
  * the offset of flat position `flat_off` of the piece that starts at flat `piece_lo`. */
 size_t ct_params_work_off(const ct_params *P, size_t flat_off);
 size_t ct_params_work_len(const ct_params *P);
 
-/* The device buffers. params: flat (ZeRO < 3) or the working buffer (3); param_shard: the
- * parameters' storage under ZeRO-3 (else NULL); grads: flat (ZeRO < 2) or the working buffer;
- * grad_shard: averaged gradient shard under ZeRO >= 2 (else NULL); adam m, v: the shard. */
-ct_buffer *ct_params_buffer(ct_params *P);
-ct_buffer *ct_params_param_shard(ct_params *P);
-ct_buffer *ct_params_grads(ct_params *P);
-ct_buffer *ct_params_grad_shard(ct_params *P);
-ct_buffer *ct_params_adam_m(ct_params *P);
-ct_buffer *ct_params_adam_v(ct_params *P);
+/* The device memory, each an arena (cl/: one buffer, or several when the device's largest
+ * single allocation is smaller; a piece holds whole (tensor, layer) slices, so a slice's view
+ * never crosses pieces, while a flat range may: copy it with ct_arena_read/write/zero, and
+ * give kernels ranges cut at ct_arena_span). params: flat (ZeRO < 3) or the working buffer
+ * (3); param_shard: the parameters' storage under ZeRO-3 (else NULL); grads: flat (ZeRO < 2)
+ * or the working buffer; grad_shard: averaged gradient shard under ZeRO >= 2 (else NULL);
+ * adam m, v: the shard. The shard's pieces are cut where the slices of the flat layout are. */
+ct_arena *ct_params_buffer(ct_params *P);
+ct_arena *ct_params_param_shard(ct_params *P);
+ct_arena *ct_params_grads(ct_params *P);
+ct_arena *ct_params_grad_shard(ct_params *P);
+ct_arena *ct_params_adam_m(ct_params *P);
+ct_arena *ct_params_adam_v(ct_params *P);
 
 /* Whole-model table order <-> this worker's flat layout. to_flat fills flat[0..flat_len)
  * (padding zeroed); from_flat writes this worker's pieces into the table array and leaves the

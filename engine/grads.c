@@ -331,7 +331,7 @@ ct_status ct_grads_begin(ct_grads *g, int last) {
 ct_status ct_grads_ready(ct_grads *g, size_t ready_from) {
     if (!g->armed || !g->overlap) return CT_OK;
     int posted = 0;
-    ct_buffer *gb = ct_params_grads(g->P);
+    ct_arena *gb = ct_params_grads(g->P);
     while (g->next_issue < g->nb && g->b[g->next_issue].lo >= ready_from) {
         int k = g->next_issue;
         size_t n = g->b[k].hi - g->b[k].lo;
@@ -346,11 +346,11 @@ ct_status ct_grads_ready(ct_grads *g, size_t ready_from) {
         pthread_mutex_lock(&g->mu);
         g->order[g->nposted + posted] = k;
         pthread_mutex_unlock(&g->mu);
-        ct_status st = ct_buffer_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
+        ct_status st = ct_arena_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
                                             g->stage + g->b[k].lo, &g->ev[k]);
         /* ZeRO-2: empty the slot behind the read (in order), before a later block reuses it */
         if (st == CT_OK && g->zero >= 2)
-            st = ct_buffer_zero(gb, g->b[k].work * sizeof(float), n * sizeof(float));
+            st = ct_arena_zero(gb, g->b[k].work * sizeof(float), n * sizeof(float));
         if (st != CT_OK)
             return CT_ERR(&g->err, st, "staging gradient bucket %d: %s", k,
                           ct_device_errmsg(g->dev));
@@ -370,7 +370,7 @@ ct_status ct_grads_ready(ct_grads *g, size_t ready_from) {
 ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
     ct_status st = CT_OK;
     double t0 = ct_time_now();
-    ct_buffer *gb = ct_params_grads(g->P);
+    ct_arena *gb = ct_params_grads(g->P);
     if (sumsq) *sumsq = 0;
     if (g->overlap && g->armed) {
         if (g->next_issue != g->nb)
@@ -398,7 +398,7 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
                     ss += (double)g->acc[i - g->lo] * g->acc[i - g->lo];
             }
             float fs = (float)ss;
-            st = ct_buffer_write(ct_params_grad_shard(g->P), 0, g->acc, sh * sizeof(float));
+            st = ct_arena_write(ct_params_grad_shard(g->P), 0, g->acc, sh * sizeof(float));
             if (st != CT_OK)
                 CT_ERR(&g->err, st, "writing the gradient shard: %s", ct_device_errmsg(g->dev));
             memset(g->acc, 0, sh * sizeof(float));
@@ -410,14 +410,14 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
             }
             if (sumsq) *sumsq = fs;
         } else if (st == CT_OK && g->all_bucketed) {
-            st = ct_buffer_write(gb, 0, g->stage, g->local * sizeof(float));
+            st = ct_arena_write(gb, 0, g->stage, g->local * sizeof(float));
             if (st != CT_OK)
                 CT_ERR(&g->err, st, "writing reduced gradients: %s", ct_device_errmsg(g->dev));
         } else {
             /* only the ranges some group reduces (a pipeline stage's tied wte, say) */
             for (int k = 0; k < g->nb && st == CT_OK; k++) {
                 size_t n = g->b[k].hi - g->b[k].lo;
-                st = ct_buffer_write(gb, g->b[k].lo * sizeof(float), g->stage + g->b[k].lo,
+                st = ct_arena_write(gb, g->b[k].lo * sizeof(float), g->stage + g->b[k].lo,
                                      n * sizeof(float));
                 if (st != CT_OK)
                     CT_ERR(&g->err, st, "writing reduced gradients: %s", ct_device_errmsg(g->dev));
@@ -426,10 +426,10 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
     } else {
         for (int k = 0; k < g->nb && st == CT_OK; k++) {
             size_t n = g->b[k].hi - g->b[k].lo, off = g->b[k].work * sizeof(float);
-            st = ct_buffer_read(gb, off, g->stage, n * sizeof(float));
+            st = ct_arena_read(gb, off, g->stage, n * sizeof(float));
             if (st == CT_OK) st = reduce_bucket(g, k, &g->err);
             else CT_ERR(&g->err, st, "staging a gradient bucket: %s", ct_device_errmsg(g->dev));
-            if (st == CT_OK && (st = ct_buffer_write(gb, off, g->stage, n * sizeof(float))) != CT_OK)
+            if (st == CT_OK && (st = ct_arena_write(gb, off, g->stage, n * sizeof(float))) != CT_OK)
                 CT_ERR(&g->err, st, "writing reduced gradients: %s", ct_device_errmsg(g->dev));
         }
         g->times.busy_ms += 1e3 * (ct_time_now() - t0);

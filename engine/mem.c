@@ -50,7 +50,7 @@ ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout
     int nb = ct_params_buffers(P, bufs);
     for (int k = 0; k < nb; k++) {
         out->device[bufs[k].category] += bufs[k].bytes;
-        biggest(out, bufs[k].bytes, bufs[k].name);
+        biggest(out, bufs[k].largest, bufs[k].largest_name); /* held in pieces too */
     }
     /* 2. The activation arena. */
     ct__arena a;

@@ -742,11 +742,7 @@ static ct_status check_ids(ct_model *m, const int *ids, size_t n, const char *wh
 static size_t slot_base(const ct_model *m, int s) { return m->ar.x.total + (size_t)s * m->ar.s.total; }
 /* The view of arena float `off`: its piece and the offset within that piece (a planned
  * tensor lies within one piece: arena_parts). */
-static ct_view av(const ct_model *m, size_t off) {
-    size_t in = 0;
-    ct_buffer *b = ct_arena_at(m->acts, off * sizeof(float), &in);
-    return ct_view_of(b ? ct_buffer_mem(b) : NULL, in / sizeof(float));
-}
+static ct_view av(const ct_model *m, size_t off) { return ct_arena_view(m->acts, off); }
 /* Position of block l within its chunk (its copy in a slot's per-block regions). */
 static size_t pos(const ct_model *m, int l) {
     int lo;
@@ -759,8 +755,8 @@ static int chunk_first(const ct_model *m, int l) {
     return l == lo;
 }
 
-#define PV(t, l) ct_view_of(pm, ct_params_pview(m->P, CT_GPT_##t, l))
-#define GV(t, l) ct_view_of(gm, ct_params_gview(m->P, CT_GPT_##t, l))
+#define PV(t, l) ct_params_pv(m->P, CT_GPT_##t, l)
+#define GV(t, l) ct_params_gv(m->P, CT_GPT_##t, l)
 #define SV(f) av(m, sb + m->ar.s.f)         /* the slot's region */
 #define BV(f, k) av(m, sb + m->ar.s.f + (k)) /* ... at offset k within it */
 #define XV(f) av(m, m->ar.x.f)              /* shared scratch */
@@ -833,14 +829,14 @@ static ct_status group_end(ct_model *m, const char *name, double t0) {
     } while (0)
 
 /* The MoE layer's parameters of block l in buffer `b` (params or grads, through `view`). */
-static ct_moe_weights moe_weights(const ct_model *m, cl_mem b, int l, int grads) {
-    size_t (*at)(const ct_params *, int, int) = grads ? ct_params_gview : ct_params_pview;
+static ct_moe_weights moe_weights(const ct_model *m, int l, int grads) {
+    ct_view (*at)(const ct_params *, int, int) = grads ? ct_params_gv : ct_params_pv;
     ct_moe_weights w;
-    w.routerw = ct_view_of(b, at(m->P, CT_GPT_routerw, l));
-    w.fcw = ct_view_of(b, at(m->P, CT_GPT_fcw, l));
-    w.fcb = ct_view_of(b, at(m->P, CT_GPT_fcb, l));
-    w.fcprojw = ct_view_of(b, at(m->P, CT_GPT_fcprojw, l));
-    w.fcprojb = ct_view_of(b, at(m->P, CT_GPT_fcprojb, l));
+    w.routerw = at(m->P, CT_GPT_routerw, l);
+    w.fcw = at(m->P, CT_GPT_fcw, l);
+    w.fcb = at(m->P, CT_GPT_fcb, l);
+    w.fcprojw = at(m->P, CT_GPT_fcprojw, l);
+    w.fcprojb = at(m->P, CT_GPT_fcprojb, l);
     return w;
 }
 
@@ -883,7 +879,6 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     ss->B = B, ss->T = T, ss->chunk = 0, ss->have_targets = 0, ss->logits_valid = 0;
     ss->loss_scale = 1.0f;
     size_t sb = slot_base(m, slot);
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
     RUN(CT_PROF_upload, ct_model_view_write(m, SV(tokens), tokens, BT * sizeof(int)));
     RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SV(in), XV(proj), SV(tokens),
                                             PV(wte, 0), PV(wpe, 0), B, T, m->cfg.channels,
@@ -937,7 +932,6 @@ static ct_status block_run(ct_model *m, int slot, int l, int recompute) {
     int Cl = C / N, NHl = m->cfg.heads / N; /* this worker's attention channels and heads */
     row_shape(m, B, T, &rb, &rt);
     size_t rowC = (size_t)rb * rt * C, BT = (size_t)B * T;
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
     bviews v;
     block_views(m, slot, l, &v);
     const int *kept = m->ar.kept;
@@ -993,7 +987,7 @@ static ct_status block_run(ct_model *m, int slot, int l, int recompute) {
         /* the mixture of experts (its all-to-alls over the EP group); under TP each worker's
          * slice of the experts over the whole (gathered) tokens, summed as a row-parallel
          * linear's output is */
-        ct_moe_weights w = moe_weights(m, pm, l, 0);
+        ct_moe_weights w = moe_weights(m, l, 0);
         size_t k = pos(m, l);
         ct_view xin = ln2;
         if (m->sp) {
@@ -1061,7 +1055,6 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
     if (B < 1) return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_head_forward: slot %d is empty", slot);
     if (targets && (st = check_ids(m, targets, BT, "targets")) != CT_OK) return st;
     row_shape(m, B, T, &rb, &rt);
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
     ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     double tg_ = ct_time_now();
     if (targets)
@@ -1117,8 +1110,6 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
     size_t BT = (size_t)B * T, sb = slot_base(m, slot);
     row_shape(m, B, T, &rb, &rt);
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
-    cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
     ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     ss->logits_valid = 0; /* the logits become their gradient */
     ss->loss_scale = loss_scale;
@@ -1155,8 +1146,6 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
         return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_block_backward: slot %d is empty", slot);
     row_shape(m, B, T, &rb, &rt);
     size_t BT = (size_t)B * T;
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
-    cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
     bviews v;
     block_views(m, slot, l, &v);
     ct_view res = v.res, ln1 = v.t[B_LN1], qkvr = v.t[B_QKVR], att = v.t[B_ATT];
@@ -1165,7 +1154,7 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l) {
     if ((st = recompute_block(m, slot, l)) != CT_OK) goto cleanup;
     double tg_ = ct_time_now();
     if (m->moe) { /* dA = the gradient of ln2's output */
-        ct_moe_weights w = moe_weights(m, pm, l, 0), dw = moe_weights(m, gm, l, 1);
+        ct_moe_weights w = moe_weights(m, l, 0), dw = moe_weights(m, l, 1);
         ct_view saved = av(m, slot_base(m, slot) + m->ar.s.moe + pos(m, l) * m->ar.lmoe);
         ct_view xin = ln2, dy = XV(dres);
         size_t rowC = (size_t)rb * rt * C;
@@ -1242,7 +1231,6 @@ ct_status ct_model_block_backward_input(ct_model *m, int slot, int l) {
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels, NH = m->cfg.heads;
     size_t BTC = (size_t)B * T * C;
-    cl_mem pm = ct_buffer_mem(ct_params_buffer(m->P));
     bviews v;
     block_views(m, slot, l, &v);
     ct_view res = v.res, ln1 = v.t[B_LN1], qkvr = v.t[B_QKVR], att = v.t[B_ATT];
@@ -1294,7 +1282,6 @@ ct_status ct_model_block_backward_weight(ct_model *m, int slot, int l) {
     if ((st = split_views(m, slot, l, "ct_model_block_backward_weight")) != CT_OK) return st;
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels;
-    cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
     bviews v;
     block_views(m, slot, l, &v);
     ct_view res = v.res, ln1 = v.t[B_LN1], dqkv = v.t[B_QKVR], atty = v.t[B_ATTY];
@@ -1328,7 +1315,6 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
                       "ct_model_embed_backward: this worker does not hold the embedding");
     slot_state *ss = &m->st[slot];
     size_t sb = slot_base(m, slot);
-    cl_mem gm = ct_buffer_mem(ct_params_grads(m->P));
     RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XV(dres),
                                              XV(dfull), SV(tokens), ss->B, ss->T,
                                              m->cfg.channels, m->cfg.padded_vocab));

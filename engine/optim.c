@@ -158,13 +158,32 @@ static ct_status timed(ct_optim *o, int bucket, double t0, ct_status st) {
     return st;
 }
 
+/* The norm of floats [lo, hi) of g into the scratch's norm cell: one kernel when the range
+ * lies in one of g's device buffers; otherwise one per buffer, their squares summed on the host
+ * (a device whose largest allocation is smaller than the gradients: ct_params_grads). */
+static ct_status norm_range(ct_optim *o, ct_arena *g, size_t lo, size_t hi) {
+    cl_mem sm = ct_buffer_mem(o->scratch);
+    ct_view out = ct_view_of(sm, NORM_OFF), part = ct_view_of(sm, PARTIALS_OFF);
+    if (hi - lo <= ct_arena_span(g, lo * sizeof(float)) / sizeof(float))
+        return ct_global_norm_forward(o->dev, out, part, ct_arena_view(g, lo), hi - lo);
+    ct_status st = CT_OK;
+    double s = 0;
+    for (size_t a = lo, n; a < hi && st == CT_OK; a += n) {
+        n = ct_arena_span(g, a * sizeof(float)) / sizeof(float);
+        if (n > hi - a) n = hi - a;
+        float v = 0;
+        st = ct_global_norm_forward(o->dev, out, part, ct_arena_view(g, a), n);
+        if (st == CT_OK) st = ct_buffer_read(o->scratch, NORM_OFF, &v, sizeof v);
+        s += (double)v * v;
+    }
+    float t = (float)sqrt(s);
+    return st == CT_OK ? ct_buffer_write(o->scratch, NORM_OFF, &t, sizeof t) : st;
+}
+
 /* The device norm of the local gradient buffer into the scratch's norm cell. */
 static ct_status norm_on_device(ct_optim *o) {
-    cl_mem sm = ct_buffer_mem(o->scratch);
     double t0 = ct_time_now();
-    ct_status st = ct_global_norm_forward(
-        o->dev, ct_view_of(sm, NORM_OFF), ct_view_of(sm, PARTIALS_OFF),
-        ct_view_of(ct_buffer_mem(ct_params_grads(o->P)), 0), ct_params_local_len(o->P));
+    ct_status st = norm_range(o, ct_params_grads(o->P), 0, ct_params_local_len(o->P));
     return dev_fail(o, timed(o, CT_PROF_grad_norm, t0, st), "gradient norm");
 }
 
@@ -189,11 +208,8 @@ ct_status ct_optim_range_norm(ct_optim *o, size_t lo, size_t hi, float *norm) {
                       hi, ct_params_local_len(o->P));
     *norm = 0;
     if (lo == hi) return CT_OK;
-    cl_mem sm = ct_buffer_mem(o->scratch);
     double t0 = ct_time_now();
-    ct_status st = ct_global_norm_forward(
-        o->dev, ct_view_of(sm, NORM_OFF), ct_view_of(sm, PARTIALS_OFF),
-        ct_view_of(ct_buffer_mem(ct_params_grads(o->P)), lo), hi - lo);
+    ct_status st = norm_range(o, ct_params_grads(o->P), lo, hi);
     st = dev_fail(o, timed(o, CT_PROF_grad_norm, t0, st), "gradient norm");
     if (st == CT_OK)
         st = dev_fail(o, ct_buffer_read(o->scratch, NORM_OFF, norm, sizeof *norm), "gradient norm");
@@ -203,7 +219,7 @@ ct_status ct_optim_range_norm(ct_optim *o, size_t lo, size_t hi, float *norm) {
 ct_status ct_optim_shard_sumsq(ct_optim *o, double *out) {
     size_t lo[2], hi[2], at = 0;
     int nr = ct_params_shards(o->P, lo, hi);
-    ct_buffer *g = ct_params_grad_shard(o->P);
+    ct_arena *g = ct_params_grad_shard(o->P);
     double s = 0;
     ct_status st = CT_OK;
     for (int k = 0; k < nr && st == CT_OK; k++) {
@@ -211,8 +227,8 @@ ct_status ct_optim_shard_sumsq(ct_optim *o, double *out) {
         at += n;
         float *h = ct_malloc((n ? n : 1) * sizeof(float));
         if (!h) return CT_ERR(&o->err, CT_ERR_NOMEM, "gradient norm: out of host memory");
-        st = dev_fail(o, ct_buffer_read(g ? g : ct_params_grads(o->P), off * sizeof(float), h,
-                                        n * sizeof(float)),
+        st = dev_fail(o, ct_arena_read(g ? g : ct_params_grads(o->P), off * sizeof(float), h,
+                                       n * sizeof(float)),
                       "gradient norm");
         for (size_t i = 0; st == CT_OK && i < n; i++) s += (double)h[i] * h[i];
         free(h);
@@ -231,16 +247,24 @@ ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
     /* the device's norm of each run (in its cell), read back at once: one float per run */
     size_t lo, hi;
     ct_params_shard(o->P, &lo, &hi);
-    ct_buffer *g = ct_params_grad_shard(o->P);
+    ct_arena *g = ct_params_grad_shard(o->P);
     size_t g0 = g ? lo : 0; /* flat offset of the buffer's first float */
     if (!g) g = ct_params_grads(o->P);
-    cl_mem gm = ct_buffer_mem(g), cm = ct_buffer_mem(o->cells), sm = ct_buffer_mem(o->scratch);
+    cl_mem cm = ct_buffer_mem(o->cells), sm = ct_buffer_mem(o->scratch);
     double t0 = ct_time_now();
     ct_status st = CT_OK;
-    for (int k = 0; k < o->nruns && st == CT_OK; k++)
-        st = ct_global_norm_forward(o->dev, ct_view_of(cm, (size_t)k), ct_view_of(sm, PARTIALS_OFF),
-                                    ct_view_of(gm, o->runs[k][0] - g0),
-                                    o->runs[k][1] - o->runs[k][0]);
+    for (int k = 0; k < o->nruns && st == CT_OK; k++) {
+        size_t a = o->runs[k][0] - g0, n = o->runs[k][1] - o->runs[k][0];
+        if (n <= ct_arena_span(g, a * sizeof(float)) / sizeof(float)) {
+            st = ct_global_norm_forward(o->dev, ct_view_of(cm, (size_t)k),
+                                        ct_view_of(sm, PARTIALS_OFF), ct_arena_view(g, a), n);
+        } else { /* a run across two of the gradients' device buffers */
+            st = norm_range(o, g, a, a + n);
+            if (st == CT_OK)
+                st = ct_mem_copy(o->dev, sm, NORM_OFF * sizeof(float), cm, (size_t)k * sizeof(float),
+                                 sizeof(float));
+        }
+    }
     if (st == CT_OK)
         st = ct_buffer_read(o->cells, 0, o->hcells, (size_t)o->nruns * sizeof(float));
     if ((st = dev_fail(o, timed(o, CT_PROF_grad_norm, t0, st), "gradient norm")) != CT_OK) return st;
@@ -250,6 +274,11 @@ ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
     return CT_OK;
 }
 
+/* Floats [off, off + n) of a lie in one of its device buffers. */
+static int within(const ct_arena *a, size_t off, size_t n) {
+    return n <= ct_arena_span(a, off * sizeof(float)) / sizeof(float);
+}
+
 /* AdamW over this worker's shard; `have_norm`: the norm cell holds the global norm (clipping
  * reads it on the device). */
 static ct_status apply(ct_optim *o, const ct_adamw_hp *hp, int t, int have_norm) {
@@ -257,12 +286,12 @@ static ct_status apply(ct_optim *o, const ct_adamw_hp *hp, int t, int have_norm)
     ct_params *P = o->P;
     size_t lo[2], hi[2];
     int nr = ct_params_shards(P, lo, hi);
-    ct_buffer *pb = ct_params_param_shard(P), *gb = ct_params_grad_shard(P);
+    ct_arena *pb = ct_params_param_shard(P), *gb = ct_params_grad_shard(P);
     int pshard = pb != NULL, gshard = gb != NULL; /* buffers holding the runs, not the flat */
     if (!pb) pb = ct_params_buffer(P);
     if (!gb) gb = ct_params_grads(P);
-    cl_mem pm = ct_buffer_mem(pb), gm = ct_buffer_mem(gb), sm = ct_buffer_mem(o->scratch);
-    cl_mem mm = ct_buffer_mem(ct_params_adam_m(P)), vm = ct_buffer_mem(ct_params_adam_v(P));
+    ct_arena *mb = ct_params_adam_m(P), *vb = ct_params_adam_v(P);
+    cl_mem sm = ct_buffer_mem(o->scratch);
     double t0 = ct_time_now();
     size_t base = 0; /* the run's first float in the optimizer's buffers */
     for (int k = 0; k < nr && st == CT_OK; base += hi[k] - lo[k], k++)
@@ -276,10 +305,16 @@ static ct_status apply(ct_optim *o, const ct_adamw_hp *hp, int t, int have_norm)
                 if (a < lo[k]) a = lo[k];
                 if (b > hi[k]) b = hi[k];
                 if (a >= b) continue;
-                size_t mo = base + (a - lo[k]);
-                st = ct_adamw_update(o->dev, ct_view_of(pm, pshard ? mo : a),
-                                     ct_view_of(gm, gshard ? mo : a), ct_view_of(mm, mo),
-                                     ct_view_of(vm, mo),
+                size_t mo = base + (a - lo[k]), po = pshard ? mo : a, go = gshard ? mo : a;
+                /* one slice within a run: one part of every buffer (params.c), never across
+                 * two of their device buffers */
+                if (!within(pb, po, b - a) || !within(gb, go, b - a) || !within(mb, mo, b - a) ||
+                    !within(vb, mo, b - a))
+                    return CT_ERR(&o->err, CT_ERR_STATE,
+                                  "optimizer: %s of layer %d crosses two device buffers",
+                                  ct_gpt_tensor_name(i), l);
+                st = ct_adamw_update(o->dev, ct_arena_view(pb, po), ct_arena_view(gb, go),
+                                     ct_arena_view(mb, mo), ct_arena_view(vb, mo),
                                      have_norm ? ct_view_of(sm, NORM_OFF) : ct_view_none(),
                                      hp->grad_clip, b - a, hp->lr, hp->beta1, hp->beta2, hp->eps,
                                      ct_model_tensor_decays(i) ? hp->weight_decay : 0.0f, t);
@@ -332,14 +367,14 @@ ct_status ct_optim_apply(ct_optim *o, const ct_adamw_hp *hp, int t) {
 
 /* The first (tensor, layer) in table order, among what this worker holds of buffer `b` (flat
  * offset `b0` at its start, covering flat [lo, hi)), with an element that is not finite. */
-static ct_status first_bad(ct_optim *o, ct_buffer *b, size_t b0, size_t lo, size_t hi, int *tensor,
+static ct_status first_bad(ct_optim *o, ct_arena *b, size_t b0, size_t lo, size_t hi, int *tensor,
                            int *layer) {
     ct_params *P = o->P;
     size_t n = hi - lo;
     *tensor = *layer = -1;
     float *h = ct_malloc((n ? n : 1) * sizeof(float));
     if (!h) return CT_ERR(&o->err, CT_ERR_NOMEM, "finding a non-finite tensor: out of host memory");
-    ct_status st = dev_fail(o, ct_buffer_read(b, (lo - b0) * sizeof(float), h, n * sizeof(float)),
+    ct_status st = dev_fail(o, ct_arena_read(b, (lo - b0) * sizeof(float), h, n * sizeof(float)),
                             "finding a non-finite tensor");
     for (int i = 0; i < CT_GPT_NUM_TENSORS && st == CT_OK && *tensor < 0; i++) {
         if (!ct_params_holds(P, i)) continue;
@@ -365,7 +400,7 @@ ct_status ct_optim_find_nonfinite(ct_optim *o, int grads, int *tensor, int *laye
     ct_params *P = o->P;
     size_t lo, hi;
     ct_params_shard(P, &lo, &hi);
-    ct_buffer *b = grads ? ct_params_grad_shard(P) : ct_params_param_shard(P);
+    ct_arena *b = grads ? ct_params_grad_shard(P) : ct_params_param_shard(P);
     if (b) return first_bad(o, b, lo, lo, hi, tensor, layer); /* the shard is what is held */
     return first_bad(o, grads ? ct_params_grads(P) : ct_params_buffer(P), 0, 0,
                      ct_params_local_len(P), tensor, layer);

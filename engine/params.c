@@ -37,7 +37,7 @@ struct ct_params {
      * shard of the rest]; otherwise one run [lo, hi) */
     int nsh;
     size_t shlo[2], shhi[2];
-    ct_buffer *params, *pshard, *grads, *gshard, *adam_m, *adam_v;
+    ct_arena *params, *pshard, *grads, *gshard, *adam_m, *adam_v;
     ct_err err;
 };
 
@@ -61,35 +61,178 @@ static int holds(const ct_params *P, int i) {
     return P->nheld > 0;
 }
 
+/* How a buffer lays the parameters out: the flat layout, the ZeRO working buffer, or the
+ * optimizer's shard (its runs back to back). */
+enum { LAYOUT_FLAT, LAYOUT_WORK, LAYOUT_SHARD };
+
+static size_t layout_len(const ct_params *P, int kind) {
+    return kind == LAYOUT_FLAT ? P->flat : kind == LAYOUT_WORK ? P->wlen : P->opt_len;
+}
+
+/* Where an indivisible part of a buffer starts (floats), and what it holds: tensor i of layer
+ * l (i < 0: padding), from its start or (mid) from inside it. */
+typedef struct part_start {
+    size_t at;
+    int i, l, mid;
+} part_start;
+
+static int part_cmp(const void *a, const void *b) {
+    size_t x = ((const part_start *)a)->at, y = ((const part_start *)b)->at;
+    return x < y ? -1 : x > y;
+}
+
+/* Room for any layout's part starts: every held slice and padding run, once per shard run. */
+static size_t part_cap(const ct_params *P) {
+    return 2 * ((size_t)CT_GPT_NUM_TENSORS * (size_t)(P->cfg.layers + 1) + 4);
+}
+
+/* The parts of a buffer of layout `kind`, sorted, first at 0: each held (tensor, layer) slice
+ * is one part (a kernel reads it through one view, so it must lie in one device buffer), the
+ * padding another; the shard's runs cut them where the runs begin. Returns the count. */
+static size_t part_starts(const ct_params *P, int kind, part_start *out) {
+    size_t cap = part_cap(P), nc = 0, n = 0, len = layout_len(P, kind);
+    part_start *cut = ct_malloc(cap * sizeof *cut); /* in flat coordinates */
+    if (!cut) return 0;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++)
+        if (holds(P, i))
+            for (int l = 0; l < (is_block(i) ? P->cfg.layers : 1); l++)
+                if ((!is_block(i) || P->local[l] >= 0) && P->slen[i])
+                    cut[nc++] = (part_start){ct_params_flat_off(P, i, l), i, is_block(i) ? l : -1, 0};
+    if (P->xpad > P->xlen) cut[nc++] = (part_start){P->xlen, -1, -1, 0};
+    if (P->flat > P->local_len) cut[nc++] = (part_start){P->local_len, -1, -1, 0};
+    qsort(cut, nc, sizeof *cut, part_cmp);
+    if (kind == LAYOUT_SHARD && nc) {
+        size_t base = 0;
+        for (int k = 0; k < P->nsh; base += P->shhi[k] - P->shlo[k], k++) {
+            size_t lo = P->shlo[k], hi = P->shhi[k], c = 0;
+            while (c + 1 < nc && cut[c + 1].at <= lo) c++; /* the part holding lo */
+            out[n] = cut[c], out[n].at = base, out[n++].mid = cut[c].at < lo;
+            for (c++; c < nc && cut[c].at < hi; c++) out[n] = cut[c], out[n++].at = base + cut[c].at - lo;
+        }
+    } else {
+        for (size_t c = 0; c < nc; c++) {
+            out[n] = cut[c];
+            if (kind == LAYOUT_WORK) out[n].at = ct_params_work_off(P, cut[c].at);
+            n++;
+        }
+    }
+    free(cut);
+    qsort(out, n, sizeof *out, part_cmp);
+    /* the first at 0, none at or past the end, no two at one place (ZeRO's two working slots
+     * repeat the same offsets) */
+    size_t m = 0;
+    if (n == 0 || out[0].at != 0) {
+        memmove(out + 1, out, n * sizeof *out);
+        out[0] = (part_start){0, -1, -1, 0};
+        n++;
+    }
+    for (size_t k = 0; k < n; k++)
+        if ((k == 0 || out[k].at != out[m - 1].at) && (k == 0 || out[k].at < len)) out[m++] = out[k];
+    return m;
+}
+
+/* "fcw of block 3", "wte", "padding", "(part of) ..." */
+static void part_name(const ct_params *P, const part_start *p, char *nm, size_t nmsz) {
+    if (p->i < 0) snprintf(nm, nmsz, "padding");
+    else if (p->l >= 0)
+        snprintf(nm, nmsz, "%s%s of block %d", p->mid ? "part of " : "", P->t[p->i].name, p->l);
+    else snprintf(nm, nmsz, "%s%s", p->mid ? "part of " : "", P->t[p->i].name);
+}
+
+/* Floats of the largest part of a buffer of layout `kind` (what its largest device buffer must
+ * hold at least); the part's name into nm. */
+static size_t largest_part(const ct_params *P, int kind, char *nm, size_t nmsz) {
+    part_start *ps = ct_malloc(part_cap(P) * sizeof *ps);
+    if (!ps) return layout_len(P, kind);
+    size_t n = part_starts(P, kind, ps), len = layout_len(P, kind), best = 0, bi = 0;
+    for (size_t k = 0; k < n; k++) {
+        size_t e = k + 1 < n ? ps[k + 1].at : len;
+        if (e - ps[k].at > best) best = e - ps[k].at, bi = k;
+    }
+    if (nm && n) part_name(P, &ps[bi], nm, nmsz);
+    free(ps);
+    return best;
+}
+
+/* Allocate one buffer of layout `kind` as an arena whose pieces hold whole parts. */
+static ct_status alloc_layout(ct_params *P, ct_mem_category cat, const char *name, int kind,
+                              ct_arena **out) {
+    size_t cap = part_cap(P), len = layout_len(P, kind);
+    part_start *ps = ct_malloc(cap * sizeof *ps);
+    size_t *at = ct_malloc(cap * sizeof *at);
+    char *nmbuf = ct_malloc(cap * 48);
+    const char **names = ct_malloc(cap * sizeof *names);
+    ct_status st = CT_OK;
+    if (!ps || !at || !nmbuf || !names) {
+        st = CT_ERR(&P->err, CT_ERR_NOMEM, "allocating '%s': out of host memory", name);
+    } else {
+        size_t n = part_starts(P, kind, ps);
+        for (size_t k = 0; k < n; k++) {
+            at[k] = ps[k].at * sizeof(float);
+            part_name(P, &ps[k], nmbuf + 48 * k, 48);
+            names[k] = nmbuf + 48 * k;
+        }
+        st = ct_arena_alloc(P->dev, cat, name, len * sizeof(float), at, names, n, out);
+        if (st != CT_OK) CT_ERR(&P->err, st, "%s", ct_device_errmsg(P->dev));
+    }
+    free(ps);
+    free(at);
+    free(nmbuf);
+    free(names);
+    return st;
+}
+
 /* The device buffers of this worker's layout, in allocation order: what ct_params_create
  * allocates and what the memory model (ct_engine_mem.h) counts, from this one table. Under
  * ZeRO-3 the parameters are a working buffer (workspace) plus the shard (params); under ZeRO >= 2
  * the gradients likewise; Adam m and v hold the optimizer shard. dst (may be NULL) receives
- * where each buffer's handle goes. */
-static int buffer_table(ct_params *P, ct_params_buf *b, ct_buffer ***dst) {
-    size_t pb = P->flat * sizeof(float), ob = P->opt_len * sizeof(float);
-    size_t wb = P->wlen * sizeof(float);
+ * where each buffer's handle goes, kinds (may be NULL) each one's layout. */
+static int buffer_table(ct_params *P, ct_params_buf *b, ct_arena ***dst, int *kinds) {
     int z2 = P->lay.zero >= 2, z3 = P->lay.zero >= 3, n = 0;
-#define BUF(cat, nm, by, where)                                                                  \
+#define BUF(cat, nm, kind, where)                                                                \
     do {                                                                                         \
-        b[n].category = (cat), b[n].name = (nm), b[n].bytes = (by);                              \
+        b[n].category = (cat), b[n].name = (nm);                                                 \
+        b[n].bytes = layout_len(P, kind) * sizeof(float);                                        \
         if (dst) dst[n] = (where);                                                               \
+        if (kinds) kinds[n] = (kind);                                                            \
         n++;                                                                                     \
     } while (0)
     BUF(z3 ? CT_MEM_WORKSPACE : CT_MEM_PARAMS, z3 ? "parameter working buffer" : "params",
-        z3 ? wb : pb, &P->params);
-    if (z3) BUF(CT_MEM_PARAMS, "parameter shard", ob, &P->pshard);
+        z3 ? LAYOUT_WORK : LAYOUT_FLAT, &P->params);
+    if (z3) BUF(CT_MEM_PARAMS, "parameter shard", LAYOUT_SHARD, &P->pshard);
     BUF(z2 ? CT_MEM_WORKSPACE : CT_MEM_GRADS, z2 ? "gradient working buffer" : "grads",
-        z2 ? wb : pb, &P->grads);
-    if (z2) BUF(CT_MEM_GRADS, "gradient shard", ob, &P->gshard);
-    BUF(CT_MEM_OPTIMIZER, "adam_m", ob, &P->adam_m);
-    BUF(CT_MEM_OPTIMIZER, "adam_v", ob, &P->adam_v);
+        z2 ? LAYOUT_WORK : LAYOUT_FLAT, &P->grads);
+    if (z2) BUF(CT_MEM_GRADS, "gradient shard", LAYOUT_SHARD, &P->gshard);
+    BUF(CT_MEM_OPTIMIZER, "adam_m", LAYOUT_SHARD, &P->adam_m);
+    BUF(CT_MEM_OPTIMIZER, "adam_v", LAYOUT_SHARD, &P->adam_v);
 #undef BUF
     return n;
 }
 
+int ct_params_held(const ct_params *P, int *nbuffers, size_t *largest) {
+    ct_params_buf b[CT_PARAMS_MAX_BUFFERS];
+    ct_arena **dst[CT_PARAMS_MAX_BUFFERS];
+    int n = buffer_table((ct_params *)P, b, dst, NULL), nb = 0;
+    size_t big = 0;
+    for (int k = 0; k < n; k++) {
+        const ct_arena *a = *dst[k];
+        if (!a) continue;
+        nb += ct_arena_npieces(a);
+        if (ct_arena_largest_piece(a) > big) big = ct_arena_largest_piece(a);
+    }
+    if (nbuffers) *nbuffers = nb;
+    if (largest) *largest = big;
+    return n;
+}
+
 int ct_params_buffers(const ct_params *P, ct_params_buf out[CT_PARAMS_MAX_BUFFERS]) {
-    return buffer_table((ct_params *)P, out, NULL);
+    int kinds[CT_PARAMS_MAX_BUFFERS];
+    int n = buffer_table((ct_params *)P, out, NULL, kinds);
+    for (int k = 0; k < n; k++)
+        out[k].largest = largest_part(P, kinds[k], out[k].largest_name,
+                                      sizeof out[k].largest_name) *
+                         sizeof(float);
+    return n;
 }
 
 ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_layout *layout,
@@ -215,12 +358,12 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
         return CT_OK;
     }
     ct_params_buf bufs[CT_PARAMS_MAX_BUFFERS];
-    ct_buffer **dst[CT_PARAMS_MAX_BUFFERS];
-    int nb = buffer_table(P, bufs, dst);
+    ct_arena **dst[CT_PARAMS_MAX_BUFFERS];
+    int kinds[CT_PARAMS_MAX_BUFFERS];
+    int nb = buffer_table(P, bufs, dst, kinds);
     for (int k = 0; k < nb; k++)
-        if ((st = ct_buffer_alloc(dev, bufs[k].category, bufs[k].name, bufs[k].bytes, dst[k])) !=
-            CT_OK) {
-            CT_ERR(err, st, "%s", ct_device_errmsg(dev));
+        if ((st = alloc_layout(P, bufs[k].category, bufs[k].name, kinds[k], dst[k])) != CT_OK) {
+            CT_ERR(err, st, "%s", P->err.msg);
             ct_params_free(P);
             return st;
         }
@@ -230,12 +373,12 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
 
 void ct_params_free(ct_params *P) {
     if (!P) return;
-    ct_buffer_free(P->params);
-    ct_buffer_free(P->pshard);
-    ct_buffer_free(P->grads);
-    ct_buffer_free(P->gshard);
-    ct_buffer_free(P->adam_m);
-    ct_buffer_free(P->adam_v);
+    ct_arena_free(P->params);
+    ct_arena_free(P->pshard);
+    ct_arena_free(P->grads);
+    ct_arena_free(P->gshard);
+    ct_arena_free(P->adam_m);
+    ct_arena_free(P->adam_v);
     free(P->local);
     free(P);
 }
@@ -294,12 +437,12 @@ int ct_params_is_expert(const ct_params *P, int i) {
     return i >= 0 && i < CT_GPT_NUM_TENSORS && P->t[i].expert;
 }
 int ct_params_zero_stage(const ct_params *P) { return P->lay.zero; }
-ct_buffer *ct_params_buffer(ct_params *P) { return P->params; }
-ct_buffer *ct_params_param_shard(ct_params *P) { return P->pshard; }
-ct_buffer *ct_params_grads(ct_params *P) { return P->grads; }
-ct_buffer *ct_params_grad_shard(ct_params *P) { return P->gshard; }
-ct_buffer *ct_params_adam_m(ct_params *P) { return P->adam_m; }
-ct_buffer *ct_params_adam_v(ct_params *P) { return P->adam_v; }
+ct_arena *ct_params_buffer(ct_params *P) { return P->params; }
+ct_arena *ct_params_param_shard(ct_params *P) { return P->pshard; }
+ct_arena *ct_params_grads(ct_params *P) { return P->grads; }
+ct_arena *ct_params_grad_shard(ct_params *P) { return P->gshard; }
+ct_arena *ct_params_adam_m(ct_params *P) { return P->adam_m; }
+ct_arena *ct_params_adam_v(ct_params *P) { return P->adam_v; }
 size_t ct_params_slice_len(const ct_params *P, int i) { return P->slen[i]; }
 
 size_t ct_params_flat_off(const ct_params *P, int i, int l) {
@@ -344,6 +487,13 @@ size_t ct_params_pview(const ct_params *P, int i, int l) {
 size_t ct_params_gview(const ct_params *P, int i, int l) {
     size_t f = ct_params_flat_off(P, i, l);
     return P->lay.zero >= 2 ? ct_params_work_off(P, f) : f;
+}
+
+ct_view ct_params_pv(const ct_params *P, int i, int l) {
+    return ct_arena_view(P->params, ct_params_pview(P, i, l));
+}
+ct_view ct_params_gv(const ct_params *P, int i, int l) {
+    return ct_arena_view(P->grads, ct_params_gview(P, i, l));
 }
 
 /* ------------------------------------------------------------------ table <-> flat */
@@ -434,7 +584,7 @@ void ct_params_flat_to_table(const ct_params *P, const float *flat, float *table
 
 /* Buffer b holds the flat runs [lo[k], hi[k]) one after another: writes set them (from the
  * whole table-order array), reads fill only those runs' pieces of the table-order array. */
-static ct_status copy_runs(ct_params *P, ct_buffer *b, int nr, const size_t *lo, const size_t *hi,
+static ct_status copy_runs(ct_params *P, ct_arena *b, int nr, const size_t *lo, const size_t *hi,
                            const float *src, float *dst, size_t n, const char *what) {
     if (n != P->nparams)
         return CT_ERR(&P->err, CT_ERR_ARG, "%s: %zu floats given, the model has %zu", what, n,
@@ -447,13 +597,13 @@ static ct_status copy_runs(ct_params *P, ct_buffer *b, int nr, const size_t *lo,
     if (src) {
         ct_params_table_to_flat(P, src, flat);
         for (int k = 0; k < nr && st == CT_OK; k++) {
-            st = ct_buffer_write(b, at * sizeof(float), flat + lo[k], (hi[k] - lo[k]) * sizeof(float));
+            st = ct_arena_write(b, at * sizeof(float), flat + lo[k], (hi[k] - lo[k]) * sizeof(float));
             at += hi[k] - lo[k];
         }
     } else {
         if (cover < P->flat) ct_params_table_to_flat(P, dst, flat);
         for (int k = 0; k < nr && st == CT_OK; k++) {
-            st = ct_buffer_read(b, at * sizeof(float), flat + lo[k], (hi[k] - lo[k]) * sizeof(float));
+            st = ct_arena_read(b, at * sizeof(float), flat + lo[k], (hi[k] - lo[k]) * sizeof(float));
             at += hi[k] - lo[k];
         }
         if (st == CT_OK) ct_params_flat_to_table(P, flat, dst);
@@ -462,12 +612,12 @@ static ct_status copy_runs(ct_params *P, ct_buffer *b, int nr, const size_t *lo,
     if (st != CT_OK) CT_ERR(&P->err, st, "%s: %s", what, ct_device_errmsg(P->dev));
     return st;
 }
-static ct_status copy_flat(ct_params *P, ct_buffer *b, const float *src, float *dst, size_t n,
+static ct_status copy_flat(ct_params *P, ct_arena *b, const float *src, float *dst, size_t n,
                            const char *what) {
     size_t lo = 0, hi = P->flat;
     return copy_runs(P, b, 1, &lo, &hi, src, dst, n, what);
 }
-static ct_status copy_shard(ct_params *P, ct_buffer *b, const float *src, float *dst, size_t n,
+static ct_status copy_shard(ct_params *P, ct_arena *b, const float *src, float *dst, size_t n,
                             const char *what) {
     return copy_runs(P, b, P->nsh, P->shlo, P->shhi, src, dst, n, what);
 }
@@ -506,7 +656,7 @@ ct_status ct_params_get_optimizer(ct_params *P, float *am, float *av, size_t n) 
 }
 
 ct_status ct_params_zero_grads(ct_params *P) {
-    ct_status st = ct_buffer_zero(P->grads, 0, ct_buffer_bytes(P->grads));
+    ct_status st = ct_arena_zero(P->grads, 0, ct_arena_bytes(P->grads));
     if (st != CT_OK) CT_ERR(&P->err, st, "zero_grad: %s", ct_device_errmsg(P->dev));
     return st;
 }
@@ -546,8 +696,8 @@ ct_status ct_params_init_random(ct_params *P, uint64_t seed) {
     }
     ct_status st = ct_params_set(P, h, P->nparams);
     free(h);
-    if (st == CT_OK) st = ct_buffer_zero(P->adam_m, 0, P->opt_len * sizeof(float));
-    if (st == CT_OK) st = ct_buffer_zero(P->adam_v, 0, P->opt_len * sizeof(float));
+    if (st == CT_OK) st = ct_arena_zero(P->adam_m, 0, P->opt_len * sizeof(float));
+    if (st == CT_OK) st = ct_arena_zero(P->adam_v, 0, P->opt_len * sizeof(float));
     if (st != CT_OK && !P->err.msg[0]) CT_ERR(&P->err, st, "init: %s", ct_device_errmsg(P->dev));
     return st;
 }

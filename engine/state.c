@@ -36,7 +36,7 @@ static ct_status gather_one(ct_model *m, ct_comm *world, int which, float *out, 
     size_t lo[2], hi[2], flen = ct_params_flat_len(P);
     int nr = ct_params_shards(P, lo, hi);
     int zero = ct_params_zero_stage(P);
-    ct_buffer *b;
+    ct_arena *b;
     int sharded;
     if (which == 0) {
         sharded = zero >= 3;
@@ -50,7 +50,7 @@ static ct_status gather_one(ct_model *m, ct_comm *world, int which, float *out, 
     size_t at = 0;
     for (int k = 0; k < (sharded ? nr : 1) && st == CT_OK; k++) {
         size_t a = sharded ? lo[k] : 0, n = sharded ? hi[k] - lo[k] : flen;
-        st = ct_buffer_read(b, at * sizeof(float), flat + a, n * sizeof(float));
+        st = ct_arena_read(b, at * sizeof(float), flat + a, n * sizeof(float));
         at += n;
     }
     if (st != CT_OK)

@@ -1092,6 +1092,13 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                 "                   held in %d device buffers (the largest %.1f MiB): one would "
                 "exceed the device's largest allocation, %.1f MiB\n",
                 npc, big / 1048576.0, ct_device_max_alloc(t->dev) / 1048576.0);
+    int nbuf = 0, narr = ct_params_held(ct_model_params(t->model), &nbuf, &big);
+    if (nbuf > narr)
+        fprintf(f,
+                "  model state    = %d arrays (parameters, gradients, optimizer) held in %d "
+                "device buffers (the largest %.1f MiB): some would exceed the device's largest "
+                "allocation, %.1f MiB\n",
+                narr, nbuf, big / 1048576.0, ct_device_max_alloc(t->dev) / 1048576.0);
     fprintf(f, "  flops/token    = %.4g (6*N + 12*L*C*T%s)\n", t->flops_tok,
             cfg->experts > 0 ? ", N the active parameters" : "");
     fprintf(f, "  peak           = %.4g TFLOP/s (%s)\n", t->peak, t->peak_src);

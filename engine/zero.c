@@ -94,8 +94,8 @@ static ct_status gather_host(ct_zero *z, ct_comm *c, size_t a, size_t b, float *
 }
 
 static ct_status write_slot(ct_zero *z, size_t work, const float *src, size_t n, ct_event **ev) {
-    return dev_fail(z, ct_buffer_write_async(ct_params_buffer(z->P), work * sizeof(float),
-                                             n * sizeof(float), src, ev),
+    return dev_fail(z, ct_arena_write_async(ct_params_buffer(z->P), work * sizeof(float),
+                                            n * sizeof(float), src, ev),
                     "writing gathered parameters");
 }
 
@@ -230,10 +230,10 @@ void ct_zero_free(ct_zero *z) {
 
 ct_status ct_zero_after_step(ct_zero *z) {
     if (z->stage == 0 || z->stage >= 3) return CT_OK; /* stage 3 keeps the shard; gathers on use */
-    ct_buffer *p = ct_params_buffer(z->P);
+    ct_arena *p = ct_params_buffer(z->P);
     size_t sh = z->hi - z->lo, xsh = z->xhi - z->xlo, x0 = z->lo - sh * (size_t)z->rank;
-    ct_status st = dev_fail(z, ct_buffer_read(p, z->lo * sizeof(float), z->hostflat + z->lo,
-                                              sh * sizeof(float)),
+    ct_status st = dev_fail(z, ct_arena_read(p, z->lo * sizeof(float), z->hostflat + z->lo,
+                                             sh * sizeof(float)),
                             "reading the parameter shard");
     if (st == CT_OK)
         st = comm_fail(z, z->c, ct_comm_allgather(z->c, z->hostflat + z->lo, z->hostflat + x0, sh,
@@ -242,8 +242,8 @@ ct_status ct_zero_after_step(ct_zero *z) {
     /* the experts' shards over the workers holding the same experts (none to gather when each
      * holds its own: dp = ep) */
     if (st == CT_OK && xsh && z->ec)
-        st = dev_fail(z, ct_buffer_read(p, z->xlo * sizeof(float), z->hostflat + z->xlo,
-                                        xsh * sizeof(float)),
+        st = dev_fail(z, ct_arena_read(p, z->xlo * sizeof(float), z->hostflat + z->xlo,
+                                       xsh * sizeof(float)),
                       "reading the experts' parameter shard");
     if (st == CT_OK && xsh && z->ec)
         st = comm_fail(z, z->ec, ct_comm_allgather(z->ec, z->hostflat + z->xlo, z->hostflat, xsh,
@@ -252,8 +252,8 @@ ct_status ct_zero_after_step(ct_zero *z) {
     /* without an expert group every expert here is this worker's own: the device has them */
     size_t w0 = z->ec ? 0 : x0;
     if (st == CT_OK)
-        st = dev_fail(z, ct_buffer_write(p, w0 * sizeof(float), z->hostflat + w0,
-                                         (z->flat - w0) * sizeof(float)),
+        st = dev_fail(z, ct_arena_write(p, w0 * sizeof(float), z->hostflat + w0,
+                                        (z->flat - w0) * sizeof(float)),
                       "writing gathered parameters");
     return st;
 }
@@ -266,8 +266,8 @@ ct_status ct_zero_begin_pass(ct_zero *z) {
     while (z->pf_state == 1) pthread_cond_wait(&z->cv, &z->mu);
     z->pf_state = 0;
     pthread_mutex_unlock(&z->mu);
-    ct_status st = dev_fail(z, ct_buffer_read(ct_params_param_shard(z->P), 0, z->mirror,
-                                              (z->hi - z->lo) * sizeof(float)),
+    ct_status st = dev_fail(z, ct_arena_read(ct_params_param_shard(z->P), 0, z->mirror,
+                                             (z->hi - z->lo) * sizeof(float)),
                             "reading the parameter shard");
     size_t emb = ct_params_layer_begin(z->P, 0), a, b;
     ct_params_lnf_range(z->P, &a, &b);

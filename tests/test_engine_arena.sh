@@ -15,10 +15,18 @@
 #    is also run under four more limits, so the cuts fall between other tensors.
 # 2. The memory model's "largest" (the largest single buffer, an arena part counted alone) is
 #    exactly the least limit that runs: at it the model is built, 64 bytes below it the run is
-#    refused naming it (the logits; the parameters). Refused with status 2 and a message, before
-#    any step ("refuse"): a limit below one tensor of the arena (the message names it), a limit
-#    below the parameters (a single buffer), a negative --max-alloc-mb.
-# part: "all" (default), "layouts", "refuse".
+#    refused naming it (the logits; a parameter slice). Refused with status 2 and a message,
+#    before any step ("refuse"): a limit below one tensor of the arena (the message names it), a
+#    negative --max-alloc-mb.
+# 3. The model state (parameters, gradients, Adam's m and v: one array each, flat ranges) held
+#    in pieces too ("state"), cut between (tensor, layer) slices: one device without clipping
+#    gives BITWISE the one-buffer losses (the gradient norm, summed per piece, within 1e-5);
+#    with clipping on, one device, dp 2 with ZeRO 1, 2 and 3 (shards, working buffers, bucket
+#    copies and gathers across pieces), tp 2 (owned-run norms), pp 2 (the tied wte) and
+#    experts with ep 2 give the one-buffer losses within 1e-6 relative over 6 steps. Each cut
+#    run's log says how many buffers hold the state, and its memory records equal the
+#    predictions.
+# part: "all" (default), "layouts", "refuse", "state".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -91,10 +99,75 @@ if want layouts; then
     pieces moe_ep2 4 0.25 1 2 --layers 2 --heads 2 --experts 4 --top-k 2 --capacity-factor 1.0 \
         --aux-loss 0.05 --dp 2 --ep 2
 fi
+if want state; then
+    # close NAME TOL MIN_BUFFERS: NAME_one and NAME_cut agree within TOL relative (0: bitwise
+    # losses), the gradient norms within 1e-5 (float sums of 0.2 M squares grouped otherwise); the cut run's model state is held in at least
+    # MIN_BUFFERS device buffers; its memory records equal the predictions.
+    close() {
+        if $PY - "$D/$1_one.jsonl" "$D/$1_cut.jsonl" "$D/$1_cut.log" "$1" "$2" "$3" <<'EOF'; then :; else fail "$1"; fi
+import json, re, sys
+def read(p):
+    tr, mem = {}, {}
+    for line in open(p):
+        r = json.loads(line)
+        if r.get("type") == "train": tr[r["step"]] = (r["loss"], r["grad_norm"])
+        if r.get("type") == "memory": mem[r["worker"]] = r
+    return tr, mem
+(a, _), (b, mb) = read(sys.argv[1]), read(sys.argv[2])
+what, tol, need = sys.argv[4], float(sys.argv[5]), int(sys.argv[6])
+rel = lambda x, y: abs(x - y) / max(abs(x), 1e-30)
+ok, worst = len(a) == 6 and sorted(a) == sorted(b), 0.0
+for s in sorted(a):
+    if s not in b: continue
+    worst = max(worst, rel(a[s][0], b[s][0]))
+    if (a[s][0] != b[s][0]) if tol == 0 else rel(a[s][0], b[s][0]) > tol: ok = False
+    if rel(a[s][1], b[s][1]) > 1e-5: ok = False
+if not ok:
+    print("%s: the runs differ" % what)
+    for s in sorted(a): print(" ", s, a[s], b.get(s))
+held = [int(x) for x in re.findall(r"model state .* held in (\d+) device buffers",
+                                   open(sys.argv[3]).read())]
+if not held or min(held) < need:
+    print("%s: the model state was held in %s buffers, expected >= %d" % (what, held, need))
+    ok = False
+if not mb: print("%s: no memory records" % what); ok = False
+for w, r in sorted(mb.items()):
+    p = r.get("predicted", {})
+    for k in ("params", "grads", "optimizer", "activations", "workspace", "comm"):
+        if p.get(k) != r[k]:
+            print("%s worker %d: %s allocated %d, predicted %s" % (what, w, k, r[k], p.get(k)))
+            ok = False
+if ok:
+    print("ok: %-12s 6 steps, losses %s (largest difference %.1e), state in %d-%d buffers" %
+          (what, "bitwise" if tol == 0 else "within %g" % tol, worst, min(held), max(held)))
+sys.exit(0 if ok else 1)
+EOF
+    }
+    # state NAME TOL MIN_BUFFERS RANKS DEVICES_PER_RANK ARGS...
+    state() {
+        sn=$1 stol=$2 smin=$3 sr=$4 sdpr=$5
+        shift 5
+        train "${sn}_one" "$sr" "$sdpr" "$@" &&
+            train "${sn}_cut" "$sr" "$sdpr" --max-alloc-mb 0.2 "$@" && close "$sn" "$stol" "$smin"
+    }
+    SARGS="--dim 64 --steps 6"
+    state noclip 0 12 1 1 $SARGS --grad-clip 0
+    state one 1e-6 12 1 1 $SARGS
+    state zero1 1e-6 8 2 1 $SARGS --dp 2 --zero 1
+    state zero2 1e-6 8 2 1 $SARGS --dp 2 --zero 2
+    state zero3 1e-6 8 1 2 $SARGS --dp 2 --zero 3
+    state tp2 1e-6 8 1 2 $SARGS --tp 2
+    state pp2 1e-6 6 1 2 $SARGS --pp 2
+    state moe_ep2 1e-6 8 1 2 $SARGS --batch 4 --total-batch 128 --layers 2 --heads 2 \
+        --experts 4 --top-k 2 \
+        --capacity-factor 1.0 --aux-loss 0.05 --dp 2 --ep 2
+fi
 if want refuse; then
     # the memory model's largest buffer is what must fit: a limit of exactly it runs, 64 bytes
-    # less is refused naming it (the logits here, an arena part; the parameters by default)
-    for cfg in "logits|--layers 1 --dim 8 --heads 2 --batch 16 --seq 32 --total-batch 512" "params|"; do
+    # less is refused naming it (the logits here, an arena part; with a short sequence and a
+    # wide model a parameter slice, the first block's fcw: the model state is held in pieces too)
+    for cfg in "logits|--layers 1 --dim 8 --heads 2 --batch 16 --seq 32 --total-batch 512" \
+        "fcw_of_block_0|--layers 1 --dim 96 --heads 2 --batch 1 --seq 16 --total-batch 16"; do
         cname=${cfg%%|*} cargs=${cfg#*|}
         if train "big_$cname" 1 1 $cargs --steps 1; then
             lim=$($PY -c "
@@ -106,12 +179,12 @@ print('%s %r %r' % (r['largest_name'].replace(' ', '_'), r['largest'] / 1048576,
             case "$1" in *"$cname"*) echo "ok: $cname: predicted largest buffer '$1'" ;;
                 *) fail "$cname: predicted largest buffer '$1'" ;; esac
             train "fit_$cname" 1 1 $cargs --steps 1 --max-alloc-mb "$2"
-            refused "below_$cname" "$cname" 1 1 $cargs --steps 1 --max-alloc-mb "$3"
+            refused "below_$cname" "$(printf %s "$cname" | tr _ ' ')" 1 1 $cargs --steps 1 \
+                --max-alloc-mb "$3"
         fi
     done
-    # 0.25 MiB holds the parameters; 0.05 MiB does not hold the logits (8 x 16 x Vp floats)
+    # 0.05 MiB does not hold the logits (8 x 16 x Vp floats)
     refused part "its part 'the logits'" 1 1 --max-alloc-mb 0.05 --layers 1 --dim 8 --heads 1
-    refused params "exceed the largest single allocation" 1 1 --max-alloc-mb 0.1
     refused negative "--max-alloc-mb must be >= 0" 1 1 --max-alloc-mb -1
 fi
 finish

@@ -211,9 +211,31 @@ static void test_formula(void) {
         size_t scores = 4 * 8 * NH * T * T;
         CT_ASSERT_EQ_INT(g.largest, scores);
         CT_ASSERT_STR_CONTAINS(g.largest_name, "score"); /* the scores or their gradient */
-        CT_ASSERT_EQ_INT(f.largest, f.device[CT_MEM_PARAMS]);
-        CT_ASSERT_STR_CONTAINS(f.largest_name, "params");
+        /* fused: an arena part; the model state counts by its largest (tensor, layer) slice */
+        CT_ASSERT(f.largest >= 4 * 4 * C * C && f.largest < f.device[CT_MEM_PARAMS]);
         CT_ASSERT(f.largest < g.largest);
+        ct_params *P = NULL;
+        ct_params_buf pb[CT_PARAMS_MAX_BUFFERS];
+        CT_ASSERT_OK(ct_params_create(&P, &c, &lay, &at, NULL, NULL, &err), err.msg);
+        int npb = P ? ct_params_buffers(P, pb) : 0;
+        CT_ASSERT_EQ_INT(npb, 4); /* params, grads, m, v */
+        for (int k = 0; k < npb; k++) { /* the first of the largest slices: fcw, 4C x C */
+            CT_ASSERT_EQ_INT(pb[k].largest, 4 * 4 * C * C);
+            CT_ASSERT_STR_CONTAINS(pb[k].largest_name, "fcw of block 0");
+        }
+        ct_params_free(P);
+        /* ZeRO-1 over 2: m and v hold the second half of the flat layout, cut where it is */
+        ct_layout l2 = lay;
+        ct_coords a2 = at;
+        l2.dp = 2, l2.zero = 1, a2.dp_rank = 1;
+        CT_ASSERT_OK(ct_params_create(&P, &c, &l2, &a2, NULL, NULL, &err), err.msg);
+        npb = P ? ct_params_buffers(P, pb) : 0;
+        for (int k = 0; k < npb; k++) {
+            CT_ASSERT(pb[k].largest <= 4 * 4 * C * C && pb[k].largest > 0);
+            CT_ASSERT(pb[k].largest <= pb[k].bytes);
+        }
+        CT_ASSERT(npb == 4 && pb[2].bytes < pb[0].bytes); /* m: the shard */
+        ct_params_free(P);
         pl.attention = CT_ATTN_AUTO;
         CT_ASSERT_EQ_INT(ct_model_gemm_exceeds(&c, &lay, &at, &pl, scores - 4), 1);
         CT_ASSERT_EQ_INT(ct_model_gemm_exceeds(&c, &lay, &at, &pl, scores), 0);

@@ -211,8 +211,8 @@ static void test_model(ct_device *dev, ct_attn_path path) {
     double rn = ct_ref_global_norm(gd, n);
     CT_ASSERT_NEAR(norm, rn, 1e-5 * rn);
     CT_ASSERT_OK(ct_model_set_optimizer(m, NULL, NULL, n), ct_model_errmsg(m));
-    ct_buffer_zero(ct_params_adam_m(ct_model_params(m)), 0, n * sizeof(float));
-    ct_buffer_zero(ct_params_adam_v(ct_model_params(m)), 0, n * sizeof(float));
+    ct_arena_zero(ct_params_adam_m(ct_model_params(m)), 0, n * sizeof(float));
+    ct_arena_zero(ct_params_adam_v(ct_model_params(m)), 0, n * sizeof(float));
     float clip = (float)(0.5 * rn);
     for (int t = 1; t <= 2; t++) {
         float nout = 0;
