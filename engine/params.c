@@ -88,7 +88,8 @@ static size_t part_cap(const ct_params *P) {
 
 /* The parts of a buffer of layout `kind`, sorted, first at 0: each held (tensor, layer) slice
  * is one part (a kernel reads it through one view, so it must lie in one device buffer), the
- * padding another; the shard's runs cut them where the runs begin. Returns the count. */
+ * padding another; the shard's runs cut them where the runs begin. Returns the count, 0 without
+ * host memory. */
 static size_t part_starts(const ct_params *P, int kind, part_start *out) {
     size_t cap = part_cap(P), nc = 0, n = 0, len = layout_len(P, kind);
     part_start *cut = ct_malloc(cap * sizeof *cut); /* in flat coordinates */
@@ -143,13 +144,14 @@ static void part_name(const ct_params *P, const part_start *p, char *nm, size_t 
  * hold at least); the part's name into nm. */
 static size_t largest_part(const ct_params *P, int kind, char *nm, size_t nmsz) {
     part_start *ps = ct_malloc(part_cap(P) * sizeof *ps);
-    if (!ps) return layout_len(P, kind);
-    size_t n = part_starts(P, kind, ps), len = layout_len(P, kind), best = 0, bi = 0;
+    size_t n = ps ? part_starts(P, kind, ps) : 0, len = layout_len(P, kind), bi = 0;
+    size_t best = n ? 0 : len; /* without host memory: the whole buffer, unnamed */
+    snprintf(nm, nmsz, "?");
     for (size_t k = 0; k < n; k++) {
         size_t e = k + 1 < n ? ps[k + 1].at : len;
         if (e - ps[k].at > best) best = e - ps[k].at, bi = k;
     }
-    if (nm && n) part_name(P, &ps[bi], nm, nmsz);
+    if (n) part_name(P, &ps[bi], nm, nmsz);
     free(ps);
     return best;
 }
@@ -167,6 +169,10 @@ static ct_status alloc_layout(ct_params *P, ct_mem_category cat, const char *nam
         st = CT_ERR(&P->err, CT_ERR_NOMEM, "allocating '%s': out of host memory", name);
     } else {
         size_t n = part_starts(P, kind, ps);
+        if (n == 0) {
+            st = CT_ERR(&P->err, CT_ERR_NOMEM, "allocating '%s': out of host memory", name);
+            goto done;
+        }
         for (size_t k = 0; k < n; k++) {
             at[k] = ps[k].at * sizeof(float);
             part_name(P, &ps[k], nmbuf + 48 * k, 48);
@@ -175,6 +181,7 @@ static ct_status alloc_layout(ct_params *P, ct_mem_category cat, const char *nam
         st = ct_arena_alloc(P->dev, cat, name, len * sizeof(float), at, names, n, out);
         if (st != CT_OK) CT_ERR(&P->err, st, "%s", ct_device_errmsg(P->dev));
     }
+done:
     free(ps);
     free(at);
     free(nmbuf);

@@ -832,7 +832,10 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
             pb->D);
     if (pb->mem_cap > 0) fprintf(f, "%.1f MiB per worker", mib(pb->mem_cap));
     else fprintf(f, "none");
-    if (pb->max_alloc > 0) fprintf(f, ", single buffers up to %.1f MiB", mib(pb->max_alloc));
+    if (pb->max_alloc > 0)
+        fprintf(f, mib(pb->max_alloc) < 10 ? ", single buffers up to %.2f MiB"
+                                            : ", single buffers up to %.0f MiB",
+                mib(pb->max_alloc));
     fputc('\n', f);
     if (c)
         fprintf(f, "costs: compute timed on %d worker%s at once (%s attention), %s; overlap %.2f\n",

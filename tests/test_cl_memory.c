@@ -1,7 +1,8 @@
 /* test_cl_memory - buffers counted by category (current and peak), the cap and the max allocation
  * give clear errors naming the tensor and bytes, nothing is leaked, copies and maps round-trip;
  * an arena is cut into pieces of whole parts below a lowered max allocation, each byte found in
- * its piece, and a part above the limit is refused by name. */
+ * its piece, range copies and zeroing across pieces (blocking and not) match a host copy, and a
+ * part above the limit is refused by name. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -170,6 +171,50 @@ int main(void) {
                 off += ct_buffer_bytes(b);
             }
             CT_ASSERT(memcmp(w, r, total) == 0);
+            /* range copies across pieces (ct_arena_read/write/zero and the async forms) against
+             * a host copy of the arena: ranges within one piece, across one boundary, across
+             * all, empty, ending exactly at a boundary */
+            static const size_t rg[][2] = {{0, 2000}, {50, 90},    {250, 800}, {299, 301},
+                                           {700, 700}, {1200, 1700}, {1, 1999}, {1500, 2000}};
+            unsigned char ref[2000], got[2000];
+            memcpy(ref, w, total);
+            for (size_t k = 0; k < sizeof rg / sizeof *rg; k++) {
+                size_t lo = rg[k][0], nb = rg[k][1] - rg[k][0];
+                unsigned char src[2000];
+                for (size_t i = 0; i < nb; i++) src[i] = (unsigned char)(k * 31 + i);
+                ct_event *ev = NULL;
+                if (k % 3 == 0) {
+                    CT_ASSERT_OK(ct_arena_write(a, lo, src, nb), ct_device_errmsg(d));
+                    memcpy(ref + lo, src, nb);
+                } else if (k % 3 == 1) {
+                    CT_ASSERT_OK(ct_arena_write_async(a, lo, nb, src, &ev), ct_device_errmsg(d));
+                    CT_ASSERT_OK(ct_event_wait_release(ev), ct_device_errmsg(d));
+                    memcpy(ref + lo, src, nb);
+                } else {
+                    CT_ASSERT_OK(ct_arena_zero(a, lo, nb), ct_device_errmsg(d));
+                    memset(ref + lo, 0, nb);
+                }
+                memset(got, 0xAA, sizeof got);
+                if (k % 2) {
+                    CT_ASSERT_OK(ct_arena_read(a, 0, got, total), ct_device_errmsg(d));
+                } else { /* the last piece's event completes after the others (in-order queue) */
+                    CT_ASSERT_OK(ct_arena_read_async(a, 0, total, got, &ev), ct_device_errmsg(d));
+                    CT_ASSERT_OK(ct_event_wait_release(ev), ct_device_errmsg(d));
+                }
+                CT_ASSERT(memcmp(ref, got, total) == 0);
+                memset(got, 0xAA, sizeof got);
+                CT_ASSERT_OK(ct_arena_read(a, lo, got, nb), ct_device_errmsg(d));
+                CT_ASSERT(memcmp(ref + lo, got, nb) == 0);
+                size_t span = ct_arena_span(a, lo); /* to the end of lo's piece */
+                size_t in2 = 0;
+                ct_buffer *pb = ct_arena_at(a, lo, &in2);
+                CT_ASSERT(pb != NULL && span == ct_buffer_bytes(pb) - in2);
+            }
+            CT_ASSERT_EQ_INT(ct_arena_span(a, total), 0);
+            CT_ASSERT_EQ_INT(ct_arena_span(a, total + 1), 0);
+            CT_ASSERT_EQ_INT(ct_arena_read(a, 1990, got, 11), CT_ERR_ARG);
+            CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "outside its 2000 bytes");
+            CT_ASSERT_EQ_INT(ct_arena_zero(a, 2001, 0), CT_ERR_ARG);
             size_t in = 1;
             CT_ASSERT(ct_arena_at(a, total, &in) != NULL && in == 500); /* the end: last piece's */
             CT_ASSERT(ct_arena_at(a, total + 1, &in) == NULL);

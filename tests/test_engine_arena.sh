@@ -37,10 +37,13 @@ ARGS="--layers 4 --heads 4 --dim 32 --seq 16 --batch 8 --total-batch 256 --steps
       --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 --eval-every 0 \
       --peak-tflops 1"
 
-# same NAME MIN_PIECES: NAME_one (one buffer) and NAME_cut (pieces) agree bitwise, NAME_cut's
-# log reports at least MIN_PIECES buffers, its memory records equal the predictions.
-same() {
-    if $PY - "$D/$1_one.jsonl" "$D/$1_cut.jsonl" "$D/$1_cut.log" "$1" "$2" <<'EOF'; then :; else fail "$1"; fi
+# compare NAME TOL MIN_BUFFERS STEPS WHAT: NAME_one (one buffer) and NAME_cut (pieces) agree
+# over STEPS steps: TOL 0 bitwise losses, else within TOL relative; the gradient norms bitwise
+# for the arena ("arena": its grouping is the same) and within 1e-5 for the model state
+# ("state": float sums of 0.2 M squares grouped per piece). NAME_cut's log reports WHAT held in
+# at least MIN_BUFFERS buffers; its memory records equal the predictions.
+compare() {
+    if $PY - "$D/$1_one.jsonl" "$D/$1_cut.jsonl" "$D/$1_cut.log" "$@" <<'EOF'; then :; else fail "$1"; fi
 import json, re, sys
 def read(p):
     tr, mem = {}, {}
@@ -50,14 +53,23 @@ def read(p):
         if r.get("type") == "memory": mem[r["worker"]] = r
     return tr, mem
 (a, _), (b, mb) = read(sys.argv[1]), read(sys.argv[2])
-what, need = sys.argv[4], int(sys.argv[5])
-ok = len(a) == 10 and a == b
+what, tol, need, steps, kind = sys.argv[4], float(sys.argv[5]), int(sys.argv[6]), \
+    int(sys.argv[7]), sys.argv[8]
+rel = lambda x, y: abs(x - y) / max(abs(x), 1e-30)
+ok, worst = len(a) == steps and sorted(a) == sorted(b), 0.0
+for s in sorted(a):
+    if s not in b: continue
+    worst = max(worst, rel(a[s][0], b[s][0]))
+    if (a[s][0] != b[s][0]) if tol == 0 else rel(a[s][0], b[s][0]) > tol: ok = False
+    if (a[s][1] != b[s][1]) if kind == "arena" else rel(a[s][1], b[s][1]) > 1e-5: ok = False
 if not ok:
-    print("%s: losses differ" % what)
+    print("%s: the runs differ" % what)
     for s in sorted(a): print(" ", s, a[s], b.get(s))
-pieces = [int(x) for x in re.findall(r"held in (\d+) device buffers", open(sys.argv[3]).read())]
-if not pieces or min(pieces) < need:
-    print("%s: the arena was held in %s buffers, expected >= %d" % (what, pieces, need))
+pat = r"(?m)^\s+held in (\d+) device buffers" if kind == "arena" else \
+    r"model state .* held in (\d+) device buffers"
+held = [int(x) for x in re.findall(pat, open(sys.argv[3]).read())]
+if not held or min(held) < need:
+    print("%s: the %s was held in %s buffers, expected >= %d" % (what, kind, held, need))
     ok = False
 if not mb: print("%s: no memory records" % what); ok = False
 for w, r in sorted(mb.items()):
@@ -67,11 +79,13 @@ for w, r in sorted(mb.items()):
             print("%s worker %d: %s allocated %d, predicted %s" % (what, w, k, r[k], p.get(k)))
             ok = False
 if ok:
-    print("ok: %-34s 10 steps bitwise (loss %.6f -> %.6f), arena in %d-%d buffers" %
-          (what, b[0][0], b[9][0], min(pieces), max(pieces)))
+    print("ok: %-16s %d steps, losses %s (largest difference %.1e), %s in %d-%d buffers" %
+          (what, steps, "bitwise" if tol == 0 else "within %g" % tol, worst, kind, min(held),
+           max(held)))
 sys.exit(0 if ok else 1)
 EOF
 }
+same() { compare "$1" 0 "$2" 10 arena; }
 
 # pieces NAME MIN_PIECES LIMIT_MB RANKS DEVICES_PER_RANK ARGS...: the layout in one buffer and
 # with the arena cut below LIMIT_MB.
@@ -100,55 +114,14 @@ if want layouts; then
         --aux-loss 0.05 --dp 2 --ep 2
 fi
 if want state; then
-    # close NAME TOL MIN_BUFFERS: NAME_one and NAME_cut agree within TOL relative (0: bitwise
-    # losses), the gradient norms within 1e-5 (float sums of 0.2 M squares grouped otherwise); the cut run's model state is held in at least
-    # MIN_BUFFERS device buffers; its memory records equal the predictions.
-    close() {
-        if $PY - "$D/$1_one.jsonl" "$D/$1_cut.jsonl" "$D/$1_cut.log" "$1" "$2" "$3" <<'EOF'; then :; else fail "$1"; fi
-import json, re, sys
-def read(p):
-    tr, mem = {}, {}
-    for line in open(p):
-        r = json.loads(line)
-        if r.get("type") == "train": tr[r["step"]] = (r["loss"], r["grad_norm"])
-        if r.get("type") == "memory": mem[r["worker"]] = r
-    return tr, mem
-(a, _), (b, mb) = read(sys.argv[1]), read(sys.argv[2])
-what, tol, need = sys.argv[4], float(sys.argv[5]), int(sys.argv[6])
-rel = lambda x, y: abs(x - y) / max(abs(x), 1e-30)
-ok, worst = len(a) == 6 and sorted(a) == sorted(b), 0.0
-for s in sorted(a):
-    if s not in b: continue
-    worst = max(worst, rel(a[s][0], b[s][0]))
-    if (a[s][0] != b[s][0]) if tol == 0 else rel(a[s][0], b[s][0]) > tol: ok = False
-    if rel(a[s][1], b[s][1]) > 1e-5: ok = False
-if not ok:
-    print("%s: the runs differ" % what)
-    for s in sorted(a): print(" ", s, a[s], b.get(s))
-held = [int(x) for x in re.findall(r"model state .* held in (\d+) device buffers",
-                                   open(sys.argv[3]).read())]
-if not held or min(held) < need:
-    print("%s: the model state was held in %s buffers, expected >= %d" % (what, held, need))
-    ok = False
-if not mb: print("%s: no memory records" % what); ok = False
-for w, r in sorted(mb.items()):
-    p = r.get("predicted", {})
-    for k in ("params", "grads", "optimizer", "activations", "workspace", "comm"):
-        if p.get(k) != r[k]:
-            print("%s worker %d: %s allocated %d, predicted %s" % (what, w, k, r[k], p.get(k)))
-            ok = False
-if ok:
-    print("ok: %-12s 6 steps, losses %s (largest difference %.1e), state in %d-%d buffers" %
-          (what, "bitwise" if tol == 0 else "within %g" % tol, worst, min(held), max(held)))
-sys.exit(0 if ok else 1)
-EOF
-    }
-    # state NAME TOL MIN_BUFFERS RANKS DEVICES_PER_RANK ARGS...
+    # state NAME TOL MIN_BUFFERS RANKS DEVICES_PER_RANK ARGS...: the layout with its model
+    # state in one buffer each and cut below 0.2 MiB (a C 64 model's 0.8 MiB of parameters)
     state() {
         sn=$1 stol=$2 smin=$3 sr=$4 sdpr=$5
         shift 5
         train "${sn}_one" "$sr" "$sdpr" "$@" &&
-            train "${sn}_cut" "$sr" "$sdpr" --max-alloc-mb 0.2 "$@" && close "$sn" "$stol" "$smin"
+            train "${sn}_cut" "$sr" "$sdpr" --max-alloc-mb 0.2 "$@" &&
+            compare "$sn" "$stol" "$smin" 6 state
     }
     SARGS="--dim 64 --steps 6"
     state noclip 0 12 1 1 $SARGS --grad-clip 0
@@ -159,8 +132,7 @@ EOF
     state tp2 1e-6 8 1 2 $SARGS --tp 2
     state pp2 1e-6 6 1 2 $SARGS --pp 2
     state moe_ep2 1e-6 8 1 2 $SARGS --batch 4 --total-batch 128 --layers 2 --heads 2 \
-        --experts 4 --top-k 2 \
-        --capacity-factor 1.0 --aux-loss 0.05 --dp 2 --ep 2
+        --experts 4 --top-k 2 --capacity-factor 1.0 --aux-loss 0.05 --dp 2 --ep 2
 fi
 if want refuse; then
     # the memory model's largest buffer is what must fit: a limit of exactly it runs, 64 bytes
