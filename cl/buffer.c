@@ -303,6 +303,7 @@ static ct_status arena_range(const ct_arena *a, arena_op op, size_t off, size_t 
                       a->name, off, off + bytes, a->bytes);
     ct_status st = CT_OK;
     char *h = (char *)host;
+    int queued = 0; /* async commands enqueued without an event */
     do {
         size_t in;
         ct_buffer *b = ct_arena_at(a, off, &in);
@@ -317,7 +318,11 @@ static ct_status arena_range(const ct_arena *a, arena_op op, size_t off, size_t 
         }
         off += n, bytes -= n;
         if (h) h += n;
+        queued += st == CT_OK && (op == AR_READ_ASYNC || op == AR_WRITE_ASYNC);
     } while (st == CT_OK && bytes);
+    /* a failure after some pieces' copies were queued: the caller's host memory must not be
+     * in use once it sees the failure, and it has no event to wait on */
+    if (st != CT_OK && queued) ct_device_finish(a->dev);
     return st;
 }
 

@@ -1,6 +1,7 @@
 /* ct_engine_params.h - one worker's share of the model's parameters: which tensors, layers and
- * slices it holds for its place in the layout, and the four contiguous device buffers (params,
- * grads, Adam m, Adam v) with a view per (tensor, layer), all derived from the table in
+ * slices it holds for its place in the layout, and the device arrays (params, grads, Adam m,
+ * Adam v, and the ZeRO shards), each one buffer or several cut between (tensor, layer) slices,
+ * with a view per (tensor, layer), all derived from the table in
  * ct_gpt_config.h, so nothing is kept in sync by hand.
  *
  * Orders. Host arrays (set/get, files, checkpoints) are the WHOLE model in the table's llm.c
@@ -70,7 +71,8 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
 void ct_params_free(ct_params *P);
 
 /* The device buffers this worker's layout takes (ct_params_create allocates exactly these):
- * category, name, bytes; returns how many (<= CT_PARAMS_MAX_BUFFERS). */
+ * category, name, bytes, largest part; returns how many (<= CT_PARAMS_MAX_BUFFERS), -1 without
+ * host memory. */
 #define CT_PARAMS_MAX_BUFFERS 8
 typedef struct ct_params_buf {
     ct_mem_category category;

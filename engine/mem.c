@@ -48,6 +48,10 @@ ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout
         return st;
     ct_params_buf bufs[CT_PARAMS_MAX_BUFFERS];
     int nb = ct_params_buffers(P, bufs);
+    if (nb < 0) {
+        st = CT_ERR(err, CT_ERR_NOMEM, "the memory model: out of host memory");
+        goto done;
+    }
     for (int k = 0; k < nb; k++) {
         out->device[bufs[k].category] += bufs[k].bytes;
         biggest(out, bufs[k].largest, bufs[k].largest_name); /* held in pieces too */

@@ -310,9 +310,9 @@ static ct_status apply(ct_optim *o, const ct_adamw_hp *hp, int t, int have_norm)
                  * two of their device buffers */
                 if (!within(pb, po, b - a) || !within(gb, go, b - a) || !within(mb, mo, b - a) ||
                     !within(vb, mo, b - a))
-                    return CT_ERR(&o->err, CT_ERR_STATE,
-                                  "optimizer: %s of layer %d crosses two device buffers",
-                                  ct_gpt_tensor_name(i), l);
+                    return CT_ERR(ct_device_err(o->dev), CT_ERR_STATE, /* callers add it */
+                                  "%s of layer %d crosses two device buffers",
+                                  ct_gpt_tensor_name(i), block ? l : -1);
                 st = ct_adamw_update(o->dev, ct_arena_view(pb, po), ct_arena_view(gb, go),
                                      ct_arena_view(mb, mo), ct_arena_view(vb, mo),
                                      have_norm ? ct_view_of(sm, NORM_OFF) : ct_view_none(),

@@ -1,7 +1,7 @@
 /* params.c - one worker's parameter layout (see ct_engine_params.h): which tensors, layers and
- * TP slices it holds, their places in the flat and working buffers, the four device buffers,
- * table <-> flat copies and the initialisation. No layer math here (model.c) and no
- * communication (grads.c, zero.c). */
+ * TP slices it holds, their places in the flat and working buffers, the device arrays (arenas
+ * cut between slices), table <-> flat copies and the initialisation. No layer math here
+ * (model.c) and no communication (grads.c, zero.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +120,9 @@ static size_t part_starts(const ct_params *P, int kind, part_start *out) {
     free(cut);
     qsort(out, n, sizeof *out, part_cmp);
     /* the first at 0, none at or past the end, no two at one place (ZeRO's two working slots
-     * repeat the same offsets) */
+     * repeat the same offsets), and each at a whole 64-byte line: a slice then sits at the same
+     * alignment in its piece as in one buffer (a kernel or a CLBlast routine may take another
+     * path at another alignment); a slice starting inside a line joins the part before it */
     size_t m = 0;
     if (n == 0 || out[0].at != 0) {
         memmove(out + 1, out, n * sizeof *out);
@@ -128,7 +130,8 @@ static size_t part_starts(const ct_params *P, int kind, part_start *out) {
         n++;
     }
     for (size_t k = 0; k < n; k++)
-        if ((k == 0 || out[k].at != out[m - 1].at) && (k == 0 || out[k].at < len)) out[m++] = out[k];
+        if (k == 0 || (out[k].at != out[m - 1].at && out[k].at < len && out[k].at % 16 == 0))
+            out[m++] = out[k];
     return m;
 }
 
@@ -141,19 +144,18 @@ static void part_name(const ct_params *P, const part_start *p, char *nm, size_t 
 }
 
 /* Floats of the largest part of a buffer of layout `kind` (what its largest device buffer must
- * hold at least); the part's name into nm. */
-static size_t largest_part(const ct_params *P, int kind, char *nm, size_t nmsz) {
+ * hold at least) into *best, the part's name into nm; 0 without host memory. */
+static int largest_part(const ct_params *P, int kind, size_t *best, char *nm, size_t nmsz) {
     part_start *ps = ct_malloc(part_cap(P) * sizeof *ps);
     size_t n = ps ? part_starts(P, kind, ps) : 0, len = layout_len(P, kind), bi = 0;
-    size_t best = n ? 0 : len; /* without host memory: the whole buffer, unnamed */
-    snprintf(nm, nmsz, "?");
+    *best = 0;
     for (size_t k = 0; k < n; k++) {
         size_t e = k + 1 < n ? ps[k + 1].at : len;
-        if (e - ps[k].at > best) best = e - ps[k].at, bi = k;
+        if (e - ps[k].at > *best) *best = e - ps[k].at, bi = k;
     }
     if (n) part_name(P, &ps[bi], nm, nmsz);
     free(ps);
-    return best;
+    return n > 0;
 }
 
 /* Allocate one buffer of layout `kind` as an arena whose pieces hold whole parts. */
@@ -235,10 +237,12 @@ int ct_params_held(const ct_params *P, int *nbuffers, size_t *largest) {
 int ct_params_buffers(const ct_params *P, ct_params_buf out[CT_PARAMS_MAX_BUFFERS]) {
     int kinds[CT_PARAMS_MAX_BUFFERS];
     int n = buffer_table((ct_params *)P, out, NULL, kinds);
-    for (int k = 0; k < n; k++)
-        out[k].largest = largest_part(P, kinds[k], out[k].largest_name,
-                                      sizeof out[k].largest_name) *
-                         sizeof(float);
+    for (int k = 0; k < n; k++) {
+        size_t f = 0;
+        if (!largest_part(P, kinds[k], &f, out[k].largest_name, sizeof out[k].largest_name))
+            return -1;
+        out[k].largest = f * sizeof(float);
+    }
     return n;
 }
 

@@ -834,7 +834,7 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
     else fprintf(f, "none");
     if (pb->max_alloc > 0)
         fprintf(f, mib(pb->max_alloc) < 10 ? ", single buffers up to %.2f MiB"
-                                            : ", single buffers up to %.0f MiB",
+                                            : ", single buffers up to %.1f MiB",
                 mib(pb->max_alloc));
     fputc('\n', f);
     if (c)

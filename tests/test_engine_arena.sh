@@ -20,7 +20,8 @@
 #    negative --max-alloc-mb.
 # 3. The model state (parameters, gradients, Adam's m and v: one array each, flat ranges) held
 #    in pieces too ("state"), cut between (tensor, layer) slices: one device without clipping
-#    gives BITWISE the one-buffer losses (the gradient norm, summed per piece, within 1e-5);
+#    gives BITWISE the one-buffer losses (the gradient norm, summed per piece, within 1e-5; also
+#    at C 40, whose small slices are not whole 64-byte lines and are not cut apart);
 #    with clipping on, one device, dp 2 with ZeRO 1, 2 and 3 (shards, working buffers, bucket
 #    copies and gathers across pieces), tp 2 (owned-run norms), pp 2 (the tied wte) and
 #    experts with ep 2 give the one-buffer losses within 1e-6 relative over 6 steps. Each cut
@@ -125,6 +126,8 @@ if want state; then
     }
     SARGS="--dim 64 --steps 6"
     state noclip 0 12 1 1 $SARGS --grad-clip 0
+    # C 40: slices that are not whole 64-byte lines join the part before them
+    state noclip40 0 2 1 1 $SARGS --dim 40 --grad-clip 0
     state one 1e-6 12 1 1 $SARGS
     state zero1 1e-6 8 2 1 $SARGS --dp 2 --zero 1
     state zero2 1e-6 8 2 1 $SARGS --dp 2 --zero 2

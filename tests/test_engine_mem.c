@@ -16,8 +16,10 @@
  *    E / ep experts (their optimizer state sharded over dp / ep) and the EP staging; the
  *    prediction is pure (two calls give the same bytes) and refuses what the model refuses,
  *    with the same code.
- *    The largest single buffer: one block's scores on the GEMM path, the parameters on the fused
- *    path; --attention auto's fallback (ct_model_gemm_exceeds) exactly at the scores' bytes.
+ *    The largest single buffer: one block's scores on the GEMM path, an arena part on the fused
+ *    path (the model state counts by its largest slice: the first fcw, in every array, and no
+ *    more in a ZeRO-1 shard); --attention auto's fallback (ct_model_gemm_exceeds) exactly at the
+ *    scores' bytes.
  * Mixture-of-experts shapes (K = 2 with a capacity, K = 1 without) run through 1. as well.
  */
 #include <stdio.h>
@@ -199,7 +201,7 @@ static void test_formula(void) {
     CT_ASSERT_EQ_INT(fattn.act_recompute, 4 * 6 * BT * C);
     CT_ASSERT_EQ_INT(fblk.act_recompute, 4 * (BT * (15 * C + 4) + lse));
     /* the largest single buffer at B 8: one block's scores on the GEMM path (an indivisible part
-     * of the arena), the parameters on the fused path; auto's GEMM choice gives way to fused
+     * of the arena), an arena part on the fused path; auto's GEMM choice gives way to fused
      * exactly when the scores exceed the limit and the fused path's largest fits it */
     {
         ct_mem_predict g, f;

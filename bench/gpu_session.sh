@@ -1,0 +1,164 @@
+#!/bin/sh
+# bench/gpu_session.sh OUT [SECTION...] - the measurements to make when a GPU is at hand, most
+# valuable first, each bounded in time, so that a short loan of a GPU machine is spent measuring.
+# Run from the repository root with the built programs on PATH (build/bin, or a bundle of them)
+# and CT_DEVICE naming the GPU (default: gpu). Each section writes OUT/<section>.txt (its
+# programs' output, exit status last) and whatever data files it names; a failing section is
+# recorded and the next one runs. Record the figures in docs/BENCHMARKS.md with the device named.
+#
+# Sections (default: all of them, in this order; about 25 minutes on an H100):
+#   devices    ct_devices -v (the device, its largest single allocation)
+#   recompute  issue 14: bench_train --recompute all at the 124m shape, T 1024, B 4, on the GEMM
+#              and the fused attention paths: each mode's step time and activation memory
+#              against none's (target: attention mode <= 1.10x the time for >= 2x less memory)
+#   tp         issue 9: bench_tp, two workers sharing the GPU, SP off and on, TP's collectives
+#              staged through the host and kept on the device (--tp-comm host|device), tiny and
+#              the 124m shape at T 64 (target: exposed TP communication < 15 % of the step)
+#   arena      the activation arena cut at the device's real limit: train_gpt at the 124m shape
+#              with GPT-2's vocabulary, B 16, T 1024 (about 23 GiB of activations, above the
+#              H100's 19.8 GiB buffer), 4 steps, against --max-alloc-mb 4096: the losses must be
+#              bitwise the same
+#   state      the model state (parameters, gradients, m, v) cut: the 124m shape (byte vocabulary,
+#              340 MB of parameters) with --max-alloc-mb 100 against one buffer each, 10 steps:
+#              losses within 1e-6
+#   train      bench_train tiny and 124m; bench_train_torch.py --device cuda (the same step in
+#              PyTorch on the same GPU, fp32, TF32 off) when python3 has torch with CUDA
+#   gemm       bench_gemm (CLBlast against OpenBLAS on the engine's shapes)
+#   layouts    train_gpt with two workers on the one GPU (dp 2 ZeRO 1, tp 2 SP, pp 2 1f1b),
+#              20 steps each against one worker: losses within 1e-5
+#   tune       ct_tune --budget 200, the stored set copied to OUT/tune/ (bring it back to tune/
+#              only if it beat the built-in parameters)
+# CT_GPU_QUICK=1 shrinks every shape and step count (to try the script on a CPU device).
+set -u
+OUT=${1:?usage: bench/gpu_session.sh OUT [SECTION...]}
+shift
+mkdir -p "$OUT" || exit 1
+: "${CT_DEVICE:=gpu}"
+export CT_DEVICE
+SECTIONS=${*:-devices recompute tp arena state train gemm layouts tune}
+Q=${CT_GPU_QUICK:-0}
+PY=${PYTHON:-python3}
+status=0
+
+# run SECTION SECONDS CMD...: CMD's output appended to OUT/SECTION.txt, bounded by SECONDS.
+run() {
+    _s=$1 _t=$2
+    shift 2
+    echo "\$ $*" >>"$OUT/$_s.txt"
+    timeout "$_t" "$@" >>"$OUT/$_s.txt" 2>&1
+    _rc=$?
+    echo "exit status $_rc" >>"$OUT/$_s.txt"
+    [ $_rc -eq 0 ] || { echo "$_s: '$1' exited with status $_rc" >&2; status=1; }
+    return $_rc
+}
+
+# A text corpus for train_gpt (the tests' sentence, repeated).
+text() {
+    awk 'BEGIN { for (i = 0; i < 4000; i++) printf "the quick brown fox jumps over the lazy dog. " }' \
+        >"$OUT/text.txt"
+}
+
+# same A B TOL: the losses of two metrics files agree (TOL 0: bitwise) at every step.
+same() {
+    $PY - "$1" "$2" "$3" <<'EOF'
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+worst = max((abs(a[s] - b[s]) / max(abs(a[s]), 1e-30) for s in a if s in b), default=1.0)
+ok = a and sorted(a) == sorted(b) and (worst == 0 if tol == 0 else worst <= tol)
+print("%s: %s vs %s, %d steps, largest relative difference %.2e (allowed %g)" %
+      ("ok" if ok else "DIFFER", sys.argv[1], sys.argv[2], len(a), worst, tol))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+if [ "$Q" = 1 ]; then # shapes small enough for a CPU device
+    M124="--layers 2 --dim 64 --heads 4"
+    LONG="--seq 64 --batch 2"
+    TPS="--layers 1 --dim 64 --heads 4 --seq 32 --vocab 256 --steps 1 --warmup 0"
+    STEPS=2 BIG_B=2 BIG_T=64 SMALL_MB=1 GPT2V=""
+else
+    M124="--layers 12 --dim 768 --heads 12"
+    LONG="--seq 1024 --batch 4"
+    TPS="--steps 6 --warmup 1"
+    STEPS=10 BIG_B=16 BIG_T=1024 SMALL_MB=100 GPT2V="--vocab 50257"
+fi
+TRAIN_ARGS="--lr 3e-4 --warmup 2 --grad-clip 1 --text $OUT/text.txt --sample-len 0 --eval-every 0"
+
+for s in $SECTIONS; do
+    : >"$OUT/$s.txt"
+    echo "== $s ($(date -u +%H:%M:%S))" >&2
+    case $s in
+    devices) run devices 60 ct_devices -v ;;
+    recompute)
+        for path in gemm fused; do
+            run recompute 300 bench_train --config 124m $LONG --recompute all --attention "$path" \
+                --steps "$STEPS" --warmup 2 --profile-steps 0
+        done ;;
+    tp)
+        for shape in tiny 124m; do
+            args=$TPS
+            [ "$shape" = 124m ] && [ "$Q" != 1 ] && args="$TPS $M124 --seq 64"
+            for comm in host device; do
+                for sp in 0 1; do
+                    run tp 200 bench_tp --devices-per-rank 2 --sp "$sp" --tp-comm "$comm" $args
+                done
+            done
+        done ;;
+    arena)
+        text
+        A="$M124 --seq $BIG_T --batch $BIG_B --total-batch $((BIG_B * BIG_T)) --steps 4 \
+           --max-seq $BIG_T --attention gemm $GPT2V $TRAIN_ARGS"
+        run arena 280 train_gpt $A --metrics "$OUT/arena_real.jsonl" &&
+            run arena 280 train_gpt $A --max-alloc-mb 4096 --metrics "$OUT/arena_4g.jsonl" &&
+            same "$OUT/arena_real.jsonl" "$OUT/arena_4g.jsonl" 0 >>"$OUT/arena.txt" 2>&1 ||
+            status=1 ;;
+    state)
+        text
+        A="$M124 --seq 64 --batch 4 --total-batch 512 --steps $STEPS $TRAIN_ARGS"
+        run state 200 train_gpt $A --metrics "$OUT/state_one.jsonl" &&
+            run state 200 train_gpt $A --max-alloc-mb "$SMALL_MB" --metrics "$OUT/state_cut.jsonl" &&
+            same "$OUT/state_one.jsonl" "$OUT/state_cut.jsonl" 1e-6 >>"$OUT/state.txt" 2>&1 ||
+            status=1 ;;
+    train)
+        if [ "$Q" = 1 ]; then
+            run train 120 bench_train --config tiny --seq 32 --batch 2 --steps 1 --warmup 0 \
+                --profile-steps 0
+        else
+            run train 300 bench_train --config all --steps 10 --warmup 3
+            if $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+                2>/dev/null; then
+                run train 300 $PY bench/bench_train_torch.py --device cuda --config all \
+                    --steps 10 --warmup 3
+            else
+                echo "no PyTorch with CUDA here: the PyTorch side was not run" >>"$OUT/train.txt"
+            fi
+        fi ;;
+    gemm)
+        if [ "$Q" = 1 ]; then run gemm 120 bench_gemm --quick --no-tune
+        else run gemm 300 bench_gemm --csv; fi ;;
+    layouts)
+        text
+        A="--layers 4 --dim 128 --heads 4 --seq 64 --batch 8 --total-batch 1024 --steps 20 \
+           $TRAIN_ARGS --lr 1e-3"
+        run layouts 120 train_gpt $A --metrics "$OUT/lay_one.jsonl"
+        for lay in "dp2|--dp 2 --zero 1" "tp2|--tp 2 --sequence-parallel 1" \
+            "pp2|--pp 2 --schedule 1f1b"; do
+            name=${lay%%|*} flags=${lay#*|}
+            run layouts 180 train_gpt $A --devices-per-rank 2 --workers-per-device 2 $flags \
+                --metrics "$OUT/lay_$name.jsonl" &&
+                same "$OUT/lay_one.jsonl" "$OUT/lay_$name.jsonl" 1e-5 >>"$OUT/layouts.txt" 2>&1 ||
+                status=1
+        done ;;
+    tune)
+        mkdir -p "$OUT/tune"
+        if [ "$Q" = 1 ]; then
+            run tune 300 ct_tune --budget 20 --max-candidates 2 --store-dir "$OUT/tune"
+        else
+            run tune 400 ct_tune --budget 200 --store-dir "$OUT/tune"
+        fi ;;
+    *) echo "unknown section '$s' (see the head of $0)" >&2; status=2 ;;
+    esac
+done
+exit $status
