@@ -6,7 +6,8 @@
 # programs' output, exit status last) and whatever data files it names; a failing section is
 # recorded and the next one runs. Record the figures in docs/BENCHMARKS.md with the device named.
 #
-# Sections (default: all of them, in this order; about 25 minutes on an H100):
+# Sections (default: all of them, in this order; an estimated 20 minutes on an H100, so name a
+# few per call where a call's time is limited):
 #   devices    ct_devices -v (the device, its largest single allocation)
 #   recompute  issue 14: bench_train --recompute all at the 124m shape, T 1024, B 4, on the GEMM
 #              and the fused attention paths: each mode's step time and activation memory
