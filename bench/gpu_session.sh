@@ -74,16 +74,25 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# cut_says SECTION WHAT: the section's run reported WHAT (the activations, or the model state)
+# held in several device buffers (else the comparison would not test a cut).
+cut_says() {
+    if grep -q "$2 *held in [0-9]* device buffers" "$OUT/$1.txt"; then return 0; fi
+    echo "NOT CUT: no '$2 held in N device buffers' line" >>"$OUT/$1.txt"
+    status=1
+    return 1
+}
+
 if [ "$Q" = 1 ]; then # shapes small enough for a CPU device
     M124="--layers 2 --dim 64 --heads 4"
     LONG="--seq 64 --batch 2"
     TPS="--layers 1 --dim 64 --heads 4 --seq 32 --vocab 256 --steps 1 --warmup 0"
-    STEPS=2 BIG_B=2 BIG_T=64 SMALL_MB=1 GPT2V=""
+    STEPS=2 BIG_B=2 BIG_T=64 SMALL_MB=0.3 GPT2V="" CUT="--max-alloc-mb 0.5" RCFG=tiny
 else
     M124="--layers 12 --dim 768 --heads 12"
     LONG="--seq 1024 --batch 4"
     TPS="--steps 6 --warmup 1"
-    STEPS=10 BIG_B=16 BIG_T=1024 SMALL_MB=100 GPT2V="--vocab 50257"
+    STEPS=10 BIG_B=16 BIG_T=1024 SMALL_MB=100 GPT2V="--vocab 50257" CUT="" RCFG=124m
 fi
 TRAIN_ARGS="--lr 3e-4 --warmup 2 --grad-clip 1 --text $OUT/text.txt --sample-len 0 --eval-every 0"
 
@@ -94,7 +103,7 @@ for s in $SECTIONS; do
     devices) run devices 60 ct_devices -v ;;
     recompute)
         for path in gemm fused; do
-            run recompute 300 bench_train --config 124m $LONG --recompute all --attention "$path" \
+            run recompute 300 bench_train --config $RCFG $LONG --recompute all --attention "$path" \
                 --steps "$STEPS" --warmup 2 --profile-steps 0
         done ;;
     tp)
@@ -111,7 +120,8 @@ for s in $SECTIONS; do
         text
         A="$M124 --seq $BIG_T --batch $BIG_B --total-batch $((BIG_B * BIG_T)) --steps 4 \
            --max-seq $BIG_T --attention gemm $GPT2V $TRAIN_ARGS"
-        run arena 280 train_gpt $A --metrics "$OUT/arena_real.jsonl" &&
+        run arena 280 train_gpt $A $CUT --metrics "$OUT/arena_real.jsonl" &&
+            cut_says arena "^" &&
             run arena 280 train_gpt $A --max-alloc-mb 4096 --metrics "$OUT/arena_4g.jsonl" &&
             same "$OUT/arena_real.jsonl" "$OUT/arena_4g.jsonl" 0 >>"$OUT/arena.txt" 2>&1 ||
             status=1 ;;
@@ -120,6 +130,7 @@ for s in $SECTIONS; do
         A="$M124 --seq 64 --batch 4 --total-batch 512 --steps $STEPS $TRAIN_ARGS"
         run state 200 train_gpt $A --metrics "$OUT/state_one.jsonl" &&
             run state 200 train_gpt $A --max-alloc-mb "$SMALL_MB" --metrics "$OUT/state_cut.jsonl" &&
+            cut_says state "model state .*" &&
             same "$OUT/state_one.jsonl" "$OUT/state_cut.jsonl" 1e-6 >>"$OUT/state.txt" 2>&1 ||
             status=1 ;;
     train)
