@@ -124,7 +124,7 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(FLOAT, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU; 0 = measure the device's GEMM rate at start") \
     X(FLOAT, mem_cap_gb, "mem-cap-gb", "0", "device memory cap in GiB; 0 = the device's memory") \
     X(FLOAT, max_alloc_mb, "max-alloc-mb", "0",                                                \
-      "largest single device buffer in MiB; 0 = the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE (the activations are held in pieces below it)") \
+      "largest single device buffer in MiB; 0 = the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE (the activations and the model state are held in pieces below it)") \
     X(INT, log_every, "log-every", "1", "print a step line every N steps")                     \
     X(INT, dp, "dp", "1",                                                                       \
       "data-parallel degree: each DP rank takes batch/dp rows; workers = dp x tp = MPI ranks x --devices-per-rank") \
