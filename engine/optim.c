@@ -158,13 +158,18 @@ static ct_status timed(ct_optim *o, int bucket, double t0, ct_status st) {
     return st;
 }
 
+/* Floats [off, off + n) of a lie in one of its device buffers. */
+static int within(const ct_arena *a, size_t off, size_t n) {
+    return n <= ct_arena_span(a, off * sizeof(float)) / sizeof(float);
+}
+
 /* The norm of floats [lo, hi) of g into the scratch's norm cell: one kernel when the range
  * lies in one of g's device buffers; otherwise one per buffer, their squares summed on the host
  * (a device whose largest allocation is smaller than the gradients: ct_params_grads). */
 static ct_status norm_range(ct_optim *o, ct_arena *g, size_t lo, size_t hi) {
     cl_mem sm = ct_buffer_mem(o->scratch);
     ct_view out = ct_view_of(sm, NORM_OFF), part = ct_view_of(sm, PARTIALS_OFF);
-    if (hi - lo <= ct_arena_span(g, lo * sizeof(float)) / sizeof(float))
+    if (within(g, lo, hi - lo))
         return ct_global_norm_forward(o->dev, out, part, ct_arena_view(g, lo), hi - lo);
     ct_status st = CT_OK;
     double s = 0;
@@ -255,14 +260,14 @@ ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
     ct_status st = CT_OK;
     for (int k = 0; k < o->nruns && st == CT_OK; k++) {
         size_t a = o->runs[k][0] - g0, n = o->runs[k][1] - o->runs[k][0];
-        if (n <= ct_arena_span(g, a * sizeof(float)) / sizeof(float)) {
+        if (within(g, a, n)) {
             st = ct_global_norm_forward(o->dev, ct_view_of(cm, (size_t)k),
                                         ct_view_of(sm, PARTIALS_OFF), ct_arena_view(g, a), n);
         } else { /* a run across two of the gradients' device buffers */
             st = norm_range(o, g, a, a + n);
             if (st == CT_OK)
-                st = ct_mem_copy(o->dev, sm, NORM_OFF * sizeof(float), cm, (size_t)k * sizeof(float),
-                                 sizeof(float));
+                st = ct_mem_copy(o->dev, sm, NORM_OFF * sizeof(float), cm,
+                                 (size_t)k * sizeof(float), sizeof(float));
         }
     }
     if (st == CT_OK)
@@ -272,11 +277,6 @@ ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
     for (int k = 0; k < o->nruns; k++) s += (double)o->hcells[k] * o->hcells[k];
     *out = s;
     return CT_OK;
-}
-
-/* Floats [off, off + n) of a lie in one of its device buffers. */
-static int within(const ct_arena *a, size_t off, size_t n) {
-    return n <= ct_arena_span(a, off * sizeof(float)) / sizeof(float);
 }
 
 /* AdamW over this worker's shard; `have_norm`: the norm cell holds the global norm (clipping

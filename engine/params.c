@@ -98,7 +98,8 @@ static size_t part_starts(const ct_params *P, int kind, part_start *out) {
         if (holds(P, i))
             for (int l = 0; l < (is_block(i) ? P->cfg.layers : 1); l++)
                 if ((!is_block(i) || P->local[l] >= 0) && P->slen[i])
-                    cut[nc++] = (part_start){ct_params_flat_off(P, i, l), i, is_block(i) ? l : -1, 0};
+                    cut[nc++] =
+                        (part_start){ct_params_flat_off(P, i, l), i, is_block(i) ? l : -1, 0};
     if (P->xpad > P->xlen) cut[nc++] = (part_start){P->xlen, -1, -1, 0};
     if (P->flat > P->local_len) cut[nc++] = (part_start){P->local_len, -1, -1, 0};
     qsort(cut, nc, sizeof *cut, part_cmp);
@@ -108,7 +109,8 @@ static size_t part_starts(const ct_params *P, int kind, part_start *out) {
             size_t lo = P->shlo[k], hi = P->shhi[k], c = 0;
             while (c + 1 < nc && cut[c + 1].at <= lo) c++; /* the part holding lo */
             out[n] = cut[c], out[n].at = base, out[n++].mid = cut[c].at < lo;
-            for (c++; c < nc && cut[c].at < hi; c++) out[n] = cut[c], out[n++].at = base + cut[c].at - lo;
+            for (c++; c < nc && cut[c].at < hi; c++)
+                out[n] = cut[c], out[n++].at = base + cut[c].at - lo;
         }
     } else {
         for (size_t c = 0; c < nc; c++) {
