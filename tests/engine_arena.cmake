@@ -3,11 +3,11 @@
 # within 1e-6 where the gradient norm is summed per piece), memory predicted == allocated;
 # refusals (a tensor or a parameter slice above the limit, a bad flag).
 if(TARGET train_gpt)
-  foreach(part layouts refuse state)
+  foreach(part layouts sweep refuse state)
     add_test(NAME test_engine_arena_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_arena.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})
-    set_tests_properties(test_engine_arena_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+    set_tests_properties(test_engine_arena_${part} PROPERTIES LABELS "mpi;opencl"
                          ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()

@@ -2,11 +2,11 @@
 # and mixed layouts against the single-device losses, memory records, resume under another
 # layout, refused layouts. One script, registered per part so each stays short.
 if(TARGET train_gpt)
-  foreach(part threads ranks mixed resume refuse)
+  foreach(part threads ranks mixed zero3 resume refuse)
     add_test(NAME test_engine_dp_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_dp.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})
-    set_tests_properties(test_engine_dp_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+    set_tests_properties(test_engine_dp_${part} PROPERTIES LABELS "mpi;opencl"
                          ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
@@ -22,7 +22,7 @@ if(TARGET ct_engine)
     list(GET shape 2 nt)
     add_test(NAME test_engine_step_${nm}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_engine_step> ${nt})
-    set_tests_properties(test_engine_step_${nm} PROPERTIES LABELS "mpi;opencl" TIMEOUT 300
+    set_tests_properties(test_engine_step_${nm} PROPERTIES LABELS "mpi;opencl"
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=pthread pthread")
   endforeach()
 endif()
@@ -31,6 +31,6 @@ if(TARGET train_gpt)
   add_test(NAME test_engine_trace
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_trace.sh $<TARGET_FILE:train_gpt>
                    ${MPIEXEC_EXECUTABLE})
-  set_tests_properties(test_engine_trace PROPERTIES LABELS "mpi;opencl" TIMEOUT 300
+  set_tests_properties(test_engine_trace PROPERTIES LABELS "mpi;opencl"
                        ENVIRONMENT "OMP_WAIT_POLICY=passive")
 endif()

@@ -8,21 +8,21 @@ set(CT_IO_HOST_SRC
   ${CMAKE_SOURCE_DIR}/engine/io_tokenizer.c ${CMAKE_SOURCE_DIR}/engine/train_util.c)
 
 ct_add_test(NAME test_engine_io SOURCES test_engine_io.c ${CT_IO_HOST_SRC}
-            LIBS ct_cl m LABELS unit TIMEOUT 60)
+            LIBS ct_cl m LABELS unit)
 target_include_directories(test_engine_io PRIVATE ${CMAKE_SOURCE_DIR}/engine ${CMAKE_SOURCE_DIR}/parallel)
 ct_add_test(NAME test_engine_io_train SOURCES test_engine_io_train.c ${CT_IO_HOST_SRC}
-            LIBS ct_cl m LABELS unit TIMEOUT 60)
+            LIBS ct_cl m LABELS unit)
 target_include_directories(test_engine_io_train PRIVATE ${CMAKE_SOURCE_DIR}/engine ${CMAKE_SOURCE_DIR}/parallel)
 
 # Tests that need the model and a device.
 if(TARGET ct_engine)
   ct_add_test(NAME test_engine_torch SOURCES test_engine_torch.c LIBS ct_engine m
-              LABELS opencl TIMEOUT 900)
+              LABELS opencl)
   target_compile_definitions(test_engine_torch PRIVATE CT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 endif()
 if(TARGET train_gpt AND TARGET sample_gpt)
   add_test(NAME test_train_cli
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_train_cli.sh $<TARGET_FILE:train_gpt>
                    $<TARGET_FILE:sample_gpt>)
-  set_tests_properties(test_train_cli PROPERTIES LABELS opencl TIMEOUT 1200)
+  set_tests_properties(test_train_cli PROPERTIES LABELS opencl)
 endif()

@@ -15,7 +15,7 @@ if(TARGET ct_engine)
     list(GET shape 3 pd)
     add_test(NAME test_engine_moe_${nm}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_engine_moe> ${nt})
-    set_tests_properties(test_engine_moe_${nm} PROPERTIES LABELS "mpi;opencl" TIMEOUT 300
+    set_tests_properties(test_engine_moe_${nm} PROPERTIES LABELS "mpi;opencl"
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=${pd}")
   endforeach()
 endif()
@@ -25,11 +25,11 @@ endif()
 # recomputation (attention, block) bitwise the losses of none with MoE blocks, experts under
 # tensor parallelism (tp 2, SP, tp 2 x dp 2 (ep 2); resume).
 if(TARGET train_gpt)
-  foreach(part threads ranks mixed resume files refuse recompute tp)
+  foreach(part threads ranks mixed ep resume files refuse recompute tp)
     add_test(NAME test_engine_moe_layout_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_moe.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})
-    set_tests_properties(test_engine_moe_layout_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+    set_tests_properties(test_engine_moe_layout_${part} PROPERTIES LABELS "mpi;opencl"
                          ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()

@@ -8,7 +8,7 @@ if(TARGET train_gpt)
     add_test(NAME test_engine_recompute_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_recompute.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})
-    set_tests_properties(test_engine_recompute_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+    set_tests_properties(test_engine_recompute_${part} PROPERTIES LABELS "mpi;opencl"
                          ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()

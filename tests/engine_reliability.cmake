@@ -9,7 +9,7 @@ if(TARGET ct_engine)
   foreach(nr 1 2)
     add_test(NAME test_engine_alloc_faults_${nr}x1
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_engine_alloc_faults>)
-    set_tests_properties(test_engine_alloc_faults_${nr}x1 PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+    set_tests_properties(test_engine_alloc_faults_${nr}x1 PROPERTIES LABELS "mpi;opencl"
       ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
@@ -23,7 +23,7 @@ if(TARGET ct_engine)
     list(GET shape 2 nt)
     add_test(NAME test_engine_nonfinite_${nm}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_engine_nonfinite> ${nt})
-    set_tests_properties(test_engine_nonfinite_${nm} PROPERTIES LABELS "mpi;opencl" TIMEOUT 300
+    set_tests_properties(test_engine_nonfinite_${nm} PROPERTIES LABELS "mpi;opencl"
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=pthread pthread")
   endforeach()
 endif()
@@ -34,7 +34,7 @@ if(TARGET train_gpt)
     add_test(NAME test_engine_reliability_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_reliability.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})
-    set_tests_properties(test_engine_reliability_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600)
+    set_tests_properties(test_engine_reliability_${part} PROPERTIES LABELS "mpi;opencl")
   endforeach()
 endif()
 # test_programs_cli.sh: every program's command line before any work (--help exits 0; an unknown
@@ -45,5 +45,5 @@ if(TARGET train_gpt AND TARGET sample_gpt AND TARGET ct_plan AND TARGET ct_pipel
    AND TARGET bench_allreduce)
   add_test(NAME test_programs_cli
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_programs_cli.sh ${CMAKE_BINARY_DIR}/bin)
-  set_tests_properties(test_programs_cli PROPERTIES LABELS "mpi;opencl" TIMEOUT 300)
+  set_tests_properties(test_programs_cli PROPERTIES LABELS "mpi;opencl")
 endif()

@@ -25,7 +25,7 @@ if(TARGET ct_engine)
     add_test(NAME test_engine_tp_${nm}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_engine_tp> ${nt}
               ${mode})
-    set_tests_properties(test_engine_tp_${nm} PROPERTIES LABELS "mpi;opencl" TIMEOUT 300
+    set_tests_properties(test_engine_tp_${nm} PROPERTIES LABELS "mpi;opencl"
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=${pd}")
   endforeach()
 endif()
@@ -33,11 +33,11 @@ endif()
 # ranks and mixed, SP on and off, dp 2 x tp 2 with ZeRO 1-3), memory records, resume across
 # layouts, refusals.
 if(TARGET train_gpt)
-  foreach(part threads ranks mixed resume refuse)
+  foreach(part threads ranks mixed sp resume refuse)
     add_test(NAME test_engine_tp_layout_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_tp.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})
-    set_tests_properties(test_engine_tp_layout_${part} PROPERTIES LABELS "mpi;opencl" TIMEOUT 600
+    set_tests_properties(test_engine_tp_layout_${part} PROPERTIES LABELS "mpi;opencl"
                          ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()

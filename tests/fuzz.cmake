@@ -16,7 +16,7 @@ if(NOT CT_FUZZ)
       list(APPEND dirs ${CT_FUZZ_DIR}/regress/${t})
     endif()
     add_test(NAME fuzz_replay_${t} COMMAND fuzz_replay_${t} ${dirs})
-    set_tests_properties(fuzz_replay_${t} PROPERTIES LABELS unit TIMEOUT 120)
+    set_tests_properties(fuzz_replay_${t} PROPERTIES LABELS unit)
   endforeach()
   add_executable(fuzz_gen_seeds ${CT_FUZZ_DIR}/gen_seeds.c ${CT_FUZZ_IO_SRC})
   target_include_directories(fuzz_gen_seeds PRIVATE ${CMAKE_SOURCE_DIR}/engine

@@ -17,7 +17,10 @@
 # (train_gpt's flags for every run) and PART when they are called, not when this is sourced.
 #
 #   fail MSG          says "FAIL: MSG" and counts it in $fails.
-#   want PART         true when this part runs: the script's $PART is "all" or PART.
+#   want PART [WITH...]
+#                     true when this part runs: the script's $PART is "all", PART, or one of
+#                     the parts WITH that bring PART along; each true answer is counted, so
+#                     finish can fail a $PART that names no part.
 #   text_file N       $D/text.txt: "the quick brown fox jumps over the lazy dog. " N times.
 #   launch RANKS DEVICES cmd...
 #                     cmd with POCL_DEVICES set to DEVICES pthread devices per process, under
@@ -37,6 +40,12 @@
 #   need_ref [NAME [args...]]
 #                     the one-device reference run NAME (default ref) with args, unless
 #                     $D/NAME.jsonl is already there; without it the script stops (status 1).
+#                     A reference is computed once per build and shared by every part and
+#                     script that asks for the same run: kept in $CT_REF_CACHE (default
+#                     test-refs/ beside train_gpt's bin/), keyed on train_gpt's bytes, the
+#                     flags ($D written as D) and the bytes of every file under $D they name;
+#                     written under a temporary name and renamed, so tests running side by
+#                     side never read half a file.
 #   compare REF.jsonl OTHER.jsonl WHAT [FIRST_STEP]
 #                     the "train" records' losses of every step >= FIRST_STEP of REF are in
 #                     OTHER, within 1e-5 relative; with CMP_NORMS=1 the gradient norms too; with
@@ -51,7 +60,8 @@
 #                     POCL_COUNT PoCL devices per process (no --devices-per-rank added: the
 #                     refusals try that flag too): status 2, MSG, no metrics written (refused
 #                     before any work).
-#   finish            "NAME PART: all passed" (status 0) or "NAME PART: N failure(s)" (status 1).
+#   finish            "NAME PART: all passed" (status 0) or "NAME PART: N failure(s)" (status 1);
+#                     also status 1 when $PART is neither "all" nor a part any want accepted.
 #
 # PoCL 3.1 with several of its devices in one process aborts now and then in its process-wide
 # cache of compiled kernels (pocl_release_dlhandle_cache: Assertion `found->ref_count > 0'), more
@@ -65,6 +75,7 @@ trap 'rm -rf "$D"' EXIT
 PY=/usr/bin/python3
 export OMP_WAIT_POLICY=passive
 fails=0
+parts_ran=0
 
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
@@ -74,7 +85,14 @@ logsays() {
         fail "$(basename "$1" .log): the log does not say '$2'"; fi
 }
 
-want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
+want() {
+    _wa_part=$1
+    shift
+    for _wa_p in all "$_wa_part" "$@"; do
+        if [ "$PART" = "$_wa_p" ]; then parts_ran=$((parts_ran + 1)); return 0; fi
+    done
+    return 1
+}
 
 text_file() {
     awk -v n="$1" 'BEGIN { for (i = 0; i < n; i++) printf "the quick brown fox jumps over the lazy dog. " }' \
@@ -130,11 +148,34 @@ train() {
     return 0
 }
 
+# ref_key args...: what identifies a reference run (printed as one hex word).
+ref_key() {
+    {
+        sha256sum <"$TRAIN"
+        printf '%s\n' "$ARGS $*" | sed "s|$D|D|g"
+        for _rk_w in $ARGS "$@"; do
+            case $_rk_w in "$D"/*) [ -f "$_rk_w" ] && sha256sum <"$_rk_w" ;; esac
+        done
+    } | sha256sum | cut -c1-32
+}
+
 need_ref() {
     _nr_name=${1:-ref}
     [ $# -gt 0 ] && shift
-    [ -f "$D/$_nr_name.jsonl" ] || train "$_nr_name" 1 1 "$@" ||
-        { echo "FAIL: no reference ($_nr_name)"; exit 1; }
+    [ -f "$D/$_nr_name.jsonl" ] && return 0
+    _nr_dir=${CT_REF_CACHE:-$(dirname "$TRAIN")/../test-refs}
+    _nr_key=$(ref_key "$@")
+    if [ -s "$_nr_dir/$_nr_key.jsonl" ]; then
+        cp "$_nr_dir/$_nr_key.jsonl" "$D/$_nr_name.jsonl" && cp "$_nr_dir/$_nr_key.log" "$D/$_nr_name.log" &&
+            echo "   ($_nr_name: the reference of this build, $_nr_dir/$_nr_key.jsonl)" && return 0
+    fi
+    train "$_nr_name" 1 1 "$@" || { echo "FAIL: no reference ($_nr_name)"; exit 1; }
+    if mkdir -p "$_nr_dir"; then
+        cp "$D/$_nr_name.log" "$_nr_dir/$_nr_key.log.$$" && mv -f "$_nr_dir/$_nr_key.log.$$" "$_nr_dir/$_nr_key.log" &&
+            cp "$D/$_nr_name.jsonl" "$_nr_dir/$_nr_key.jsonl.$$" &&
+            mv -f "$_nr_dir/$_nr_key.jsonl.$$" "$_nr_dir/$_nr_key.jsonl"
+    fi
+    return 0
 }
 
 compare() {
@@ -191,6 +232,9 @@ refused() {
 
 finish() {
     _fi_name="$(basename "$0" .sh)${PART:+ $PART}"
+    if [ "${PART:-all}" != all ] && [ "$parts_ran" -eq 0 ]; then
+        echo "$_fi_name: no part of $(basename "$0") is named '$PART': nothing ran"; exit 1
+    fi
     if [ "$fails" -ne 0 ]; then echo "$_fi_name: $fails failure(s)"; exit 1; fi
     echo "$_fi_name: all passed"
     exit 0

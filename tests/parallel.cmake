@@ -18,7 +18,7 @@ if(TARGET ct_parallel)
     list(GET s 3 ex)
     add_test(NAME parallel_coll_${nm}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_coll> ${nt} ${ex})
-    set_tests_properties(parallel_coll_${nm} PROPERTIES LABELS "mpi" TIMEOUT 300
+    set_tests_properties(parallel_coll_${nm} PROPERTIES LABELS "mpi"
       ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
   # device buffers: 2 PoCL devices per process, threads and mixed
@@ -28,7 +28,7 @@ if(TARGET ct_parallel)
     list(GET shape 2 nt)
     add_test(NAME parallel_coll_device_${nm}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_coll> ${nt} --device --big=20001)
-    set_tests_properties(parallel_coll_device_${nm} PROPERTIES LABELS "mpi;opencl" TIMEOUT 300
+    set_tests_properties(parallel_coll_device_${nm} PROPERTIES LABELS "mpi;opencl"
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=pthread pthread")
   endforeach()
 endif()
@@ -41,7 +41,7 @@ if(TARGET ct_parallel)
     list(GET shape 2 nt)
     add_test(NAME parallel_errors_${nm}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_errors> ${nt})
-    set_tests_properties(parallel_errors_${nm} PROPERTIES LABELS "mpi" TIMEOUT 120
+    set_tests_properties(parallel_errors_${nm} PROPERTIES LABELS "mpi"
       ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
   add_test(NAME parallel_errors_nothread
@@ -50,10 +50,10 @@ if(TARGET ct_parallel)
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 $<TARGET_FILE:test_parallel_errors> select)
   add_test(NAME parallel_errors_preinit
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:test_parallel_errors> preinit)
-  set_tests_properties(parallel_errors_preinit PROPERTIES LABELS "mpi" TIMEOUT 60
+  set_tests_properties(parallel_errors_preinit PROPERTIES LABELS "mpi"
     ENVIRONMENT "OMP_WAIT_POLICY=passive")
-  set_tests_properties(parallel_errors_nothread PROPERTIES LABELS "mpi" TIMEOUT 60)
-  set_tests_properties(parallel_select PROPERTIES LABELS "unit" TIMEOUT 60)
+  set_tests_properties(parallel_errors_nothread PROPERTIES LABELS "mpi")
+  set_tests_properties(parallel_select PROPERTIES LABELS "unit")
 endif()
 if(TARGET ct_parallel)
   # the grid: every layout of W = 1..8 workers as threads, ranks and mixed (pure comm: no devices)
@@ -67,14 +67,13 @@ if(TARGET ct_parallel)
     list(GET shape 2 nt)
     add_test(NAME parallel_grid_${nm}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_grid> ${nt})
-    set_tests_properties(parallel_grid_${nm} PROPERTIES LABELS "mpi" TIMEOUT 120
+    set_tests_properties(parallel_grid_${nm} PROPERTIES LABELS "mpi"
       ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
 if(TARGET ct_parallel)
   # pipeline schedules as data: pure, no MPI launch, no devices
-  ct_add_test(NAME test_parallel_sched SOURCES test_parallel_sched.c LIBS ct_parallel LABELS unit
-    TIMEOUT 120)
+  ct_add_test(NAME test_parallel_sched SOURCES test_parallel_sched.c LIBS ct_parallel LABELS unit)
 endif()
 if(TARGET ct_parallel)
   # non-blocking point-to-point: threads, ranks and mixed
@@ -86,7 +85,7 @@ if(TARGET ct_parallel)
     list(GET shape 2 nt)
     add_test(NAME parallel_p2p_${nm}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_p2p> ${nt})
-    set_tests_properties(parallel_p2p_${nm} PROPERTIES LABELS "mpi" TIMEOUT 120
+    set_tests_properties(parallel_p2p_${nm} PROPERTIES LABELS "mpi"
       ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
@@ -100,7 +99,7 @@ if(TARGET ct_parallel)
     list(GET shape 3 part)
     add_test(NAME parallel_timeout_${nm}_${part}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_parallel_errors> timeout ${nt} ${part})
-    set_tests_properties(parallel_timeout_${nm}_${part} PROPERTIES LABELS "mpi" TIMEOUT 60
+    set_tests_properties(parallel_timeout_${nm}_${part} PROPERTIES LABELS "mpi"
       ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()

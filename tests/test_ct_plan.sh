@@ -4,7 +4,7 @@
 # 1. ct_plan measured on 2 workers (2 ranks, and 2 PoCL devices of one process): --json parses,
 #    the fitting layouts come first, fastest first, the chosen one is the first; --write-links
 #    writes a table that ct_plan --links reads when planning for those workers from one process.
-# 2. train_gpt --layout auto picks a layout, says which, trains it, and its 20 losses equal the
+# 2. train_gpt --layout auto picks a layout, says which, trains it, and its 10 losses equal the
 #    single device's within 1e-5 (whatever it picked runs right); it prints the predicted step
 #    time beside the measured one after 5 steps and writes a "plan" record; a pinned flag
 #    (--tp 2) is kept.
@@ -15,14 +15,17 @@
 #    layout needs a buffer above --max-alloc-mb, naming the smallest such buffer.
 # 4. Bad input: status 2 with a message naming it.
 # (1b: a mixture of experts enumerates exactly the layouts its rules allow, ep among them.)
+# part: "all" (default), "rules" (1b, one --layout auto run, 3, 4), "measured" (1, the other
+# --layout auto runs, 2b: calibrations and timed choices, labelled slow in tests/suites.cmake).
 . "$(dirname "$0")/lib.sh"
 PLAN=$1
 TRAIN=$2
 MPIEXEC=$3
+PART=${4:-all}
 
 text_file 300
 MODEL="--layers 2 --heads 4 --dim 32 --seq 16 --batch 4 --total-batch 128"
-ARGS="$MODEL --steps 20 --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 \
+ARGS="$MODEL --steps 10 --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 \
       --eval-every 0 --peak-tflops 1"
 
 # 1. ct_plan, measured on 2 ranks and on 2 threads
@@ -45,40 +48,43 @@ print("%s: ct_plan %s: %d layouts, chosen %s (%.2f ms predicted), costs: %s" %
 sys.exit(0 if ok else 1)
 EOF
 }
-if logged "$D/plan_r.json" "$D/plan_r.err" launch 2 1 "$PLAN" $MODEL --json --reps 2 \
-        --write-links "$D/links.txt"; then
-    check_json "$D/plan_r.json" "2 ranks"
-    if grep -q "^link allreduce 2 ranks" "$D/links.txt" && grep -q "^link p2p 2 ranks" "$D/links.txt"; then
-        echo "ok: --write-links: $(grep -c '^link' "$D/links.txt") links"
+if want measured; then
+    if logged "$D/plan_r.json" "$D/plan_r.err" launch 2 1 "$PLAN" $MODEL --json --reps 2 \
+            --write-links "$D/links.txt"; then
+        check_json "$D/plan_r.json" "2 ranks"
+        if grep -q "^link allreduce 2 ranks" "$D/links.txt" && grep -q "^link p2p 2 ranks" "$D/links.txt"; then
+            echo "ok: --write-links: $(grep -c '^link' "$D/links.txt") links"
+        else
+            fail "--write-links"; cat "$D/links.txt"
+        fi
+        # planning for those 2 workers (ranks) from one process: compute here, links from the table
+        # (tp 1: a TP shape is timed with its collectives inside, which one worker cannot run)
+        if logged "$D/plan_t.json" "$D/plan_t.err" launch 1 1 "$PLAN" $MODEL --workers 2 --tp 1 \
+                --links "$D/links.txt" --json --reps 2; then
+            check_json "$D/plan_t.json" "--workers 2 --tp 1 --links (from one process)" \
+                "{(2, 1, 1), (1, 1, 2)}"
+        else
+            fail "ct_plan --links"; cat "$D/plan_t.err"
+        fi
     else
-        fail "--write-links"; cat "$D/links.txt"
+        fail "ct_plan on 2 ranks"; cat "$D/plan_r.err"
     fi
-    # planning for those 2 workers (ranks) from one process: compute here, links from the table
-    # (tp 1: a TP shape is timed with its collectives inside, which one worker cannot run)
-    if logged "$D/plan_t.json" "$D/plan_t.err" launch 1 1 "$PLAN" $MODEL --workers 2 --tp 1 \
-            --links "$D/links.txt" --json --reps 2; then
-        check_json "$D/plan_t.json" "--workers 2 --tp 1 --links (from one process)" \
-            "{(2, 1, 1), (1, 1, 2)}"
+    if logged "$D/plan_d.json" "$D/plan_d.err" launch 1 2 "$PLAN" $MODEL --devices-per-rank 2 --json \
+            --reps 2; then
+        check_json "$D/plan_d.json" "2 devices of one process"
     else
-        fail "ct_plan --links"; cat "$D/plan_t.err"
+        fail "ct_plan on 2 threads"; cat "$D/plan_d.err"
     fi
-else
-    fail "ct_plan on 2 ranks"; cat "$D/plan_r.err"
-fi
-if logged "$D/plan_d.json" "$D/plan_d.err" launch 1 2 "$PLAN" $MODEL --devices-per-rank 2 --json \
-        --reps 2; then
-    check_json "$D/plan_d.json" "2 devices of one process"
-else
-    fail "ct_plan on 2 threads"; cat "$D/plan_d.err"
 fi
 
 # 1b. a mixture of experts (2 blocks, 2 micro-batches): exactly the layouts a plain restatement of
 #     the MoE rules allows (ep divides dp and the 4 experts; tp divides the 4 heads, sequence
 #     parallelism on or off with tp > 1; ZeRO 0/1 with dp > 1; no zb1; no interleaving: 2
 #     blocks), ep > 1 and tp > 1 among them, memory answered for each
-if logged "$D/plan_moe.json" "$D/plan_moe.err" launch 1 1 "$PLAN" $MODEL --experts 4 --top-k 2 \
-        --workers 4 --devices-per-rank 2 --no-calibrate --json; then
-    if $PY - "$D/plan_moe.json" <<'EOF'; then :; else fail "ct_plan MoE layouts"; fi
+if want rules; then
+    if logged "$D/plan_moe.json" "$D/plan_moe.err" launch 1 1 "$PLAN" $MODEL --experts 4 --top-k 2 \
+            --workers 4 --devices-per-rank 2 --no-calibrate --json; then
+        if $PY - "$D/plan_moe.json" <<'EOF'; then :; else fail "ct_plan MoE layouts"; fi
 import json, sys
 L = json.load(open(sys.argv[1]))["layouts"]
 want = set()
@@ -98,12 +104,13 @@ print("%s: ct_plan MoE: %d layouts (rules: %d), ep up to %d, tp up to %d" %
 if not ok: print(sorted(got ^ want))
 sys.exit(0 if ok else 1)
 EOF
-else
-    fail "ct_plan MoE"; cat "$D/plan_moe.err"
+    else
+        fail "ct_plan MoE"; cat "$D/plan_moe.err"
+    fi
 fi
 
 # 2. train_gpt --layout auto against the single device
-train ref 1 1
+need_ref
 auto() {
     name=$1; shift
     train "$name" 1 2 --layout auto "$@" || return 1
@@ -128,17 +135,20 @@ print("%s: %s: chose %s (config dp %d tp %d), predicted %.1f ms, measured %.1f m
 sys.exit(0 if ok else 1)
 EOF
 }
-auto auto
-auto auto_tp2 --tp 2 && grep -q '"tp":2' "$D/auto_tp2.jsonl" || fail "--layout auto --tp 2 did not keep tp 2"
+want rules && auto auto
+if want measured; then
+    auto auto_tp2 --tp 2 && grep -q '"tp":2' "$D/auto_tp2.jsonl" || fail "--layout auto --tp 2 did not keep tp 2"
+fi
 
 # 2b. a device whose largest single buffer (--max-alloc-mb 0.06: 62914 bytes) holds the logits
 #     of a worker with half the rows (dp 2) or half the vocabulary (tp 2), not a whole
 #     micro-batch's (the last pipeline stage's, 4 x 16 x 256 floats): exactly the layouts whose
 #     largest buffer is below it fit (pp 2 does not), the choice among them; train_gpt --layout
 #     auto under the same limit trains what it picked within 1e-5 of one device
-if logged "$D/plan_a.json" "$D/plan_a.err" launch 1 2 "$PLAN" $MODEL --devices-per-rank 2 --json \
-        --reps 1 --max-alloc-mb 0.06; then
-    if $PY - "$D/plan_a.json" <<'EOF'; then :; else fail "ct_plan --max-alloc-mb"; fi
+if want measured; then
+    if logged "$D/plan_a.json" "$D/plan_a.err" launch 1 2 "$PLAN" $MODEL --devices-per-rank 2 --json \
+            --reps 1 --max-alloc-mb 0.06; then
+        if $PY - "$D/plan_a.json" <<'EOF'; then :; else fail "ct_plan --max-alloc-mb"; fi
 import json, sys
 r = json.load(open(sys.argv[1]))
 L, lim = r["layouts"], r["max_alloc"]
@@ -152,37 +162,42 @@ print("%s: ct_plan --max-alloc-mb 0.06: %d of %d layouts fit (largest buffers %s
        r["chosen"]))
 sys.exit(0 if ok else 1)
 EOF
-else
-    fail "ct_plan --max-alloc-mb"; cat "$D/plan_a.err"
+    else
+        fail "ct_plan --max-alloc-mb"; cat "$D/plan_a.err"
+    fi
+    auto auto_alloc --max-alloc-mb 0.06 && logsays "$D/auto_alloc.log" "single buffers up to 0.06 MiB"
 fi
-auto auto_alloc --max-alloc-mb 0.06 && logsays "$D/auto_alloc.log" "single buffers up to 0.06 MiB"
 
 # 3. nothing fits: the smallest shortfall; the smallest buffer above the device's limit
-expect_refusal "ct_plan, nothing fits" "smallest shortfall" env POCL_DEVICES="pthread pthread" \
-    "$PLAN" $MODEL --devices-per-rank 2 --reps 1 --mem-cap-gb 0.0001
-expect_refusal "train_gpt --layout auto, nothing fits" "smallest shortfall" env \
-    POCL_DEVICES="pthread pthread" "$TRAIN" $ARGS --devices-per-rank 2 --layout auto \
-    --mem-cap-gb 0.0001 --metrics "$D/bad.jsonl"
-[ -s "$D/bad.jsonl" ] && fail "train_gpt --layout auto started training although nothing fits"
-expect_refusal "ct_plan, no buffer fits" "needs a single buffer above the device's largest" env \
-    POCL_DEVICES="pthread pthread" "$PLAN" $MODEL --devices-per-rank 2 --reps 1 \
-    --max-alloc-mb 0.03
+if want rules; then
+    expect_refusal "ct_plan, nothing fits" "smallest shortfall" env POCL_DEVICES="pthread pthread" \
+        "$PLAN" $MODEL --devices-per-rank 2 --reps 1 --mem-cap-gb 0.0001
+    expect_refusal "train_gpt --layout auto, nothing fits" "smallest shortfall" env \
+        POCL_DEVICES="pthread pthread" "$TRAIN" $ARGS --devices-per-rank 2 --layout auto \
+        --mem-cap-gb 0.0001 --metrics "$D/bad.jsonl"
+    [ -s "$D/bad.jsonl" ] && fail "train_gpt --layout auto started training although nothing fits"
+    expect_refusal "ct_plan, no buffer fits" "needs a single buffer above the device's largest" env \
+        POCL_DEVICES="pthread pthread" "$PLAN" $MODEL --devices-per-rank 2 --reps 1 \
+        --max-alloc-mb 0.03
+fi
 
 # 4. bad input
-expect_refusal "--layout maybe" "--layout must be manual or auto" "$TRAIN" $ARGS --layout maybe
-expect_refusal "ct_plan --workers 8 without links" "give --links FILE" env POCL_DEVICES=pthread \
-    "$PLAN" $MODEL --workers 8
-expect_refusal "ct_plan --workers 3 over 2 per rank" "not a multiple of --devices-per-rank 2" env \
-    POCL_DEVICES=pthread "$PLAN" $MODEL --workers 3 --devices-per-rank 2 --no-calibrate
-if [ -f "$D/links.txt" ]; then
+if want rules; then
+    expect_refusal "--layout maybe" "--layout must be manual or auto" "$TRAIN" $ARGS --layout maybe
+    expect_refusal "ct_plan --workers 8 without links" "give --links FILE" env POCL_DEVICES=pthread \
+        "$PLAN" $MODEL --workers 8
+    expect_refusal "ct_plan --workers 3 over 2 per rank" "not a multiple of --devices-per-rank 2" env \
+        POCL_DEVICES=pthread "$PLAN" $MODEL --workers 3 --devices-per-rank 2 --no-calibrate
+    expect_refusal "ct_plan --links missing" "cannot open it" env POCL_DEVICES=pthread "$PLAN" $MODEL \
+        --workers 2 --links "$D/none.txt"
+    expect_refusal "ct_plan --tp 3 (no layout)" "no layout of 2 workers" env POCL_DEVICES=pthread \
+        "$PLAN" $MODEL --workers 2 --tp 3 --no-calibrate
+    expect_refusal "ct_plan --top 0" "--top needs a whole number >= 1" "$PLAN" $MODEL --top 0
+    expect_refusal "ct_plan --bogus" "unknown" "$PLAN" $MODEL --bogus 1
+fi
+if want measured && [ -f "$D/links.txt" ]; then
     expect_refusal "ct_plan --workers 2 --links from one worker, tp free" "timing tp 2's pieces needs 2 workers" \
         env POCL_DEVICES=pthread "$PLAN" $MODEL --workers 2 --links "$D/links.txt" --reps 1
 fi
-expect_refusal "ct_plan --links missing" "cannot open it" env POCL_DEVICES=pthread "$PLAN" $MODEL \
-    --workers 2 --links "$D/none.txt"
-expect_refusal "ct_plan --tp 3 (no layout)" "no layout of 2 workers" env POCL_DEVICES=pthread \
-    "$PLAN" $MODEL --workers 2 --tp 3 --no-calibrate
-expect_refusal "ct_plan --top 0" "--top needs a whole number >= 1" "$PLAN" $MODEL --top 0
-expect_refusal "ct_plan --bogus" "unknown" "$PLAN" $MODEL --bogus 1
 
 finish

@@ -12,7 +12,8 @@
 #    and writes pieces) and on one device shared by two workers (the device path's kernels read
 #    the peer's pieces); pp 2 with zb1 (the split backward's weight-gradient region; stage
 #    transfers); experts with ep 2 (the MoE layer's reads and writes of the arena). One device
-#    is also run under four more limits, so the cuts fall between other tensors.
+#    is also run under four more limits, so the cuts fall between other tensors ("sweep",
+#    labelled slow in tests/suites.cmake).
 # 2. The memory model's "largest" (the largest single buffer, an arena part counted alone) is
 #    exactly the least limit that runs: at it the model is built, 64 bytes below it the run is
 #    refused naming it (the logits; a parameter slice). Refused with status 2 and a message,
@@ -27,7 +28,7 @@
 #    experts with ep 2 give the one-buffer losses within 1e-6 relative over 6 steps. Each cut
 #    run's log says how many buffers hold the state, and its memory records equal the
 #    predictions.
-# part: "all" (default), "layouts", "refuse", "state".
+# part: "all" (default), "layouts", "sweep", "refuse", "state".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -98,13 +99,16 @@ pieces() {
         same "$pn" "$pmin"
 }
 
-if want layouts; then
-    pieces gemm 6 0.25 1 1 --attention gemm
+if want sweep; then
     # the cuts fall elsewhere under each limit: more of the arena's boundaries between pieces
+    train gemm_one 1 1 --attention gemm
     for lim in 0.3 0.4 0.5 0.7; do
         train "gemm${lim}_cut" 1 1 --max-alloc-mb "$lim" --attention gemm &&
             cp "$D/gemm_one.jsonl" "$D/gemm${lim}_one.jsonl" && same "gemm$lim" 2
     done
+fi
+if want layouts; then
+    pieces gemm 6 0.25 1 1 --attention gemm
     pieces gemm_block 4 0.25 1 1 --attention gemm --recompute block
     pieces fused_attention 4 0.25 1 1 --attention fused --recompute attention
     pieces tp2_sp 6 0.13 1 2 --tp 2 --sequence-parallel 1

@@ -301,7 +301,21 @@ static void test_bad_input(void) {
     dt_free(&x);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* part: "shapes" (the default blocks at head sizes 8, 20 and 128, bad input), "hs64" (the
+     * default blocks at head size 64, T up to 1000, against the GEMM path), "blocks" (other
+     * block shapes), "search" (ct_attn_tune's search, labelled slow in tests/suites.cmake), or
+     * "all" (default). Each head size and block shape is a program build: parts spread them
+     * over tests that run side by side on a cold kernel cache. */
+    const char *part = argc > 1 ? argv[1] : "all";
+    int all = !strcmp(part, "all"), shapes = all || !strcmp(part, "shapes");
+    int hs64 = all || !strcmp(part, "hs64");
+    int blocks = all || !strcmp(part, "blocks"), search = all || !strcmp(part, "search");
+    if (!shapes && !hs64 && !blocks && !search) {
+        fprintf(stderr, "test_engine_attention: unknown part '%s' (shapes, hs64, blocks, search, "
+                        "all)\n", part);
+        return 2;
+    }
     ct_err err = {0};
     ct_device_info *list = NULL;
     int n = 0, pick = 0, npick = 0;
@@ -320,33 +334,39 @@ int main(void) {
     /* the default blocks (the first of ct_attn_cfg_default's list that fits: 16 x 16 blocks of
      * 64 scalar work-items) on every shape of the issue: T = 1, 7, 33, 130, 1000; head sizes 8,
      * 20, 64, 128; NH = 1, 3, 12 */
-    test_fused(1, 1, 3, 20, NULL, 1);
-    test_fused(3, 7, 12, 8, NULL, 1);
-    test_fused(2, 33, 3, 20, NULL, 0);
-    test_fused(1, 130, 1, 64, NULL, 1);
-    test_fused(1, 130, 3, 128, NULL, 0);
-    test_fused(1, 33, 12, 64, NULL, 0);
-    test_fused(1, 1000, 1, 64, NULL, 1);
+    if (shapes) {
+        test_fused(1, 1, 3, 20, NULL, 1);
+        test_fused(3, 7, 12, 8, NULL, 1);
+        test_fused(2, 33, 3, 20, NULL, 0);
+        test_fused(1, 130, 3, 128, NULL, 0);
+        test_bad_input();
+    }
+    if (hs64) {
+        test_fused(1, 130, 1, 64, NULL, 1);
+        test_fused(1, 33, 12, 64, NULL, 0);
+        test_fused(1, 1000, 1, 64, NULL, 1);
+        test_vs_gemm(2, 130, 3, 64);
+    }
     /* other block shapes (one program each to compile, so one head size each): more keys than
      * queries per block and the reverse, narrow work-groups, 2- to 16-wide vectors per work-item
      * (CPU devices pick 16); T not a multiple of any block, blocks larger than T */
-    ct_attn_cfg c1 = {{32, 16, 64, 1}, {16, 32, 64, 1}};
-    ct_attn_cfg c2 = {{8, 32, 32, 1}, {32, 8, 32, 1}};
-    ct_attn_cfg v1 = {{64, 64, 4, 16}, {64, 64, 4, 16}};
-    ct_attn_cfg v2 = {{16, 32, 2, 8}, {32, 16, 4, 4}};
-    ct_attn_cfg v3 = {{8, 8, 2, 4}, {16, 8, 4, 2}};
-    test_fused(2, 130, 3, 64, &c1, 1);
-    test_fused(1, 7, 1, 64, &c1, 0);
-    test_fused(2, 33, 3, 20, &c2, 0);
-    test_fused(2, 130, 12, 64, &v1, 1);
-    test_fused(1, 1000, 1, 64, &v1, 1);
-    test_fused(1, 33, 3, 128, &v2, 1);
-    test_fused(1, 1000, 1, 128, &v2, 0);
-    test_fused(2, 33, 3, 20, &v3, 0);
-    test_fused(1, 1, 1, 20, &v3, 0);
-    test_vs_gemm(2, 130, 3, 64);
-    test_tune(&list[pick]);
-    test_bad_input();
+    if (blocks) {
+        ct_attn_cfg c1 = {{32, 16, 64, 1}, {16, 32, 64, 1}};
+        ct_attn_cfg c2 = {{8, 32, 32, 1}, {32, 8, 32, 1}};
+        ct_attn_cfg v1 = {{64, 64, 4, 16}, {64, 64, 4, 16}};
+        ct_attn_cfg v2 = {{16, 32, 2, 8}, {32, 16, 4, 4}};
+        ct_attn_cfg v3 = {{8, 8, 2, 4}, {16, 8, 4, 2}};
+        test_fused(2, 130, 3, 64, &c1, 1);
+        test_fused(1, 7, 1, 64, &c1, 0);
+        test_fused(2, 33, 3, 20, &c2, 0);
+        test_fused(2, 130, 12, 64, &v1, 1);
+        test_fused(1, 1000, 1, 64, &v1, 1);
+        test_fused(1, 33, 3, 128, &v2, 1);
+        test_fused(1, 1000, 1, 128, &v2, 0);
+        test_fused(2, 33, 3, 20, &v3, 0);
+        test_fused(1, 1, 1, 20, &v3, 0);
+    }
+    if (search) test_tune(&list[pick]);
     ct_mem_stats ms;
     ct_device_mem_stats(g_dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);

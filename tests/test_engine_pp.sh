@@ -5,30 +5,30 @@
 #    schedule (gpipe, 1f1b, zb1, interleaved at v = 2), as threads (--devices-per-rank), as MPI
 #    ranks and mixed, with 4 micro-batches of gradient accumulation (6 for pp 3 interleaved: a
 #    multiple of the stages) and clipping on
-#    (--grad-clip below every step's norm, so the global norm over the stages is used): the 20
+#    (--grad-clip below every step's norm, so the global norm over the stages is used): the 10
 #    losses match the single-device run within 1e-5 relative. dp 2 x pp 2 with ZeRO-1 (and
 #    ZeRO-2, ZeRO-3 under gpipe / 1f1b) too.
 # 2. The start-up report shows the split and each stage's activation slots (the schedule's peak,
 #    not the micro-batch count); the "memory" records give the slots; the end of the run prints
 #    the measured bubble per stage beside the simulated one (a "pipeline" record).
-# 3. A checkpoint written at pp = 4 (step 10) resumes at pp = 1, pp = 2 and dp 2 x pp 2, continuing
+# 3. A checkpoint written at pp = 4 (step 5) resumes at pp = 1, pp = 2 and dp 2 x pp 2, continuing
 #    the single-device loss curve; sampling, evaluation and --save-model run through the stages.
 # 4. --trace on a pipeline: every stage's actions (forward, backward, sends, receives).
 # 5. Impossible layouts and flags are refused with status 2 and a message before any work.
-# part: "all" (default), "threads" (with trace and refuse), "ranks", "mixed" (with resume), or
-# "resume", "trace", "refuse" alone.
+# part: "all" (default), "threads" (with trace and refuse), "ranks", "mixed" (with resume),
+# "resume", "trace", "refuse" alone, "zb1" (pp 4 with zb1 over 2 ranks x 2 threads with sampling,
+# evaluation and --save-model against one device: the pipeline's one layout in the sanitizer
+# pass), "repeats" (gpipe, 1f1b and zb1 again over ranks, which the threads part runs: schedules
+# are validated as data and the mixed and zb1 parts cross ranks; tests/suites.cmake labels it
+# slow).
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
 PART=${3:-all}
-want() {
-    [ "$PART" = all ] || [ "$PART" = "$1" ] || { [ "$PART" = threads ] && { [ "$1" = trace ] ||
-        [ "$1" = refuse ]; }; } || { [ "$PART" = mixed ] && [ "$1" = resume ]; }
-}
 
 text_file 300
 # micro-batches of 4 rows x 16 tokens: 4 of them (--total-batch 256) but for pp 3 interleaved (6)
-ARGS="--heads 2 --dim 32 --seq 16 --batch 4 --steps 20 \
+ARGS="--heads 2 --dim 32 --seq 16 --batch 4 --steps 10 \
       --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 --eval-every 0 \
       --peak-tflops 1 --bucket-mb 0.03"
 # compare: the losses within 1e-5 relative, and every step clipped (so the global norm over the
@@ -88,12 +88,15 @@ fi
 if want ranks; then
     need_ref $REF
     need_ref $REF6
-    layout r2z 2 1 ref "ranks pp 2 zb1" $M4 --layers 4 --pp 2 --schedule zb1
-    layout r3g 3 1 ref "ranks pp 3 gpipe" $M4 --layers 4 --pp 3 --schedule gpipe
-    layout r4f 4 1 ref "ranks pp 4 1f1b" $M4 --layers 4 --pp 4 --schedule 1f1b
     layout r3i 3 1 ref6 "ranks pp 3 interleaved v 2" --layers 6 --total-batch 384 --pp 3 \
         --schedule interleaved --virtual-stages 2
     layout r4d 4 1 ref "ranks dp 2 x pp 2 ZeRO-3 1f1b" $M4 --layers 4 --dp 2 --pp 2 --zero 3
+fi
+if want repeats; then
+    need_ref $REF
+    layout r2z 2 1 ref "ranks pp 2 zb1" $M4 --layers 4 --pp 2 --schedule zb1
+    layout r3g 3 1 ref "ranks pp 3 gpipe" $M4 --layers 4 --pp 3 --schedule gpipe
+    layout r4f 4 1 ref "ranks pp 4 1f1b" $M4 --layers 4 --pp 4 --schedule 1f1b
 fi
 if want mixed; then
     need_ref $REF
@@ -107,23 +110,26 @@ if want mixed; then
     layout m4g 2 2 ref "mixed 2x2 pp 4 gpipe, split 1,1,1,1 by hand" $M4 --layers 4 --pp 4 \
         --schedule gpipe --pp-split 1,1,1,1
 fi
-if want resume; then
+if want resume mixed; then
     need_ref $REF
-    # written at pp 4 (ranks x threads), step 10 ...
-    if run w4 2 2 $M4 --layers 4 --pp 4 --save "$D/ck" --save-every 10; then
+    # written at pp 4 (ranks x threads), step 5 ...
+    if run w4 2 2 $M4 --layers 4 --pp 4 --save "$D/ck" --save-every 5; then
         # ... resumed at pp 1, pp 2 and dp 2 x pp 2
-        run res1 1 1 $M4 --resume "$D/ck/ckpt_00000010.bin" &&
-            compare "$D/ref.jsonl" "$D/res1.jsonl" "resume pp 4 -> 1 device" 10
-        run res2 2 1 $M4 --pp 2 --schedule zb1 --resume "$D/ck/ckpt_00000010.bin" &&
-            compare "$D/ref.jsonl" "$D/res2.jsonl" "resume pp 4 -> pp 2 zb1" 10
-        run res22 2 2 $M4 --dp 2 --pp 2 --zero 1 --resume "$D/ck/ckpt_00000010.bin" &&
-            compare "$D/ref.jsonl" "$D/res22.jsonl" "resume pp 4 -> dp 2 x pp 2 ZeRO-1" 10
+        run res1 1 1 $M4 --resume "$D/ck/ckpt_00000005.bin" &&
+            compare "$D/ref.jsonl" "$D/res1.jsonl" "resume pp 4 -> 1 device" 5
+        run res2 2 1 $M4 --pp 2 --schedule zb1 --resume "$D/ck/ckpt_00000005.bin" &&
+            compare "$D/ref.jsonl" "$D/res2.jsonl" "resume pp 4 -> pp 2 zb1" 5
+        run res22 2 2 $M4 --dp 2 --pp 2 --zero 1 --resume "$D/ck/ckpt_00000005.bin" &&
+            compare "$D/ref.jsonl" "$D/res22.jsonl" "resume pp 4 -> dp 2 x pp 2 ZeRO-1" 5
     fi
+fi
+if want zb1; then
     # sampling, evaluation and --save-model through the stages: the same sample and model as one
     # device (the model within rounding of the norm's summation order)
     if run s1 1 1 $M4 --layers 4 --steps 4 --sample-len 24 --eval-every 2 --save-model "$D/s1.bin" &&
        run s4 2 2 $M4 --layers 4 --steps 4 --sample-len 24 --eval-every 2 --pp 4 --schedule zb1 \
            --save-model "$D/s4.bin"; then
+        compare "$D/s1.jsonl" "$D/s4.jsonl" "mixed 2x2 pp 4 zb1, 4 steps"
         a=$(grep -a -A2 -- "---- sample at step 4" "$D/s1.log" | tail -n 1)
         b=$(grep -a -A2 -- "---- sample at step 4" "$D/s4.log" | tail -n 1)
         if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "eval      4 | val loss" "$D/s4.log" &&
@@ -138,7 +144,7 @@ EOF
         else fail "pp 4 sampling / evaluation / save-model"; fi
     fi
 fi
-if want trace; then
+if want trace threads; then
     if run tr 1 2 $M4 --layers 4 --pp 2 --steps 4 --trace "$D/t.json"; then
         if $PY - "$D/t.json" <<'EOF'
 import json, sys
@@ -157,7 +163,7 @@ EOF
         else fail "trace on pp 2"; fi
     fi
 fi
-if want refuse; then
+if want refuse threads; then
     # expect_bad "what" "message part" RANKS DEVICES args...: DEVICES PoCL devices per process,
     # --devices-per-rank DEVICES
     expect_bad() {
