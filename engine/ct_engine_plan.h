@@ -83,6 +83,9 @@ typedef struct ct_plan_problem {
     ct_train_params base; /* the command line's flags (the memory model reads the ones a layout
                              leaves: MoE's capacity factor, ...); strings point into argv */
     ct_plan_layout fix;
+    int untimed_ok;    /* 1: a layout whose costs are missing is ranked by memory alone ("not
+                          timed", the reason kept) instead of failing ct_plan_rank: planning for
+                          workers that are not all here */
 } ct_plan_problem;
 
 /* The problem of a train_gpt command line: cfg (the model's shape, resolved), its batch flags,
@@ -185,6 +188,20 @@ typedef struct ct_plan_needs {
 } ct_plan_needs;
 ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_err *err);
 void ct_plan_needs_free(ct_plan_needs *n);
+/* Drop the compute shapes of TP degree above max_tp (they need that many workers timing at
+ * once); returns how many were dropped, and the largest TP degree dropped in *tp_max (may be
+ * NULL). */
+int ct_plan_needs_limit_tp(ct_plan_needs *n, int max_tp, int *tp_max);
+/* The default link model, for planning without the links measured or a table: every link `need`
+ * lists, as a ring over its group with alpha and bandwidth per placement (threads of a process:
+ * CT_PLAN_DEFAULT_THREADS_*, processes: CT_PLAN_DEFAULT_RANKS_*), added to c->link; c->source
+ * names it. A guess, said as one: measure the links (bench_allreduce --write-links, ct_plan
+ * --write-links over the real workers) and give --links for a ranking to trust. */
+#define CT_PLAN_DEFAULT_THREADS_US 5.0
+#define CT_PLAN_DEFAULT_THREADS_GBS 10.0
+#define CT_PLAN_DEFAULT_RANKS_US 25.0
+#define CT_PLAN_DEFAULT_RANKS_GBS 5.0
+ct_status ct_plan_links_default(ct_plan_costs *c, const ct_plan_needs *need, ct_err *err);
 
 /* Measure what `need` lists. Collective over `world` (each worker with its own device, every
  * worker calling with the same problem): compute shapes are timed on every worker at once and
@@ -249,12 +266,14 @@ typedef struct ct_plan_entry {
     ct_plan_mem *worker; /* [W] */
     double largest;      /* the largest single buffer of any worker, and its name */
     char largest_name[64];
+    int timed;           /* est holds a prediction (costs for every piece of this layout) */
+    char why_untimed[160]; /* when not timed under pb->untimed_ok: the cost that was missing */
     ct_plan_estimate est;
 } ct_plan_entry;
 
 typedef struct ct_plan_result {
-    ct_plan_entry *e; /* fitting first (fastest first), then those that do not fit (smallest
-                         shortfall first) */
+    ct_plan_entry *e; /* fitting first (timed ones fastest first, then those not timed, least
+                         memory first), then those that do not fit (smallest shortfall first) */
     int n, nfit;
     char mem_note[256]; /* why memory is unknown, when it is */
 } ct_plan_result;

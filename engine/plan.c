@@ -332,6 +332,21 @@ void ct_plan_needs_free(ct_plan_needs *n) {
     free(n);
 }
 
+int ct_plan_needs_limit_tp(ct_plan_needs *n, int max_tp, int *tp_max) {
+    int k = 0, dropped = 0, top = 0;
+    for (int i = 0; i < n->ncomp; i++) {
+        if (n->comp[i].tp > max_tp) {
+            dropped++;
+            if (n->comp[i].tp > top) top = n->comp[i].tp;
+        } else {
+            n->comp[k++] = n->comp[i];
+        }
+    }
+    n->ncomp = k;
+    if (tp_max) *tp_max = top;
+    return dropped;
+}
+
 ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_err *err) {
     *out = NULL;
     ct_plan_layout *ls = NULL;
@@ -513,6 +528,29 @@ ct_status ct_plan_links_write(const ct_plan_costs *c, const char *path, ct_err *
     return CT_OK;
 }
 
+ct_status ct_plan_links_default(ct_plan_costs *c, const ct_plan_needs *need, ct_err *err) {
+    ct_plan_link *l = realloc(c->link, sizeof *l * (size_t)(c->nlink + need->nlink + 1));
+    if (!l) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
+    c->link = l;
+    for (int i = 0; i < need->nlink; i++) {
+        ct_plan_link k = need->link[i];
+        int threads = k.place == CT_PLACE_THREADS;
+        double a = (threads ? CT_PLAN_DEFAULT_THREADS_US : CT_PLAN_DEFAULT_RANKS_US) / 1e3;
+        double b = 1e-6 / (threads ? CT_PLAN_DEFAULT_THREADS_GBS : CT_PLAN_DEFAULT_RANKS_GBS);
+        double n = k.n, steps = n - 1, share = (n - 1) / n; /* a ring: n - 1 steps of 1/n */
+        if (k.coll == CT_PLAN_P2P) k.alpha = a, k.beta = b;
+        else if (k.coll == CT_COLL_ALLREDUCE) k.alpha = 2 * steps * a, k.beta = 2 * share * b;
+        else k.alpha = steps * a, k.beta = share * b; /* reduce-scatter, all-gather */
+        c->link[c->nlink++] = k;
+    }
+    snprintf(c->source, sizeof c->source,
+             "links from the default model, not measured: threads %.0f us + %.0f GB/s, "
+             "processes %.0f us + %.0f GB/s, ring collectives",
+             CT_PLAN_DEFAULT_THREADS_US, CT_PLAN_DEFAULT_THREADS_GBS, CT_PLAN_DEFAULT_RANKS_US,
+             CT_PLAN_DEFAULT_RANKS_GBS);
+    return CT_OK;
+}
+
 /* ------------------------------------------------------------------ prediction */
 
 typedef struct model_ctx {
@@ -564,8 +602,10 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
     for (int i = 0; i < c->ncomp; i++)
         if (c->comp[i].b == b && c->comp[i].tp == l->tp && c->comp[i].sp == l->sp) k = &c->comp[i];
     if (!k)
-        return CT_ERR(err, CT_ERR_ARG, "no compute cost for %d rows at tp %d%s: calibrate for it",
-                      b, l->tp, l->sp ? " with SP" : "");
+        return CT_ERR(err, CT_ERR_ARG, "no compute cost for %d rows at tp %d%s: %s", b, l->tp,
+                      l->sp ? " with SP" : "",
+                      l->tp > 1 ? "timing it needs that many workers at once"
+                                : "calibrate for it");
     int split[CT_MAX_CHUNKS * 64];
     if (N * v > (int)(sizeof split / sizeof split[0]))
         return CT_ERR(err, CT_ERR_ARG, "too many model chunks");
@@ -753,6 +793,7 @@ static int cmp_entry(const void *pa, const void *pb) {
         if (a->mem.total != b->mem.total) return a->mem.total < b->mem.total ? -1 : 1;
         if (a->largest != b->largest) return a->largest < b->largest ? -1 : 1;
     }
+    if (a->timed != b->timed) return b->timed - a->timed;
     if (a->est.step_ms != b->est.step_ms) return a->est.step_ms < b->est.step_ms ? -1 : 1;
     if (a->mem.total != b->mem.total) return a->mem.total < b->mem.total ? -1 : 1;
     return 0;
@@ -806,7 +847,18 @@ ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_pla
         }
         e->fits = !e->mem_known || ((pb->mem_cap <= 0 || e->mem.total <= pb->mem_cap) &&
                                     (pb->max_alloc <= 0 || e->largest <= pb->max_alloc));
-        if (c) st = ct_plan_predict(pb, &e->lay, c, &e->est, err);
+        if (c) {
+            ct_err pe = {0};
+            st = ct_plan_predict(pb, &e->lay, c, &e->est, &pe);
+            e->timed = st == CT_OK;
+            if (st == CT_ERR_ARG && pb->untimed_ok) { /* a cost missing: memory only */
+                snprintf(e->why_untimed, sizeof e->why_untimed, "%.159s", pe.msg);
+                memset(&e->est, 0, sizeof e->est);
+                st = CT_OK;
+            } else if (st != CT_OK) {
+                CT_ERR(err, st, "%s", pe.msg);
+            }
+        }
     }
     free(ls);
     if (st != CT_OK) {
@@ -856,6 +908,11 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
         ct_plan_layout_name(&e->lay, name, sizeof name);
         if (e->mem_known) snprintf(mem, sizeof mem, "%.1f MiB", mib(e->mem.total));
         else snprintf(mem, sizeof mem, "?");
+        if (c && !e->timed) {
+            fprintf(f, "%4d%s %-26s %11s   not timed: %s\n", i + 1, e->fits ? " " : "!", name, mem,
+                    e->why_untimed);
+            continue;
+        }
         fprintf(f, "%4d%s %-26s %11s %10.2f %10.0f %7.3f %5.0f%% %8.2f %9.3f %9.3f %9.3f", i + 1,
                 e->fits ? " " : "!", name, mem, e->est.step_ms, e->est.tokens_per_s, e->est.bubble,
                 100 * e->est.comm_share, e->est.compute_ms, e->est.tp_bytes / 1e6,
@@ -863,7 +920,12 @@ void ct_plan_print(FILE *f, const ct_plan_problem *pb, const ct_plan_costs *c, c
         if (pb->cfg.experts > 0) fprintf(f, " %9.3f", e->est.ep_bytes / 1e6);
         fputc('\n', f);
     }
-    if (r->nfit > 0) {
+    if (r->nfit > 0 && c && !r->e[0].timed) {
+        char name[96];
+        ct_plan_layout_name(&r->e[0].lay, name, sizeof name);
+        fprintf(f, "chosen: none timed: %d layouts fit, none could be timed here (%s fits with the "
+                   "least memory)\n", r->nfit, name);
+    } else if (r->nfit > 0) {
         char name[96], flags[256];
         ct_plan_layout_name(&r->e[0].lay, name, sizeof name);
         ct_plan_layout_flags(&r->e[0].lay, flags, sizeof flags);
@@ -948,16 +1010,19 @@ void ct_plan_print_json(FILE *f, const ct_plan_problem *pb, const ct_plan_costs 
             json_mem(f, &e->worker[w]);
             fprintf(f, "}");
         }
+        char why[400];
+        ct_json_escape(why, sizeof why, e->why_untimed);
         fprintf(f,
-                "],\"step_ms\":%.4f,\"tokens_per_s\":%.2f,\"compute_ms\":%.4f,\"bubble\":%.5f,"
-                "\"comm_ms\":%.4f,\"comm_share\":%.5f,\"opt_ms\":%.4f,\"tp_bytes\":%.0f,"
-                "\"dp_bytes\":%.0f,\"pp_bytes\":%.0f,\"ep_bytes\":%.0f}",
-                e->est.step_ms, e->est.tokens_per_s, e->est.compute_ms, e->est.bubble,
-                e->est.comm_ms, e->est.comm_share, e->est.opt_ms, e->est.tp_bytes, e->est.dp_bytes,
-                e->est.pp_bytes, e->est.ep_bytes);
+                "],\"timed\":%s,\"why_untimed\":%s,\"step_ms\":%.4f,\"tokens_per_s\":%.2f,"
+                "\"compute_ms\":%.4f,\"bubble\":%.5f,\"comm_ms\":%.4f,\"comm_share\":%.5f,"
+                "\"opt_ms\":%.4f,\"tp_bytes\":%.0f,\"dp_bytes\":%.0f,\"pp_bytes\":%.0f,"
+                "\"ep_bytes\":%.0f}",
+                e->timed ? "true" : "false", why, e->est.step_ms, e->est.tokens_per_s,
+                e->est.compute_ms, e->est.bubble, e->est.comm_ms, e->est.comm_share, e->est.opt_ms,
+                e->est.tp_bytes, e->est.dp_bytes, e->est.pp_bytes, e->est.ep_bytes);
     }
     fprintf(f, "],\"chosen\":");
-    if (r->nfit > 0) {
+    if (r->nfit > 0 && (!c || r->e[0].timed)) {
         char name[96];
         ct_plan_layout_name(&r->e[0].lay, name, sizeof name);
         fprintf(f, "\"%s\"", name);

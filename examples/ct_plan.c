@@ -7,7 +7,8 @@
  *   # measure on the workers the run will use (they time their ops and links at once)
  *   mpiexec -n 2 build/bin/ct_plan --devices-per-rank 2 --layers 8 --dim 256 --seq 128 \
  *       --batch 8 --total-batch 8192
- *   # plan for 8 workers from here: compute timed on this device, links from a table
+ *   # plan for 8 workers from here: compute timed on this device, links from a table (without
+ *   # one, from a default link model it names); TP layouts above the workers here by memory
  *   build/bin/ct_plan --workers 8 --devices-per-rank 4 --links links.txt --layers 8 ...
  *
  * Takes train_gpt's model and batch flags (--init FILE or --layers/--heads/--dim/..., --seq,
@@ -59,7 +60,8 @@ static void usage(FILE *f) {
             "Layout flags given (--dp, --tp, --pp, --zero, --schedule, --virtual-stages,\n"
             "--sequence-parallel) pin that choice. Costs are measured on the workers this runs as\n"
             "(ranks x --devices-per-rank, all at once) when they are the W; otherwise the compute\n"
-            "on this device and the links from --links.\n");
+            "on this device and the links from --links, or from a default link model it names\n"
+            "(layouts whose TP degree exceeds the workers here: memory only, said so).\n");
 }
 
 typedef struct own_opts {
@@ -129,11 +131,10 @@ int main(int argc, char **argv) {
     int W = o.workers > 0 ? o.workers : here;
     if (o.workers < 0 || W < 1) die(2, "--workers must be >= 1 (got %d)", o.workers);
     int live = !o.no_cal && W == here && W > 1;
-    if (!o.no_cal && W != here && !o.links)
-        die(2, "planning for --workers %d from %d worker%s: the links cannot be measured here; "
-               "run ct_plan as the %d workers (mpiexec x --devices-per-rank) or give --links FILE "
-               "(bench_allreduce --write-links, ct_plan --write-links)",
-            W, here, here > 1 ? "s" : "", W);
+    /* planning for workers that are not all here: the links come from --links or the default
+     * model, the compute of TP degrees above the workers here cannot be timed (TP's collectives
+     * run inside it): those layouts are ranked by memory alone, said so */
+    int away = !o.no_cal && W != here;
     if (W > 1 && W % D) die(2, "--workers %d is not a multiple of --devices-per-rank %d", W, D);
 
     ct_plan_problem pb;
@@ -146,8 +147,11 @@ int main(int argc, char **argv) {
         if (p.pp > 1 && ct_sched_parse(p.schedule, &pb.fix.sched, &e2) != CT_OK) die(2, "%s", e2.msg);
     }
     pb.max_virt = o.max_virt;
+    pb.untimed_ok = away;
     ct_plan_needs *need = NULL;
     if (ct_plan_needs_make(&pb, &need, &err) != CT_OK) die(2, "%s", err.msg);
+    int tp_dropped = 0, tp_top = 0;
+    if (away) tp_dropped = ct_plan_needs_limit_tp(need, here, &tp_top);
 
     ct_topo *topo = NULL;
     ct_plan_costs costs_v;
@@ -167,6 +171,8 @@ int main(int argc, char **argv) {
         if (st != CT_OK) die(st == CT_ERR_ARG || st == CT_ERR_IO ? 2 : 1, "%s", err.msg);
         if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
         ct_plan_limit_alloc(&pb, alloc_min);
+        if (away && !o.links && ct_plan_links_default(&costs_v, need, &err) != CT_OK)
+            die(1, "%s", err.msg);
         costs = &costs_v;
     } else if (o.links) {
         die(2, "--links with --no-calibrate: without measured compute no time is predicted");
@@ -181,6 +187,22 @@ int main(int argc, char **argv) {
         if (o.json) ct_plan_print_json(stdout, &pb, costs, &res);
         else ct_plan_print(stdout, &pb, costs, &res, o.top);
         fflush(stdout);
+        if (away) { /* what this ranking rests on, on stderr so --json stays parseable */
+            fprintf(stderr,
+                    "ct_plan: planning for %d workers from %d: compute timed on this device%s; "
+                    "links %s.\n",
+                    W, here, here > 1 ? "s" : "",
+                    o.links ? "from the table given" : "not measured: the default link model "
+                              "(a guess; measure yours with bench_allreduce --write-links FILE or "
+                              "ct_plan --write-links FILE run as the workers, then --links FILE)");
+            if (tp_dropped)
+                fprintf(stderr,
+                        "ct_plan: not timed: the layouts with tp up to %d (TP's pieces are timed "
+                        "with their collectives inside, which needs that many workers at once): "
+                        "listed by memory; run ct_plan as the %d workers, or pin --tp, to time "
+                        "them\n",
+                        tp_top, W);
+        }
     }
     if (res.nfit == 0) {
         char why[512];

@@ -168,6 +168,39 @@ EOF
     auto auto_alloc --max-alloc-mb 0.06 && logsays "$D/auto_alloc.log" "single buffers up to 0.06 MiB"
 fi
 
+# 1c. planning for 8 workers from one process, no links table: every layout of 8 with its
+#     memory; those without TP timed here with the default link model (named, on stdout and in
+#     the JSON), those with TP listed after them, not timed, saying why; stderr says what was
+#     not measured and how to measure it
+if want rules; then
+    if logged "$D/plan_8.json" "$D/plan_8.err" env POCL_DEVICES=pthread "$PLAN" $MODEL --workers 8 \
+            --json --reps 1; then
+        if $PY - "$D/plan_8.json" "$D/plan_8.err" <<'EOF'; then :; else fail "ct_plan --workers 8 from one process"; fi
+import json, sys
+r = json.load(open(sys.argv[1]))
+err = open(sys.argv[2]).read()
+L = r["layouts"]
+timed = [l for l in L if l["timed"]]
+untimed = [l for l in L if not l["timed"]]
+ok = r["workers"] == 8 and len(L) > 0 and all(l["mem_known"] and l["mem"]["total"] > 0 for l in L)
+ok &= "default model" in r["costs"]["source"] and r["costs"]["workers_timed"] == 1
+ok &= all(l["tp"] == 1 and l["step_ms"] > 0 for l in timed) and len(timed) > 0
+ok &= all(l["tp"] > 1 and "needs that many workers" in l["why_untimed"] for l in untimed)
+ok &= len(untimed) > 0 and {l["tp"] for l in L} >= {1, 2, 4}
+fit = [l for l in L if l["fits"]]
+ok &= r["chosen"] == fit[0]["name"] and fit[0]["timed"]
+ok &= all(a["step_ms"] <= b["step_ms"] for a, b in zip(timed, timed[1:]) if a["fits"] and b["fits"])
+ok &= "links not measured" in err and "--links FILE" in err and "not timed" in err
+print("%s: ct_plan --workers 8 from one process: %d layouts (%d timed, %d with TP by memory), "
+      "chosen %s; %s" % ("ok" if ok else "FAIL", len(L), len(timed), len(untimed), r["chosen"],
+                         r["costs"]["source"]))
+sys.exit(0 if ok else 1)
+EOF
+    else
+        fail "ct_plan --workers 8 from one process"; cat "$D/plan_8.err"
+    fi
+fi
+
 # 3. nothing fits: the smallest shortfall; the smallest buffer above the device's limit
 if want rules; then
     expect_refusal "ct_plan, nothing fits" "smallest shortfall" env POCL_DEVICES="pthread pthread" \
@@ -184,8 +217,6 @@ fi
 # 4. bad input
 if want rules; then
     expect_refusal "--layout maybe" "--layout must be manual or auto" "$TRAIN" $ARGS --layout maybe
-    expect_refusal "ct_plan --workers 8 without links" "give --links FILE" env POCL_DEVICES=pthread \
-        "$PLAN" $MODEL --workers 8
     expect_refusal "ct_plan --workers 3 over 2 per rank" "not a multiple of --devices-per-rank 2" env \
         POCL_DEVICES=pthread "$PLAN" $MODEL --workers 3 --devices-per-rank 2 --no-calibrate
     expect_refusal "ct_plan --links missing" "cannot open it" env POCL_DEVICES=pthread "$PLAN" $MODEL \
@@ -196,8 +227,15 @@ if want rules; then
     expect_refusal "ct_plan --bogus" "unknown" "$PLAN" $MODEL --bogus 1
 fi
 if want measured && [ -f "$D/links.txt" ]; then
-    expect_refusal "ct_plan --workers 2 --links from one worker, tp free" "timing tp 2's pieces needs 2 workers" \
-        env POCL_DEVICES=pthread "$PLAN" $MODEL --workers 2 --links "$D/links.txt" --reps 1
+    # from one worker with the measured table, tp free: tp 2 listed by memory, not timed
+    if logged "$D/plan_1.txt" "$D/plan_1.err" env POCL_DEVICES=pthread "$PLAN" $MODEL --workers 2 \
+            --links "$D/links.txt" --reps 1 &&
+       grep -q "dp1 tp2 pp1 .* not timed: no compute cost .* at tp 2" "$D/plan_1.txt" &&
+       grep -q "links from the table given" "$D/plan_1.err"; then
+        echo "ok: --workers 2 --links from one worker, tp free: tp 2 listed by memory, not timed"
+    else
+        fail "--workers 2 --links from one worker, tp free"; cat "$D/plan_1.txt" "$D/plan_1.err"
+    fi
 fi
 
 finish
