@@ -109,6 +109,12 @@ typedef struct ct_device_opts {
     cl_context context;    /* NULL: a context of its own; else open in this context (retained),
                               which must hold the device: workers sharing one device then
                               share memory objects and events (device-resident collectives) */
+    /* Called, when set, around each program this device has to build from source (found in
+     * neither its memory nor its disk cache): phase 0 just before the build, phase 1 after a
+     * successful one with the seconds it took. On the thread that asked for the program; what
+     * to say is the caller's (the library prints nothing). */
+    void (*on_build)(void *arg, const char *program, int phase, double seconds);
+    void *on_build_arg;
 } ct_device_opts;
 
 ct_device_opts ct_device_opts_default(void);

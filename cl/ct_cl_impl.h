@@ -49,6 +49,8 @@ struct ct_device {
     int nprograms, cap_programs;
     ct__program_entry *programs;
     ct_program_cache_stats cache_stats;
+    void (*on_build)(void *arg, const char *program, int phase, double seconds);
+    void *on_build_arg;
 
     char tuning_source[512];
     char tune_dir[1100]; /* where stored tuning results live ("" = none known) */

@@ -341,6 +341,7 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
         st = CT_CL_FAIL(err, rc, "clCreateCommandQueue for device %d (%s)", info->index, info->name);
         goto cleanup;
     }
+    d->on_build = o.on_build, d->on_build_arg = o.on_build_arg;
     if (o.cache_dir) snprintf(d->cache_dir, sizeof d->cache_dir, "%s", o.cache_dir);
     else ct_cache_dir_default(d->cache_dir, sizeof d->cache_dir);
     snprintf(d->tuning_source, sizeof d->tuning_source, "disabled (CLBlast's built-in parameters)");

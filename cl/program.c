@@ -223,6 +223,8 @@ static ct_status get_entry(ct_device *d, const ct_cl_source *src, const char *op
         cl_int rc = CL_SUCCESS;
         const char *text = src->text;
         size_t len = src->len;
+        double t0 = ct_time_now();
+        if (d->on_build) d->on_build(d->on_build_arg, src->name, 0, 0);
         prog = clCreateProgramWithSource(d->ctx, 1, &text, &len, &rc);
         if (rc != CL_SUCCESS)
             return CT_CL_FAIL(&d->err, rc, "clCreateProgramWithSource '%s'", src->name);
@@ -233,6 +235,7 @@ static ct_status get_entry(ct_device *d, const ct_cl_source *src, const char *op
             return st;
         }
         d->cache_stats.builds++;
+        if (d->on_build) d->on_build(d->on_build_arg, src->name, 1, ct_time_now() - t0);
         if (path[0]) store_cached(d, prog, path, key);
     }
     e = &d->programs[d->nprograms];

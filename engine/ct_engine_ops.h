@@ -83,6 +83,9 @@ extern const int ct_engine_kernels_count;
 
 /* Compile every engine kernel program now (so later calls only enqueue). */
 ct_status ct_ops_warmup(ct_device *dev);
+/* How many programs ct_ops_warmup builds (the engine's kernels but the fused attention's, which
+ * is built per head size and block shape on first use). */
+int ct_ops_program_count(void);
 
 /* ---- encoder: out = wte[token] + wpe[position] */
 ct_status ct_encoder_forward(ct_device *dev, ct_view out /* (B,T,C) = */,

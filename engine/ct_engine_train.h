@@ -367,6 +367,9 @@ void ct_trainer_free(ct_trainer *t);
 const char *ct_trainer_errmsg(const ct_trainer *t);
 int ct_trainer_leader(const ct_trainer *t);     /* world worker 0: prints, writes files */
 int64_t ct_trainer_start(const ct_trainer *t);  /* first step of this run (after a resume) */
+/* Programs worker 0's device built from source while the trainer was made (0: the kernel cache
+ * had them all); the first step then builds the rest (CLBlast's) on their first use. */
+int ct_trainer_built_programs(const ct_trainer *t);
 int64_t ct_trainer_step_index(const ct_trainer *t); /* the next step to run */
 ct_model *ct_trainer_model(ct_trainer *t);
 ct_exec *ct_trainer_exec(ct_trainer *t);

@@ -119,11 +119,19 @@ const char *ct_profile_name(int bucket) {
 
 /* ------------------------------------------------------------------ warm-up */
 
+static int warmed(const ct_cl_source *src) { return strcmp(src->name, "attention_fused") != 0; }
+
+int ct_ops_program_count(void) {
+    int n = 0;
+    for (int i = 0; i < ct_engine_kernels_count; i++) n += warmed(&ct_engine_kernels[i]);
+    return n;
+}
+
 ct_status ct_ops_warmup(ct_device *dev) {
     for (int i = 0; i < ct_engine_kernels_count; i++) {
         cl_program p = NULL;
         /* the fused attention is built per (head size, block shape) when first used */
-        if (!strcmp(ct_engine_kernels[i].name, "attention_fused")) continue;
+        if (!warmed(&ct_engine_kernels[i])) continue;
         ct_status st = ct_program_get(dev, &ct_engine_kernels[i], "", &p);
         if (st != CT_OK) return st;
     }

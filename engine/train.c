@@ -212,6 +212,7 @@ struct ct_train_run {
     pthread_mutex_t ctx_lock;
     ct_topo *topo; /* NULL: one worker, no MPI */
     int W;
+    FILE *log;     /* warnings, and what a wait at setup is (programs built on first use) */
 };
 
 /* Whether --name was given on the command line (as "--name V" or "--name=V"). */
@@ -366,6 +367,7 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
     const ct_train_params *p = &r->p;
     r->topo = topo;
     r->W = topo ? ct_topo_world_size(topo) : 1;
+    r->log = log;
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
         if ((st = (expr)) != CT_OK) goto fail;                                                     \
@@ -573,8 +575,34 @@ struct ct_trainer {
     int *in, *tg;       /* this worker's rows of every micro-batch of a step */
     uint64_t *mem;      /* the memory report, W x CT_MEM__COUNT */
     int32_t *tpdev;     /* [W]: 1 where the worker's TP collectives run on the device */
+    int built;          /* programs worker 0's device built from source at setup (cold cache) */
     ct_err err;
 };
+
+/* Worker 0's device says when it must build a program from source (a cold kernel cache): the
+ * run's log tells what the wait is, counted over the programs the engine builds at setup. */
+static void on_build(void *arg, const char *program, int phase, double seconds) {
+    ct_trainer *t = arg;
+    FILE *f = t->r->log;
+    if (!f) return;
+    if (phase == 0) {
+        if (t->built == 0) {
+            char dir[1024];
+            ct_cache_dir_default(dir, sizeof dir);
+            fprintf(f, "train_gpt: building the OpenCL programs for %s on their first use here "
+                       "(kept in %s/programs: later runs load them at once)\n",
+                    t->info->name, dir);
+        }
+        return;
+    }
+    int total = ct_ops_program_count();
+    t->built++;
+    if (t->built <= total)
+        fprintf(f, "  built %-18s %6.1f s   [%d/%d]\n", program, seconds, t->built, total);
+    else
+        fprintf(f, "  built %-18s %6.1f s\n", program, seconds);
+    fflush(f);
+}
 
 static ct_status terr(ct_trainer *t, ct_err *err, ct_status st, const char *fmt, ...) {
     va_list ap;
@@ -734,6 +762,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     dopts.mem_cap = (uint64_t)(p->mem_cap_gb * 1073741824.0);
     dopts.max_alloc = (uint64_t)(p->max_alloc_mb * 1048576.0);
     if (p->max_alloc_mb > 0 && !dopts.max_alloc) dopts.max_alloc = 1;
+    if (t->wrank == 0) dopts.on_build = on_build, dopts.on_build_arg = t;
     if (p->workers_per_device > 1) {
         pthread_mutex_lock(&r->ctx_lock);
         st = ct_device_open_shared(&t->dev, t->info, &dopts, &r->ctx[k], err);
@@ -864,6 +893,11 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     t->peak = p->peak_tflops;
     t->peak_src = "--peak-tflops";
     if (t->peak <= 0 && t->leader) {
+        if (t->built && r->log) {
+            fprintf(r->log, "train_gpt: measuring the device's GEMM rate (MFU's peak): CLBlast "
+                            "builds its GEMM program on first use\n");
+            fflush(r->log);
+        }
         t->peak = ct_measure_gemm_tflops(t->dev, cfg, t->b * p->seq);
         t->peak_src = "measured GEMM rate";
     }
@@ -934,6 +968,7 @@ const char *ct_trainer_errmsg(const ct_trainer *t) { return t->err.msg; }
 int ct_trainer_leader(const ct_trainer *t) { return t->leader; }
 int64_t ct_trainer_step_index(const ct_trainer *t) { return t->step; }
 int64_t ct_trainer_start(const ct_trainer *t) { return t->start; }
+int ct_trainer_built_programs(const ct_trainer *t) { return t->built; }
 ct_model *ct_trainer_model(ct_trainer *t) { return t->model; }
 ct_exec *ct_trainer_exec(ct_trainer *t) { return t->x; }
 ct_metrics *ct_trainer_metrics(ct_trainer *t) { return t->mx; }

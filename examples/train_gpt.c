@@ -135,6 +135,56 @@ static void print_sample(ct_trainer *t, const ct_train_params *p, int64_t step) 
     free(tokens);
 }
 
+/* The run's speed without its first step (first uses: programs built on a cold cache, buffers
+ * touched): the median step, and the rates of that step's work at that time. */
+typedef struct summary {
+    double first_ms;
+    double *ms;
+    int n, cap;
+    double tokens, flops_s, mfu_ms; /* per step: tokens, TFLOP/s x ms, MFU x ms */
+} summary;
+
+static void summary_add(summary *s, const ct_step_metrics *sm, int first) {
+    if (first) {
+        s->first_ms = sm->ms;
+        return;
+    }
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        double *m = realloc(s->ms, sizeof *m * (size_t)cap);
+        if (!m) return;
+        s->ms = m, s->cap = cap;
+    }
+    s->ms[s->n++] = sm->ms;
+    s->tokens = sm->tokens_per_s * sm->ms / 1e3;
+    s->flops_s = sm->tflops * sm->ms, s->mfu_ms = sm->mfu * sm->ms;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void summary_print(summary *s, int64_t start, int cold, ct_metrics *mx) {
+    if (s->n > 0) {
+        qsort(s->ms, (size_t)s->n, sizeof *s->ms, cmp_double);
+        double med = s->n % 2 ? s->ms[s->n / 2] : 0.5 * (s->ms[s->n / 2 - 1] + s->ms[s->n / 2]);
+        double tps = s->tokens / (med / 1e3), tf = s->flops_s / med, mfu = s->mfu_ms / med;
+        printf("summary  | steps %lld-%lld: median %.1f ms per step, %.0f tok/s, %.4f TFLOP/s, "
+               "MFU %.2f%% (step %lld left out: %.1f ms%s)\n",
+               (long long)start + 2, (long long)start + 1 + s->n, med, tps, tf, 100 * mfu,
+               (long long)start + 1, s->first_ms,
+               cold ? ", it built programs on first use" : ", first use of every kernel");
+        char f[256];
+        snprintf(f, sizeof f,
+                 "\"steps\":%d,\"median_ms\":%.4f,\"tokens_per_s\":%.2f,\"tflops\":%.6f,"
+                 "\"mfu\":%.6f,\"first_ms\":%.4f,\"first_built\":%s",
+                 s->n, med, tps, tf, mfu, s->first_ms, cold ? "true" : "false");
+        ct_metrics_record(mx, "summary", f);
+    }
+    free(s->ms);
+}
+
 /* --layout auto: after a few steps (and at the end), the predicted step time beside the median
  * of those measured so far, leaving out the first (kernels compile in it). */
 static void plan_check(const ct_step_metrics *sm, int64_t k, int last, ct_metrics *mx) {
@@ -212,6 +262,17 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
     if (leader && start > p.steps)
         fprintf(stderr, "train_gpt: the checkpoint is at step %lld, past --steps %d: nothing to "
                         "train\n", (long long)start, p.steps);
+    /* a cold kernel cache: the first step waits for the rest (each kernel's first launch, where
+     * drivers such as PoCL compile it for the launch's shape; CLBlast's GEMM programs) */
+    int cold = ct_trainer_built_programs(t) > 0;
+    if (leader && cold && start < p.steps) {
+        fprintf(stderr, "train_gpt: step %lld also waits for the device's compiler: CLBlast's "
+                        "GEMM programs and each kernel's first launch (about a minute on a 2-core "
+                        "CPU, once); the summary leaves that step out\n",
+                (long long)start + 1);
+        fflush(stderr);
+    }
+    summary sum = {0};
     for (int64_t step = start; step < p.steps; step++) {
         ct_step_metrics sm;
         st = ct_trainer_step(t, &sm);
@@ -236,10 +297,12 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
                 snprintf(moe, sizeof moe, " | aux %.4f drop %.3f max load %.2f", sm.aux_loss,
                          sm.drop_frac, sm.max_load);
             printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | %8.0f tok/s | "
-                   "%.4f TFLOP/s | MFU %5.2f%% | mem %.1f MiB%s\n",
+                   "%.4f TFLOP/s | MFU %5.2f%% | mem %.1f MiB%s%s\n",
                    (long long)step + 1, p.steps, sm.loss, sm.lr, sm.grad_norm, sm.ms,
-                   sm.tokens_per_s, sm.tflops, 100 * sm.mfu, sm.mem_bytes / 1048576.0, moe);
+                   sm.tokens_per_s, sm.tflops, 100 * sm.mfu, sm.mem_bytes / 1048576.0, moe,
+                   step == start && cold ? " | built programs" : "");
         }
+        if (leader) summary_add(&sum, &sm, step == start);
         int64_t done = step + 1;
         int last = done == p.steps;
         if (leader && g_plan_ms > 0) plan_check(&sm, step - start, last, ct_trainer_metrics(t));
@@ -247,9 +310,19 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
             double vl = 0;
             if (ct_trainer_eval(t, &vl) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
             if (leader && !isnan(vl)) {
-                printf("eval  %5lld | val loss %.6f\n", (long long)done, vl);
-                char f[96];
-                snprintf(f, sizeof f, "\"step\":%lld,\"val_loss\":%.9g", (long long)done, vl);
+                /* bytes (--text, the embedded corpus): the loss in bits per byte too */
+                int bytes = !p.data[0];
+                if (bytes)
+                    printf("eval  %5lld | val loss %.6f | %.4f bits per byte\n", (long long)done, vl,
+                           vl / log(2.0));
+                else
+                    printf("eval  %5lld | val loss %.6f\n", (long long)done, vl);
+                char f[128];
+                if (bytes)
+                    snprintf(f, sizeof f, "\"step\":%lld,\"val_loss\":%.9g,\"val_bpb\":%.9g",
+                             (long long)done, vl, vl / log(2.0));
+                else
+                    snprintf(f, sizeof f, "\"step\":%lld,\"val_loss\":%.9g", (long long)done, vl);
                 ct_metrics_record(ct_trainer_metrics(t), "eval", f);
             }
         }
@@ -262,6 +335,7 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
             if (leader) printf("saved checkpoint %s (step %lld)\n", path, (long long)done);
         }
     }
+    if (leader) summary_print(&sum, start, cold, ct_trainer_metrics(t));
     if (ct_trainer_pipeline_report(t, stdout, NULL) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
     if (p.dp > 1 && leader && p.steps > start) {
         ct_exec_times tm;
