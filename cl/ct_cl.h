@@ -348,6 +348,21 @@ ct_status ct_gemm_strided_batched(ct_device *dev, int ta, int tb, size_t m, size
                                   cl_mem c, size_t c_off, size_t ldc, size_t c_stride, size_t batch,
                                   ct_event **ev);
 
+/* ---------------------------------------------------------------- bf16 */
+
+/* bf16 is the upper half of an IEEE fp32, held as uint16_t (ushort in OpenCL C): it needs no
+ * OpenCL extension. fp32 -> bf16 rounds to nearest, ties to even; past bf16's largest finite
+ * value it rounds to infinity; infinities stay; a NaN stays a NaN of the same sign (made quiet).
+ * bf16 -> fp32 is exact. The kernels use the same rule (cl/kernels/bf16.clh). */
+uint16_t ct_bf16_from_f32(float x);
+float ct_bf16_to_f32(uint16_t h);
+/* The same on the device for n values: src fp32 -> dst bf16 and src bf16 -> dst fp32, offsets in
+ * elements of each buffer's type. Enqueued; `ev` as everywhere. */
+ct_status ct_bf16_from_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, cl_mem dst,
+                                   size_t dst_off, size_t n, ct_event **ev);
+ct_status ct_bf16_to_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, cl_mem dst,
+                                 size_t dst_off, size_t n, ct_event **ev);
+
 /* ---------------------------------------------------------------- CLBlast tuning */
 
 /* One CLBlast kernel's parameters, e.g. kernel "Xgemm" with MWG=128, NWG=128, ... */

@@ -106,6 +106,12 @@ int ct__alloc_fails(ct_alloc_kind kind, size_t bytes);
 void ct__alloc_benign_begin(void);
 void ct__alloc_benign_end(void);
 
+/* The embedded source cl/kernels/<name>.cl (program.c), or NULL. */
+const ct_cl_source *ct__cl_kernel_source(const char *name);
+/* Set arguments 0 .. n-1 of k: sizes[i] bytes at vals[i]; the error names the kernel. */
+ct_status ct__kernel_args(ct_device *d, cl_kernel k, int n, const size_t *sizes,
+                          const void *const *vals);
+
 /* Apply stored/shipped tuning at device open (tune.c). */
 ct_status ct__tune_apply_at_open(ct_device *dev, const char *tune_dir);
 
