@@ -63,6 +63,8 @@ typedef struct ct_device_info {
     uint64_t max_alloc_bytes;
     uint64_t local_mem_bytes;
     int fp16, fp64;
+    int nv_cc_major, nv_cc_minor; /* NVIDIA compute capability (cl_nv_device_attribute_query);
+                                     0.0 on other devices */
 } ct_device_info;
 
 /* Every device of every platform, in platform order. *out is freed with ct_device_list_free.
@@ -362,6 +364,80 @@ ct_status ct_bf16_from_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, c
                                    size_t dst_off, size_t n, ct_event **ev);
 ct_status ct_bf16_to_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, cl_mem dst,
                                  size_t dst_off, size_t n, ct_event **ev);
+
+/* ---------------------------------------------------------------- GEMM paths */
+
+/* Every GEMM path behind one call, ct_gemm_run(dev, path, desc, ev):
+ *
+ *     ct_gemm_desc g = {.m = T, .n = 3 * C, .k = C, .tb = 1, .alpha = 1,
+ *                       .a = x, .lda = C, .b = w, .ldb = C, .c = y, .ldc = 3 * C};
+ *     if (ct_gemm_path_check(dev, CT_GEMM_MMA) != CT_OK) log(ct_device_errmsg(dev)); -- why not
+ *     else if (ct_gemm_run(dev, CT_GEMM_MMA, &g, NULL)) ...
+ *
+ * Paths (a vendor's matrix-unit kernels sit beside CT_GEMM_MMA as further values, each with its
+ * enabling rule and probe, and its kernel source runnable through portable stand-ins):
+ *   CT_GEMM_CLBLAST       fp32 operands and C (CLBlast: the reference; ct_gemm)
+ *   CT_GEMM_PORTABLE      bf16 operands, fp32 accumulation, C fp32 or bf16: plain OpenCL C for
+ *                         any device (cl/kernels/gemm_bf16.cl)
+ *   CT_GEMM_MMA           the same on NVIDIA tensor cores: mma.sync m16n8k16 through inline PTX
+ *                         (cl/kernels/gemm_mma.cl). Only on an NVIDIA device of compute capability
+ *                         8.0 or more whose probe (the kernel built and run on a known pair of
+ *                         matrices in all four transposes, the product checked exactly) passes
+ *   CT_GEMM_MMA_EMULATED  CT_GEMM_MMA's kernel source with portable stand-ins for the warp
+ *                         instructions (mma, ldmatrix, cp.async): any device, slow; it runs every
+ *                         index, tile and edge path of the mma kernel where no tensor core is */
+typedef enum ct_gemm_path {
+    CT_GEMM_CLBLAST = 0,
+    CT_GEMM_PORTABLE,
+    CT_GEMM_MMA,
+    CT_GEMM_MMA_EMULATED,
+    CT_GEMM_PATH__COUNT
+} ct_gemm_path;
+
+/* "clblast", "portable", "mma", "mma-emulated"; "?" for a value out of range. */
+const char *ct_gemm_path_str(ct_gemm_path p);
+/* The inverse of ct_gemm_path_str; an unknown name is CT_ERR_ARG listing the names. */
+ct_status ct_gemm_path_parse(const char *s, ct_gemm_path *out, ct_err *err);
+/* 1 when the path's A and B are bf16 (all but CT_GEMM_CLBLAST). */
+int ct_gemm_path_bf16(ct_gemm_path p);
+
+/* One GEMM: row-major C = alpha * op(A) * op(B) + beta * C for each of `batch` matrices, op(X) =
+ * X^T when tX = 1; op(A) is m x k, op(B) k x n, C m x n. Offsets, leading dimensions and strides
+ * (matrix i of A starts at a_off + i * a_stride) count elements of the buffer's type: fp32 for
+ * CT_GEMM_CLBLAST, bf16 for A and B on the other paths, C's type by c_bf16. beta == 0 does not
+ * read C (a NaN there does not spread). A plain struct: zero what is not used. */
+typedef struct ct_gemm_desc {
+    int ta, tb;
+    size_t m, n, k;
+    size_t batch; /* 0 counts as 1 */
+    float alpha, beta;
+    cl_mem a;
+    size_t a_off, lda, a_stride;
+    cl_mem b;
+    size_t b_off, ldb, b_stride;
+    cl_mem c;
+    size_t c_off, ldc, c_stride;
+    int c_bf16; /* C held as bf16 (read for beta, written rounded to nearest even): bf16 paths */
+    int tile;   /* 0: the path picks its block shape from the shape of the product; i >= 1: the
+                   path's i-th (ct_gemm_path_tiles; tests and measurements) */
+} ct_gemm_desc;
+
+/* Whether `path` runs on this device: CT_OK, or CT_ERR_UNSUPPORTED with the reason on the
+ * device's message ("the mma path needs an NVIDIA device of compute capability 8.0 or more; this
+ * device is ..."). The first check of a path may build its kernels and run its probe (blocking,
+ * seconds on a cold program cache): call it at setup. The answer is kept for the device. */
+ct_status ct_gemm_path_check(ct_device *dev, ct_gemm_path path);
+/* Enqueue the GEMM on `path` (checked first as ct_gemm_path_check; a refused path is
+ * CT_ERR_UNSUPPORTED with its reason). Arguments are checked as ct_gemm's are (CT_ERR_ARG naming
+ * the matrix). m, n or batch 0: nothing to do (an event if asked); k = 0 is refused. */
+ct_status ct_gemm_run(ct_device *dev, ct_gemm_path path, const ct_gemm_desc *g, ct_event **ev);
+/* How many block shapes the path has (desc.tile 1 .. n), and a line describing shape i
+ * ("128x128x32, 8 warps of 64x32, 2 stages, 40960 B local"); NULL out of range. */
+int ct_gemm_path_tiles(ct_gemm_path path);
+const char *ct_gemm_tile_str(ct_gemm_path path, int tile);
+/* The vendor rule of CT_GEMM_MMA alone, from what the device reports (no probe): 1 when `info`
+ * is an NVIDIA device of compute capability 8.0 or more; else 0 with the reason in why. */
+int ct_gemm_mma_eligible(const ct_device_info *info, char *why, size_t len);
 
 /* ---------------------------------------------------------------- CLBlast tuning */
 

@@ -52,6 +52,10 @@ struct ct_device {
 
     char tuning_source[512];
     char tune_dir[1100]; /* where stored tuning results live ("" = none known) */
+
+    /* GEMM paths (gemm_path.c): 0 = not checked yet, 1 = runs here, -1 = refused for gemm_why */
+    int gemm_state[CT_GEMM_PATH__COUNT];
+    char gemm_why[CT_GEMM_PATH__COUNT][768];
 };
 
 struct ct_buffer {
@@ -111,6 +115,23 @@ const ct_cl_source *ct__cl_kernel_source(const char *name);
 /* Set arguments 0 .. n-1 of k: sizes[i] bytes at vals[i]; the error names the kernel. */
 ct_status ct__kernel_args(ct_device *d, cl_kernel k, int n, const size_t *sizes,
                           const void *const *vals);
+
+/* GEMM internals. ct__gemm_check: ta/tb, and every matrix of g fits its buffer, with A and B of
+ * ab_bytes per element and C of c_bytes (gemm.c; the message names the matrix). */
+ct_status ct__gemm_check(ct_device *d, const ct_gemm_desc *g, size_t ab_bytes, size_t c_bytes);
+/* Set the arguments every bf16 GEMM kernel takes (the list at the top of gemm_mma.cl), in order
+ * (gemm_path.c). */
+ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g);
+/* The paths' bodies: run assumes a checked path and checked arguments with m, n, k, batch >= 1. */
+ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev);
+int ct__gemm_portable_tiles(void);
+const char *ct__gemm_portable_tile_str(int tile);
+/* emulated: the stand-in build of the mma kernel. check: the vendor rule (not for emulated) and
+ * the probe; on refusal writes the reason to why. */
+ct_status ct__gemm_mma_check(ct_device *d, int emulated, char *why, size_t len);
+ct_status ct__gemm_mma_run(ct_device *d, const ct_gemm_desc *g, int emulated, ct_event **ev);
+int ct__gemm_mma_tiles(void);
+const char *ct__gemm_mma_tile_str(int tile);
 
 /* Apply stored/shipped tuning at device open (tune.c). */
 ct_status ct__tune_apply_at_open(ct_device *dev, const char *tune_dir);

@@ -1,0 +1,205 @@
+/* gemm_mma.c - CT_GEMM_MMA and CT_GEMM_MMA_EMULATED: the tensor-core bf16 GEMM of
+ * cl/kernels/gemm_mma.cl, built with the real warp instructions (-DCT_MMA_NV_PTX) or with the
+ * portable stand-ins of cl/kernels/mma_nv.clh. Its block shapes, the rule that enables it and the
+ * probe that must pass first.
+ *
+ * Enabling (CT_GEMM_MMA): the device says it is NVIDIA's, of compute capability 8.0 or more
+ * (cl_nv_device_attribute_query: mma.sync with bf16, ldmatrix and cp.async are sm_80 PTX), and
+ * the probe passes: every block shape built for the device and run on a known pair of small
+ * integer matrices, in all four transposes, at edges in M, N and K, with beta 0 over a C full of
+ * NaN; the fp32 result must equal the exact product bit for bit (every partial sum is an integer
+ * far below 2^24, so any order of accumulation is exact). A wrong fragment layout, a compiler that
+ * misreads the PTX or a local pointer that is not a .shared address all fail it. The emulated
+ * form has no vendor rule but passes the same probe. */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_cl_impl.h"
+
+/* A block shape (gemm_mma.cl's -D parameters): tile 1 for large products (many blocks), tile 2
+ * when few blocks would leave compute units idle (small or few batched products). Local memory:
+ * STAGES buffers of an A block and a B block, each row padded by 8 bf16; at most 48 KiB, what
+ * NVIDIA's OpenCL gives a work-group. scripts/ptx_check builds every row of this table for sm_80
+ * and sm_90: keep one row per line in this form. */
+typedef struct mma_tile {
+    int bm, bn, bk, wm, wn, stages;
+    const char *text; /* for ct_gemm_tile_str; the local bytes as tile_local_bytes(t, 0) */
+} mma_tile;
+static const mma_tile kTiles[] = {
+    {128, 128, 32, 64, 32, 2, "128x128x32, 8 warps of 64x32, 2 stages, 40960 B local"},
+    {64, 64, 32, 32, 32, 3, "64x64x32, 4 warps of 32x32, 3 stages, 30720 B local"},
+};
+#define NTILES ((int)(sizeof kTiles / sizeof kTiles[0]))
+
+static int tile_threads(const mma_tile *t) { return 32 * (t->bm / t->wm) * (t->bn / t->wn); }
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Bytes of local memory the kernel declares (as gemm_mma.cl computes them). */
+static size_t tile_local_bytes(const mma_tile *t, int emulated) {
+    size_t a = max_sz((size_t)t->bm * (t->bk + 8), (size_t)t->bk * (t->bm + 8));
+    size_t b = max_sz((size_t)t->bn * (t->bk + 8), (size_t)t->bk * (t->bn + 8));
+    size_t scratch = (size_t)(tile_threads(t) / 32) * (emulated ? 16 * 16 + 16 * 8 : 0) * 4;
+    return (size_t)t->stages * (a + b) * 2 + scratch;
+}
+
+int ct__gemm_mma_tiles(void) { return NTILES; }
+
+const char *ct__gemm_mma_tile_str(int tile) {
+    return tile >= 1 && tile <= NTILES ? kTiles[tile - 1].text : NULL;
+}
+
+static int contains_nocase(const char *hay, const char *needle) {
+    size_t n = strlen(needle);
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n) return 1;
+    }
+    return 0;
+}
+
+int ct_gemm_mma_eligible(const ct_device_info *info, char *why, size_t len) {
+    static const char need[] = "the mma path needs an NVIDIA device of compute capability 8.0 or "
+                               "more (mma.sync with bf16, ldmatrix and cp.async are sm_80 PTX)";
+    if (!contains_nocase(info->vendor, "nvidia")) {
+        if (why) snprintf(why, len, "%s; this device is '%s' from '%s' (platform '%s')", need,
+                          info->name, info->vendor, info->platform);
+        return 0;
+    }
+    if (info->nv_cc_major == 0) {
+        if (why) snprintf(why, len, "%s; this NVIDIA device ('%s') does not report its compute "
+                          "capability (no cl_nv_device_attribute_query)", need, info->name);
+        return 0;
+    }
+    if (info->nv_cc_major < 8) {
+        if (why) snprintf(why, len, "%s; this device is '%s' of compute capability %d.%d", need,
+                          info->name, info->nv_cc_major, info->nv_cc_minor);
+        return 0;
+    }
+    return 1;
+}
+
+/* Fetch (build once) the kernel for a block shape and check it can run here. */
+static ct_status get_kernel(ct_device *d, const mma_tile *t, int emulated, cl_kernel *k) {
+    const ct_cl_source *src = ct__cl_kernel_source("gemm_mma");
+    if (!src) return CT_ERR(&d->err, CT_ERR_NOT_FOUND, "kernel source 'gemm_mma.cl' is not embedded");
+    size_t local = tile_local_bytes(t, emulated);
+    if (d->info.local_mem_bytes && local > d->info.local_mem_bytes)
+        return CT_ERR(&d->err, CT_ERR_UNSUPPORTED,
+                      "gemm (mma): block %dx%dx%d needs %zu bytes of local memory, device '%s' "
+                      "has %llu", t->bm, t->bn, t->bk, local, d->info.name,
+                      (unsigned long long)d->info.local_mem_bytes);
+    char opts[160];
+    snprintf(opts, sizeof opts, "-DBM=%d -DBN=%d -DBK=%d -DWM=%d -DWN=%d -DSTAGES=%d%s", t->bm,
+             t->bn, t->bk, t->wm, t->wn, t->stages, emulated ? "" : " -DCT_MMA_NV_PTX");
+    ct_status st = ct_kernel_get(d, src, opts, "ct_gemm_mma", k);
+    if (st != CT_OK) return st;
+    size_t most = 0;
+    if ((st = ct_kernel_max_work_group(d, *k, &most))) return st;
+    if (most < (size_t)tile_threads(t))
+        return CT_ERR(&d->err, CT_ERR_UNSUPPORTED,
+                      "gemm (mma): block %dx%dx%d needs work-groups of %d work-items; device '%s' "
+                      "allows this kernel %zu", t->bm, t->bn, t->bk, tile_threads(t), d->info.name,
+                      most);
+    return CT_OK;
+}
+
+/* tile 0: the large block when it gives the device at least two blocks per compute unit. */
+static int pick_tile(const ct_device *d, const ct_gemm_desc *g) {
+    const mma_tile *t = &kTiles[0];
+    size_t batch = g->batch ? g->batch : 1;
+    size_t blocks = ((g->m + t->bm - 1) / t->bm) * ((g->n + t->bn - 1) / t->bn) * batch;
+    return blocks >= 2 * (size_t)(d->info.compute_units ? d->info.compute_units : 1) ? 1 : 2;
+}
+
+ct_status ct__gemm_mma_run(ct_device *d, const ct_gemm_desc *g, int emulated, ct_event **ev) {
+    int tile = g->tile ? g->tile : pick_tile(d, g);
+    const mma_tile *t = &kTiles[tile - 1];
+    cl_kernel k = NULL;
+    ct_status st = get_kernel(d, t, emulated, &k);
+    if (st == CT_OK) st = ct__gemm_bf16_args(d, k, g);
+    if (st != CT_OK) return st;
+    size_t nt = (size_t)tile_threads(t), batch = g->batch ? g->batch : 1;
+    size_t global[3] = {nt * ((g->n + t->bn - 1) / t->bn), (g->m + t->bm - 1) / t->bm, batch};
+    size_t local[3] = {nt, 1, 1};
+    return ct_kernel_launch(d, k, 3, global, local, ev);
+}
+
+/* ---------------------------------------------------------------- the probe */
+
+enum { PM = 40, PN = 24, PK = 48 }; /* edges for every block shape; two K steps of 32 */
+
+static float probe_a(int i, int p) { return (float)((i * 3 + p * 5) % 7 - 3); } /* op(A)(i, p) */
+static float probe_b(int p, int j) { return (float)((p * 2 + j * 7) % 5 - 2); } /* op(B)(p, j) */
+
+static ct_status probe(ct_device *d, int emulated, char *why, size_t len) {
+    ct_status st = CT_OK;
+    ct_buffer *ba = NULL, *bb = NULL, *bc = NULL;
+    uint16_t *ha = NULL, *hb = NULL;
+    float *hc = NULL, *nan = NULL;
+    const char *what = "allocating its buffers";
+    ha = ct_malloc(sizeof *ha * PM * PK), hb = ct_malloc(sizeof *hb * PK * PN);
+    hc = ct_malloc(sizeof *hc * PM * PN), nan = ct_malloc(sizeof *nan * PM * PN);
+    if (!ha || !hb || !hc || !nan) {
+        st = CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory");
+        goto cleanup;
+    }
+    for (int i = 0; i < PM * PN; i++) nan[i] = NAN;
+    CT_CHECK(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "mma probe A", sizeof *ha * PM * PK, &ba));
+    CT_CHECK(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "mma probe B", sizeof *hb * PK * PN, &bb));
+    CT_CHECK(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "mma probe C", sizeof *hc * PM * PN, &bc));
+    for (int tile = 1; tile <= NTILES; tile++)
+        for (int tr = 0; tr < 4; tr++) {
+            int ta = tr >> 1, tb = tr & 1;
+            for (int i = 0; i < PM; i++)
+                for (int p = 0; p < PK; p++)
+                    ha[ta ? p * PM + i : i * PK + p] = ct_bf16_from_f32(probe_a(i, p));
+            for (int p = 0; p < PK; p++)
+                for (int j = 0; j < PN; j++)
+                    hb[tb ? j * PK + p : p * PN + j] = ct_bf16_from_f32(probe_b(p, j));
+            what = "writing its operands";
+            CT_CHECK(ct_buffer_write(ba, 0, ha, sizeof *ha * PM * PK));
+            CT_CHECK(ct_buffer_write(bb, 0, hb, sizeof *hb * PK * PN));
+            CT_CHECK(ct_buffer_write(bc, 0, nan, sizeof *nan * PM * PN));
+            ct_gemm_desc g = {.ta = ta, .tb = tb, .m = PM, .n = PN, .k = PK, .alpha = 1.0f,
+                              .a = ct_buffer_mem(ba), .lda = ta ? PM : PK,
+                              .b = ct_buffer_mem(bb), .ldb = tb ? PK : PN,
+                              .c = ct_buffer_mem(bc), .ldc = PN, .tile = tile};
+            what = "building or running its kernel";
+            CT_CHECK(ct__gemm_mma_run(d, &g, emulated, NULL));
+            CT_CHECK(ct_buffer_read(bc, 0, hc, sizeof *hc * PM * PN));
+            for (int i = 0; i < PM; i++)
+                for (int j = 0; j < PN; j++) {
+                    float want = 0;
+                    for (int p = 0; p < PK; p++) want += probe_a(i, p) * probe_b(p, j);
+                    if (hc[i * PN + j] != want) {
+                        snprintf(why, len,
+                                 "the %s path's probe gave a wrong product on '%s' (block %s, "
+                                 "ta=%d tb=%d, %dx%dx%d): C[%d][%d] = %g, expected %g",
+                                 emulated ? "mma-emulated" : "mma", d->info.name,
+                                 ct__gemm_mma_tile_str(tile), ta, tb, PM, PN, PK, i, j,
+                                 (double)hc[i * PN + j], (double)want);
+                        st = CT_ERR_UNSUPPORTED;
+                        goto done;
+                    }
+                }
+        }
+cleanup:
+    if (st != CT_OK)
+        snprintf(why, len, "the %s path's probe failed on '%s' %s: %.600s",
+                 emulated ? "mma-emulated" : "mma", d->info.name, what, d->err.msg);
+done:
+    ct_buffer_free(ba), ct_buffer_free(bb), ct_buffer_free(bc);
+    free(ha), free(hb), free(hc), free(nan);
+    return st;
+}
+
+ct_status ct__gemm_mma_check(ct_device *d, int emulated, char *why, size_t len) {
+    if (!emulated && !ct_gemm_mma_eligible(&d->info, why, len)) return CT_ERR_UNSUPPORTED;
+    return probe(d, emulated, why, len);
+}

@@ -1,0 +1,88 @@
+/* gemm_bf16.cl - the portable bf16 GEMM: plain OpenCL C 1.2 for any device (CT_GEMM_PORTABLE).
+ * The same contract and arguments as gemm_mma.cl's ct_gemm_mma (see there): row-major
+ * C = alpha * op(A) * op(B) + beta * C per batch matrix, bf16 operands, fp32 accumulation, C fp32
+ * or bf16; beta == 0 does not read C. `vec` is accepted and unused.
+ *
+ * Compile-time shape (-D): TM x TN block of C per work-group of 16 x 16 work-items (TM and TN
+ * multiples of 16), TK the K step. Operands are widened to fp32 as they enter local memory, so the
+ * inner loop is fp32 fma. Work-item (x, y) owns C's entries (y + 16 i, x + 16 j): consecutive
+ * work-items take consecutive columns, so their local reads are contiguous.
+ * Launch: global (16 * ceil(N/TN), 16 * ceil(M/TM), batch), local (16, 16, 1). */
+#include "bf16.clh"
+
+#ifndef TM
+#define TM 64
+#endif
+#ifndef TN
+#define TN 64
+#endif
+#ifndef TK
+#define TK 16
+#endif
+#define RM (TM / 16)
+#define RN (TN / 16)
+
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void ct_gemm_bf16(const int ta, const int tb, const uint M, const uint N, const uint K,
+                  const float alpha, const float beta,
+                  __global const ushort *A, const ulong a_off, const ulong lda, const ulong a_stride,
+                  __global const ushort *B, const ulong b_off, const ulong ldb, const ulong b_stride,
+                  __global float *C, const ulong c_off, const ulong ldc, const ulong c_stride,
+                  const int c_bf16, const int vec) {
+    (void)vec;
+    __local float As[TK][TM + 1], Bs[TK][TN + 1]; /* (k, m) and (k, n) */
+    const uint x = (uint)get_local_id(0), y = (uint)get_local_id(1), tid = y * 16 + x;
+    const uint n0 = (uint)get_group_id(0) * TN, m0 = (uint)get_group_id(1) * TM;
+    const ulong z = get_group_id(2);
+    A += a_off + z * a_stride;
+    B += b_off + z * b_stride;
+
+    float acc[RM][RN];
+    for (uint i = 0; i < RM; i++)
+        for (uint jj = 0; jj < RN; jj++) acc[i][jj] = 0.0f;
+
+    for (uint k0 = 0; k0 < K; k0 += TK) {
+        /* Each block is read along the stored matrix's contiguous dimension. */
+        for (uint e = tid; e < TM * TK; e += 256) {
+            uint r = ta ? e % TM : e / TK, kk = ta ? e / TM : e % TK;
+            uint gm = m0 + r, gk = k0 + kk;
+            ushort v = 0;
+            if (gm < M && gk < K) v = ta ? A[(ulong)gk * lda + gm] : A[(ulong)gm * lda + gk];
+            As[kk][r] = ct_bf16_to_f32(v);
+        }
+        for (uint e = tid; e < TN * TK; e += 256) {
+            uint c = tb ? e / TK : e % TN, kk = tb ? e % TK : e / TN;
+            uint gn = n0 + c, gk = k0 + kk;
+            ushort v = 0;
+            if (gn < N && gk < K) v = tb ? B[(ulong)gn * ldb + gk] : B[(ulong)gk * ldb + gn];
+            Bs[kk][c] = ct_bf16_to_f32(v);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint kk = 0; kk < TK; kk++) {
+            float a[RM], b[RN];
+            for (uint i = 0; i < RM; i++) a[i] = As[kk][y + 16 * i];
+            for (uint jj = 0; jj < RN; jj++) b[jj] = Bs[kk][x + 16 * jj];
+            for (uint i = 0; i < RM; i++)
+                for (uint jj = 0; jj < RN; jj++) acc[i][jj] = fma(a[i], b[jj], acc[i][jj]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    /* offsets count elements of C's own type */
+    __global ushort *Cb = (__global ushort *)C + c_off + z * c_stride;
+    C += c_off + z * c_stride;
+    for (uint i = 0; i < RM; i++)
+        for (uint jj = 0; jj < RN; jj++) {
+            uint row = m0 + y + 16 * i, col = n0 + x + 16 * jj;
+            if (row >= M || col >= N) continue;
+            ulong idx = (ulong)row * ldc + col;
+            float v = alpha * acc[i][jj];
+            if (c_bf16) {
+                if (beta != 0.0f) v += beta * ct_bf16_to_f32(Cb[idx]);
+                Cb[idx] = ct_f32_to_bf16(v);
+            } else {
+                if (beta != 0.0f) v += beta * C[idx];
+                C[idx] = v;
+            }
+        }
+}
