@@ -3,8 +3,9 @@
 # one entry per file (name = file name without extension, text = the file's bytes, NUL-ended).
 # CMake alone does the work (hex dump), so the build needs no Python. Re-run when a file changes.
 #
-# A line `#include "name.clh"` in a file is replaced by the text of name.clh from the same folder
-# (one level: a .clh includes nothing), so OpenCL C helpers shared by several .cl files live once
+# In a .cl file (only: other embedded files, the corpus text, are taken as they are), a line
+# `#include "name.clh"` is replaced by the text of name.clh from the same folder (one level: a
+# .clh includes nothing), so OpenCL C helpers shared by several .cl files live once
 # while every embedded program stays one self-contained string (the program cache's key hashes
 # that whole text). Offline compilers read the same files with -I <folder>.
 function(ct_embed_files OUT_C SYMBOL)
@@ -15,8 +16,12 @@ function(ct_embed_files OUT_C SYMBOL)
   set(i 0)
   foreach(f IN LISTS ARGN)
     get_filename_component(name ${f} NAME_WE)
-    file(READ ${f} text)
-    string(REGEX MATCHALL "#include \"[A-Za-z0-9_]+\\.clh\"" incs "${text}")
+    get_filename_component(ext ${f} EXT)
+    set(incs "")
+    if(ext STREQUAL ".cl")
+      file(READ ${f} text)
+      string(REGEX MATCHALL "#include \"[A-Za-z0-9_]+\\.clh\"" incs "${text}")
+    endif()
     if(incs)
       get_filename_component(dir ${f} DIRECTORY)
       foreach(inc IN LISTS incs)
