@@ -123,6 +123,7 @@ ct_status ct__gemm_check(ct_device *d, const ct_gemm_desc *g, size_t ab_bytes, s
  * (gemm_path.c). */
 ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g);
 /* The paths' bodies: run assumes a checked path and checked arguments with m, n, k, batch >= 1. */
+ct_status ct__gemm_portable_check(ct_device *d, char *why, size_t len); /* builds the kernel */
 ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev);
 int ct__gemm_portable_tiles(void);
 const char *ct__gemm_portable_tile_str(int tile);

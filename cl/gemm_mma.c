@@ -42,7 +42,7 @@ static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static size_t tile_local_bytes(const mma_tile *t, int emulated) {
     size_t a = max_sz((size_t)t->bm * (t->bk + 8), (size_t)t->bk * (t->bm + 8));
     size_t b = max_sz((size_t)t->bn * (t->bk + 8), (size_t)t->bk * (t->bn + 8));
-    size_t scratch = (size_t)(tile_threads(t) / 32) * (emulated ? 16 * 16 + 16 * 8 : 0) * 4;
+    size_t scratch = (size_t)(tile_threads(t) / 32) * (emulated ? (16 * 16 + 16 * 8) * 2 : 4);
     return (size_t)t->stages * (a + b) * 2 + scratch;
 }
 

@@ -30,11 +30,6 @@ static ct_status clblast_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev)
                                    g->c, g->c_off, g->ldc, g->c_stride, g->batch, ev);
 }
 
-static ct_status portable_check(ct_device *d, char *why, size_t len) {
-    (void)d, (void)why, (void)len;
-    return CT_OK;
-}
-
 static ct_status mma_check(ct_device *d, char *why, size_t len) {
     return ct__gemm_mma_check(d, 0, why, len);
 }
@@ -62,7 +57,7 @@ static const char *no_tile_str(int tile) { (void)tile; return NULL; }
 
 static const path_row kPaths[CT_GEMM_PATH__COUNT] = {
     [CT_GEMM_CLBLAST] = {"clblast", 0, clblast_check, clblast_run, no_tiles, no_tile_str},
-    [CT_GEMM_PORTABLE] = {"portable", 1, portable_check, ct__gemm_portable_run,
+    [CT_GEMM_PORTABLE] = {"portable", 1, ct__gemm_portable_check, ct__gemm_portable_run,
                           ct__gemm_portable_tiles, ct__gemm_portable_tile_str},
     [CT_GEMM_MMA] = {"mma", 1, mma_check, mma_run, ct__gemm_mma_tiles, ct__gemm_mma_tile_str},
     [CT_GEMM_MMA_EMULATED] = {"mma-emulated", 1, mma_emulated_check, mma_emulated_run,

@@ -15,13 +15,31 @@ const char *ct__gemm_portable_tile_str(int tile) {
     return tile == 1 ? "64x64x16, 16x16 work-items of 4x4, fp32 local blocks" : NULL;
 }
 
-ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev) {
+static ct_status get_kernel(ct_device *d, cl_kernel *k) {
     const ct_cl_source *src = ct__cl_kernel_source("gemm_bf16");
     if (!src) return CT_ERR(&d->err, CT_ERR_NOT_FOUND, "kernel source 'gemm_bf16.cl' is not embedded");
     char opts[96];
     snprintf(opts, sizeof opts, "-DTM=%d -DTN=%d -DTK=%d", TM, TN, TK);
+    ct_status st = ct_kernel_get(d, src, opts, "ct_gemm_bf16", k);
+    size_t most = 0;
+    if (st == CT_OK && (st = ct_kernel_max_work_group(d, *k, &most)) == CT_OK && most < 256)
+        st = CT_ERR(&d->err, CT_ERR_UNSUPPORTED,
+                    "gemm (portable): the kernel needs work-groups of 256 work-items; device '%s' "
+                    "allows it %zu", d->info.name, most);
+    return st;
+}
+
+ct_status ct__gemm_portable_check(ct_device *d, char *why, size_t len) {
     cl_kernel k = NULL;
-    ct_status st = ct_kernel_get(d, src, opts, "ct_gemm_bf16", &k);
+    ct_status st = get_kernel(d, &k);
+    if (st != CT_OK) snprintf(why, len, "the portable path cannot run on '%s': %.600s", d->info.name,
+                              d->err.msg);
+    return st;
+}
+
+ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev) {
+    cl_kernel k = NULL;
+    ct_status st = get_kernel(d, &k);
     if (st == CT_OK) st = ct__gemm_bf16_args(d, k, g);
     if (st != CT_OK) return st;
     size_t batch = g->batch ? g->batch : 1;
