@@ -343,7 +343,7 @@ int main(void) {
     printf("  conversions: %.2f s\n", ct_time_now() - t0);
     test_rules(d, &list[pick]);
 
-    run_path(d, CT_GEMM_PORTABLE, 1);
+    for (int t = 1; t <= ct_gemm_path_tiles(CT_GEMM_PORTABLE); t++) run_path(d, CT_GEMM_PORTABLE, t);
     t0 = ct_time_now();
     CT_ASSERT_OK(ct_gemm_path_check(d, CT_GEMM_MMA_EMULATED), ct_device_errmsg(d));
     printf("  mma-emulated probe: %.2f s\n", ct_time_now() - t0);
