@@ -336,8 +336,8 @@ int main(int argc, char **argv) {
                        s->k, s->batch, s->ta, s->tb, pfirst * 1e3, pmed * 1e3, pgf, pgf / gf, perr);
             else
                 printf("%-*s %6zu %6zu %6zu %5zu %2d %2d %9.1f %9.3f %8.1f %8s %8s %6.2f %9.1e%s\n",
-                       namew, label, s->m, s->n, s->k, s->batch, s->ta, s->tb, pfirst * 1e3, pmed * 1e3,
-                       pgf, "-", "-", pgf / gf, perr, pok ? "" : "  WRONG");
+                       namew, label, s->m, s->n, s->k, s->batch, s->ta, s->tb, pfirst * 1e3,
+                       pmed * 1e3, pgf, "-", "-", pgf / gf, perr, pok ? "" : "  WRONG");
             free(Ar), free(Br);
         }
         fflush(stdout);

@@ -2,8 +2,10 @@
  *
  * Discovery and selection of devices, one context + in-order queue per device, buffers counted by
  * memory category with a per-device cap, programs built once per device and cached on disk, and
- * the GEMM wrapper every matmul goes through (CLBlast, row-major). Per-device CLBlast parameters
- * (found by ct_tune or shipped in tune/) are applied once, when a device is opened.
+ * the GEMM every matmul goes through (row-major): CLBlast's fp32, and the bf16 paths beside it
+ * (a portable kernel, NVIDIA tensor cores) behind ct_gemm_run, with bf16 conversion. Per-device
+ * CLBlast parameters (found by ct_tune or shipped in tune/) are applied once, when a device is
+ * opened.
  *
  * A device handle is meant to be driven by one thread at a time (a "worker"); several handles may
  * be used concurrently from several OpenMP threads.

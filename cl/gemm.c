@@ -41,9 +41,11 @@ static ct_status gemm_common(ct_device *d, int ta, int tb, size_t m, size_t n, s
         return CT_ERR(&d->err, CT_ERR_ARG, "gemm: ta and tb must be 0 or 1 (got %d, %d)", ta, tb);
     ct_status st;
     const char *u = unit_of(ab_bytes);
-    if ((st = check_mat(d, "A", a, a_off, ta ? k : m, ta ? m : k, lda, a_stride, batch, ab_bytes, u)))
+    if ((st = check_mat(d, "A", a, a_off, ta ? k : m, ta ? m : k, lda, a_stride, batch, ab_bytes,
+                        u)))
         return st;
-    if ((st = check_mat(d, "B", b, b_off, tb ? n : k, tb ? k : n, ldb, b_stride, batch, ab_bytes, u)))
+    if ((st = check_mat(d, "B", b, b_off, tb ? n : k, tb ? k : n, ldb, b_stride, batch, ab_bytes,
+                        u)))
         return st;
     return check_mat(d, "C", c, c_off, m, n, ldc, c_stride, batch, c_bytes, unit_of(c_bytes));
 }

@@ -56,7 +56,8 @@ static int contains_nocase(const char *hay, const char *needle) {
     size_t n = strlen(needle);
     for (; *hay; hay++) {
         size_t i = 0;
-        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+        while (i < n && hay[i] &&
+               tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
             i++;
         if (i == n) return 1;
     }
@@ -87,7 +88,8 @@ int ct_gemm_mma_eligible(const ct_device_info *info, char *why, size_t len) {
 /* Fetch (build once) the kernel for a block shape and check it can run here. */
 static ct_status get_kernel(ct_device *d, const mma_tile *t, int emulated, cl_kernel *k) {
     const ct_cl_source *src = ct__cl_kernel_source("gemm_mma");
-    if (!src) return CT_ERR(&d->err, CT_ERR_NOT_FOUND, "kernel source 'gemm_mma.cl' is not embedded");
+    if (!src)
+        return CT_ERR(&d->err, CT_ERR_NOT_FOUND, "kernel source 'gemm_mma.cl' is not embedded");
     size_t local = tile_local_bytes(t, emulated);
     if (d->info.local_mem_bytes && local > d->info.local_mem_bytes)
         return CT_ERR(&d->err, CT_ERR_UNSUPPORTED,

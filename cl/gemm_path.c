@@ -20,14 +20,16 @@ static ct_status clblast_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev)
     if (g->c_bf16)
         return CT_ERR(&d->err, CT_ERR_ARG, "gemm: the clblast path has no bf16 output (c_bf16)");
     if (g->tile != 0)
-        return CT_ERR(&d->err, CT_ERR_ARG, "gemm: the clblast path has no tile %d (its tiles are "
-                      "CLBlast's tuned parameters)", g->tile);
+        return CT_ERR(&d->err, CT_ERR_ARG,
+                      "gemm: the clblast path has no tile %d (its tiles are "
+                      "CLBlast's tuned parameters)",
+                      g->tile);
     if (g->batch <= 1)
         return ct_gemm(d, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->a_off, g->lda, g->b,
                        g->b_off, g->ldb, g->beta, g->c, g->c_off, g->ldc, ev);
     return ct_gemm_strided_batched(d, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->a_off,
-                                   g->lda, g->a_stride, g->b, g->b_off, g->ldb, g->b_stride, g->beta,
-                                   g->c, g->c_off, g->ldc, g->c_stride, g->batch, ev);
+                                   g->lda, g->a_stride, g->b, g->b_off, g->ldb, g->b_stride,
+                                   g->beta, g->c, g->c_off, g->ldc, g->c_stride, g->batch, ev);
 }
 
 static ct_status mma_check(ct_device *d, char *why, size_t len) {
@@ -45,7 +47,7 @@ static ct_status mma_emulated_run(ct_device *d, const ct_gemm_desc *g, ct_event 
 
 typedef struct path_row {
     const char *name;
-    int bf16; /* A and B bf16 */
+    int bf16;                                                /* A and B bf16 */
     ct_status (*check)(ct_device *d, char *why, size_t len); /* CT_OK, or the reason in why */
     ct_status (*run)(ct_device *d, const ct_gemm_desc *g, ct_event **ev);
     int (*tiles)(void);
@@ -53,7 +55,10 @@ typedef struct path_row {
 } path_row;
 
 static int no_tiles(void) { return 0; }
-static const char *no_tile_str(int tile) { (void)tile; return NULL; }
+static const char *no_tile_str(int tile) {
+    (void)tile;
+    return NULL;
+}
 
 static const path_row kPaths[CT_GEMM_PATH__COUNT] = {
     [CT_GEMM_CLBLAST] = {"clblast", 0, clblast_check, clblast_run, no_tiles, no_tile_str},
@@ -134,8 +139,7 @@ ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g) {
              bs = g->b_stride, c_off = g->c_off, ldc = g->ldc, cs = g->c_stride;
     const size_t U = sizeof(cl_ulong), M = sizeof(cl_mem);
     const size_t sizes[] = {4, 4, 4, 4, 4, 4, 4, M, U, U, U, M, U, U, U, M, U, U, U, 4, 4};
-    const void *vals[] = {&ta,  &tb,    &m,   &n,   &kk,    &alpha, &beta,
-                          &g->a, &a_off, &lda, &as,  &g->b,  &b_off, &ldb,
-                          &bs,  &g->c,  &c_off, &ldc, &cs,   &c_bf16, &cvec};
+    const void *vals[] = {&ta,   &tb,    &m,   &n,  &kk,   &alpha, &beta, &g->a, &a_off,  &lda, &as,
+                          &g->b, &b_off, &ldb, &bs, &g->c, &c_off, &ldc,  &cs,   &c_bf16, &cvec};
     return ct__kernel_args(d, k, (int)(sizeof sizes / sizeof sizes[0]), sizes, vals);
 }

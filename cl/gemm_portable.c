@@ -24,7 +24,8 @@ const char *ct__gemm_portable_tile_str(int tile) {
 
 static ct_status get_kernel(ct_device *d, const portable_tile *t, cl_kernel *k) {
     const ct_cl_source *src = ct__cl_kernel_source("gemm_bf16");
-    if (!src) return CT_ERR(&d->err, CT_ERR_NOT_FOUND, "kernel source 'gemm_bf16.cl' is not embedded");
+    if (!src)
+        return CT_ERR(&d->err, CT_ERR_NOT_FOUND, "kernel source 'gemm_bf16.cl' is not embedded");
     char opts[96];
     snprintf(opts, sizeof opts, "-DTM=%d -DTN=%d -DTK=%d%s", t->tm, t->tn, t->tk,
              d->info.type & CL_DEVICE_TYPE_CPU ? "" : " -DCT_UNROLL_ROWS"); /* gemm_bf16.cl: why */
@@ -33,7 +34,8 @@ static ct_status get_kernel(ct_device *d, const portable_tile *t, cl_kernel *k) 
     if (st == CT_OK && (st = ct_kernel_max_work_group(d, *k, &most)) == CT_OK && most < 256)
         st = CT_ERR(&d->err, CT_ERR_UNSUPPORTED,
                     "gemm (portable): the kernel needs work-groups of 256 work-items; device '%s' "
-                    "allows it %zu", d->info.name, most);
+                    "allows it %zu",
+                    d->info.name, most);
     return st;
 }
 
@@ -65,7 +67,8 @@ ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **
     if (st == CT_OK) st = ct__gemm_bf16_args(d, k, g);
     if (st != CT_OK) return st;
     size_t batch = g->batch ? g->batch : 1;
-    size_t global[3] = {16 * ((g->n + t->tn - 1) / t->tn), 16 * ((g->m + t->tm - 1) / t->tm), batch};
+    size_t global[3] = {16 * ((g->n + t->tn - 1) / t->tn), 16 * ((g->m + t->tm - 1) / t->tm),
+                        batch};
     size_t local[3] = {16, 16, 1};
     return ct_kernel_launch(d, k, 3, global, local, ev);
 }

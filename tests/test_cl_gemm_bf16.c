@@ -49,7 +49,8 @@ static uint16_t ref_round(uint32_t u) {
     if ((u & 0xffffu) == 0 || (u & 0x7fffffffu) == 0x7f800000u) return lo;
     uint16_t hi = (uint16_t)(lo + 1);
     double x = fabs((double)bits_f(u)), dlo = fabs((double)bits_f((uint32_t)lo << 16));
-    double dhi = (hi & 0x7fffu) == 0x7f80u ? ldexp(1.0, 128) : fabs((double)bits_f((uint32_t)hi << 16));
+    double dhi = (hi & 0x7fffu) == 0x7f80u ? ldexp(1.0, 128)
+                                           : fabs((double)bits_f((uint32_t)hi << 16));
     double below = x - dlo, above = dhi - x;
     if (below < above) return lo;
     if (above < below) return hi;
@@ -78,9 +79,12 @@ static void test_conversions(ct_device *d) {
              ct_buffer_alloc(d, CT_MEM_WORKSPACE, "widened", 65536 * 4, &b32) == CT_OK &&
              ct_buffer_write(bi, 0, in, n * 4) == CT_OK &&
              ct_buffer_write(b16, 0, w16, 65536 * 2) == CT_OK &&
-             ct_bf16_from_f32_enqueue(d, ct_buffer_mem(bi), 0, ct_buffer_mem(bo), 0, n, NULL) == CT_OK &&
-             ct_bf16_to_f32_enqueue(d, ct_buffer_mem(b16), 0, ct_buffer_mem(b32), 0, 65536, NULL) == CT_OK &&
-             ct_buffer_read(bo, 0, out, n * 2) == CT_OK && ct_buffer_read(b32, 0, w32, 65536 * 4) == CT_OK;
+             ct_bf16_from_f32_enqueue(d, ct_buffer_mem(bi), 0, ct_buffer_mem(bo), 0, n, NULL) ==
+                 CT_OK &&
+             ct_bf16_to_f32_enqueue(d, ct_buffer_mem(b16), 0, ct_buffer_mem(b32), 0, 65536,
+                                    NULL) == CT_OK &&
+             ct_buffer_read(bo, 0, out, n * 2) == CT_OK &&
+             ct_buffer_read(b32, 0, w32, 65536 * 4) == CT_OK;
     CT_ASSERT_MSG(ok, "conversion setup: %s", ct_device_errmsg(d));
     size_t bad_dev = 0, bad_host = 0, first = n;
     for (size_t i = 0; ok && i < n; i++) {
@@ -95,7 +99,8 @@ static void test_conversions(ct_device *d) {
         bad_dev += !good;
         bad_host += host != out[i];
     }
-    CT_ASSERT_MSG(bad_dev == 0, "device fp32->bf16: %zu of %zu wrong, first 0x%08x -> 0x%04x (want 0x%04x)",
+    CT_ASSERT_MSG(bad_dev == 0,
+                  "device fp32->bf16: %zu of %zu wrong, first 0x%08x -> 0x%04x (want 0x%04x)",
                   bad_dev, n, first < n ? in[first] : 0, first < n ? out[first] : 0,
                   first < n ? ref_round(in[first]) : 0);
     CT_ASSERT_MSG(bad_host == 0, "host and device fp32->bf16 differ on %zu values", bad_host);
@@ -146,7 +151,8 @@ static void run_case(ct_device *d, ct_gemm_path path, int tile, size_t m, size_t
     size_t ao = 8, bo = 0, co = 0, lda = ac, ldb = bc, ldc = n, as, bs, cs;
     if (padded == 1) ao = 5, bo = 3, co = 7, lda += 3, ldb += 1, ldc += 2;
     if (padded == 8) bo = 16, co = 4, lda = (ac + 8) / 8 * 8, ldb = (bc + 8) / 8 * 8, ldc += 1;
-    as = ar * lda + (padded == 1 ? 9 : (size_t)padded), bs = br * ldb + (padded == 1 ? 5 : (size_t)padded);
+    as = ar * lda + (padded == 1 ? 9 : (size_t)padded);
+    bs = br * ldb + (padded == 1 ? 5 : (size_t)padded);
     cs = m * ldc + (padded ? 3 : 0);
     size_t na = ao + batch * as, nb = bo + batch * bs, nc = co + batch * cs, ce = c_bf16 ? 2 : 4;
     uint16_t *A = malloc(na * 2), *B = malloc(nb * 2);
@@ -160,13 +166,15 @@ static void run_case(ct_device *d, ct_gemm_path path, int tile, size_t m, size_t
     }
     char what[160];
     snprintf(what, sizeof what, "%s tile %d: m=%zu n=%zu k=%zu batch=%zu ta=%d tb=%d beta=%g %s %s",
-             ct_gemm_path_str(path), tile, m, n, k, batch, ta, tb, beta, c_bf16 ? "C bf16" : "C fp32",
+             ct_gemm_path_str(path), tile, m, n, k, batch, ta, tb, beta,
+             c_bf16 ? "C bf16" : "C fp32",
              padded == 1 ? "padded" : padded ? "padded to 8" : "packed");
     ct_buffer *bA = NULL, *bB = NULL, *bC = NULL;
     int ok = ct_buffer_alloc(d, CT_MEM_WORKSPACE, "A", na * 2, &bA) == CT_OK &&
              ct_buffer_alloc(d, CT_MEM_WORKSPACE, "B", nb * 2, &bB) == CT_OK &&
              ct_buffer_alloc(d, CT_MEM_WORKSPACE, "C", nc * ce, &bC) == CT_OK &&
-             ct_buffer_write(bA, 0, A, na * 2) == CT_OK && ct_buffer_write(bB, 0, B, nb * 2) == CT_OK &&
+             ct_buffer_write(bA, 0, A, na * 2) == CT_OK &&
+             ct_buffer_write(bB, 0, B, nb * 2) == CT_OK &&
              ct_buffer_write(bC, 0, C0, nc * ce) == CT_OK;
     CT_ASSERT_MSG(ok, "%s: setup: %s", what, ct_device_errmsg(d));
     if (ok) {
@@ -197,7 +205,8 @@ static void run_case(ct_device *d, ct_gemm_path path, int tile, size_t m, size_t
                           : c_bf16 ? ct_bf16_to_f32(((uint16_t *)C0)[e]) : ((float *)C0)[e];
                 double got = c_bf16 ? ct_bf16_to_f32(((uint16_t *)C)[e]) : ((float *)C)[e];
                 double ref = alpha * s + beta * c0;
-                double t32 = 2.0 * (double)(k + 2) * 0x1p-24 * (fabs(alpha) * mag + fabs(beta * c0));
+                double t32 =
+                    2.0 * (double)(k + 2) * 0x1p-24 * (fabs(alpha) * mag + fabs(beta * c0));
                 double tol = c_bf16 ? t32 + 0x1p-8 * (fabs(ref) + t32) : t32;
                 double err = fabs(got - ref) / (tol + 1e-300);
                 if (!(err <= worst)) worst = err, wz = z, wi = i, wj = j, wgot = got, wref = ref;
@@ -211,8 +220,9 @@ static void run_case(ct_device *d, ct_gemm_path path, int tile, size_t m, size_t
         }
         if (!inside && memcmp(C + e * ce, C0 + e * ce, ce)) outside++;
     }
-    CT_ASSERT_MSG(!ok || worst <= 1.0, "%s: C[%zu][%zu][%zu] = %.9g, reference %.9g (%.3g x tolerance)",
-                  what, wz, wi, wj, wgot, wref, worst);
+    CT_ASSERT_MSG(!ok || worst <= 1.0,
+                  "%s: C[%zu][%zu][%zu] = %.9g, reference %.9g (%.3g x tolerance)", what, wz, wi,
+                  wj, wgot, wref, worst);
     CT_ASSERT_MSG(outside == 0, "%s: %zu entries outside C were written", what, outside);
     rs->cases++;
     if (worst > rs->worst[c_bf16 != 0]) rs->worst[c_bf16 != 0] = worst;
@@ -225,7 +235,12 @@ static void run_path(ct_device *d, ct_gemm_path path, int tile) {
     double t0 = ct_time_now();
     /* GPT-2's products at C 64 (4C 256), B*T 64, 4 heads of 16, T 32, B 2: (m, n, k, batch, ta,
      * tb, alpha, beta, C bf16) as the model runs them (linear weights stored (out, in)) */
-    static const struct { size_t m, n, k, batch; int ta, tb; float alpha, beta; int c_bf16; } gpt[] = {
+    static const struct {
+        size_t m, n, k, batch;
+        int ta, tb;
+        float alpha, beta;
+        int c_bf16;
+    } gpt[] = {
         {64, 192, 64, 1, 0, 1, 1.0f, 0.0f, 1},   /* qkv forward: x W^T, activations in bf16 */
         {64, 64, 64, 1, 0, 0, 1.0f, 0.0f, 1},    /* attproj dX: dY W */
         {256, 64, 64, 1, 1, 0, 1.0f, 1.0f, 0},   /* fc dW += dY^T X (fp32 gradients) */
@@ -279,7 +294,8 @@ static void test_rules(ct_device *d, const ct_device_info *info) {
     /* this device: refused by name unless it is NVIDIA sm_80+ */
     if (!ct_gemm_mma_eligible(info, NULL, 0)) {
         CT_ASSERT_EQ_INT(ct_gemm_path_check(d, CT_GEMM_MMA), CT_ERR_UNSUPPORTED);
-        CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "the mma path needs an NVIDIA device of compute capability 8.0");
+        CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d),
+                               "the mma path needs an NVIDIA device of compute capability 8.0");
         CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), info->name);
         ct_gemm_desc g = {.m = 1, .n = 1, .k = 1};
         CT_ASSERT_EQ_INT(ct_gemm_run(d, CT_GEMM_MMA, &g, NULL), CT_ERR_UNSUPPORTED);
@@ -343,7 +359,8 @@ int main(void) {
     printf("  conversions: %.2f s\n", ct_time_now() - t0);
     test_rules(d, &list[pick]);
 
-    for (int t = 1; t <= ct_gemm_path_tiles(CT_GEMM_PORTABLE); t++) run_path(d, CT_GEMM_PORTABLE, t);
+    for (int t = 1; t <= ct_gemm_path_tiles(CT_GEMM_PORTABLE); t++)
+        run_path(d, CT_GEMM_PORTABLE, t);
     t0 = ct_time_now();
     CT_ASSERT_OK(ct_gemm_path_check(d, CT_GEMM_MMA_EMULATED), ct_device_errmsg(d));
     printf("  mma-emulated probe: %.2f s\n", ct_time_now() - t0);

@@ -10,7 +10,8 @@
  * into SIMD on a CPU; a GPU sees wide local loads). Operands are widened to fp32 as they enter
  * local memory. With -DCT_UNROLL_ROWS (the host passes it to GPUs) the loops over a work-item's
  * rows are unrolled, so its accumulators stay in registers (ptxas: no stack frame); PoCL runs the
- * rolled loops about 5x faster (22 against 4.5 GFLOP/s at 512^3), so CPUs get them. Launch: global (16 * ceil(N/TN), 16 * ceil(M/TM), batch), local (16, 16, 1). */
+ * rolled loops about 5x faster (22 against 4.5 GFLOP/s at 512^3), so CPUs get them.
+ * Launch: global (16 * ceil(N/TN), 16 * ceil(M/TM), batch), local (16, 16, 1). */
 #include "bf16.clh"
 
 #ifndef TM
@@ -47,8 +48,9 @@
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
 void ct_gemm_bf16(const int ta, const int tb, const uint M, const uint N, const uint K,
                   const float alpha, const float beta,
-                  __global const ushort *A, const ulong a_off, const ulong lda, const ulong a_stride,
-                  __global const ushort *B, const ulong b_off, const ulong ldb, const ulong b_stride,
+                  __global const ushort *A, const ulong a_off, const ulong lda,
+                  const ulong a_stride, __global const ushort *B, const ulong b_off,
+                  const ulong ldb, const ulong b_stride,
                   __global float *C, const ulong c_off, const ulong ldc, const ulong c_stride,
                   const int c_bf16, const int vec) {
     (void)vec;
