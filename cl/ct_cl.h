@@ -345,7 +345,8 @@ ct_status ct_gemm(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k, 
                   cl_mem a, size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb,
                   float beta, cl_mem c, size_t c_off, size_t ldc, ct_event **ev);
 
-/* `batch` independent GEMMs; matrix i of A starts at a_off + i * a_stride (floats), etc. */
+/* `batch` independent GEMMs; matrix i of A starts at a_off + i * a_stride (floats), etc. m, n or
+ * batch 0: nothing to do (an event if asked). */
 ct_status ct_gemm_strided_batched(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k,
                                   float alpha, cl_mem a, size_t a_off, size_t lda, size_t a_stride,
                                   cl_mem b, size_t b_off, size_t ldb, size_t b_stride, float beta,
@@ -371,7 +372,7 @@ ct_status ct_bf16_to_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, cl_
 
 /* Every GEMM path behind one call, ct_gemm_run(dev, path, desc, ev):
  *
- *     ct_gemm_desc g = {.m = T, .n = 3 * C, .k = C, .tb = 1, .alpha = 1,
+ *     ct_gemm_desc g = {.m = T, .n = 3 * C, .k = C, .batch = 1, .tb = 1, .alpha = 1,
  *                       .a = x, .lda = C, .b = w, .ldb = C, .c = y, .ldc = 3 * C};
  *     if (ct_gemm_path_check(dev, CT_GEMM_MMA) != CT_OK) log(ct_device_errmsg(dev)); -- why not
  *     else if (ct_gemm_run(dev, CT_GEMM_MMA, &g, NULL)) ...
@@ -407,11 +408,13 @@ int ct_gemm_path_bf16(ct_gemm_path p);
  * X^T when tX = 1; op(A) is m x k, op(B) k x n, C m x n. Offsets, leading dimensions and strides
  * (matrix i of A starts at a_off + i * a_stride) count elements of the buffer's type: fp32 for
  * CT_GEMM_CLBLAST, bf16 for A and B on the other paths, C's type by c_bf16. beta == 0 does not
- * read C (a NaN there does not spread). A plain struct: zero what is not used. */
+ * read C (a NaN there does not spread). A plain struct: zero what is not used (batch is always
+ * used: 1 for a single product). */
 typedef struct ct_gemm_desc {
     int ta, tb;
     size_t m, n, k;
-    size_t batch; /* 0 counts as 1 */
+    size_t batch; /* how many products: 1 for one; 0 is nothing to do, as in
+                     ct_gemm_strided_batched (so a desc left zeroed computes nothing) */
     float alpha, beta;
     cl_mem a;
     size_t a_off, lda, a_stride;
@@ -431,7 +434,8 @@ typedef struct ct_gemm_desc {
 ct_status ct_gemm_path_check(ct_device *dev, ct_gemm_path path);
 /* Enqueue the GEMM on `path` (checked first as ct_gemm_path_check; a refused path is
  * CT_ERR_UNSUPPORTED with its reason). Arguments are checked as ct_gemm's are (CT_ERR_ARG naming
- * the matrix). m, n or batch 0: nothing to do (an event if asked); k = 0 is refused. */
+ * the matrix). m, n or batch 0: nothing to do on every path, nothing is read or written (an
+ * event if asked), as ct_gemm_strided_batched does with batch 0; k = 0 is refused. */
 ct_status ct_gemm_run(ct_device *dev, ct_gemm_path path, const ct_gemm_desc *g, ct_event **ev);
 /* How many block shapes the path has (desc.tile 1 .. n), and a line describing shape i
  * ("128x128x32, 8 warps of 64x32, 2 stages, 40960 B local"); NULL out of range. */

@@ -51,10 +51,9 @@ static ct_status gemm_common(ct_device *d, int ta, int tb, size_t m, size_t n, s
 }
 
 ct_status ct__gemm_check(ct_device *d, const ct_gemm_desc *g, size_t ab_bytes, size_t c_bytes) {
-    size_t batch = g->batch ? g->batch : 1;
     return gemm_common(d, g->ta, g->tb, g->m, g->n, g->k, g->a, g->a_off, g->lda, g->a_stride, g->b,
-                       g->b_off, g->ldb, g->b_stride, g->c, g->c_off, g->ldc, g->c_stride, batch,
-                       ab_bytes, c_bytes);
+                       g->b_off, g->ldb, g->b_stride, g->c, g->c_off, g->ldc, g->c_stride,
+                       g->batch, ab_bytes, c_bytes);
 }
 
 static ct_status clblast_fail(ct_device *d, CLBlastStatusCode rc, const char *what, size_t m,

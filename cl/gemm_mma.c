@@ -114,7 +114,7 @@ static ct_status get_kernel(ct_device *d, const mma_tile *t, int emulated, cl_ke
 /* tile 0: the large block when it gives the device at least two blocks per compute unit. */
 static int pick_tile(const ct_device *d, const ct_gemm_desc *g) {
     const mma_tile *t = &kTiles[0];
-    size_t batch = g->batch ? g->batch : 1;
+    size_t batch = g->batch;
     size_t blocks = ((g->m + t->bm - 1) / t->bm) * ((g->n + t->bn - 1) / t->bn) * batch;
     return blocks >= 2 * (size_t)(d->info.compute_units ? d->info.compute_units : 1) ? 1 : 2;
 }
@@ -126,7 +126,7 @@ ct_status ct__gemm_mma_run(ct_device *d, const ct_gemm_desc *g, int emulated, ct
     ct_status st = get_kernel(d, t, emulated, &k);
     if (st == CT_OK) st = ct__gemm_bf16_args(d, k, g);
     if (st != CT_OK) return st;
-    size_t nt = (size_t)tile_threads(t), batch = g->batch ? g->batch : 1;
+    size_t nt = (size_t)tile_threads(t), batch = g->batch;
     size_t global[3] = {nt * ((g->n + t->bn - 1) / t->bn), (g->m + t->bm - 1) / t->bm, batch};
     size_t local[3] = {nt, 1, 1};
     return ct_kernel_launch(d, k, 3, global, local, ev);
@@ -168,7 +168,8 @@ static ct_status probe(ct_device *d, int emulated, char *why, size_t len) {
             CT_CHECK(ct_buffer_write(ba, 0, ha, sizeof *ha * PM * PK));
             CT_CHECK(ct_buffer_write(bb, 0, hb, sizeof *hb * PK * PN));
             CT_CHECK(ct_buffer_write(bc, 0, nan, sizeof *nan * PM * PN));
-            ct_gemm_desc g = {.ta = ta, .tb = tb, .m = PM, .n = PN, .k = PK, .alpha = 1.0f,
+            ct_gemm_desc g = {.ta = ta, .tb = tb, .m = PM, .n = PN, .k = PK, .batch = 1,
+                              .alpha = 1.0f,
                               .a = ct_buffer_mem(ba), .lda = ta ? PM : PK,
                               .b = ct_buffer_mem(bb), .ldb = tb ? PK : PN,
                               .c = ct_buffer_mem(bc), .ldc = PN, .tile = tile};

@@ -24,7 +24,7 @@ static ct_status clblast_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev)
                       "gemm: the clblast path has no tile %d (its tiles are "
                       "CLBlast's tuned parameters)",
                       g->tile);
-    if (g->batch <= 1)
+    if (g->batch == 1)
         return ct_gemm(d, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->a_off, g->lda, g->b,
                        g->b_off, g->ldb, g->beta, g->c, g->c_off, g->ldc, ev);
     return ct_gemm_strided_batched(d, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->a_off,
@@ -109,8 +109,8 @@ ct_status ct_gemm_run(ct_device *d, ct_gemm_path p, const ct_gemm_desc *g, ct_ev
     ct_status st = ct_gemm_path_check(d, p);
     if (st != CT_OK) return st;
     if (!g) return CT_ERR(&d->err, CT_ERR_ARG, "gemm: no descriptor");
+    if (g->m == 0 || g->n == 0 || g->batch == 0) return ct_device_marker(d, ev);
     if (p == CT_GEMM_CLBLAST) return clblast_run(d, g, ev);
-    if (g->m == 0 || g->n == 0) return ct_device_marker(d, ev);
     if (g->k == 0)
         return CT_ERR(&d->err, CT_ERR_ARG, "gemm (%s): k = 0 is not supported (m=%zu n=%zu)",
                       kPaths[p].name, g->m, g->n);
@@ -127,7 +127,7 @@ ct_status ct_gemm_run(ct_device *d, ct_gemm_path p, const ct_gemm_desc *g, ct_ev
 }
 
 ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g) {
-    size_t batch = g->batch ? g->batch : 1;
+    size_t batch = g->batch;
     /* cp.async moves 16-byte chunks: every row of A and B must start 16-byte aligned (buffers
      * themselves are aligned far beyond that by OpenCL) */
     int vec = g->a_off % 8 == 0 && g->lda % 8 == 0 && (batch == 1 || g->a_stride % 8 == 0) &&

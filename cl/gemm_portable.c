@@ -55,7 +55,7 @@ ct_status ct__gemm_portable_check(ct_device *d, char *why, size_t len) {
 /* tile 0: the large block when it gives the device at least two blocks per compute unit. */
 static int pick_tile(const ct_device *d, const ct_gemm_desc *g) {
     const portable_tile *t = &kTiles[0];
-    size_t batch = g->batch ? g->batch : 1;
+    size_t batch = g->batch;
     size_t blocks = ((g->m + t->tm - 1) / t->tm) * ((g->n + t->tn - 1) / t->tn) * batch;
     return blocks >= 2 * (size_t)(d->info.compute_units ? d->info.compute_units : 1) ? 1 : 2;
 }
@@ -66,7 +66,7 @@ ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **
     ct_status st = get_kernel(d, t, &k);
     if (st == CT_OK) st = ct__gemm_bf16_args(d, k, g);
     if (st != CT_OK) return st;
-    size_t batch = g->batch ? g->batch : 1;
+    size_t batch = g->batch;
     size_t global[3] = {16 * ((g->n + t->tn - 1) / t->tn), 16 * ((g->m + t->tm - 1) / t->tm),
                         batch};
     size_t local[3] = {16, 16, 1};

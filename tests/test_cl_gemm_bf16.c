@@ -338,8 +338,8 @@ static void test_rules(ct_device *d, const ct_device_info *info) {
     CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "small", 64 * 2, &b), ct_device_errmsg(d));
     if (b) {
         cl_mem x = ct_buffer_mem(b);
-        ct_gemm_desc g = {.m = 8, .n = 8, .k = 8, .alpha = 1, .a = x, .lda = 8, .b = x, .ldb = 8,
-                          .c = x, .ldc = 8, .c_bf16 = 1};
+        ct_gemm_desc g = {.m = 8, .n = 8, .k = 8, .batch = 1, .alpha = 1, .a = x, .lda = 8,
+                          .b = x, .ldb = 8, .c = x, .ldc = 8, .c_bf16 = 1};
         CT_ASSERT_EQ_INT(ct_gemm_run(d, CT_GEMM_CLBLAST, &g, NULL), CT_ERR_ARG); /* no bf16 C */
         g.k = 0;
         CT_ASSERT_EQ_INT(ct_gemm_run(d, CT_GEMM_PORTABLE, &g, NULL), CT_ERR_ARG);
@@ -356,6 +356,29 @@ static void test_rules(ct_device *d, const ct_device_info *info) {
         g.c_bf16 = 1, g.m = 9; /* A as bf16: 72 values */
         CT_ASSERT_EQ_INT(ct_gemm_run(d, CT_GEMM_PORTABLE, &g, NULL), CT_ERR_ARG);
         CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "matrix A needs 72 bf16 values");
+    }
+    ct_buffer_free(b);
+
+    /* batch 0 is nothing to do on every path that runs here, as in ct_gemm_strided_batched:
+     * C (here the same buffer as A and B, all bf16 1.0) is neither read nor written */
+    b = NULL;
+    CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "ones", 64 * 2, &b), ct_device_errmsg(d));
+    uint16_t ones[64], back[64];
+    for (int i = 0; i < 64; i++) ones[i] = 0x3f80;
+    static const ct_gemm_path paths[] = {CT_GEMM_CLBLAST, CT_GEMM_PORTABLE, CT_GEMM_MMA_EMULATED};
+    for (size_t p = 0; b && p < sizeof paths / sizeof paths[0]; p++) {
+        CT_ASSERT_OK(ct_buffer_write(b, 0, ones, sizeof ones), ct_device_errmsg(d));
+        int f = paths[p] == CT_GEMM_CLBLAST; /* fp32: 32 values, 4 x 4 matrices */
+        size_t e = f ? 4 : 8;
+        cl_mem x = ct_buffer_mem(b);
+        ct_gemm_desc g = {.m = e, .n = e, .k = e, .batch = 0, .alpha = 1, .a = x, .lda = e,
+                          .b = x, .ldb = e, .c = x, .ldc = e, .c_bf16 = !f};
+        ct_event *ev = NULL;
+        CT_ASSERT_OK(ct_gemm_run(d, paths[p], &g, &ev), ct_device_errmsg(d));
+        CT_ASSERT_OK(ct_event_wait_release(ev), ct_device_errmsg(d));
+        CT_ASSERT_OK(ct_buffer_read(b, 0, back, sizeof back), ct_device_errmsg(d));
+        CT_ASSERT_MSG(!memcmp(ones, back, sizeof ones), "%s: batch 0 wrote C",
+                      ct_gemm_path_str(paths[p]));
     }
     ct_buffer_free(b);
 }
