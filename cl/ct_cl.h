@@ -429,11 +429,17 @@ typedef struct ct_gemm_desc {
 
 /* Whether `path` runs on this device: CT_OK, or CT_ERR_UNSUPPORTED with the reason on the
  * device's message ("the mma path needs an NVIDIA device of compute capability 8.0 or more; this
- * device is ..."). The first check of a path may build its kernels and run its probe (blocking,
- * seconds on a cold program cache): call it at setup. The answer is kept for the device. */
+ * device is ..."); both answers are kept for the device. The one place a path is checked: call it
+ * at setup, for every path a run will use (CT_GEMM_CLBLAST included); ct_gemm_run refuses a path
+ * not checked yet. The first check may build the path's kernels and run its probe (blocking,
+ * seconds on a cold program cache). A probe runs in a context of its own on the same device, so
+ * a kernel that faults there (which on some drivers ruins its context for good) leaves this
+ * device's context as it was; only when it passed are the kernels built here (from the program
+ * cache). A check that could not be made (host or device memory: CT_ERR_NOMEM,
+ * CT_ERR_DEVICE_MEM) returns that status and is not kept: the next call checks again. */
 ct_status ct_gemm_path_check(ct_device *dev, ct_gemm_path path);
-/* Enqueue the GEMM on `path` (checked first as ct_gemm_path_check; a refused path is
- * CT_ERR_UNSUPPORTED with its reason). Arguments are checked as ct_gemm's are (CT_ERR_ARG naming
+/* Enqueue the GEMM on `path`: CT_ERR_STATE when ct_gemm_path_check has not answered for the path
+ * yet, CT_ERR_UNSUPPORTED with its reason when it refused it. Arguments are checked as ct_gemm's are (CT_ERR_ARG naming
  * the matrix). m, n or batch 0: nothing to do on every path, nothing is read or written (an
  * event if asked), as ct_gemm_strided_batched does with batch 0; k = 0 is refused. */
 ct_status ct_gemm_run(ct_device *dev, ct_gemm_path path, const ct_gemm_desc *g, ct_event **ev);

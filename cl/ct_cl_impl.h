@@ -122,7 +122,10 @@ ct_status ct__gemm_check(ct_device *d, const ct_gemm_desc *g, size_t ab_bytes, s
 /* Set the arguments every bf16 GEMM kernel takes (the list at the top of gemm_mma.cl), in order
  * (gemm_path.c). */
 ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g);
-/* The paths' bodies: run assumes a checked path and checked arguments with m, n, k, batch >= 1. */
+/* The paths' bodies: run assumes a checked path and checked arguments with m, n, k, batch >= 1.
+ * check: CT_OK; CT_ERR_UNSUPPORTED with the reason in why (kept for the device); or another
+ * status when the check could not be made (memory: ct__gemm_refusal), which is not kept. */
+ct_status ct__gemm_refusal(ct_status st); /* st as a check returns it: memory stays, else refused */
 ct_status ct__gemm_portable_check(ct_device *d, char *why, size_t len); /* builds the kernel */
 ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev);
 int ct__gemm_portable_tiles(void);

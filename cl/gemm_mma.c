@@ -139,22 +139,27 @@ enum { PM = 40, PN = 24, PK = 48 }; /* edges for every block shape; two K steps 
 static float probe_a(int i, int p) { return (float)((i * 3 + p * 5) % 7 - 3); } /* op(A)(i, p) */
 static float probe_b(int p, int j) { return (float)((p * 2 + j * 7) % 5 - 2); } /* op(B)(p, j) */
 
-static ct_status probe(ct_device *d, int emulated, char *why, size_t len) {
+/* The probe's products on pd, a device opened for it alone. CT_OK when every one is exact; else
+ * the status with the reason in why; *ran says whether the failure came after the first kernel
+ * was built (before it, nothing was learnt about the path). */
+static ct_status probe_on(ct_device *pd, int emulated, char *why, size_t len, int *ran) {
     ct_status st = CT_OK;
+    const char *name = emulated ? "mma-emulated" : "mma";
     ct_buffer *ba = NULL, *bb = NULL, *bc = NULL;
     uint16_t *ha = NULL, *hb = NULL;
     float *hc = NULL, *nan = NULL;
     const char *what = "allocating its buffers";
+    *ran = 0;
     ha = ct_malloc(sizeof *ha * PM * PK), hb = ct_malloc(sizeof *hb * PK * PN);
     hc = ct_malloc(sizeof *hc * PM * PN), nan = ct_malloc(sizeof *nan * PM * PN);
     if (!ha || !hb || !hc || !nan) {
-        st = CT_ERR(&d->err, CT_ERR_NOMEM, "out of host memory");
+        st = CT_ERR(&pd->err, CT_ERR_NOMEM, "out of host memory");
         goto cleanup;
     }
     for (int i = 0; i < PM * PN; i++) nan[i] = NAN;
-    CT_CHECK(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "mma probe A", sizeof *ha * PM * PK, &ba));
-    CT_CHECK(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "mma probe B", sizeof *hb * PK * PN, &bb));
-    CT_CHECK(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "mma probe C", sizeof *hc * PM * PN, &bc));
+    CT_CHECK(ct_buffer_alloc(pd, CT_MEM_WORKSPACE, "mma probe A", sizeof *ha * PM * PK, &ba));
+    CT_CHECK(ct_buffer_alloc(pd, CT_MEM_WORKSPACE, "mma probe B", sizeof *hb * PK * PN, &bb));
+    CT_CHECK(ct_buffer_alloc(pd, CT_MEM_WORKSPACE, "mma probe C", sizeof *hc * PM * PN, &bc));
     for (int tile = 1; tile <= NTILES; tile++)
         for (int tr = 0; tr < 4; tr++) {
             int ta = tr >> 1, tb = tr & 1;
@@ -173,8 +178,14 @@ static ct_status probe(ct_device *d, int emulated, char *why, size_t len) {
                               .a = ct_buffer_mem(ba), .lda = ta ? PM : PK,
                               .b = ct_buffer_mem(bb), .ldb = tb ? PK : PN,
                               .c = ct_buffer_mem(bc), .ldc = PN, .tile = tile};
+            /* from here on a failure is the path's: the kernel's build, its launch, its own
+             * execution status (a fault), the read after it, the product */
+            *ran = 1;
             what = "building or running its kernel";
-            CT_CHECK(ct__gemm_mma_run(d, &g, emulated, NULL));
+            ct_event *ev = NULL;
+            CT_CHECK(ct__gemm_mma_run(pd, &g, emulated, &ev));
+            CT_CHECK(ct_event_wait_release(ev));
+            what = "reading its result";
             CT_CHECK(ct_buffer_read(bc, 0, hc, sizeof *hc * PM * PN));
             for (int i = 0; i < PM; i++)
                 for (int j = 0; j < PN; j++) {
@@ -184,9 +195,8 @@ static ct_status probe(ct_device *d, int emulated, char *why, size_t len) {
                         snprintf(why, len,
                                  "the %s path's probe gave a wrong product on '%s' (block %s, "
                                  "ta=%d tb=%d, %dx%dx%d): C[%d][%d] = %g, expected %g",
-                                 emulated ? "mma-emulated" : "mma", d->info.name,
-                                 ct__gemm_mma_tile_str(tile), ta, tb, PM, PN, PK, i, j,
-                                 (double)hc[i * PN + j], (double)want);
+                                 name, pd->info.name, ct__gemm_mma_tile_str(tile), ta, tb, PM, PN,
+                                 PK, i, j, (double)hc[i * PN + j], (double)want);
                         st = CT_ERR_UNSUPPORTED;
                         goto done;
                     }
@@ -194,12 +204,49 @@ static ct_status probe(ct_device *d, int emulated, char *why, size_t len) {
         }
 cleanup:
     if (st != CT_OK)
-        snprintf(why, len, "the %s path's probe failed on '%s' %s: %.600s",
-                 emulated ? "mma-emulated" : "mma", d->info.name, what, d->err.msg);
+        snprintf(why, len, "the %s path's probe failed on '%s' %s: %.600s", name, pd->info.name,
+                 what, pd->err.msg);
 done:
     ct_buffer_free(ba), ct_buffer_free(bb), ct_buffer_free(bc);
     free(ha), free(hb), free(hc), free(nan);
     return st;
+}
+
+/* The probe runs in a context and queue of its own on the same cl_device_id: on NVIDIA a kernel
+ * that faults (a misaligned ldmatrix or cp.async, an instruction the driver's compiler
+ * mistranslated) leaves its context unusable for good, CLBlast's programs in it included, so a
+ * failing probe must not touch d's. Only when it passed are the kernels fetched on d (the program
+ * cache on disk, which the probe's builds filled, makes that a load rather than a build). */
+static ct_status probe(ct_device *d, int emulated, char *why, size_t len) {
+    ct_device_opts o = ct_device_opts_default();
+    o.apply_tuning = 0;
+    o.cache_dir = d->cache_dir; /* "" (no disk cache) stays "" */
+    o.row_groups = d->row_groups;
+    ct_err err = {0};
+    ct_device *pd = NULL;
+    ct_status st = ct_device_open(&pd, &d->info, &o, &err);
+    if (st != CT_OK) {
+        /* no second context now says nothing about the path (ct_device_open's statuses are
+         * memory or OpenCL's, never CT_ERR_UNSUPPORTED): not kept */
+        snprintf(why, len, "the %s path's probe could not open a context of its own on '%s': "
+                 "%.600s", emulated ? "mma-emulated" : "mma", d->info.name, err.msg);
+        return st;
+    }
+    int ran = 0;
+    st = probe_on(pd, emulated, why, len, &ran);
+    ct_device_free(pd);
+    /* before its first kernel the probe learnt nothing about the path: not kept */
+    if (st != CT_OK) return ran ? ct__gemm_refusal(st) : st;
+    for (int i = 0; i < NTILES; i++) {
+        cl_kernel k = NULL;
+        if ((st = get_kernel(d, &kTiles[i], emulated, &k)) != CT_OK) {
+            snprintf(why, len, "the %s path passed its probe on '%s' but its kernel for block %s "
+                     "failed on the device's own context: %.600s",
+                     emulated ? "mma-emulated" : "mma", d->info.name, kTiles[i].text, d->err.msg);
+            return ct__gemm_refusal(st);
+        }
+    }
+    return CT_OK;
 }
 
 ct_status ct__gemm_mma_check(ct_device *d, int emulated, char *why, size_t len) {

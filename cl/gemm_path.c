@@ -92,11 +92,23 @@ const char *ct_gemm_tile_str(ct_gemm_path p, int tile) {
     return valid_path(p) ? kPaths[p].tile_str(tile) : NULL;
 }
 
+ct_status ct__gemm_refusal(ct_status st) {
+    return st == CT_ERR_NOMEM || st == CT_ERR_DEVICE_MEM ? st : CT_ERR_UNSUPPORTED;
+}
+
+/* A check's answer is kept when it is one (CT_OK, or CT_ERR_UNSUPPORTED: the path does not run
+ * here); any other status says only that the check could not be made this time (memory), so
+ * the next call checks again. */
 ct_status ct_gemm_path_check(ct_device *d, ct_gemm_path p) {
     if (!valid_path(p)) return CT_ERR(&d->err, CT_ERR_ARG, "gemm: no path %d", (int)p);
     if (d->gemm_state[p] == 0) {
         char why[sizeof d->gemm_why[0]] = "";
         ct_status st = kPaths[p].check(d, why, sizeof why);
+        if (st != CT_OK && st != CT_ERR_UNSUPPORTED)
+            return CT_ERR(&d->err, st,
+                          "%s (the check of the %s path could not be made; it was not kept, so "
+                          "the next check tries again)",
+                          why[0] ? why : d->err.msg, kPaths[p].name);
         d->gemm_state[p] = st == CT_OK ? 1 : -1;
         snprintf(d->gemm_why[p], sizeof d->gemm_why[p], "%s", why);
     }
@@ -106,8 +118,16 @@ ct_status ct_gemm_path_check(ct_device *d, ct_gemm_path p) {
 
 ct_status ct_gemm_run(ct_device *d, ct_gemm_path p, const ct_gemm_desc *g, ct_event **ev) {
     if (ev) *ev = NULL;
-    ct_status st = ct_gemm_path_check(d, p);
-    if (st != CT_OK) return st;
+    if (!valid_path(p)) return CT_ERR(&d->err, CT_ERR_ARG, "gemm: no path %d", (int)p);
+    if (d->gemm_state[p] == 0)
+        return CT_ERR(&d->err, CT_ERR_STATE,
+                      "gemm: the %s path has not been checked on device '%s': call "
+                      "ct_gemm_path_check at setup, before its first GEMM (the check may build "
+                      "kernels and run a probe, which has no place in the middle of a step)",
+                      kPaths[p].name, d->info.name);
+    if (d->gemm_state[p] < 0)
+        return CT_ERR(&d->err, CT_ERR_UNSUPPORTED, "%s", d->gemm_why[p]);
+    ct_status st;
     if (!g) return CT_ERR(&d->err, CT_ERR_ARG, "gemm: no descriptor");
     if (g->m == 0 || g->n == 0 || g->batch == 0) return ct_device_marker(d, ev);
     if (p == CT_GEMM_CLBLAST) return clblast_run(d, g, ev);

@@ -46,7 +46,7 @@ ct_status ct__gemm_portable_check(ct_device *d, char *why, size_t len) {
         if (st != CT_OK) {
             snprintf(why, len, "the portable path cannot run on '%s': %.600s", d->info.name,
                      d->err.msg);
-            return st;
+            return ct__gemm_refusal(st);
         }
     }
     return CT_OK;

@@ -316,9 +316,21 @@ static void test_rules(ct_device *d, const ct_device_info *info) {
         CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d),
                                "the mma path needs an NVIDIA device of compute capability 8.0");
         CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), info->name);
-        ct_gemm_desc g = {.m = 1, .n = 1, .k = 1};
+        ct_gemm_desc g = {.m = 1, .n = 1, .k = 1, .batch = 1};
         CT_ASSERT_EQ_INT(ct_gemm_run(d, CT_GEMM_MMA, &g, NULL), CT_ERR_UNSUPPORTED);
         CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), info->name);
+        CT_ASSERT_EQ_INT(ct_gemm_path_check(d, CT_GEMM_MMA), CT_ERR_UNSUPPORTED); /* kept */
+        CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), info->name);
+    }
+
+    /* a path is checked at one defined point: ct_gemm_run refuses one not checked yet (rather
+     * than building kernels and probing in the middle of a step) */
+    {
+        ct_gemm_desc g = {.m = 1, .n = 1, .k = 1, .batch = 1};
+        CT_ASSERT_EQ_INT(ct_gemm_run(d, CT_GEMM_PORTABLE, &g, NULL), CT_ERR_STATE);
+        CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "call ct_gemm_path_check");
+        CT_ASSERT_OK(ct_gemm_path_check(d, CT_GEMM_CLBLAST), ct_device_errmsg(d));
+        CT_ASSERT_OK(ct_gemm_path_check(d, CT_GEMM_PORTABLE), ct_device_errmsg(d));
     }
 
     /* names */
@@ -358,10 +370,50 @@ static void test_rules(ct_device *d, const ct_device_info *info) {
         CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "matrix A needs 72 bf16 values");
     }
     ct_buffer_free(b);
+}
 
-    /* batch 0 is nothing to do on every path that runs here, as in ct_gemm_strided_batched:
-     * C (here the same buffer as A and B, all bf16 1.0) is neither read nor written */
-    b = NULL;
+/* The mma-emulated path's check: a failure to allocate is returned and not kept (the next check
+ * runs the probe again); the probe's buffers live in a context of its own (this device's memory
+ * sees none of them), and once it passed the kernels are fetched on this device. */
+static void test_probe(ct_device *d) {
+    CT_ASSERT_EQ_INT(ct_alloc_count(), 0); /* (no hook yet) */
+    static const unsigned kinds[] = {CT_ALLOC_DEVICE, CT_ALLOC_HOST};
+    static const ct_status want[] = {CT_ERR_DEVICE_MEM, CT_ERR_NOMEM};
+    for (int i = 0; i < 2; i++) {
+        ct_alloc_fail_nth(1, kinds[i]);
+        ct_status st = ct_gemm_path_check(d, CT_GEMM_MMA_EMULATED);
+        int fired = ct_alloc_failed();
+        ct_alloc_fail_nth(0, 0);
+        CT_ASSERT_EQ_INT(fired, 1);
+        CT_ASSERT_EQ_INT(st, want[i]);
+        CT_ASSERT_STR_CONTAINS(ct_device_errmsg(d), "not kept");
+        ct_gemm_desc g = {.m = 1, .n = 1, .k = 1, .batch = 1};
+        CT_ASSERT_EQ_INT(ct_gemm_run(d, CT_GEMM_MMA_EMULATED, &g, NULL), CT_ERR_STATE);
+    }
+    ct_device_mem_reset_peak(d);
+    ct_mem_stats m0, m1;
+    ct_program_cache_stats p0, p1;
+    ct_device_mem_stats(d, &m0);
+    ct_device_program_cache_stats(d, &p0);
+    double t0 = ct_time_now();
+    CT_ASSERT_OK(ct_gemm_path_check(d, CT_GEMM_MMA_EMULATED), ct_device_errmsg(d));
+    printf("  mma-emulated probe: %.2f s\n", ct_time_now() - t0);
+    ct_device_mem_stats(d, &m1);
+    ct_device_program_cache_stats(d, &p1);
+    CT_ASSERT_MSG(m1.total_peak == m0.total_peak,
+                  "the probe allocated on the device's own context (peak %llu -> %llu bytes)",
+                  (unsigned long long)m0.total_peak, (unsigned long long)m1.total_peak);
+    int fetched = (p1.memory_hits + p1.disk_hits + p1.builds) -
+                  (p0.memory_hits + p0.disk_hits + p0.builds);
+    CT_ASSERT_MSG(fetched >= ct_gemm_path_tiles(CT_GEMM_MMA_EMULATED),
+                  "after its probe the path's %d kernels were not fetched on the device (%d)",
+                  ct_gemm_path_tiles(CT_GEMM_MMA_EMULATED), fetched);
+}
+
+/* batch 0 is nothing to do on every path that runs here, as in ct_gemm_strided_batched: C (here
+ * the same buffer as A and B, all bf16 1.0) is neither read nor written */
+static void test_batch0(ct_device *d) {
+    ct_buffer *b = NULL;
     CT_ASSERT_OK(ct_buffer_alloc(d, CT_MEM_WORKSPACE, "ones", 64 * 2, &b), ct_device_errmsg(d));
     uint16_t ones[64], back[64];
     for (int i = 0; i < 64; i++) ones[i] = 0x3f80;
@@ -400,12 +452,11 @@ int main(void) {
     test_conversions(d);
     printf("  conversions: %.2f s\n", ct_time_now() - t0);
     test_rules(d, &list[pick]);
+    test_probe(d);
+    test_batch0(d);
 
     for (int t = 1; t <= ct_gemm_path_tiles(CT_GEMM_PORTABLE); t++)
         run_path(d, CT_GEMM_PORTABLE, t);
-    t0 = ct_time_now();
-    CT_ASSERT_OK(ct_gemm_path_check(d, CT_GEMM_MMA_EMULATED), ct_device_errmsg(d));
-    printf("  mma-emulated probe: %.2f s\n", ct_time_now() - t0);
     for (int t = 1; t <= ct_gemm_path_tiles(CT_GEMM_MMA_EMULATED); t++)
         run_path(d, CT_GEMM_MMA_EMULATED, t);
     if (ct_gemm_path_check(d, CT_GEMM_MMA) == CT_OK)
