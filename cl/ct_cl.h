@@ -439,9 +439,10 @@ typedef struct ct_gemm_desc {
  * CT_ERR_DEVICE_MEM) returns that status and is not kept: the next call checks again. */
 ct_status ct_gemm_path_check(ct_device *dev, ct_gemm_path path);
 /* Enqueue the GEMM on `path`: CT_ERR_STATE when ct_gemm_path_check has not answered for the path
- * yet, CT_ERR_UNSUPPORTED with its reason when it refused it. Arguments are checked as ct_gemm's are (CT_ERR_ARG naming
- * the matrix). m, n or batch 0: nothing to do on every path, nothing is read or written (an
- * event if asked), as ct_gemm_strided_batched does with batch 0; k = 0 is refused. */
+ * yet, CT_ERR_UNSUPPORTED with its reason when it refused it. Arguments are checked as ct_gemm's
+ * are (CT_ERR_ARG naming the matrix). m, n or batch 0: nothing to do on every path, nothing is
+ * read or written (an event if asked), as ct_gemm_strided_batched does with batch 0; k = 0 is
+ * refused. */
 ct_status ct_gemm_run(ct_device *dev, ct_gemm_path path, const ct_gemm_desc *g, ct_event **ev);
 /* How many block shapes the path has (desc.tile 1 .. n), and a line describing shape i
  * ("128x128x32, 8 warps of 64x32, 2 stages, 40960 B local"); NULL out of range. */

@@ -5,12 +5,13 @@
  *
  * Enabling (CT_GEMM_MMA): the device says it is NVIDIA's, of compute capability 8.0 or more
  * (cl_nv_device_attribute_query: mma.sync with bf16, ldmatrix and cp.async are sm_80 PTX), and
- * the probe passes: every block shape built for the device and run on a known pair of small
- * integer matrices, in all four transposes, at edges in M, N and K, with beta 0 over a C full of
- * NaN; the fp32 result must equal the exact product bit for bit (every partial sum is an integer
- * far below 2^24, so any order of accumulation is exact). A wrong fragment layout, a compiler that
- * misreads the PTX or a local pointer that is not a .shared address all fail it. The emulated
- * form has no vendor rule but passes the same probe. */
+ * the probe passes: every block shape built for the device and run on known batches of small
+ * integer matrices, in all four transposes, at edges in M, N and K, through 16-byte cp.async
+ * chunks (partial ones too) and through element copies, C fp32 (beta 0 over NaN) and bf16 (beta
+ * 1), padding NaN; the result must equal the exact product bit for bit (every partial sum is an
+ * integer far below 2^24, so any order of accumulation is exact; a bf16 C is that rounded once).
+ * A wrong fragment layout, a compiler that misreads the PTX or a local pointer that is not a
+ * .shared address all fail it. The emulated form has no vendor rule but passes the same probe. */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -134,10 +135,20 @@ ct_status ct__gemm_mma_run(ct_device *d, const ct_gemm_desc *g, int emulated, ct
 
 /* ---------------------------------------------------------------- the probe */
 
-enum { PM = 40, PN = 24, PK = 48 }; /* edges for every block shape; two K steps of 32 */
+/* The probe's products: op(A) PM x PK, op(B) PK x PN, PB of them, small integers (every partial
+ * sum exact in fp32 whatever the order). Stored rows are 44 (K), 33 (M) and 23 (N) long, so a
+ * block's last 16-byte cp.async chunk of a row carries 8, 2 and 14 bytes (src-size, the rest
+ * zero-filled); K = 44 is a full K step of 32 and a partial one. Two forms, each in all four
+ * transposes and every block shape: "chunks", every stored row PLD (48) apart, batch matrices
+ * PLD * PLD apart (all 16-byte aligned: cp.async), C fp32 and beta 0 over NaN; "elements",
+ * leading dimensions PLD_ODD (45: element copies), C bf16 and beta 1 over small integers (read,
+ * then the exact sum rounded once). Every element outside the matrices is a NaN, so a read of
+ * padding shows. */
+enum { PM = 33, PN = 23, PK = 44, PB = 2, PLD = 48, PLD_ODD = 45, PSTRIDE = PLD * PLD };
 
-static float probe_a(int i, int p) { return (float)((i * 3 + p * 5) % 7 - 3); } /* op(A)(i, p) */
-static float probe_b(int p, int j) { return (float)((p * 2 + j * 7) % 5 - 2); } /* op(B)(p, j) */
+static float probe_a(int z, int i, int p) { return (float)((i * 3 + p * 5 + z * 2) % 7 - 3); }
+static float probe_b(int z, int p, int j) { return (float)((p * 2 + j * 7 + z) % 5 - 2); }
+static float probe_c(int z, int i, int j) { return (float)((i + j * 2 + z * 3) % 5 - 2); }
 
 /* The probe's products on pd, a device opened for it alone. CT_OK when every one is exact; else
  * the status with the reason in why; *ran says whether the failure came after the first kernel
@@ -146,69 +157,89 @@ static ct_status probe_on(ct_device *pd, int emulated, char *why, size_t len, in
     ct_status st = CT_OK;
     const char *name = emulated ? "mma-emulated" : "mma";
     ct_buffer *ba = NULL, *bb = NULL, *bc = NULL;
-    uint16_t *ha = NULL, *hb = NULL;
-    float *hc = NULL, *nan = NULL;
+    const size_t nab = (size_t)PB * PSTRIDE, nc = (size_t)PB * PM * PN;
+    uint16_t *ha = NULL, *hb = NULL, *hc16 = NULL;
+    float *hc = NULL;
     const char *what = "allocating its buffers";
     *ran = 0;
-    ha = ct_malloc(sizeof *ha * PM * PK), hb = ct_malloc(sizeof *hb * PK * PN);
-    hc = ct_malloc(sizeof *hc * PM * PN), nan = ct_malloc(sizeof *nan * PM * PN);
-    if (!ha || !hb || !hc || !nan) {
+    ha = ct_malloc(2 * nab), hb = ct_malloc(2 * nab), hc = ct_malloc(4 * nc);
+    hc16 = (uint16_t *)hc;
+    if (!ha || !hb || !hc) {
         st = CT_ERR(&pd->err, CT_ERR_NOMEM, "out of host memory");
         goto cleanup;
     }
-    for (int i = 0; i < PM * PN; i++) nan[i] = NAN;
-    CT_CHECK(ct_buffer_alloc(pd, CT_MEM_WORKSPACE, "mma probe A", sizeof *ha * PM * PK, &ba));
-    CT_CHECK(ct_buffer_alloc(pd, CT_MEM_WORKSPACE, "mma probe B", sizeof *hb * PK * PN, &bb));
-    CT_CHECK(ct_buffer_alloc(pd, CT_MEM_WORKSPACE, "mma probe C", sizeof *hc * PM * PN, &bc));
+    CT_CHECK(ct_buffer_alloc(pd, CT_MEM_WORKSPACE, "mma probe A", 2 * nab, &ba));
+    CT_CHECK(ct_buffer_alloc(pd, CT_MEM_WORKSPACE, "mma probe B", 2 * nab, &bb));
+    CT_CHECK(ct_buffer_alloc(pd, CT_MEM_WORKSPACE, "mma probe C", 4 * nc, &bc));
     for (int tile = 1; tile <= NTILES; tile++)
-        for (int tr = 0; tr < 4; tr++) {
-            int ta = tr >> 1, tb = tr & 1;
-            for (int i = 0; i < PM; i++)
-                for (int p = 0; p < PK; p++)
-                    ha[ta ? p * PM + i : i * PK + p] = ct_bf16_from_f32(probe_a(i, p));
-            for (int p = 0; p < PK; p++)
-                for (int j = 0; j < PN; j++)
-                    hb[tb ? j * PK + p : p * PN + j] = ct_bf16_from_f32(probe_b(p, j));
-            what = "writing its operands";
-            CT_CHECK(ct_buffer_write(ba, 0, ha, sizeof *ha * PM * PK));
-            CT_CHECK(ct_buffer_write(bb, 0, hb, sizeof *hb * PK * PN));
-            CT_CHECK(ct_buffer_write(bc, 0, nan, sizeof *nan * PM * PN));
-            ct_gemm_desc g = {.ta = ta, .tb = tb, .m = PM, .n = PN, .k = PK, .batch = 1,
-                              .alpha = 1.0f,
-                              .a = ct_buffer_mem(ba), .lda = ta ? PM : PK,
-                              .b = ct_buffer_mem(bb), .ldb = tb ? PK : PN,
-                              .c = ct_buffer_mem(bc), .ldc = PN, .tile = tile};
-            /* from here on a failure is the path's: the kernel's build, its launch, its own
-             * execution status (a fault), the read after it, the product */
-            *ran = 1;
-            what = "building or running its kernel";
-            ct_event *ev = NULL;
-            CT_CHECK(ct__gemm_mma_run(pd, &g, emulated, &ev));
-            CT_CHECK(ct_event_wait_release(ev));
-            what = "reading its result";
-            CT_CHECK(ct_buffer_read(bc, 0, hc, sizeof *hc * PM * PN));
-            for (int i = 0; i < PM; i++)
-                for (int j = 0; j < PN; j++) {
-                    float want = 0;
-                    for (int p = 0; p < PK; p++) want += probe_a(i, p) * probe_b(p, j);
-                    if (hc[i * PN + j] != want) {
-                        snprintf(why, len,
-                                 "the %s path's probe gave a wrong product on '%s' (block %s, "
-                                 "ta=%d tb=%d, %dx%dx%d): C[%d][%d] = %g, expected %g",
-                                 name, pd->info.name, ct__gemm_mma_tile_str(tile), ta, tb, PM, PN,
-                                 PK, i, j, (double)hc[i * PN + j], (double)want);
-                        st = CT_ERR_UNSUPPORTED;
-                        goto done;
-                    }
+        for (int form = 0; form < 2; form++)
+            for (int tr = 0; tr < 4; tr++) {
+                int ta = tr >> 1, tb = tr & 1, cb = form == 1;
+                size_t ld = form ? PLD_ODD : PLD;
+                for (size_t e = 0; e < nab; e++) ha[e] = hb[e] = 0x7fc0; /* bf16 NaN */
+                for (int z = 0; z < PB; z++) {
+                    for (int i = 0; i < PM; i++)
+                        for (int p = 0; p < PK; p++)
+                            ha[z * PSTRIDE + (ta ? p * ld + i : i * ld + p)] =
+                                ct_bf16_from_f32(probe_a(z, i, p));
+                    for (int p = 0; p < PK; p++)
+                        for (int j = 0; j < PN; j++)
+                            hb[z * PSTRIDE + (tb ? j * ld + p : p * ld + j)] =
+                                ct_bf16_from_f32(probe_b(z, p, j));
+                    for (int i = 0; i < PM; i++)
+                        for (int j = 0; j < PN; j++) {
+                            size_t e = ((size_t)z * PM + i) * PN + j;
+                            if (cb) hc16[e] = ct_bf16_from_f32(probe_c(z, i, j));
+                            else hc[e] = NAN;
+                        }
                 }
-        }
+                what = "writing its operands";
+                CT_CHECK(ct_buffer_write(ba, 0, ha, 2 * nab));
+                CT_CHECK(ct_buffer_write(bb, 0, hb, 2 * nab));
+                CT_CHECK(ct_buffer_write(bc, 0, hc, (cb ? 2 : 4) * nc));
+                ct_gemm_desc g = {.ta = ta, .tb = tb, .m = PM, .n = PN, .k = PK, .batch = PB,
+                                  .alpha = 1.0f, .beta = cb ? 1.0f : 0.0f,
+                                  .a = ct_buffer_mem(ba), .lda = ld, .a_stride = PSTRIDE,
+                                  .b = ct_buffer_mem(bb), .ldb = ld, .b_stride = PSTRIDE,
+                                  .c = ct_buffer_mem(bc), .ldc = PN, .c_stride = PM * PN,
+                                  .c_bf16 = cb, .tile = tile};
+                /* from here on a failure is the path's: the kernel's build, its launch, its own
+                 * execution status (a fault), the read after it, the product */
+                *ran = 1;
+                what = "building or running its kernel";
+                ct_event *ev = NULL;
+                CT_CHECK(ct__gemm_mma_run(pd, &g, emulated, &ev));
+                CT_CHECK(ct_event_wait_release(ev));
+                what = "reading its result";
+                CT_CHECK(ct_buffer_read(bc, 0, hc, (cb ? 2 : 4) * nc));
+                for (int z = 0; z < PB; z++)
+                    for (int i = 0; i < PM; i++)
+                        for (int j = 0; j < PN; j++) {
+                            float want = cb ? probe_c(z, i, j) : 0.0f; /* beta 1 or 0 */
+                            for (int p = 0; p < PK; p++)
+                                want += probe_a(z, i, p) * probe_b(z, p, j);
+                            size_t e = ((size_t)z * PM + i) * PN + j;
+                            float got = cb ? ct_bf16_to_f32(hc16[e]) : hc[e];
+                            if (cb) want = ct_bf16_to_f32(ct_bf16_from_f32(want));
+                            if (got == want) continue;
+                            snprintf(why, len,
+                                     "the %s path's probe gave a wrong product on '%s' (block "
+                                     "%s, ta=%d tb=%d, %dx%dx%d, batch %d, %s, ld %zu): "
+                                     "C[%d][%d][%d] = %g, expected %g",
+                                     name, pd->info.name, ct__gemm_mma_tile_str(tile), ta, tb, PM,
+                                     PN, PK, PB, cb ? "C bf16" : "C fp32", ld, z, i, j,
+                                     (double)got, (double)want);
+                            st = CT_ERR_UNSUPPORTED;
+                            goto done;
+                        }
+            }
 cleanup:
     if (st != CT_OK)
         snprintf(why, len, "the %s path's probe failed on '%s' %s: %.600s", name, pd->info.name,
                  what, pd->err.msg);
 done:
     ct_buffer_free(ba), ct_buffer_free(bb), ct_buffer_free(bc);
-    free(ha), free(hb), free(hc), free(nan);
+    free(ha), free(hb), free(hc);
     return st;
 }
 
