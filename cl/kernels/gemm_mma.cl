@@ -2,7 +2,9 @@
  * accumulation), fragments loaded by ldmatrix from local memory that cp.async fills STAGES - 1
  * blocks ahead. Without CT_MMA_NV_PTX the same source runs on any device through the portable
  * stand-ins of mma_nv.clh (CT_GEMM_MMA_EMULATED): every index, tile and edge path below is then
- * exercised on PoCL, and only the four warp instructions differ on the GPU.
+ * exercised on PoCL, and only the four warp instructions differ on the GPU. The stand-ins' cp.async
+ * lands only at the ct_cp_async_barrier after the wait that retires it, and poisons misaligned
+ * addresses, so a pipeline missing its wait or its barrier fails on PoCL too.
  *
  * Row-major C = alpha * op(A) * op(B) + beta * C per batch matrix, op(A) M x K, op(B) K x N;
  * A stored M x K (ta = 0) or K x M (ta = 1), B stored K x N (tb = 0) or N x K (tb = 1), bf16;
@@ -24,8 +26,6 @@
  * the 8 row addresses of an ldmatrix in 8 distinct 16-byte bank groups and keeps every row
  * 16-byte aligned for cp.async. Rows and columns past M, N and K are zero-filled, so the
  * products there are zero and only the store is masked. */
-#include "bf16.clh"
-#include "mma_nv.clh"
 
 /* Fragment loops unrolled on the GPU, so accumulators and fragments live in registers (ptxas
  * then reports no stack frame); left rolled for the stand-ins, whose barriers would otherwise
@@ -51,10 +51,19 @@
 #error "gemm_mma.cl: tile shape breaks the rules at the top of the file"
 #endif
 
+/* The most cp.async copies a work-item has in flight (the stand-ins' queue, mma_nv.clh): STAGES - 1
+ * stages, each this work-item's share of an A and a B block in 8-element chunks. */
+#define CT_CDIV(a, b) (((a) + (b) - 1) / (b))
+#define CT_CP_ASYNC_MAX ((STAGES - 1) * (CT_CDIV(BM * BK / 8, NT) + CT_CDIV(BN * BK / 8, NT)))
+
+#include "bf16.clh"
+#include "mma_nv.clh"
+
 /* Copy the rows x cols block at (r0, c0) of the stored R x Cn matrix X (leading dimension ld)
  * into dst (row length dld), in 8-element chunks; what lies outside X is zero. */
-CT_INLINE void load_block(__local ushort *dst, uint dld, __global const ushort *X, ulong ld,
-                          uint R, uint Cn, uint r0, uint c0, uint rows, uint cols, int vec) {
+CT_INLINE void load_block(ct_cp_async_queue *q, __local ushort *dst, uint dld,
+                          __global const ushort *X, ulong ld, uint R, uint Cn, uint r0, uint c0,
+                          uint rows, uint cols, int vec) {
     uint cpr = cols / 8, tid = (uint)get_local_id(0);
     for (uint c = tid; c < rows * cpr; c += NT) {
         uint r = c / cpr, cc = (c % cpr) * 8, gr = r0 + r, gc = c0 + cc;
@@ -62,7 +71,7 @@ CT_INLINE void load_block(__local ushort *dst, uint dld, __global const ushort *
         uint valid = gr < R && gc < Cn ? min(Cn - gc, 8u) : 0u;
         __global const ushort *s = valid ? X + (ulong)gr * ld + gc : X;
         if (vec) {
-            ct_cp_async16(d, s, valid);
+            ct_cp_async16(q, d, s, valid);
         } else {
             for (uint e = 0; e < 8; e++) d[e] = e < valid ? s[e] : (ushort)0;
         }
@@ -70,15 +79,16 @@ CT_INLINE void load_block(__local ushort *dst, uint dld, __global const ushort *
 }
 
 /* The A and B blocks of K step kt into stage `st`. */
-CT_INLINE void load_stage(__local ushort *sA, __local ushort *sB, uint st, uint kt, int ta,
-                          int tb, __global const ushort *A, ulong lda, __global const ushort *B,
-                          ulong ldb, uint M, uint N, uint K, uint m0, uint n0, int vec) {
+CT_INLINE void load_stage(ct_cp_async_queue *q, __local ushort *sA, __local ushort *sB, uint st,
+                          uint kt, int ta, int tb, __global const ushort *A, ulong lda,
+                          __global const ushort *B, ulong ldb, uint M, uint N, uint K, uint m0,
+                          uint n0, int vec) {
     uint k0 = kt * BK;
     __local ushort *a = sA + st * A_STAGE, *b = sB + st * B_STAGE;
-    if (!ta) load_block(a, BK + PAD, A, lda, M, K, m0, k0, BM, BK, vec); /* (BM, BK) */
-    else     load_block(a, BM + PAD, A, lda, K, M, k0, m0, BK, BM, vec); /* (BK, BM) */
-    if (tb)  load_block(b, BK + PAD, B, ldb, N, K, n0, k0, BN, BK, vec); /* (BN, BK) */
-    else     load_block(b, BN + PAD, B, ldb, K, N, k0, n0, BK, BN, vec); /* (BK, BN) */
+    if (!ta) load_block(q, a, BK + PAD, A, lda, M, K, m0, k0, BM, BK, vec); /* (BM, BK) */
+    else     load_block(q, a, BM + PAD, A, lda, K, M, k0, m0, BK, BM, vec); /* (BK, BM) */
+    if (tb)  load_block(q, b, BK + PAD, B, ldb, N, K, n0, k0, BN, BK, vec); /* (BN, BK) */
+    else     load_block(q, b, BN + PAD, B, ldb, K, N, k0, n0, BK, BN, vec); /* (BK, BN) */
 }
 
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
@@ -109,20 +119,24 @@ void ct_gemm_mma(const int ta, const int tb, const uint M, const uint N, const u
             CT_UNROLL
             for (uint e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
+    ct_cp_async_queue cpq;
+    ct_cp_async_init(&cpq);
     const uint ktiles = (K + BK - 1) / BK;
     for (uint s = 0; s < STAGES - 1; s++) { /* prologue: STAGES - 1 blocks in flight */
-        if (s < ktiles) load_stage(sA, sB, s, s, ta, tb, A, lda, B, ldb, M, N, K, m0, n0, vec);
-        ct_cp_async_commit();
+        if (s < ktiles)
+            load_stage(&cpq, sA, sB, s, s, ta, tb, A, lda, B, ldb, M, N, K, m0, n0, vec);
+        ct_cp_async_commit(&cpq);
     }
     for (uint kt = 0; kt < ktiles; kt++) {
         /* block kt has landed (this work-item's copies); the barrier makes everyone's visible
          * and ends every warp's reads of the stage the next load overwrites (kt - 1's) */
-        ct_cp_async_wait(STAGES - 2);
-        barrier(CLK_LOCAL_MEM_FENCE);
+        ct_cp_async_wait(&cpq, STAGES - 2);
+        ct_cp_async_barrier(&cpq);
         uint nk = kt + STAGES - 1;
         if (nk < ktiles)
-            load_stage(sA, sB, nk % STAGES, nk, ta, tb, A, lda, B, ldb, M, N, K, m0, n0, vec);
-        ct_cp_async_commit(); /* possibly empty: keeps the group count uniform for the wait */
+            load_stage(&cpq, sA, sB, nk % STAGES, nk, ta, tb, A, lda, B, ldb, M, N, K, m0, n0,
+                       vec);
+        ct_cp_async_commit(&cpq); /* possibly empty: keeps the group count uniform for the wait */
 
         __local const ushort *a = sA + (kt % STAGES) * A_STAGE, *b = sB + (kt % STAGES) * B_STAGE;
         CT_UNROLL
