@@ -445,7 +445,8 @@ ct_status ct_gemm_path_check(ct_device *dev, ct_gemm_path path);
  * refused. */
 ct_status ct_gemm_run(ct_device *dev, ct_gemm_path path, const ct_gemm_desc *g, ct_event **ev);
 /* How many block shapes the path has (desc.tile 1 .. n), and a line describing shape i
- * ("128x128x32, 8 warps of 64x32, 2 stages, 40960 B local"); NULL out of range. */
+ * ("128x128x32, 8 warps of 64x32, 2 stages, 40960 B local (47104 B emulated)"); NULL out of
+ * range. */
 int ct_gemm_path_tiles(ct_gemm_path path);
 const char *ct_gemm_tile_str(ct_gemm_path path, int tile);
 /* The vendor rule of CT_GEMM_MMA alone, from what the device reports (no probe): 1 when `info`

@@ -119,6 +119,13 @@ ct_status ct__kernel_args(ct_device *d, cl_kernel k, int n, const size_t *sizes,
 /* GEMM internals. ct__gemm_check: ta/tb, and every matrix of g fits its buffer, with A and B of
  * ab_bytes per element and C of c_bytes (gemm.c; the message names the matrix). */
 ct_status ct__gemm_check(ct_device *d, const ct_gemm_desc *g, size_t ab_bytes, size_t c_bytes);
+/* tile 0 of a bf16 path (gemm_path.c): its large block, bm x bn (tile 1), when that gives the
+ * device at least two blocks per compute unit, else its small one (tile 2). */
+int ct__gemm_pick_tile(const ct_device *d, const ct_gemm_desc *g, int bm, int bn);
+/* The kernel `kernel` of cl/kernels/<source>.cl built with opts (once per device), and
+ * CT_ERR_UNSUPPORTED unless the device runs it in work-groups of `threads`; path names it. */
+ct_status ct__gemm_kernel(ct_device *d, const char *path, const char *source, const char *opts,
+                          const char *kernel, size_t threads, cl_kernel *k);
 /* Set the arguments every bf16 GEMM kernel takes (the list at the top of gemm_mma.cl), in order
  * (gemm_path.c). */
 ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g);

@@ -14,6 +14,7 @@
  * .shared address all fail it. The emulated form has no vendor rule but passes the same probe. */
 #include <ctype.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,14 +25,14 @@
  * when few blocks would leave compute units idle (small or few batched products). Local memory:
  * STAGES buffers of an A block and a B block, each row padded by 8 bf16; at most 48 KiB, what
  * NVIDIA's OpenCL gives a work-group. scripts/ptx_check builds every row of this table for sm_80
- * and sm_90: keep one row per line in this form. */
+ * and sm_90 and holds ptxas's shared-memory figure to tile_local_bytes: keep one row per line in
+ * this form. */
 typedef struct mma_tile {
     int bm, bn, bk, wm, wn, stages;
-    const char *text; /* for ct_gemm_tile_str; the local bytes as tile_local_bytes(t, 0) */
 } mma_tile;
 static const mma_tile kTiles[] = {
-    {128, 128, 32, 64, 32, 2, "128x128x32, 8 warps of 64x32, 2 stages, 40960 B local"},
-    {64, 64, 32, 32, 32, 3, "64x64x32, 4 warps of 32x32, 3 stages, 30720 B local"},
+    {128, 128, 32, 64, 32, 2},
+    {64, 64, 32, 32, 32, 3},
 };
 #define NTILES ((int)(sizeof kTiles / sizeof kTiles[0]))
 
@@ -39,18 +40,35 @@ static int tile_threads(const mma_tile *t) { return 32 * (t->bm / t->wm) * (t->b
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-/* Bytes of local memory the kernel declares (as gemm_mma.cl computes them). */
+/* Bytes of local memory the kernel declares (as gemm_mma.cl computes them): the stages, and for
+ * the stand-ins each warp's scratch (CT_WARP_SCRATCH words; the PTX build declares none). */
 static size_t tile_local_bytes(const mma_tile *t, int emulated) {
     size_t a = max_sz((size_t)t->bm * (t->bk + 8), (size_t)t->bk * (t->bm + 8));
     size_t b = max_sz((size_t)t->bn * (t->bk + 8), (size_t)t->bk * (t->bn + 8));
-    size_t scratch = (size_t)(tile_threads(t) / 32) * (emulated ? (16 * 16 + 16 * 8) * 2 : 4);
+    size_t scratch = emulated ? (size_t)(tile_threads(t) / 32) * (16 * 16 + 16 * 8) * 2 : 0;
     return (size_t)t->stages * (a + b) * 2 + scratch;
 }
 
 int ct__gemm_mma_tiles(void) { return NTILES; }
 
+/* The lines of ct_gemm_tile_str, written once from the table and tile_local_bytes. */
+static char tile_text[NTILES][96];
+static pthread_once_t tile_text_once = PTHREAD_ONCE_INIT;
+
+static void tile_text_init(void) {
+    for (int i = 0; i < NTILES; i++) {
+        const mma_tile *t = &kTiles[i];
+        snprintf(tile_text[i], sizeof tile_text[i],
+                 "%dx%dx%d, %d warps of %dx%d, %d stages, %zu B local (%zu B emulated)", t->bm,
+                 t->bn, t->bk, tile_threads(t) / 32, t->wm, t->wn, t->stages,
+                 tile_local_bytes(t, 0), tile_local_bytes(t, 1));
+    }
+}
+
 const char *ct__gemm_mma_tile_str(int tile) {
-    return tile >= 1 && tile <= NTILES ? kTiles[tile - 1].text : NULL;
+    if (tile < 1 || tile > NTILES) return NULL;
+    pthread_once(&tile_text_once, tile_text_init);
+    return tile_text[tile - 1];
 }
 
 static int contains_nocase(const char *hay, const char *needle) {
@@ -88,9 +106,6 @@ int ct_gemm_mma_eligible(const ct_device_info *info, char *why, size_t len) {
 
 /* Fetch (build once) the kernel for a block shape and check it can run here. */
 static ct_status get_kernel(ct_device *d, const mma_tile *t, int emulated, cl_kernel *k) {
-    const ct_cl_source *src = ct__cl_kernel_source("gemm_mma");
-    if (!src)
-        return CT_ERR(&d->err, CT_ERR_NOT_FOUND, "kernel source 'gemm_mma.cl' is not embedded");
     size_t local = tile_local_bytes(t, emulated);
     if (d->info.local_mem_bytes && local > d->info.local_mem_bytes)
         return CT_ERR(&d->err, CT_ERR_UNSUPPORTED,
@@ -100,28 +115,12 @@ static ct_status get_kernel(ct_device *d, const mma_tile *t, int emulated, cl_ke
     char opts[160];
     snprintf(opts, sizeof opts, "-DBM=%d -DBN=%d -DBK=%d -DWM=%d -DWN=%d -DSTAGES=%d%s", t->bm,
              t->bn, t->bk, t->wm, t->wn, t->stages, emulated ? "" : " -DCT_MMA_NV_PTX");
-    ct_status st = ct_kernel_get(d, src, opts, "ct_gemm_mma", k);
-    if (st != CT_OK) return st;
-    size_t most = 0;
-    if ((st = ct_kernel_max_work_group(d, *k, &most))) return st;
-    if (most < (size_t)tile_threads(t))
-        return CT_ERR(&d->err, CT_ERR_UNSUPPORTED,
-                      "gemm (mma): block %dx%dx%d needs work-groups of %d work-items; device '%s' "
-                      "allows this kernel %zu", t->bm, t->bn, t->bk, tile_threads(t), d->info.name,
-                      most);
-    return CT_OK;
-}
-
-/* tile 0: the large block when it gives the device at least two blocks per compute unit. */
-static int pick_tile(const ct_device *d, const ct_gemm_desc *g) {
-    const mma_tile *t = &kTiles[0];
-    size_t batch = g->batch;
-    size_t blocks = ((g->m + t->bm - 1) / t->bm) * ((g->n + t->bn - 1) / t->bn) * batch;
-    return blocks >= 2 * (size_t)(d->info.compute_units ? d->info.compute_units : 1) ? 1 : 2;
+    return ct__gemm_kernel(d, emulated ? "mma-emulated" : "mma", "gemm_mma", opts, "ct_gemm_mma",
+                           (size_t)tile_threads(t), k);
 }
 
 ct_status ct__gemm_mma_run(ct_device *d, const ct_gemm_desc *g, int emulated, ct_event **ev) {
-    int tile = g->tile ? g->tile : pick_tile(d, g);
+    int tile = g->tile ? g->tile : ct__gemm_pick_tile(d, g, kTiles[0].bm, kTiles[0].bn);
     const mma_tile *t = &kTiles[tile - 1];
     cl_kernel k = NULL;
     ct_status st = get_kernel(d, t, emulated, &k);
@@ -273,7 +272,8 @@ static ct_status probe(ct_device *d, int emulated, char *why, size_t len) {
         if ((st = get_kernel(d, &kTiles[i], emulated, &k)) != CT_OK) {
             snprintf(why, len, "the %s path passed its probe on '%s' but its kernel for block %s "
                      "failed on the device's own context: %.600s",
-                     emulated ? "mma-emulated" : "mma", d->info.name, kTiles[i].text, d->err.msg);
+                     emulated ? "mma-emulated" : "mma", d->info.name,
+                     ct__gemm_mma_tile_str(i + 1), d->err.msg);
             return ct__gemm_refusal(st);
         }
     }

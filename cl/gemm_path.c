@@ -76,14 +76,18 @@ const char *ct_gemm_path_str(ct_gemm_path p) { return valid_path(p) ? kPaths[p].
 int ct_gemm_path_bf16(ct_gemm_path p) { return valid_path(p) && kPaths[p].bf16; }
 
 ct_status ct_gemm_path_parse(const char *s, ct_gemm_path *out, ct_err *err) {
-    for (int p = 0; p < CT_GEMM_PATH__COUNT; p++)
+    char names[128] = "";
+    size_t used = 0;
+    for (int p = 0; p < CT_GEMM_PATH__COUNT; p++) {
         if (s && !strcmp(s, kPaths[p].name)) {
             *out = (ct_gemm_path)p;
             return CT_OK;
         }
-    return CT_ERR(err, CT_ERR_ARG,
-                  "unknown GEMM path '%s' (the paths: clblast, portable, mma, mma-emulated)",
-                  s ? s : "(null)");
+        int w = snprintf(names + used, sizeof names - used, "%s%s", p ? ", " : "", kPaths[p].name);
+        if (w > 0) used += (size_t)w < sizeof names - used ? (size_t)w : sizeof names - used - 1;
+    }
+    return CT_ERR(err, CT_ERR_ARG, "unknown GEMM path '%s' (the paths: %s)", s ? s : "(null)",
+                  names);
 }
 
 int ct_gemm_path_tiles(ct_gemm_path p) { return valid_path(p) ? kPaths[p].tiles() : 0; }
@@ -144,6 +148,27 @@ ct_status ct_gemm_run(ct_device *d, ct_gemm_path p, const ct_gemm_desc *g, ct_ev
                       kPaths[p].name, g->tile, ntiles);
     if ((st = ct__gemm_check(d, g, 2, g->c_bf16 ? 2 : 4))) return st;
     return kPaths[p].run(d, g, ev);
+}
+
+int ct__gemm_pick_tile(const ct_device *d, const ct_gemm_desc *g, int bm, int bn) {
+    size_t bm_ = (size_t)bm, bn_ = (size_t)bn;
+    size_t blocks = ((g->m + bm_ - 1) / bm_) * ((g->n + bn_ - 1) / bn_) * g->batch;
+    return blocks >= 2 * (size_t)(d->info.compute_units ? d->info.compute_units : 1) ? 1 : 2;
+}
+
+ct_status ct__gemm_kernel(ct_device *d, const char *path, const char *source, const char *opts,
+                          const char *kernel, size_t threads, cl_kernel *k) {
+    const ct_cl_source *src = ct__cl_kernel_source(source);
+    if (!src)
+        return CT_ERR(&d->err, CT_ERR_NOT_FOUND, "kernel source '%s.cl' is not embedded", source);
+    ct_status st = ct_kernel_get(d, src, opts, kernel, k);
+    size_t most = 0;
+    if (st == CT_OK && (st = ct_kernel_max_work_group(d, *k, &most)) == CT_OK && most < threads)
+        st = CT_ERR(&d->err, CT_ERR_UNSUPPORTED,
+                    "gemm (%s): kernel %s (%s) needs work-groups of %zu work-items; device '%s' "
+                    "allows it %zu",
+                    path, kernel, opts, threads, d->info.name, most);
+    return st;
 }
 
 ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g) {

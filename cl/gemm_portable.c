@@ -23,20 +23,10 @@ const char *ct__gemm_portable_tile_str(int tile) {
 }
 
 static ct_status get_kernel(ct_device *d, const portable_tile *t, cl_kernel *k) {
-    const ct_cl_source *src = ct__cl_kernel_source("gemm_bf16");
-    if (!src)
-        return CT_ERR(&d->err, CT_ERR_NOT_FOUND, "kernel source 'gemm_bf16.cl' is not embedded");
     char opts[96];
     snprintf(opts, sizeof opts, "-DTM=%d -DTN=%d -DTK=%d%s", t->tm, t->tn, t->tk,
              d->info.type & CL_DEVICE_TYPE_CPU ? "" : " -DCT_UNROLL_ROWS"); /* gemm_bf16.cl: why */
-    ct_status st = ct_kernel_get(d, src, opts, "ct_gemm_bf16", k);
-    size_t most = 0;
-    if (st == CT_OK && (st = ct_kernel_max_work_group(d, *k, &most)) == CT_OK && most < 256)
-        st = CT_ERR(&d->err, CT_ERR_UNSUPPORTED,
-                    "gemm (portable): the kernel needs work-groups of 256 work-items; device '%s' "
-                    "allows it %zu",
-                    d->info.name, most);
-    return st;
+    return ct__gemm_kernel(d, "portable", "gemm_bf16", opts, "ct_gemm_bf16", 256, k);
 }
 
 ct_status ct__gemm_portable_check(ct_device *d, char *why, size_t len) {
@@ -52,16 +42,9 @@ ct_status ct__gemm_portable_check(ct_device *d, char *why, size_t len) {
     return CT_OK;
 }
 
-/* tile 0: the large block when it gives the device at least two blocks per compute unit. */
-static int pick_tile(const ct_device *d, const ct_gemm_desc *g) {
-    const portable_tile *t = &kTiles[0];
-    size_t batch = g->batch;
-    size_t blocks = ((g->m + t->tm - 1) / t->tm) * ((g->n + t->tn - 1) / t->tn) * batch;
-    return blocks >= 2 * (size_t)(d->info.compute_units ? d->info.compute_units : 1) ? 1 : 2;
-}
-
 ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev) {
-    const portable_tile *t = &kTiles[(g->tile ? g->tile : pick_tile(d, g)) - 1];
+    int tile = g->tile ? g->tile : ct__gemm_pick_tile(d, g, kTiles[0].tm, kTiles[0].tn);
+    const portable_tile *t = &kTiles[tile - 1];
     cl_kernel k = NULL;
     ct_status st = get_kernel(d, t, &k);
     if (st == CT_OK) st = ct__gemm_bf16_args(d, k, g);

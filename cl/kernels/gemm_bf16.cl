@@ -105,7 +105,7 @@ void ct_gemm_bf16(const int ta, const int tb, const uint M, const uint N, const 
             float o = alpha * v[jj];
             if (c_bf16) {
                 if (beta != 0.0f) o += beta * ct_bf16_to_f32(Cb[idx]);
-                Cb[idx] = ct_f32_to_bf16(o);
+                Cb[idx] = ct_bf16_from_f32(o);
             } else {
                 if (beta != 0.0f) o += beta * C[idx];
                 C[idx] = o;

@@ -99,12 +99,18 @@ void ct_gemm_mma(const int ta, const int tb, const uint M, const uint N, const u
                  __global float *C, const ulong c_off, const ulong ldc, const ulong c_stride,
                  const int c_bf16, const int vec) {
     __local uint4 sA4[STAGES * A_STAGE / 8], sB4[STAGES * B_STAGE / 8]; /* 16-byte aligned */
+#if CT_WARP_SCRATCH
     __local uint scratch_all[(NT / 32) * CT_WARP_SCRATCH];
+#endif
     __local ushort *sA = (__local ushort *)sA4, *sB = (__local ushort *)sB4;
 
     const uint lane = ct_lane(), warp = ct_warp(), g = lane >> 2, t = lane & 3u;
     const uint j = lane >> 3, i8 = lane & 7u; /* ldmatrix: this lane gives row i8 of matrix j */
+#if CT_WARP_SCRATCH
     __local uint *scratch = scratch_all + warp * CT_WARP_SCRATCH;
+#else
+    __local uint *scratch = 0; /* unused by the PTX bodies */
+#endif
     const uint wm0 = (warp % WARPS_M) * WM, wn0 = (warp / WARPS_M) * WN; /* warp's block */
     const uint n0 = (uint)get_group_id(0) * BN, m0 = (uint)get_group_id(1) * BM;
     const ulong z = get_group_id(2);
@@ -189,7 +195,7 @@ void ct_gemm_mma(const int ta, const int tb, const uint M, const uint N, const u
                 float v = alpha * acc[mi][ni][e];
                 if (c_bf16) {
                     if (beta != 0.0f) v += beta * ct_bf16_to_f32(Cb[idx]);
-                    Cb[idx] = ct_f32_to_bf16(v);
+                    Cb[idx] = ct_bf16_from_f32(v);
                 } else {
                     if (beta != 0.0f) v += beta * C[idx];
                     C[idx] = v;
