@@ -108,11 +108,13 @@ ct_status ct_gemm_path_check(ct_device *d, ct_gemm_path p) {
     if (d->gemm_state[p] == 0) {
         char why[sizeof d->gemm_why[0]] = "";
         ct_status st = kPaths[p].check(d, why, sizeof why);
+        if (st != CT_OK && !why[0]) /* d->err.msg is not formatted into itself */
+            snprintf(why, sizeof why, "%.700s", d->err.msg);
         if (st != CT_OK && st != CT_ERR_UNSUPPORTED)
             return CT_ERR(&d->err, st,
                           "%s (the check of the %s path could not be made; it was not kept, so "
                           "the next check tries again)",
-                          why[0] ? why : d->err.msg, kPaths[p].name);
+                          why, kPaths[p].name);
         d->gemm_state[p] = st == CT_OK ? 1 : -1;
         snprintf(d->gemm_why[p], sizeof d->gemm_why[p], "%s", why);
     }
