@@ -1,5 +1,6 @@
 /* bench_gemm - GFLOP/s of the GEMM wrapper (CLBlast) on the GEMM shapes of GPT training, beside
- * OpenBLAS measured in the same process on the same shapes.
+ * OpenBLAS measured in the same process on the same shapes, and of the bf16 GEMM paths
+ * (--paths: portable, mma, mma-emulated; ct_gemm_run) on the same shapes, in rows of their own.
  *
  * For each shape: the first call is timed on its own (it includes CLBlast's and the driver's
  * compilation the first time a kernel variant is met), then steady state is the median of timed
@@ -7,7 +8,11 @@
  * entries for small outputs), and OpenBLAS's result is checked the same way.
  *
  *   bench_gemm [--device SPEC] [--C 256,768] [--BT 1024,4096] [--reps N] [--no-tune] [--csv]
- *              [--no-blas] [--quick]
+ *              [--no-blas] [--quick] [--paths clblast,portable,mma]
+ *
+ * A bf16 path's row (shape "<shape>:<path>") times the same product with A and B rounded to bf16
+ * and C fp32; its error is against the reference on those rounded inputs, its ratio is to the
+ * CLBlast row above it. A path the device refuses is skipped with one line saying why.
  */
 #include <math.h>
 #include <stdio.h>
@@ -74,10 +79,56 @@ static int parse_list(const char *s, int *out, int room) {
     return n;
 }
 
+/* One bf16 path on shape s: A and B as bf16 (rounded from the fp32 operands; Ar, Br receive the
+ * rounded values as floats, for the reference), C fp32 from C0. Times the first call and the
+ * median of `reps` more; C receives the result of one pass from C0. 0 on success. */
+static int time_path(ct_device *dev, ct_gemm_path path, const ct_gemm_shape *s, const float *A,
+                     const float *B, const float *C0, float *Ar, float *Br, float *C, float alpha,
+                     float beta, int reps, double *first, double *med) {
+    size_t na = s->m * s->k * s->batch, nb = s->k * s->n * s->batch, nc = s->m * s->n * s->batch;
+    uint16_t *a16 = malloc(na * 2), *b16 = malloc(nb * 2);
+    ct_buffer *bA = NULL, *bB = NULL, *bC = NULL;
+    int rc = 1;
+    if (!a16 || !b16) goto done;
+    for (size_t i = 0; i < na; i++) Ar[i] = ct_bf16_to_f32(a16[i] = ct_bf16_from_f32(A[i]));
+    for (size_t i = 0; i < nb; i++) Br[i] = ct_bf16_to_f32(b16[i] = ct_bf16_from_f32(B[i]));
+    if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "A bf16", na * 2, &bA) ||
+        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "B bf16", nb * 2, &bB) ||
+        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "C", nc * 4, &bC) ||
+        ct_buffer_write(bA, 0, a16, na * 2) || ct_buffer_write(bB, 0, b16, nb * 2) ||
+        ct_buffer_write(bC, 0, C0, nc * 4))
+        goto done;
+    ct_gemm_desc g = {.ta = s->ta, .tb = s->tb, .m = s->m, .n = s->n, .k = s->k,
+                      .batch = s->batch, .alpha = alpha, .beta = beta,
+                      .a = ct_buffer_mem(bA), .lda = s->ta ? s->m : s->k, .a_stride = s->m * s->k,
+                      .b = ct_buffer_mem(bB), .ldb = s->tb ? s->k : s->n, .b_stride = s->k * s->n,
+                      .c = ct_buffer_mem(bC), .ldc = s->n, .c_stride = s->m * s->n};
+    double times[64];
+    int r_total = reps + 1 > 64 ? 64 : reps + 1;
+    for (int r = 0; r < r_total; r++) {
+        if (r == 1 && ct_buffer_read(bC, 0, C, nc * 4)) goto done; /* one beta pass */
+        double t0 = ct_time_now();
+        if (ct_gemm_run(dev, path, &g, NULL) || ct_device_finish(dev)) goto done;
+        double t = ct_time_now() - t0;
+        if (r == 0) *first = t;
+        else times[r - 1] = t;
+    }
+    qsort(times, (size_t)(r_total - 1), sizeof times[0], cmp_double);
+    *med = times[(r_total - 1) / 2];
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "bench_gemm: %s [%s]: %s\n", s->name, ct_gemm_path_str(path),
+                    ct_device_errmsg(dev));
+    ct_buffer_free(bA), ct_buffer_free(bB), ct_buffer_free(bC);
+    free(a16), free(b16);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     const char *spec = NULL;
     int Cs[8] = {256, 768}, nC = 2, BTs[8] = {1024, 4096}, nBT = 2, reps = 5, tune = 1, csv = 0,
         blas = 1, compare = 0;
+    const char *paths_arg = "clblast";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -89,11 +140,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-blas")) blas = 0;
         else if (!strcmp(a, "--csv")) csv = 1;
         else if (!strcmp(a, "--compare-builtin")) compare = 1;
+        else if (!strcmp(a, "--paths") && v) paths_arg = v, i++;
         else if (!strcmp(a, "--quick")) Cs[0] = 256, nC = 1, BTs[0] = 1024, nBT = 1, reps = 3;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_gemm [--device SPEC] [--C 256,768] [--BT 1024,4096] [--reps N]\n"
                    "                  [--no-tune] [--no-blas] [--csv] [--quick] [--compare-builtin]\n"
+                   "                  [--paths clblast,portable,mma,mma-emulated]\n"
                    "  --no-tune  use CLBlast's built-in parameters, not stored/shipped ones\n"
+                   "  --paths    GEMM paths to time (default clblast, always timed): a bf16 path\n"
+                   "             adds a row \"<shape>:<path>\" per shape (A, B bf16, C fp32; its\n"
+                   "             ratio is to the CLBlast row, its error on the bf16 inputs)\n"
                    "  --compare-builtin  also time CLBlast's built-in parameters on a second device\n"
                    "             of the same kind (POCL_DEVICES=\"pthread pthread\"), interleaved\n"
                    "  --csv      one row per shape: shape,m,n,k,batch,ta,tb,first_ms,ms,gflops,"
@@ -136,14 +192,37 @@ int main(int argc, char **argv) {
         fprintf(info, "# built-in column: device %d, %s\n", pick[1], ct_device_tuning_source(devs[1]));
     if (blas) fprintf(info, "# reference: %s (core %s), %d threads\n", openblas_get_config(), openblas_get_corename(),
                       openblas_get_num_threads());
+    ct_gemm_path paths[CT_GEMM_PATH__COUNT];
+    int npaths = 0;
+    {
+        char list_buf[256];
+        snprintf(list_buf, sizeof list_buf, "%s", paths_arg);
+        for (char *tok = strtok(list_buf, ","); tok; tok = strtok(NULL, ",")) {
+            ct_gemm_path p;
+            if (ct_gemm_path_parse(tok, &p, &err)) {
+                fprintf(stderr, "bench_gemm: %s\n", err.msg);
+                return 2;
+            }
+            if (p == CT_GEMM_CLBLAST) continue; /* the main row */
+            if (ct_gemm_path_check(dev, p)) {
+                fprintf(info, "# %s: skipped: %s\n", ct_gemm_path_str(p), ct_device_errmsg(dev));
+                continue;
+            }
+            int dup = 0;
+            for (int q = 0; q < npaths; q++) dup |= paths[q] == p;
+            if (!dup && npaths < CT_GEMM_PATH__COUNT) paths[npaths++] = p;
+        }
+    }
+    const int namew = npaths ? 40 : 26; /* the shape column, wider for "<shape>:<path>" */
     ct_gemm_shape shapes[128];
     int ns = 0;
     for (int c = 0; c < nC; c++)
         for (int b = 0; b < nBT; b++) ns += ct_gemm_shapes_gpt(Cs[c], BTs[b], shapes + ns, 128 - ns);
     if (csv) printf("shape,m,n,k,batch,ta,tb,first_ms,ms,gflops,builtin_gflops,blas_gflops,ratio,max_rel_err\n");
     else
-        printf("%-26s %6s %6s %6s %5s %2s %2s %9s %9s %8s %8s %8s %6s %9s\n", "shape", "m", "n", "k",
-               "batch", "ta", "tb", "first_ms", "ms", "GFLOP/s", "builtin", "BLAS", "ratio", "rel_err");
+        printf("%-*s %6s %6s %6s %5s %2s %2s %9s %9s %8s %8s %8s %6s %9s\n", namew, "shape", "m", "n",
+               "k", "batch", "ta", "tb", "first_ms", "ms", "GFLOP/s", "builtin", "BLAS", "ratio",
+               "rel_err");
     double ratios[128], bratios[128];
     int nratio = 0, nbratio = 0, failures = 0;
     for (int si = 0; si < ns; si++) {
@@ -234,9 +313,33 @@ int main(int argc, char **argv) {
                    s->k, s->batch, s->ta, s->tb, first[0] * 1e3, med[0] * 1e3, gf, bi_gf, blas_gf,
                    ratio, err_ct);
         else
-            printf("%-26s %6zu %6zu %6zu %5zu %2d %2d %9.1f %9.3f %8.1f %8.1f %8.1f %6.2f %9.1e%s\n",
-                   s->name, s->m, s->n, s->k, s->batch, s->ta, s->tb, first[0] * 1e3, med[0] * 1e3, gf,
+            printf("%-*s %6zu %6zu %6zu %5zu %2d %2d %9.1f %9.3f %8.1f %8.1f %8.1f %6.2f %9.1e%s\n",
+                   namew, s->name, s->m, s->n, s->k, s->batch, s->ta, s->tb, first[0] * 1e3, med[0] * 1e3, gf,
                    bi_gf, blas_gf, ratio, err_ct, ok ? "" : "  WRONG");
+        for (int pi = 0; pi < npaths; pi++) {
+            float *Ar = malloc(na * 4), *Br = malloc(nb * 4);
+            double pfirst = 0, pmed = 0;
+            if (!Ar || !Br || time_path(dev, paths[pi], s, A, B, C0, Ar, Br, Cb, alpha, beta, reps,
+                                        &pfirst, &pmed)) {
+                free(Ar), free(Br);
+                return 1;
+            }
+            /* the same accumulation bound: the reference uses the same bf16 inputs */
+            double perr = check(s, Ar, Br, Cb, C0, alpha, beta, 99u + si);
+            int pok = perr <= tol;
+            if (!pok) failures++;
+            double pgf = flops / pmed / 1e9;
+            char label[80];
+            snprintf(label, sizeof label, "%.47s:%.15s", s->name, ct_gemm_path_str(paths[pi]));
+            if (csv)
+                printf("%s,%zu,%zu,%zu,%zu,%d,%d,%.1f,%.3f,%.2f,0,0,%.3f,%.2e\n", label, s->m, s->n,
+                       s->k, s->batch, s->ta, s->tb, pfirst * 1e3, pmed * 1e3, pgf, pgf / gf, perr);
+            else
+                printf("%-*s %6zu %6zu %6zu %5zu %2d %2d %9.1f %9.3f %8.1f %8s %8s %6.2f %9.1e%s\n",
+                       namew, label, s->m, s->n, s->k, s->batch, s->ta, s->tb, pfirst * 1e3,
+                       pmed * 1e3, pgf, "-", "-", pgf / gf, perr, pok ? "" : "  WRONG");
+            free(Ar), free(Br);
+        }
         fflush(stdout);
         for (int v = 0; v < ndev; v++) ct_buffer_free(bA[v]), ct_buffer_free(bB[v]), ct_buffer_free(bC[v]);
         free(A), free(B), free(C), free(C0), free(Cb);

@@ -2,8 +2,10 @@
  *
  * Discovery and selection of devices, one context + in-order queue per device, buffers counted by
  * memory category with a per-device cap, programs built once per device and cached on disk, and
- * the GEMM wrapper every matmul goes through (CLBlast, row-major). Per-device CLBlast parameters
- * (found by ct_tune or shipped in tune/) are applied once, when a device is opened.
+ * the GEMM every matmul goes through (row-major): CLBlast's fp32, and the bf16 paths beside it
+ * (a portable kernel, NVIDIA tensor cores) behind ct_gemm_run, with bf16 conversion. Per-device
+ * CLBlast parameters (found by ct_tune or shipped in tune/) are applied once, when a device is
+ * opened.
  *
  * A device handle is meant to be driven by one thread at a time (a "worker"); several handles may
  * be used concurrently from several OpenMP threads.
@@ -63,6 +65,8 @@ typedef struct ct_device_info {
     uint64_t max_alloc_bytes;
     uint64_t local_mem_bytes;
     int fp16, fp64;
+    int nv_cc_major, nv_cc_minor; /* NVIDIA compute capability (cl_nv_device_attribute_query);
+                                     0.0 on other devices */
 } ct_device_info;
 
 /* Every device of every platform, in platform order. *out is freed with ct_device_list_free.
@@ -347,12 +351,113 @@ ct_status ct_gemm(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k, 
                   cl_mem a, size_t a_off, size_t lda, cl_mem b, size_t b_off, size_t ldb,
                   float beta, cl_mem c, size_t c_off, size_t ldc, ct_event **ev);
 
-/* `batch` independent GEMMs; matrix i of A starts at a_off + i * a_stride (floats), etc. */
+/* `batch` independent GEMMs; matrix i of A starts at a_off + i * a_stride (floats), etc. m, n or
+ * batch 0: nothing to do (an event if asked). */
 ct_status ct_gemm_strided_batched(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k,
                                   float alpha, cl_mem a, size_t a_off, size_t lda, size_t a_stride,
                                   cl_mem b, size_t b_off, size_t ldb, size_t b_stride, float beta,
                                   cl_mem c, size_t c_off, size_t ldc, size_t c_stride, size_t batch,
                                   ct_event **ev);
+
+/* ---------------------------------------------------------------- bf16 */
+
+/* bf16 is the upper half of an IEEE fp32, held as uint16_t (ushort in OpenCL C): it needs no
+ * OpenCL extension. fp32 -> bf16 rounds to nearest, ties to even; past bf16's largest finite
+ * value it rounds to infinity; infinities stay; a NaN stays a NaN of the same sign (made quiet).
+ * bf16 -> fp32 is exact. The kernels use the same rule (cl/kernels/bf16.clh). */
+uint16_t ct_bf16_from_f32(float x);
+float ct_bf16_to_f32(uint16_t h);
+/* The same on the device for n values: src fp32 -> dst bf16 and src bf16 -> dst fp32, offsets in
+ * elements of each buffer's type. Enqueued; `ev` as everywhere. */
+ct_status ct_bf16_from_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, cl_mem dst,
+                                   size_t dst_off, size_t n, ct_event **ev);
+ct_status ct_bf16_to_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, cl_mem dst,
+                                 size_t dst_off, size_t n, ct_event **ev);
+
+/* ---------------------------------------------------------------- GEMM paths */
+
+/* Every GEMM path behind one call, ct_gemm_run(dev, path, desc, ev):
+ *
+ *     ct_gemm_desc g = {.m = T, .n = 3 * C, .k = C, .batch = 1, .tb = 1, .alpha = 1,
+ *                       .a = x, .lda = C, .b = w, .ldb = C, .c = y, .ldc = 3 * C};
+ *     if (ct_gemm_path_check(dev, CT_GEMM_MMA) != CT_OK) log(ct_device_errmsg(dev)); -- why not
+ *     else if (ct_gemm_run(dev, CT_GEMM_MMA, &g, NULL)) ...
+ *
+ * Paths (a vendor's matrix-unit kernels sit beside CT_GEMM_MMA as further values, each with its
+ * enabling rule and probe, and its kernel source runnable through portable stand-ins):
+ *   CT_GEMM_CLBLAST       fp32 operands and C (CLBlast: the reference; ct_gemm)
+ *   CT_GEMM_PORTABLE      bf16 operands, fp32 accumulation, C fp32 or bf16: plain OpenCL C for
+ *                         any device (cl/kernels/gemm_bf16.cl)
+ *   CT_GEMM_MMA           the same on NVIDIA tensor cores: mma.sync m16n8k16 through inline PTX
+ *                         (cl/kernels/gemm_mma.cl). Only on an NVIDIA device of compute capability
+ *                         8.0 or more whose probe (the kernel built and run on a known pair of
+ *                         matrices in all four transposes, the product checked exactly) passes
+ *   CT_GEMM_MMA_EMULATED  CT_GEMM_MMA's kernel source with portable stand-ins for the warp
+ *                         instructions (mma, ldmatrix, cp.async): any device, slow; it runs every
+ *                         index, tile and edge path of the mma kernel where no tensor core is */
+typedef enum ct_gemm_path {
+    CT_GEMM_CLBLAST = 0,
+    CT_GEMM_PORTABLE,
+    CT_GEMM_MMA,
+    CT_GEMM_MMA_EMULATED,
+    CT_GEMM_PATH__COUNT
+} ct_gemm_path;
+
+/* "clblast", "portable", "mma", "mma-emulated"; "?" for a value out of range. */
+const char *ct_gemm_path_str(ct_gemm_path p);
+/* The inverse of ct_gemm_path_str; an unknown name is CT_ERR_ARG listing the names. */
+ct_status ct_gemm_path_parse(const char *s, ct_gemm_path *out, ct_err *err);
+/* 1 when the path's A and B are bf16 (all but CT_GEMM_CLBLAST). */
+int ct_gemm_path_bf16(ct_gemm_path p);
+
+/* One GEMM: row-major C = alpha * op(A) * op(B) + beta * C for each of `batch` matrices, op(X) =
+ * X^T when tX = 1; op(A) is m x k, op(B) k x n, C m x n. Offsets, leading dimensions and strides
+ * (matrix i of A starts at a_off + i * a_stride) count elements of the buffer's type: fp32 for
+ * CT_GEMM_CLBLAST, bf16 for A and B on the other paths, C's type by c_bf16. beta == 0 does not
+ * read C (a NaN there does not spread). A plain struct: zero what is not used (batch is always
+ * used: 1 for a single product). */
+typedef struct ct_gemm_desc {
+    int ta, tb;
+    size_t m, n, k;
+    size_t batch; /* how many products: 1 for one; 0 is nothing to do, as in
+                     ct_gemm_strided_batched (so a desc left zeroed computes nothing) */
+    float alpha, beta;
+    cl_mem a;
+    size_t a_off, lda, a_stride;
+    cl_mem b;
+    size_t b_off, ldb, b_stride;
+    cl_mem c;
+    size_t c_off, ldc, c_stride;
+    int c_bf16; /* C held as bf16 (read for beta, written rounded to nearest even): bf16 paths */
+    int tile;   /* 0: the path picks its block shape from the shape of the product; i >= 1: the
+                   path's i-th (ct_gemm_path_tiles; tests and measurements) */
+} ct_gemm_desc;
+
+/* Whether `path` runs on this device: CT_OK, or CT_ERR_UNSUPPORTED with the reason on the
+ * device's message ("the mma path needs an NVIDIA device of compute capability 8.0 or more; this
+ * device is ..."); both answers are kept for the device. The one place a path is checked: call it
+ * at setup, for every path a run will use (CT_GEMM_CLBLAST included); ct_gemm_run refuses a path
+ * not checked yet. The first check may build the path's kernels and run its probe (blocking,
+ * seconds on a cold program cache). A probe runs in a context of its own on the same device, so
+ * a kernel that faults there (which on some drivers ruins its context for good) leaves this
+ * device's context as it was; only when it passed are the kernels built here (from the program
+ * cache). A check that could not be made (host or device memory: CT_ERR_NOMEM,
+ * CT_ERR_DEVICE_MEM) returns that status and is not kept: the next call checks again. */
+ct_status ct_gemm_path_check(ct_device *dev, ct_gemm_path path);
+/* Enqueue the GEMM on `path`: CT_ERR_STATE when ct_gemm_path_check has not answered for the path
+ * yet, CT_ERR_UNSUPPORTED with its reason when it refused it. Arguments are checked as ct_gemm's
+ * are (CT_ERR_ARG naming the matrix). m, n or batch 0: nothing to do on every path, nothing is
+ * read or written (an event if asked), as ct_gemm_strided_batched does with batch 0; k = 0 is
+ * refused. */
+ct_status ct_gemm_run(ct_device *dev, ct_gemm_path path, const ct_gemm_desc *g, ct_event **ev);
+/* How many block shapes the path has (desc.tile 1 .. n), and a line describing shape i
+ * ("128x128x32, 8 warps of 64x32, 2 stages, 40960 B local (47104 B emulated)"); NULL out of
+ * range. */
+int ct_gemm_path_tiles(ct_gemm_path path);
+const char *ct_gemm_tile_str(ct_gemm_path path, int tile);
+/* The vendor rule of CT_GEMM_MMA alone, from what the device reports (no probe): 1 when `info`
+ * is an NVIDIA device of compute capability 8.0 or more; else 0 with the reason in why. */
+int ct_gemm_mma_eligible(const ct_device_info *info, char *why, size_t len);
 
 /* ---------------------------------------------------------------- CLBlast tuning */
 

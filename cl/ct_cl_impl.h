@@ -54,6 +54,10 @@ struct ct_device {
 
     char tuning_source[512];
     char tune_dir[1100]; /* where stored tuning results live ("" = none known) */
+
+    /* GEMM paths (gemm_path.c): 0 = not checked yet, 1 = runs here, -1 = refused for gemm_why */
+    int gemm_state[CT_GEMM_PATH__COUNT];
+    char gemm_why[CT_GEMM_PATH__COUNT][768];
 };
 
 struct ct_buffer {
@@ -107,6 +111,40 @@ int ct__alloc_fails(ct_alloc_kind kind, size_t bytes);
 /* Brackets allocations whose failure the caller survives by design (ct_alloc_failed says 2). */
 void ct__alloc_benign_begin(void);
 void ct__alloc_benign_end(void);
+
+/* The embedded source cl/kernels/<name>.cl (program.c), or NULL. */
+const ct_cl_source *ct__cl_kernel_source(const char *name);
+/* Set arguments 0 .. n-1 of k: sizes[i] bytes at vals[i]; the error names the kernel. */
+ct_status ct__kernel_args(ct_device *d, cl_kernel k, int n, const size_t *sizes,
+                          const void *const *vals);
+
+/* GEMM internals. ct__gemm_check: ta/tb, and every matrix of g fits its buffer, with A and B of
+ * ab_bytes per element and C of c_bytes (gemm.c; the message names the matrix). */
+ct_status ct__gemm_check(ct_device *d, const ct_gemm_desc *g, size_t ab_bytes, size_t c_bytes);
+/* tile 0 of a bf16 path (gemm_path.c): its large block, bm x bn (tile 1), when that gives the
+ * device at least two blocks per compute unit, else its small one (tile 2). */
+int ct__gemm_pick_tile(const ct_device *d, const ct_gemm_desc *g, int bm, int bn);
+/* The kernel `kernel` of cl/kernels/<source>.cl built with opts (once per device), and
+ * CT_ERR_UNSUPPORTED unless the device runs it in work-groups of `threads`; path names it. */
+ct_status ct__gemm_kernel(ct_device *d, const char *path, const char *source, const char *opts,
+                          const char *kernel, size_t threads, cl_kernel *k);
+/* Set the arguments every bf16 GEMM kernel takes (the list at the top of gemm_mma.cl), in order
+ * (gemm_path.c). */
+ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g);
+/* The paths' bodies: run assumes a checked path and checked arguments with m, n, k, batch >= 1.
+ * check: CT_OK; CT_ERR_UNSUPPORTED with the reason in why (kept for the device); or another
+ * status when the check could not be made (memory: ct__gemm_refusal), which is not kept. */
+ct_status ct__gemm_refusal(ct_status st); /* st as a check returns it: memory stays, else refused */
+ct_status ct__gemm_portable_check(ct_device *d, char *why, size_t len); /* builds the kernel */
+ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev);
+int ct__gemm_portable_tiles(void);
+const char *ct__gemm_portable_tile_str(int tile);
+/* emulated: the stand-in build of the mma kernel. check: the vendor rule (not for emulated) and
+ * the probe; on refusal writes the reason to why. */
+ct_status ct__gemm_mma_check(ct_device *d, int emulated, char *why, size_t len);
+ct_status ct__gemm_mma_run(ct_device *d, const ct_gemm_desc *g, int emulated, ct_event **ev);
+int ct__gemm_mma_tiles(void);
+const char *ct__gemm_mma_tile_str(int tile);
 
 /* Apply stored/shipped tuning at device open (tune.c). */
 ct_status ct__tune_apply_at_open(ct_device *dev, const char *tune_dir);

@@ -113,6 +113,16 @@ static void fill_info(ct_device_info *di, cl_platform_id p, cl_device_id d) {
     dev_str(d, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
     di->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
     di->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+    if (strstr(ext, "cl_nv_device_attribute_query")) {
+        /* CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV / _MINOR_NV (cl_ext.h's values, spelt here so no
+         * vendor header is needed) */
+        cl_uint major = 0, minor = 0;
+        if (clGetDeviceInfo(d, 0x4000, sizeof major, &major, NULL) == CL_SUCCESS &&
+            clGetDeviceInfo(d, 0x4001, sizeof minor, &minor, NULL) == CL_SUCCESS) {
+            di->nv_cc_major = (int)major;
+            di->nv_cc_minor = (int)minor;
+        }
+    }
 }
 
 ct_status ct_device_list(ct_device_info **out, int *n, ct_err *err) {

@@ -1,4 +1,5 @@
-/* gemm.c - the one GEMM wrapper: every matmul of the engine goes through CLBlast here.
+/* gemm.c - the fp32 GEMM through CLBlast (the CT_GEMM_CLBLAST path; gemm_path.c dispatches paths),
+ * and the argument checks every path shares.
  *
  * Row-major, either operand transposed, alpha/beta, offsets and leading dimensions in floats,
  * and strided-batched for attention. Arguments are checked here first (so a bad call names the
@@ -9,8 +10,10 @@
 
 #include "ct_cl_impl.h"
 
+/* esize: bytes per element; unit names the element in messages ("floats", "bf16 values"). */
 static ct_status check_mat(ct_device *d, const char *what, cl_mem m, size_t off, size_t rows,
-                           size_t cols, size_t ld, size_t stride, size_t batch) {
+                           size_t cols, size_t ld, size_t stride, size_t batch, size_t esize,
+                           const char *unit) {
     if (!m) return CT_ERR(&d->err, CT_ERR_ARG, "gemm: matrix %s is NULL", what);
     if (ld < cols || ld == 0)
         return CT_ERR(&d->err, CT_ERR_ARG,
@@ -19,25 +22,38 @@ static ct_status check_mat(ct_device *d, const char *what, cl_mem m, size_t off,
     size_t need = off + (batch - 1) * stride + (rows - 1) * ld + cols;
     size_t have = 0;
     clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof have, &have, NULL);
-    if (have && need * sizeof(float) > have)
+    if (have && need * esize > have)
         return CT_ERR(&d->err, CT_ERR_ARG,
-                      "gemm: matrix %s needs %zu floats (offset %zu, %zu x %zu, ld %zu, batch %zu) "
+                      "gemm: matrix %s needs %zu %s (offset %zu, %zu x %zu, ld %zu, batch %zu) "
                       "but its buffer holds %zu",
-                      what, need, off, rows, cols, ld, batch, have / sizeof(float));
+                      what, need, unit, off, rows, cols, ld, batch, have / esize);
     return CT_OK;
 }
 
+static const char *unit_of(size_t esize) { return esize == 2 ? "bf16 values" : "floats"; }
+
+/* A is stored (m x k) or, transposed, (k x m); likewise B. */
 static ct_status gemm_common(ct_device *d, int ta, int tb, size_t m, size_t n, size_t k, cl_mem a,
                              size_t a_off, size_t lda, size_t a_stride, cl_mem b, size_t b_off,
                              size_t ldb, size_t b_stride, cl_mem c, size_t c_off, size_t ldc,
-                             size_t c_stride, size_t batch) {
+                             size_t c_stride, size_t batch, size_t ab_bytes, size_t c_bytes) {
     if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
         return CT_ERR(&d->err, CT_ERR_ARG, "gemm: ta and tb must be 0 or 1 (got %d, %d)", ta, tb);
     ct_status st;
-    /* A is stored (m x k) or, transposed, (k x m); likewise B. */
-    if ((st = check_mat(d, "A", a, a_off, ta ? k : m, ta ? m : k, lda, a_stride, batch))) return st;
-    if ((st = check_mat(d, "B", b, b_off, tb ? n : k, tb ? k : n, ldb, b_stride, batch))) return st;
-    return check_mat(d, "C", c, c_off, m, n, ldc, c_stride, batch);
+    const char *u = unit_of(ab_bytes);
+    if ((st = check_mat(d, "A", a, a_off, ta ? k : m, ta ? m : k, lda, a_stride, batch, ab_bytes,
+                        u)))
+        return st;
+    if ((st = check_mat(d, "B", b, b_off, tb ? n : k, tb ? k : n, ldb, b_stride, batch, ab_bytes,
+                        u)))
+        return st;
+    return check_mat(d, "C", c, c_off, m, n, ldc, c_stride, batch, c_bytes, unit_of(c_bytes));
+}
+
+ct_status ct__gemm_check(ct_device *d, const ct_gemm_desc *g, size_t ab_bytes, size_t c_bytes) {
+    return gemm_common(d, g->ta, g->tb, g->m, g->n, g->k, g->a, g->a_off, g->lda, g->a_stride, g->b,
+                       g->b_off, g->ldb, g->b_stride, g->c, g->c_off, g->ldc, g->c_stride,
+                       g->batch, ab_bytes, c_bytes);
 }
 
 static ct_status clblast_fail(ct_device *d, CLBlastStatusCode rc, const char *what, size_t m,
@@ -56,7 +72,7 @@ ct_status ct_gemm(ct_device *d, int ta, int tb, size_t m, size_t n, size_t k, fl
         return CT_ERR(&d->err, CT_ERR_ARG, "gemm: k = 0 is not supported (m=%zu n=%zu)", m, n);
     }
     ct_status st = gemm_common(d, ta, tb, m, n, k, a, a_off, lda, 0, b, b_off, ldb, 0, c, c_off, ldc,
-                               0, 1);
+                               0, 1, 4, 4);
     if (st != CT_OK) return st;
     ct_event *e = NULL;
     if ((st = ct__event_new(d, ev, &e, "gemm m=%zu n=%zu k=%zu ta=%d tb=%d", m, n, k, ta, tb)))
@@ -85,7 +101,7 @@ ct_status ct_gemm_strided_batched(ct_device *d, int ta, int tb, size_t m, size_t
     if (m == 0 || n == 0 || batch == 0) return ct_device_marker(d, ev);
     if (k == 0) return CT_ERR(&d->err, CT_ERR_ARG, "batched gemm: k = 0 is not supported");
     ct_status st = gemm_common(d, ta, tb, m, n, k, a, a_off, lda, a_stride, b, b_off, ldb, b_stride,
-                               c, c_off, ldc, c_stride, batch);
+                               c, c_off, ldc, c_stride, batch, 4, 4);
     if (st != CT_OK) return st;
     if (ta && a_off != 0 && batch > 1) {
         /* CLBlast 1.5.3's strided-batched GEMM computes a transposed A at a non-zero offset

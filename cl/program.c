@@ -304,6 +304,25 @@ ct_status ct_kernel_set_arg(ct_device *d, cl_kernel k, cl_uint i, size_t size, c
     return CT_OK;
 }
 
+ct_status ct__kernel_args(ct_device *d, cl_kernel k, int n, const size_t *sizes,
+                          const void *const *vals) {
+    for (int i = 0; i < n; i++) {
+        ct_status st = ct_kernel_set_arg(d, k, (cl_uint)i, sizes[i], vals[i]);
+        if (st != CT_OK) return st;
+    }
+    return CT_OK;
+}
+
+/* The table cmake/embed.cmake generates from the .cl files of cl/kernels (cl/CMakeLists.txt). */
+extern const ct_cl_source ct__cl_kernels[];
+extern const int ct__cl_kernels_count;
+
+const ct_cl_source *ct__cl_kernel_source(const char *name) {
+    for (int i = 0; i < ct__cl_kernels_count; i++)
+        if (!strcmp(ct__cl_kernels[i].name, name)) return &ct__cl_kernels[i];
+    return NULL;
+}
+
 ct_status ct_kernel_launch(ct_device *d, cl_kernel k, cl_uint dims, const size_t *global,
                            const size_t *local, ct_event **ev) {
     if (ev) *ev = NULL;

@@ -12,3 +12,4 @@ ct_add_test(NAME test_cl_threads SOURCES test_cl_threads.c LIBS ct_cl OpenMP::Op
 ct_add_test(NAME test_cl_tune SOURCES test_cl_tune.c LIBS ct_cl LABELS opencl)
 target_compile_definitions(test_cl_tune PRIVATE CT_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
 add_dependencies(test_cl_tune ct_tune)
+ct_add_test(NAME test_cl_gemm_bf16 SOURCES test_cl_gemm_bf16.c LIBS ct_cl LABELS opencl)
