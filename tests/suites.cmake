@@ -30,6 +30,7 @@ set(CT_ASAN_TESTS
   test_engine_arena_refuse            # the model's arena and state cut at the exact limit
   # devices, one and two per process
   test_cl_device test_cl_async test_cl_threads
+  test_cl_gemm_bf16                   # the GEMM paths' dispatch, the probe's own context, bf16
   # every transport for each collective family, and point-to-point
   parallel_coll_1x2                   # threads (--full: every algorithm, every count)
   parallel_coll_2x1                   # ranks (--full)
@@ -95,7 +96,7 @@ set(CT_SERIAL_TESTS
 # 2-core VM with a cold kernel cache; CTest keeps its own figures after the first run).
 set(CT_TEST_COSTS
   test_cl_gemm 30 test_cl_gemm_batched 25 test_engine_attention 25 test_engine_attention_hs64 25
-  test_engine_attention_blocks 25 test_engine_mem 17
+  test_engine_attention_blocks 25 test_engine_mem 17 test_cl_gemm_bf16 18
   test_engine_arena_layouts 20 test_train_cli 18 test_engine_pp_mixed 17 test_engine_torch 13
   test_engine_moe_layout_tp 13 test_engine_split 12 test_engine_arena_state 11
   test_engine_layout_moe 10 test_engine_moe_layout_recompute 11)
