@@ -151,7 +151,9 @@ static void draw(plot_svg *s, const plot_opts *o, loss_data *d, size_t w) {
     char lb[3][64];
     const char *names[3], *cols[3];
     int kinds[3], n = 0;
-    if (d->train.n) names[n] = "train loss", cols[n] = ctrain, kinds[n++] = PLOT_LEG_LINE;
+    if (d->train.n) /* faint when its mean is drawn over it */
+        names[n] = "train loss", cols[n] = ctrain,
+        kinds[n++] = d->mean.n ? PLOT_LEG_FAINT : PLOT_LEG_LINE;
     if (d->mean.n) {
         snprintf(lb[n], sizeof lb[n], "train loss, mean of %zu steps", w);
         names[n] = lb[n], cols[n] = ctrain, kinds[n++] = PLOT_LEG_LINE;
@@ -165,12 +167,8 @@ static void draw(plot_svg *s, const plot_opts *o, loss_data *d, size_t w) {
                     "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"white\" "
                     "fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n",
                     lx, ly, lw + 40, 8 + 18 * n);
-    for (int i = 0; i < n; i++) {
-        if (d->mean.n && i == 0) /* the raw line is drawn faint */
-            plot_svg_printf(s, "<g opacity=\"0.35\">\n");
+    for (int i = 0; i < n; i++)
         plot_legend_entry(s, lx + 8, ly + 13 + 18 * i, cols[i], kinds[i], names[i]);
-        if (d->mean.n && i == 0) plot_svg_printf(s, "</g>\n");
-    }
 
     /* the tokens per second panel */
     double tlo = 0, thi = 0;

@@ -125,7 +125,7 @@ void plot_clip_begin(plot_svg *s, const plot_axis *x, const plot_axis *y);
 void plot_clip_end(plot_svg *s);
 
 /* A legend entry at (x, y) (y: the middle of the line): a swatch, then the label. */
-enum { PLOT_LEG_LINE, PLOT_LEG_DASH, PLOT_LEG_DOT, PLOT_LEG_BOX };
+enum { PLOT_LEG_LINE, PLOT_LEG_FAINT, PLOT_LEG_DASH, PLOT_LEG_DOT, PLOT_LEG_BOX };
 void plot_legend_entry(plot_svg *s, double x, double y, const char *color, int kind,
                        const char *label);
 /* About how wide text is drawn at a font size (0.6 em per character). */

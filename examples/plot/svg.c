@@ -325,7 +325,9 @@ void plot_legend_entry(plot_svg *s, double x, double y, const char *color, int k
                         "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                         "stroke-width=\"2\"%s/>\n",
                         x, x + 22, y, y, color,
-                        kind == PLOT_LEG_DASH ? " stroke-dasharray=\"5,3\"" : "");
+                        kind == PLOT_LEG_DASH    ? " stroke-dasharray=\"5,3\""
+                        : kind == PLOT_LEG_FAINT ? " stroke-opacity=\"0.35\""
+                                                 : "");
     if (kind == PLOT_LEG_DOT)
         plot_svg_printf(s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x + 11, y,
                         color);
