@@ -18,6 +18,7 @@ enum { MAX_TRACKS = 256, MAX_LEVELS = 6, LEVEL_H = 15 };
 typedef struct tl_event {
     double ts, dur; /* microseconds */
     int track, kind, name, level;
+    int row;   /* its track's row (lay_out) */
     double mb; /* NAN when absent */
 } tl_event;
 
@@ -100,7 +101,7 @@ static int take_event(tl_data *d, const plot_rec *r, plot_err *err) {
         if (!ne) return plot_fail(err, PLOT_NOMEM, "out of memory (%zu events)", d->n);
         d->ev = ne, d->cap = nc;
     }
-    d->ev[d->n++] = (tl_event){ts, dur, t, k, ni, 0, mb};
+    d->ev[d->n++] = (tl_event){ts, dur, t, k, ni, 0, 0, mb};
     d->tr[t].nev++;
     return PLOT_OK;
 }
@@ -195,11 +196,10 @@ static int read_trace(const char *path, const char *text, size_t len, tl_data *d
 
 /* ---- layout ------------------------------------------------------------------------------ */
 
-static const tl_data *sort_d;
-static int by_track_time(const void *a, const void *b) {
+static int by_row_time(const void *a, const void *b) {
     const tl_event *p = a, *q = b;
-    const tl_track *tp = &sort_d->tr[p->track], *tq = &sort_d->tr[q->track];
-    if (tp->row != tq->row) return tp->row < tq->row ? -1 : 1;
+    if (p->row != q->row) return p->row < q->row ? -1 : 1;
+    if (p->track != q->track) return p->track < q->track ? -1 : 1; /* beyond the drawn rows */
     if (p->ts != q->ts) return p->ts < q->ts ? -1 : 1;
     if (p->dur != q->dur) return p->dur > q->dur ? -1 : 1; /* the enclosing span first */
     return 0;
@@ -213,7 +213,7 @@ static int by_pid_tid(const void *a, const void *b) {
 
 /* Rows in (pid, tid) order for the tracks with events; each event's nesting level on its row
  * (a stack of the enclosing spans' ends). Returns the rows drawn. */
-static int lay_out(tl_data *d, plot_err *err) {
+static int lay_out(tl_data *d) {
     tl_track **ord = malloc((d->ntr ? d->ntr : 1) * sizeof *ord);
     if (!ord) return -1;
     size_t k = 0;
@@ -226,8 +226,9 @@ static int lay_out(tl_data *d, plot_err *err) {
     for (size_t i = 0; i < k; i++)
         ord[i]->row = i < MAX_TRACKS ? (int)i : MAX_TRACKS;
     free(ord);
-    sort_d = d;
-    qsort(d->ev, d->n, sizeof *d->ev, by_track_time);
+    for (size_t i = 0; i < d->n; i++)
+        d->ev[i].row = d->tr[d->ev[i].track].row;
+    qsort(d->ev, d->n, sizeof *d->ev, by_row_time);
     double stack[64];
     int depth = 0, cur = -1;
     for (size_t i = 0; i < d->n; i++) {
@@ -240,32 +241,37 @@ static int lay_out(tl_data *d, plot_err *err) {
         tl_track *t = &d->tr[e->track];
         if (e->level + 1 > t->levels) t->levels = e->level + 1;
     }
-    (void)err;
     return (int)(k < MAX_TRACKS ? k : MAX_TRACKS);
 }
 
-static int by_total(const void *a, const void *b, const double *tot) {
-    int p = *(const int *)a, q = *(const int *)b;
-    if (tot[p] != tot[q]) return tot[p] > tot[q] ? -1 : 1;
-    return p < q ? -1 : p > q;
+typedef struct kind_total {
+    double total;
+    int kind;
+} kind_total;
+
+static int by_total(const void *a, const void *b) {
+    const kind_total *p = a, *q = b;
+    if (p->total != q->total) return p->total > q->total ? -1 : 1;
+    return p->kind < q->kind ? -1 : p->kind > q->kind;
 }
-static const double *sort_tot;
-static int by_total_cb(const void *a, const void *b) { return by_total(a, b, sort_tot); }
 
 static void draw(plot_svg *s, const plot_opts *o, tl_data *d, int rows, size_t total_rows) {
     /* colours: kinds by total time, the 20 largest get the palette, the rest grey */
     size_t nk = d->kinds.n;
     int *order = malloc(nk * sizeof *order), *color = malloc(nk * sizeof *color);
+    kind_total *kt = malloc(nk * sizeof *kt);
     tl_track **byrow = calloc((size_t)rows + 1, sizeof *byrow);
-    if (!order || !color || !byrow) {
+    if (!order || !color || !byrow || !kt) {
         s->nomem = 1;
-        free(order), free(color), free(byrow);
+        free(order), free(color), free(byrow), free(kt);
         return;
     }
     for (size_t i = 0; i < nk; i++)
-        order[i] = (int)i;
-    sort_tot = d->kind_total;
-    qsort(order, nk, sizeof *order, by_total_cb);
+        kt[i] = (kind_total){d->kind_total[i], (int)i};
+    qsort(kt, nk, sizeof *kt, by_total);
+    for (size_t i = 0; i < nk; i++)
+        order[i] = kt[i].kind;
+    free(kt);
     for (size_t i = 0; i < nk; i++)
         color[order[i]] = i < 20 ? (int)i : 20;
     for (size_t i = 0; i < d->ntr; i++)
@@ -306,7 +312,7 @@ static void draw(plot_svg *s, const plot_opts *o, tl_data *d, int rows, size_t t
     /* geometry */
     double t0 = INFINITY, t1 = -INFINITY;
     for (size_t i = 0; i < d->n; i++)
-        if (d->tr[d->ev[i].track].row < rows)
+        if (d->ev[i].row < rows)
             t0 = fmin(t0, d->ev[i].ts), t1 = fmax(t1, d->ev[i].ts + d->ev[i].dur);
     const double W = o->width > 0 ? o->width : 1100, L = lw + 24, R = 24, T = 66, GAP = 8;
     double y = T, *rowy = malloc(((size_t)rows + 1) * sizeof *rowy);
@@ -352,9 +358,9 @@ static void draw(plot_svg *s, const plot_opts *o, tl_data *d, int rows, size_t t
                         rowy[r] + 11);
         plot_svg_text(s, lab[r]);
         plot_svg_printf(s, "</text>\n");
-        while (e < d->n && d->tr[d->ev[e].track].row < r)
+        while (e < d->n && d->ev[e].row < r)
             e++;
-        for (; e < d->n && d->tr[d->ev[e].track].row == r; e++) {
+        for (; e < d->n && d->ev[e].row == r; e++) {
             const tl_event *v = &d->ev[e];
             double x0 = plot_axis_px(&x, (v->ts - t0) / 1e3);
             double x1 = plot_axis_px(&x, (v->ts + v->dur - t0) / 1e3);
@@ -410,7 +416,7 @@ int plot_timeline(const plot_opts *o, plot_err *err) {
     if (rc == PLOT_OK) {
         for (size_t i = 0; i < d.ntr; i++)
             total_rows += d.tr[i].nev > 0;
-        rows = lay_out(&d, err);
+        rows = lay_out(&d);
         if (rows < 0) rc = plot_fail(err, PLOT_NOMEM, "out of memory");
     }
     if (rc == PLOT_OK) {
