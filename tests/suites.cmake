@@ -44,6 +44,7 @@ set(CT_ASAN_TESTS
   parallel_errors_2x2 parallel_errors_nothread parallel_errors_preinit
   parallel_timeout_2x2_a parallel_timeout_2x2_b
   test_programs_cli                   # every program's command line
+  test_ct_plot                        # ct_plot: metrics, traces and CSVs, damaged and random bytes
   # reliability: non-finite steps, checkpoint hygiene, one worker's failure ending the job
   test_engine_reliability_nonfinite test_engine_reliability_checkpoints
   test_engine_reliability_failures test_engine_nonfinite_1x2
