@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mpi.h>
 #include <omp.h>
@@ -165,10 +166,23 @@ int main(int argc, char **argv) {
         }
         double mem_min = 0, alloc_min = 0;
         int leader0 = !topo || ct_topo_rank(topo) == 0;
+        /* progress on stderr (stdout may be --json): what is measured, and when done; each
+         * measurement as it comes with --verbose or on a terminal */
+        int each = o.verbose || isatty(STDERR_FILENO);
+        double t0 = ct_time_now();
+        if (leader0) {
+            fprintf(stderr, "ct_plan: measuring on %d worker%s: %d compute shape%s (%d repetitions "
+                            "each), %d link%s, host copies, the optimizer%s\n",
+                    here, here > 1 ? "s" : "", need->ncomp, need->ncomp == 1 ? "" : "s", o.reps,
+                    live ? need->nlink : 0, live && need->nlink == 1 ? "" : "s",
+                    each ? "" : " (--verbose: each as it is measured)");
+            fflush(stderr);
+        }
         ct_status st = ct_plan_measure(topo, &p, &pb, need, live, o.links, o.reps,
-                                       o.verbose && leader0 ? stderr : NULL, &costs_v, &mem_min,
+                                       each && leader0 ? stderr : NULL, &costs_v, &mem_min,
                                        &alloc_min, &err);
         if (st != CT_OK) die(st == CT_ERR_ARG || st == CT_ERR_IO ? 2 : 1, "%s", err.msg);
+        if (leader0) fprintf(stderr, "ct_plan: measured in %.1f s\n", ct_time_now() - t0);
         if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
         ct_plan_limit_alloc(&pb, alloc_min);
         if (away && !o.links && ct_plan_links_default(&costs_v, need, &err) != CT_OK)

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <mpi.h>
@@ -223,11 +224,15 @@ static void plan_layout(ct_train_params *p, ct_topo *topo, int W, int argc, char
     if (ct_plan_needs_make(&pb, &need, &err) != CT_OK) die(2, "--layout auto: %s", err.msg);
     ct_plan_costs costs;
     double mem_min = 0, alloc_min = 0;
-    if (leader) printf("layout auto: measuring the devices and links of the %d worker%s ...\n", W,
-                       W > 1 ? "s" : "");
-    ct_status st = ct_plan_measure(topo, p, &pb, need, W > 1 && topo, NULL, 5, NULL, &costs,
+    if (leader) printf("layout auto: measuring the devices and links of the %d worker%s: %d "
+                       "compute shapes, %d links ...\n",
+                       W, W > 1 ? "s" : "", need->ncomp, W > 1 && topo ? need->nlink : 0);
+    double t0 = ct_time_now();
+    ct_status st = ct_plan_measure(topo, p, &pb, need, W > 1 && topo, NULL, 5,
+                                   leader && isatty(STDERR_FILENO) ? stderr : NULL, &costs,
                                    &mem_min, &alloc_min, &err);
     if (st != CT_OK) die(st == CT_ERR_ARG ? 2 : 1, "--layout auto: %s", err.msg);
+    if (leader) printf("layout auto: measured in %.1f s\n", ct_time_now() - t0);
     if (pb.mem_cap <= 0) pb.mem_cap = mem_min;
     ct_plan_limit_alloc(&pb, alloc_min);
     ct_plan_result res;
@@ -330,9 +335,18 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
             print_sample(t, &p, done);
         if (p.save[0] && ((p.save_every > 0 && done % p.save_every == 0) || last)) {
             char path[1300];
+            /* parameters, Adam's m and v: 12 bytes a parameter; a large one says it is writing */
+            double mib = 12.0 * ct_model_num_params(ct_trainer_model(t)) / 1048576.0;
+            if (leader && mib >= 256) {
+                printf("writing checkpoint (step %lld, %.0f MiB) ...\n", (long long)done, mib);
+                fflush(stdout);
+            }
+            double t0 = ct_time_now();
             if (ct_trainer_save(t, path, sizeof path) != CT_OK)
                 die(1, "checkpoint not written: %s", ct_trainer_errmsg(t));
-            if (leader) printf("saved checkpoint %s (step %lld)\n", path, (long long)done);
+            if (leader)
+                printf("saved checkpoint %s (step %lld, %.1f MiB in %.2f s)\n", path,
+                       (long long)done, mib, ct_time_now() - t0);
         }
     }
     if (leader) summary_print(&sum, start, cold, ct_trainer_metrics(t));
