@@ -9,6 +9,9 @@
 # Sections (default: all of them, in this order; an estimated 20 minutes on an H100, so name a
 # few per call where a call's time is limited):
 #   devices    ct_devices -v (the device, its largest single allocation)
+#   mma        issue 28: test_cl_gemm_bf16 on the GPU (every bf16 path, the mma probe, against
+#              the double reference), then bench_gemm --paths clblast,portable,mma --csv (the
+#              tensor-core kernel's rate against CLBlast's fp32 on the engine's shapes)
 #   recompute  issue 14: bench_train --recompute all at the 124m shape, T 1024, B 4, on the GEMM
 #              and the fused attention paths: each mode's step time and activation memory
 #              against none's (target: attention mode <= 1.10x the time for >= 2x less memory)
@@ -36,7 +39,7 @@ shift
 mkdir -p "$OUT" || exit 1
 : "${CT_DEVICE:=gpu}"
 export CT_DEVICE
-SECTIONS=${*:-devices recompute tp arena state train gemm layouts tune}
+SECTIONS=${*:-devices mma recompute tp arena state train gemm layouts tune}
 Q=${CT_GPU_QUICK:-0}
 PY=${PYTHON:-python3}
 status=0
@@ -147,6 +150,10 @@ for s in $SECTIONS; do
                 echo "no PyTorch with CUDA here: the PyTorch side was not run" >>"$OUT/train.txt"
             fi
         fi ;;
+    mma)
+        run mma 300 test_cl_gemm_bf16
+        if [ "$Q" = 1 ]; then run mma 120 bench_gemm --quick --no-tune --paths clblast,portable,mma
+        else run mma 300 bench_gemm --csv --paths clblast,portable,mma; fi ;;
     gemm)
         if [ "$Q" = 1 ]; then run gemm 120 bench_gemm --quick --no-tune
         else run gemm 300 bench_gemm --csv; fi ;;
