@@ -1,11 +1,7 @@
 # fuzz/targets.cmake - the fuzz targets and what each is built from; included by
 # tests/fuzz.cmake (the corpus replay, normal build) and fuzz/CMakeLists.txt (libFuzzer build).
 set(CT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/fuzz)
-set(CT_FUZZ_IO_SRC
-  ${CMAKE_SOURCE_DIR}/engine/io_util.c ${CMAKE_SOURCE_DIR}/engine/io_data.c
-  ${CMAKE_SOURCE_DIR}/engine/io_model.c ${CMAKE_SOURCE_DIR}/engine/io_safetensors.c
-  ${CMAKE_SOURCE_DIR}/engine/io_checkpoint.c
-  ${CMAKE_SOURCE_DIR}/engine/io_tokenizer.c ${CMAKE_SOURCE_DIR}/engine/train_util.c)
+set(CT_FUZZ_IO_SRC ${CT_ENGINE_HOST_SRC})
 set(CT_FUZZ_TARGETS model_file shards checkpoint tokenizer tune select)
 
 # ct_fuzz_sources(target out_sources out_libs): what a target is built from (shared with fuzz/).

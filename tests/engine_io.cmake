@@ -1,18 +1,14 @@
 # tests/engine_io.cmake - the engine's I/O, data loader and training plumbing (owner: I/O).
 # The host-only tests compile the I/O sources directly (with ct_cl for ct_status), so they build
 # and run even while the rest of the engine is being changed.
-set(CT_IO_HOST_SRC
-  ${CMAKE_SOURCE_DIR}/engine/io_util.c ${CMAKE_SOURCE_DIR}/engine/io_data.c
-  ${CMAKE_SOURCE_DIR}/engine/io_model.c ${CMAKE_SOURCE_DIR}/engine/io_safetensors.c
-  ${CMAKE_SOURCE_DIR}/engine/io_checkpoint.c
-  ${CMAKE_SOURCE_DIR}/engine/io_tokenizer.c ${CMAKE_SOURCE_DIR}/engine/train_util.c)
+set(CT_IO_HOST_SRC ${CT_ENGINE_HOST_SRC})
 
 ct_add_test(NAME test_engine_io SOURCES test_engine_io.c ${CT_IO_HOST_SRC}
             LIBS ct_cl m LABELS unit)
-target_include_directories(test_engine_io PRIVATE ${CMAKE_SOURCE_DIR}/engine ${CMAKE_SOURCE_DIR}/parallel)
+target_include_directories(test_engine_io PRIVATE ${CT_ENGINE_INC} ${CMAKE_SOURCE_DIR}/parallel)
 ct_add_test(NAME test_engine_io_train SOURCES test_engine_io_train.c ${CT_IO_HOST_SRC}
             LIBS ct_cl m LABELS unit)
-target_include_directories(test_engine_io_train PRIVATE ${CMAKE_SOURCE_DIR}/engine ${CMAKE_SOURCE_DIR}/parallel)
+target_include_directories(test_engine_io_train PRIVATE ${CT_ENGINE_INC} ${CMAKE_SOURCE_DIR}/parallel)
 
 # Tests that need the model and a device.
 if(TARGET ct_engine)

@@ -6,7 +6,7 @@
 if(TARGET ct_engine)
   add_executable(test_engine_moe test_engine_moe.c)
   target_include_directories(test_engine_moe PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-  target_link_libraries(test_engine_moe PRIVATE ct_engine m)
+  target_link_libraries(test_engine_moe PRIVATE ct_test_ref)
   foreach(shape "1x1;1;1;pthread" "1x2;1;2;pthread pthread" "2x1;2;1;pthread"
                 "2x2;2;2;pthread pthread")
     list(GET shape 0 nm)

@@ -1,10 +1,10 @@
 # tests/engine_ops.cmake - the engine's device ops and the GPT-2 model (owner: ops/model).
-ct_add_test(NAME test_engine_ops SOURCES test_engine_ops.c LIBS ct_engine LABELS opencl)
-ct_add_test(NAME test_engine_model SOURCES test_engine_model.c LIBS ct_engine LABELS opencl)
+ct_add_test(NAME test_engine_ops SOURCES test_engine_ops.c LIBS ct_test_ref LABELS opencl)
+ct_add_test(NAME test_engine_model SOURCES test_engine_model.c LIBS ct_test_ref LABELS opencl)
 ct_add_test(NAME test_engine_model_learn SOURCES test_engine_model_learn.c LIBS ct_engine LABELS opencl)
 # the fused attention, in parts (its argument): the default blocks at head sizes 8, 20, 128; at
 # 64 against the GEMM path; other block shapes; the block search
-ct_add_test(NAME test_engine_attention SOURCES test_engine_attention.c LIBS ct_engine LABELS opencl
+ct_add_test(NAME test_engine_attention SOURCES test_engine_attention.c LIBS ct_test_ref LABELS opencl
             ARGS shapes)
 foreach(part hs64 blocks search)
   add_test(NAME test_engine_attention_${part} COMMAND test_engine_attention ${part})

@@ -8,7 +8,7 @@ if(NOT CT_FUZZ)
   foreach(t IN LISTS CT_FUZZ_TARGETS)
     ct_fuzz_sources(${t} srcs libs)
     add_executable(fuzz_replay_${t} ${srcs} ${CT_FUZZ_DIR}/replay.c)
-    target_include_directories(fuzz_replay_${t} PRIVATE ${CT_FUZZ_DIR} ${CMAKE_SOURCE_DIR}/engine
+    target_include_directories(fuzz_replay_${t} PRIVATE ${CT_FUZZ_DIR} ${CT_ENGINE_INC}
                                ${CMAKE_SOURCE_DIR}/parallel)
     target_link_libraries(fuzz_replay_${t} PRIVATE ${libs})
     set(dirs ${CT_FUZZ_DIR}/corpus/${t})
@@ -19,7 +19,7 @@ if(NOT CT_FUZZ)
     set_tests_properties(fuzz_replay_${t} PROPERTIES LABELS unit)
   endforeach()
   add_executable(fuzz_gen_seeds ${CT_FUZZ_DIR}/gen_seeds.c ${CT_FUZZ_IO_SRC})
-  target_include_directories(fuzz_gen_seeds PRIVATE ${CMAKE_SOURCE_DIR}/engine
+  target_include_directories(fuzz_gen_seeds PRIVATE ${CT_ENGINE_INC}
                              ${CMAKE_SOURCE_DIR}/parallel)
   target_link_libraries(fuzz_gen_seeds PRIVATE ct_cl m)
 endif()

@@ -61,8 +61,8 @@ plotted() {
 }
 
 if want files; then
-    # ---- the inputs, written by python: train_gpt's record and trace formats (engine/train_util.c,
-    # engine/trace.c), and damaged or absurd files for part 5
+    # ---- the inputs, written by python: train_gpt's record and trace formats (engine/train/,
+    # engine/step/trace.c), and damaged or absurd files for part 5
     $PY - "$D" <<'EOF'
 import json, sys
 d = sys.argv[1]

@@ -1,5 +1,5 @@
 /* test_engine_attention.c - the fused causal attention (engine/kernels/attention_fused.cl)
- * against the double-precision reference (engine/ref.c), forward (output and log-sum-exp) and
+ * against the double-precision reference (tests/ct_ref.c), forward (output and log-sum-exp) and
  * backward (dq, dk, dv), on awkward shapes: T = 1, 7, 33, 130, 1000; head sizes 8, 20, 64, 128;
  * NH = 1, 3, 12; several block shapes (blocks larger than T, T not a multiple of the blocks, more
  * keys than queries per block and the reverse). Also: two runs give bitwise the same results,
@@ -14,7 +14,7 @@
 
 #include "ct_cl.h"
 #include "ct_engine_ops.h"
-#include "ct_engine_ref.h"
+#include "ct_ref.h"
 #include "ct_test.h"
 
 #define OFF 3 /* every tensor starts 3 floats into its buffer */

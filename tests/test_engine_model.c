@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "ct_engine.h"
-#include "ct_engine_ref.h"
+#include "ct_ref.h"
 #include "ct_test.h"
 
 static uint64_t g_rng = 0xC0FFEEull;

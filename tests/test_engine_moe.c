@@ -1,5 +1,5 @@
 /* test_engine_moe.c - the mixture-of-experts layer (engine/moe.c, kernels/moe.cl) against the
- * plain-C double reference (engine/ref.c), at the EP group size mpiexec and the thread count give:
+ * plain-C double reference (tests/ct_ref.c), at the EP group size mpiexec and the thread count give:
  *
  *     mpiexec -n R test_engine_moe D          (N = R x D workers form one EP group)
  *
@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "ct_engine.h"
-#include "ct_engine_ref.h"
+#include "ct_ref.h"
 #include "ct_test.h"
 
 #define REQUIRE_OK(expr, msg)                                                                      \

@@ -1,5 +1,5 @@
 /* test_engine_ops.c - every device op of the engine, forward and backward, against its plain-C
- * double-precision reference (engine/ref.c) on awkward shapes (B=3, T=7, C=20, NH=4, V=37,
+ * double-precision reference (tests/ct_ref.c) on awkward shapes (B=3, T=7, C=20, NH=4, V=37,
  * Vp=40, ...), with tensors placed at odd offsets inside their buffers, "=" outputs pre-filled
  * with garbage (they must be overwritten) and "+=" outputs pre-filled with random values (they
  * must be accumulated into). Also: bad shapes give a clear error, not a crash. */
@@ -11,7 +11,7 @@
 
 #include "ct_cl.h"
 #include "ct_engine_ops.h"
-#include "ct_engine_ref.h"
+#include "ct_ref.h"
 #include "ct_test.h"
 
 #define OFF 5 /* every tensor starts 5 floats into its buffer */

@@ -1,4 +1,4 @@
-/* io_sample.c - text generation from a model: repeated forward passes over the last max_T tokens,
+/* sample.c - text generation from a model: repeated forward passes over the last max_T tokens,
  * a draw from the last position's logits (temperature, top-k, seeded RNG), and printing the
  * result as bytes, token ids, or text through an llm.c tokenizer. The forward is a function the
  * caller gives (a plain model's, or the trainer's over its layout); everything else is host code. */

@@ -1,4 +1,4 @@
-/* ct_engine_ref.h - plain-C references of every device op and of the whole GPT-2 model, in double
+/* ct_ref.h - plain-C references of every device op and of the whole GPT-2 model, in double
  * precision, written straight from the formulas (no blocking, no tricks). Tests compare the
  * device ops to these, and check these against central finite differences.
  *
@@ -8,8 +8,8 @@
  *     double loss = ct_ref_gpt_loss(&cfg, params, tokens, targets, B, T);
  *     ct_ref_gpt_grad(&cfg, params, tokens, targets, B, T, grads);   grads "=" d loss / d params
  */
-#ifndef CT_ENGINE_REF_H
-#define CT_ENGINE_REF_H
+#ifndef CT_REF_H
+#define CT_REF_H
 
 #include <stddef.h>
 
@@ -96,4 +96,4 @@ double ct_ref_gpt_grad(const ct_gpt_config *cfg, const double *params, const int
 #ifdef __cplusplus
 }
 #endif
-#endif /* CT_ENGINE_REF_H */
+#endif /* CT_REF_H */

@@ -1,11 +1,11 @@
-/* ref.c - plain-C double-precision references of the engine's ops and of the whole GPT-2 model.
+/* ct_ref.c - plain-C double-precision references of the engine's ops and of the whole GPT-2 model.
  * Written from the formulas for clarity, not speed; used by tests (device vs reference, reference
  * vs finite differences). Never used inside a training step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ct_engine_ref.h"
+#include "ct_ref.h"
 
 void ct_ref_encoder_forward(double *out, const int *inp, const double *wte, const double *wpe,
                             int B, int T, int C) {
