@@ -76,7 +76,7 @@ static int run_one(ct_topo *topo, const bopts *o, int pp, const char *sched, int
     if (o->device) p.device = o->device;
     ct_err err = {0};
     ct_train_run *run = NULL;
-    if (ct_train_run_open(&run, &p, 0, NULL, topo, corpus, 1, stderr, &err) != CT_OK)
+    if (ct_train_run_open(&run, &p, topo, corpus, 1, stderr, &err) != CT_OK)
         DIE("pp %d %s m %d: %s", pp, sched, m, err.msg);
     int ok = 1;
 #pragma omp parallel num_threads(pp)

@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
     take_own(&argc, argv, &o);
     ct_err err = {0};
     ct_train_params p = ct_train_params_default();
-    if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err)) {
+    if (ct_train_params_parse(&p, argc - 1, argv + 1, &err)) {
         fprintf(stderr, "bench_plan: %s\n", err.msg);
         return 2;
     }
@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
     }
     int W = ct_topo_world_size(topo), leader = ct_topo_rank(topo) == 0;
     ct_gpt_config cfg;
-    if (ct_train_config(&p, argc, argv, &cfg, &err) != CT_OK) {
+    if (ct_train_config(&p, &cfg, &err) != CT_OK) {
         fprintf(stderr, "bench_plan: %s\n", err.msg);
         ct_topo_free(topo);
         return 2;
@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
     /* 1. The planner, as ct_plan runs it on these workers */
     ct_plan_problem pb;
     ct_plan_problem_from_params(&pb, &p, &cfg, W, p.devices_per_rank);
-    ct_plan_problem_fix(&pb, &p, argc, argv);
+    ct_plan_problem_fix(&pb, &p);
     ct_plan_needs *need = NULL;
     ct_plan_costs costs;
     ct_plan_result res;
@@ -189,7 +189,7 @@ int main(int argc, char **argv) {
             turn tu;
             memset(&tu, 0, sizeof tu);
             tu.steps = o.steps, tu.warmup = o.warmup, tu.ms = ms[i] + nms[i];
-            ct_status st = ct_train_run_open(&tu.run, &q, argc, argv, topo, &corpus, 1, stderr, &err);
+            ct_status st = ct_train_run_open(&tu.run, &q, topo, &corpus, 1, stderr, &err);
             if (st != CT_OK) {
                 fprintf(stderr, "bench_plan: %s\n", err.msg);
                 return 1;

@@ -116,13 +116,13 @@ int main(int argc, char **argv) {
     own_parse(&argc, argv, &o);
     ct_err err = {0};
     ct_train_params p = ct_train_params_default();
-    if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err))
+    if (ct_train_params_parse(&p, argc - 1, argv + 1, &err))
         die(2, "%s", err.msg);
     if (o.top < 1) die(2, "--top must be >= 1 (got %d)", o.top);
     if (o.reps < 1 || o.reps > 64) die(2, "--reps must be in 1..64 (got %d)", o.reps);
     if (o.max_virt < 1 || o.max_virt > 16) die(2, "--max-virtual must be in 1..16 (got %d)", o.max_virt);
     ct_gpt_config cfg;
-    if (ct_train_config(&p, argc, argv, &cfg, &err) != CT_OK) die(2, "%s", err.msg);
+    if (ct_train_config(&p, &cfg, &err) != CT_OK) die(2, "%s", err.msg);
 
     /* The workers this process is one of, and the W planned for. */
     const char *pmi = getenv("PMI_SIZE");
@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
 
     ct_plan_problem pb;
     ct_plan_problem_from_params(&pb, &p, &cfg, W, D);
-    ct_plan_problem_fix(&pb, &p, argc, argv);
+    ct_plan_problem_fix(&pb, &p);
     if (o.only) { /* exactly the layout train_gpt runs with these flags (defaults included) */
         ct_err e2 = {0};
         pb.fix.dp = p.dp, pb.fix.tp = p.tp, pb.fix.pp = p.pp, pb.fix.zero = p.zero, pb.fix.ep = p.ep;

@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     ct_err err = {0};
-    if (ct_opts_parse(opts, nopts, &p, argc - 1, argv + 1, &err)) die(2, "%s", err.msg);
+    if (ct_opts_parse(opts, nopts, &p, NULL, argc - 1, argv + 1, &err)) die(2, "%s", err.msg);
     if (!p.model[0] == !p.checkpoint[0]) die(2, "give exactly one of --model FILE and --checkpoint PATH");
     if (p.len < 0 || p.top_k < 0 || p.temperature < 0 || p.context < 0)
         die(2, "--len, --top-k, --temperature and --context must be >= 0");

@@ -215,11 +215,11 @@ static void plan_check(const ct_step_metrics *sm, int64_t k, int last, ct_metric
 static void plan_layout(ct_train_params *p, ct_topo *topo, int W, int argc, char **argv) {
     ct_err err = {0};
     ct_gpt_config cfg;
-    if (ct_train_config(p, argc, argv, &cfg, &err) != CT_OK) die(2, "%s", err.msg);
+    if (ct_train_config(p, &cfg, &err) != CT_OK) die(2, "%s", err.msg);
     int D = p->devices_per_rank, leader = !topo || ct_topo_rank(topo) == 0;
     ct_plan_problem pb;
     ct_plan_problem_from_params(&pb, p, &cfg, W, D);
-    ct_plan_problem_fix(&pb, p, argc, argv);
+    ct_plan_problem_fix(&pb, p);
     ct_plan_needs *need = NULL;
     if (ct_plan_needs_make(&pb, &need, &err) != CT_OK) die(2, "--layout auto: %s", err.msg);
     ct_plan_costs costs;
@@ -392,7 +392,7 @@ int main(int argc, char **argv) {
     ct_err err = {0};
     ct_train_params p = ct_train_params_default();
     ct_lr_schedule sched;
-    if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err))
+    if (ct_train_params_parse(&p, argc - 1, argv + 1, &err))
         die(2, "%s", err.msg);
     int auto_layout = !strcmp(p.layout, "auto");
     {
@@ -464,7 +464,7 @@ int main(int argc, char **argv) {
         if (ct_train_params_check(&p, &sched, &err)) die(2, "--layout auto chose: %s", err.msg);
     }
     ct_train_run *run = NULL;
-    ct_status st = ct_train_run_open(&run, &p, argc, argv, topo, ct_corpus, ct_corpus_count,
+    ct_status st = ct_train_run_open(&run, &p, topo, ct_corpus, ct_corpus_count,
                                      stderr, &err);
     if (st != CT_OK) die(setup_code(st), "%s", err.msg);
 

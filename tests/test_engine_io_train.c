@@ -20,8 +20,15 @@ static void test_opts(void) {
     CT_ASSERT(strcmp(p.lr_schedule, "cosine") == 0);
     char *good[] = {"--layers", "6", "--lr=3e-4", "--data", "x_*.bin", "--steps", "1e3",
                     "--lr-schedule", "linear"};
-    CT_ASSERT_OK(ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, 9, good, &err), err.msg);
+    CT_ASSERT(!ct_train_given(&p, "layers") && !ct_train_given(&p, "lr"));
+    CT_ASSERT_OK(ct_train_params_parse(&p, 9, good, &err), err.msg);
     CT_ASSERT_EQ_INT(p.layers, 6);
+    /* the flags given are recorded, by either spelling; the others, and names not in the
+     * table, are not */
+    CT_ASSERT(ct_train_given(&p, "layers") && ct_train_given(&p, "lr") &&
+              ct_train_given(&p, "steps") && ct_train_given(&p, "lr-schedule"));
+    CT_ASSERT(!ct_train_given(&p, "heads") && !ct_train_given(&p, "seq") &&
+              !ct_train_given(&p, "no-such-flag"));
     CT_ASSERT_NEAR(p.lr, 3e-4, 0);
     CT_ASSERT(strcmp(p.data, "x_*.bin") == 0);
     CT_ASSERT_EQ_INT(p.steps, 1000);
@@ -41,7 +48,7 @@ static void test_opts(void) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ct_train_params q = ct_train_params_default();
-        CT_ASSERT_EQ_INT(ct_opts_parse(ct_train_opts, ct_train_opts_count, &q, bad[i].argc,
+        CT_ASSERT_EQ_INT(ct_opts_parse(ct_train_opts, ct_train_opts_count, &q, NULL, bad[i].argc,
                                        bad[i].argv, &err),
                          CT_ERR_ARG);
         CT_ASSERT_STR_CONTAINS(err.msg, bad[i].msg);

@@ -81,7 +81,7 @@ typedef struct ct_plan_problem {
     int max_virt;      /* the most chunks per stage enumerated for interleaved (default 2) */
     char recompute[16]; /* --recompute (none, attention, block): the memory model's input */
     ct_train_params base; /* the command line's flags (the memory model reads the ones a layout
-                             leaves: MoE's capacity factor, ...); strings point into argv */
+                             leaves: MoE's capacity factor, ...); strings point into the command line */
     ct_plan_layout fix;
     int untimed_ok;    /* 1: a layout whose costs are missing is ranked by memory alone ("not
                           timed", the reason kept) instead of failing ct_plan_rank: planning for
@@ -95,7 +95,7 @@ void ct_plan_problem_from_params(ct_plan_problem *pb, const ct_train_params *p,
                                  const ct_gpt_config *cfg, int W, int D);
 /* Pin the layout flags given on a command line (--dp, --tp, --pp, --ep, --zero, --schedule,
  * --virtual-stages, --sequence-parallel) in pb->fix; the others stay free. */
-void ct_plan_problem_fix(ct_plan_problem *pb, const ct_train_params *p, int argc, char **argv);
+void ct_plan_problem_fix(ct_plan_problem *pb, const ct_train_params *p);
 
 /* CT_OK when train_gpt would run `l` for this problem; otherwise CT_ERR_ARG with train_gpt's
  * own message (the same checks: ct_train_params_check, ct_model_tp_check, chunks <= blocks). */

@@ -85,25 +85,15 @@ void ct_plan_problem_from_params(ct_plan_problem *pb, const ct_train_params *p,
     pb->fix.virt = pb->fix.sp = -1;
 }
 
-/* Whether --name was given (as "--name V" or "--name=V"). */
-static int given(int argc, char **argv, const char *name) {
-    size_t n = strlen(name);
-    for (int i = 1; i < argc; i++)
-        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, n) &&
-            (argv[i][2 + n] == 0 || argv[i][2 + n] == '='))
-            return 1;
-    return 0;
-}
-
-void ct_plan_problem_fix(ct_plan_problem *pb, const ct_train_params *p, int argc, char **argv) {
-    if (given(argc, argv, "dp")) pb->fix.dp = p->dp;
-    if (given(argc, argv, "tp")) pb->fix.tp = p->tp;
-    if (given(argc, argv, "pp")) pb->fix.pp = p->pp;
-    if (given(argc, argv, "zero")) pb->fix.zero = p->zero;
-    if (given(argc, argv, "ep")) pb->fix.ep = p->ep;
-    if (given(argc, argv, "sequence-parallel")) pb->fix.sp = p->sequence_parallel;
-    if (given(argc, argv, "virtual-stages")) pb->fix.virt = p->virtual_stages;
-    if (given(argc, argv, "schedule")) {
+void ct_plan_problem_fix(ct_plan_problem *pb, const ct_train_params *p) {
+    if (ct_train_given(p, "dp")) pb->fix.dp = p->dp;
+    if (ct_train_given(p, "tp")) pb->fix.tp = p->tp;
+    if (ct_train_given(p, "pp")) pb->fix.pp = p->pp;
+    if (ct_train_given(p, "zero")) pb->fix.zero = p->zero;
+    if (ct_train_given(p, "ep")) pb->fix.ep = p->ep;
+    if (ct_train_given(p, "sequence-parallel")) pb->fix.sp = p->sequence_parallel;
+    if (ct_train_given(p, "virtual-stages")) pb->fix.virt = p->virtual_stages;
+    if (ct_train_given(p, "schedule")) {
         ct_sched_kind k;
         ct_err e = {0};
         if (ct_sched_parse(p->schedule, &k, &e) == CT_OK) pb->fix.sched = k;

@@ -6,7 +6,7 @@
  *
  *     ct_train_params p = ct_train_params_default();
  *     ct_err err = {0};
- *     if (ct_opts_parse(ct_train_opts, ct_train_opts_count, &p, argc - 1, argv + 1, &err)) {
+ *     if (ct_train_params_parse(&p, nargs, args, &err)) {
  *         fprintf(stderr, "%s\n", err.msg); exit(2);
  *     }
  *     ct_lr_schedule sched;
@@ -33,7 +33,7 @@ extern "C" {
 typedef enum ct_opt_type { CT_OPT_INT, CT_OPT_FLOAT, CT_OPT_STR } ct_opt_type;
 
 /* One knob: --flag VALUE (or --flag=VALUE), stored at `offset` in a params struct as int,
- * double or const char * (pointing at argv or a literal). `def` is the default in text form;
+ * double or const char * (pointing into the command line or at a literal). `def` is the default in text form;
  * it goes through the same parser as the command line. */
 typedef struct ct_opt {
     const char *flag; /* without the leading "--" */
@@ -45,11 +45,13 @@ typedef struct ct_opt {
 
 /* Set every field to its default. */
 void ct_opts_defaults(const ct_opt *opts, int n, void *dst);
-/* Parse argv[0..argc) (program name excluded). An unknown flag, a missing value, a value that
- * is not a number of the right type, or a stray argument is CT_ERR_ARG naming it. "--help" is
- * not handled here: check for it first with ct_opts_wants_help. */
-ct_status ct_opts_parse(const ct_opt *opts, int n, void *dst, int argc, char **argv, ct_err *err);
-int ct_opts_wants_help(int argc, char **argv);
+/* Parse args[0..nargs) (a command line without the program name). An unknown flag, a missing
+ * value, a value that is not a number of the right type, or a stray argument is CT_ERR_ARG
+ * naming it. given (NULL: not wanted) gets given[k] = 1 for each opts[k] the arguments set.
+ * "--help" is not handled here: check for it first with ct_opts_wants_help. */
+ct_status ct_opts_parse(const ct_opt *opts, int n, void *dst, unsigned char *given, int nargs,
+                        char *const *args, ct_err *err);
+int ct_opts_wants_help(int nargs, char *const *args);
 /* "  --flag VALUE   help (default: def)" for every option. */
 void ct_opts_help(FILE *out, const ct_opt *opts, int n);
 /* The effective values, one "  flag = value" line each (the configuration log at start). */
@@ -180,16 +182,28 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
 #define CT__TP_FLOAT double
 #define CT__TP_STR const char *
 
+#define CT_TRAIN_MAX_OPTS 96 /* room for the table's flags in ct_train_params.given */
+
 typedef struct ct_train_params {
 #define CT__TP_FIELD(type, field, flag, def, help) CT__TP_##type field;
     CT_TRAIN_PARAMS(CT__TP_FIELD)
 #undef CT__TP_FIELD
+    /* given[k]: ct_train_opts[k] was set by the command line (ct_train_params_parse), not left
+     * at its default; what decides whether a flag pins a choice (a checkpoint's shape, the
+     * planner's layout) */
+    unsigned char given[CT_TRAIN_MAX_OPTS];
 } ct_train_params;
 
 extern const ct_opt ct_train_opts[];
 extern const int ct_train_opts_count;
 
+/* Every field at its default, none given. */
 ct_train_params ct_train_params_default(void);
+/* ct_opts_parse of ct_train_opts into *p (start from ct_train_params_default), recording the
+ * flags given. */
+ct_status ct_train_params_parse(ct_train_params *p, int nargs, char *const *args, ct_err *err);
+/* Whether --flag was given (flag without the dashes; a name not in the table: 0). */
+int ct_train_given(const ct_train_params *p, const char *flag);
 
 /* ---------------------------------------------------------------- learning rate */
 
@@ -326,11 +340,10 @@ ct_exec_opts ct_train_exec_opts(const ct_train_params *p);
  * figures, flagged attention_bound). Pure: no device, no MPI. */
 ct_status ct_train_mem_predict(const ct_train_params *p, const ct_gpt_config *cfg, int worker,
                                ct_mem_predict *out, ct_err *err);
-/* The model's shape a command line gives: a checkpoint's (--resume), an llm.c file's (--init)
- * or the shape flags'; a shape flag that contradicts a file is CT_ERR_ARG (the checks
- * ct_train_run_open makes, without reading data or opening devices). */
-ct_status ct_train_config(const ct_train_params *p, int argc, char **argv, ct_gpt_config *cfg,
-                          ct_err *err);
+/* The model's shape the parameters give: a checkpoint's (--resume), an llm.c file's (--init)
+ * or the shape flags'; a shape flag given (p->given) that contradicts a file is CT_ERR_ARG (the
+ * checks ct_train_run_open makes, without reading data or opening devices). */
+ct_status ct_train_config(const ct_train_params *p, ct_gpt_config *cfg, ct_err *err);
 /* What the layouts support with a mixture of experts (cfg->experts > 0), the checks
  * ct_train_run_open makes: ep divides E, ZeRO 0 or 1, no zb1, a safetensors
  * --save-model; --ep > 1 needs experts. CT_ERR_ARG naming the flag. */
@@ -347,13 +360,12 @@ typedef struct ct_exec ct_exec; /* ct_engine_step.h */
 /* What the workers of one process share, read-only once they start: the model's shape (from a
  * checkpoint, an llm.c file or the flags), the data (corpus: the text used without --data or
  * --text), the tokenizer, the devices the spec selects. Every failure is bad input (a message
- * naming the flag, file or device; a program exits 2), warnings go to `log`. argv: the command
- * line, to tell which shape flags were given. topo NULL: one worker without MPI. Rank 0 also
+ * naming the flag, file or device; a program exits 2), warnings go to `log`. p->given tells
+ * which shape flags were given. topo NULL: one worker without MPI. Rank 0 also
  * removes the temporaries killed writers left in --save DIR (ct_checkpoint_clean_stale) and
  * says so on `log`. */
 typedef struct ct_train_run ct_train_run;
-ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *p, int argc, char **argv,
-                            ct_topo *topo, const ct_cl_source *corpus, int ncorpus, FILE *log,
+ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *p, ct_topo *topo, const ct_cl_source *corpus, int ncorpus, FILE *log,
                             ct_err *err);
 void ct_train_run_free(ct_train_run *r);
 const ct_gpt_config *ct_train_run_config(const ct_train_run *r);

@@ -215,16 +215,6 @@ struct ct_train_run {
     FILE *log;     /* warnings, and what a wait at setup is (programs built on first use) */
 };
 
-/* Whether --name was given on the command line (as "--name V" or "--name=V"). */
-static int flag_given(int argc, char **argv, const char *name) {
-    size_t n = strlen(name);
-    for (int i = 1; i < argc; i++)
-        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, n) &&
-            (argv[i][2 + n] == 0 || argv[i][2 + n] == '='))
-            return 1;
-    return 0;
-}
-
 /* Warn when a resumed run changes a flag that shapes the optimisation (the checkpoint's META
  * section holds the writing run's flags as "flag=value" lines). */
 static void warn_changed_flags(FILE *log, const char *meta, const ct_train_params *p) {
@@ -275,7 +265,7 @@ static ct_status config_of_flags(const ct_train_params *p, ct_gpt_config *cfg, c
 }
 
 /* A shape flag given beside a model file or checkpoint must agree with it. */
-static ct_status config_vs_flags(const ct_train_params *p, int argc, char **argv,
+static ct_status config_vs_flags(const ct_train_params *p,
                                  const ct_gpt_config *cfg, const char *origin, ct_err *err) {
     if (!p->resume[0] && !p->init[0]) return CT_OK;
     struct {
@@ -286,15 +276,14 @@ static ct_status config_vs_flags(const ct_train_params *p, int argc, char **argv
              {"max-seq", p->max_seq, cfg->max_seq}, {"experts", p->experts, cfg->experts},
              {"top-k", p->top_k, cfg->top_k}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (flag_given(argc, argv, f[i].flag) && f[i].given != f[i].file &&
+        if (ct_train_given(p, f[i].flag) && f[i].given != f[i].file &&
             !(!strcmp(f[i].flag, "top-k") && cfg->experts == 0)) /* no K without experts */
             return CT_ERR(err, CT_ERR_ARG, "--%s %d contradicts the model of %s (%d); leave it out",
                           f[i].flag, f[i].given, origin, f[i].file);
     return CT_OK;
 }
 
-ct_status ct_train_config(const ct_train_params *p, int argc, char **argv, ct_gpt_config *cfg,
-                          ct_err *err) {
+ct_status ct_train_config(const ct_train_params *p, ct_gpt_config *cfg, ct_err *err) {
     ct_status st;
     char origin[1300], path[1300];
     memset(cfg, 0, sizeof *cfg);
@@ -316,7 +305,7 @@ ct_status ct_train_config(const ct_train_params *p, int argc, char **argv, ct_gp
         if ((st = config_of_flags(p, cfg, err)) != CT_OK) return st;
         snprintf(origin, sizeof origin, "random init");
     }
-    return config_vs_flags(p, argc, argv, cfg, origin, err);
+    return config_vs_flags(p, cfg, origin, err);
 }
 
 ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg, ct_sched_kind kind,
@@ -355,8 +344,7 @@ int ct_worker_device(const ct_device_info *list, const int *picks, int npicks, c
     return k / (workers_per_device > 0 ? workers_per_device : 1);
 }
 
-ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int argc, char **argv,
-                            ct_topo *topo, const ct_cl_source *corpus, int ncorpus, FILE *log,
+ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, ct_topo *topo, const ct_cl_source *corpus, int ncorpus, FILE *log,
                             ct_err *err) {
     ct_status st = CT_OK;
     *out = NULL;
@@ -387,7 +375,7 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, int a
         TRY(config_of_flags(p, cfg, err));
         snprintf(r->origin, sizeof r->origin, "random init");
     }
-    TRY(config_vs_flags(p, argc, argv, cfg, r->origin, err));
+    TRY(config_vs_flags(p, cfg, r->origin, err));
     /* tensor parallelism's divisibility rules, before any device work */
     TRY(ct_model_tp_check(cfg, p->tp, p->sequence_parallel, p->seq, err));
     if (p->seq > cfg->max_seq) {

@@ -52,15 +52,16 @@ void ct_opts_defaults(const ct_opt *opts, int n, void *dst) {
     for (int i = 0; i < n; i++) opt_set(&opts[i], dst, opts[i].def, NULL);
 }
 
-int ct_opts_wants_help(int argc, char **argv) {
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+int ct_opts_wants_help(int nargs, char *const *args) {
+    for (int i = 0; i < nargs; i++)
+        if (!strcmp(args[i], "--help") || !strcmp(args[i], "-h")) return 1;
     return 0;
 }
 
-ct_status ct_opts_parse(const ct_opt *opts, int n, void *dst, int argc, char **argv, ct_err *err) {
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
+ct_status ct_opts_parse(const ct_opt *opts, int n, void *dst, unsigned char *given, int nargs,
+                        char *const *args, ct_err *err) {
+    for (int i = 0; i < nargs; i++) {
+        const char *a = args[i];
         if (strncmp(a, "--", 2) != 0 || !a[2])
             return CT_ERR(err, CT_ERR_ARG, "unexpected argument '%s' (flags look like --name "
                                            "VALUE; see --help)", a);
@@ -72,10 +73,11 @@ ct_status ct_opts_parse(const ct_opt *opts, int n, void *dst, int argc, char **a
         if (!o) return CT_ERR(err, CT_ERR_ARG, "unknown flag '%s' (see --help)", a);
         const char *val;
         if (eq) val = eq + 1;
-        else if (i + 1 < argc) val = argv[++i];
+        else if (i + 1 < nargs) val = args[++i];
         else return CT_ERR(err, CT_ERR_ARG, "--%s needs a value (see --help)", o->flag);
         ct_status st = opt_set(o, dst, val, err);
         if (st != CT_OK) return st;
+        if (given) given[o - opts] = 1;
     }
     return CT_OK;
 }
@@ -123,11 +125,24 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     return used;
 }
 
+_Static_assert(sizeof ct_train_opts / sizeof ct_train_opts[0] <= CT_TRAIN_MAX_OPTS,
+               "ct_train_params.given has no room for every flag: raise CT_TRAIN_MAX_OPTS");
+
 ct_train_params ct_train_params_default(void) {
     ct_train_params p;
     memset(&p, 0, sizeof p);
     ct_opts_defaults(ct_train_opts, ct_train_opts_count, &p);
     return p;
+}
+
+ct_status ct_train_params_parse(ct_train_params *p, int nargs, char *const *args, ct_err *err) {
+    return ct_opts_parse(ct_train_opts, ct_train_opts_count, p, p->given, nargs, args, err);
+}
+
+int ct_train_given(const ct_train_params *p, const char *flag) {
+    for (int k = 0; k < ct_train_opts_count; k++)
+        if (!strcmp(ct_train_opts[k].flag, flag)) return p->given[k];
+    return 0;
 }
 
 /* ---------------------------------------------------------------- learning rate */
