@@ -222,7 +222,7 @@ static void test_model(ct_device *dev, ct_attn_path path) {
         o = 0;
         for (int k = 0; k < CT_GPT_NUM_TENSORS; k++) {
             ct_ref_adamw(pd + o, gd + o, md + o, vd + o, sizes[k], clip / (rn + 1e-6), 1e-2, 0.9,
-                         0.95, 1e-8, ct_model_tensor_decays(k) ? 0.1 : 0.0, t);
+                         0.95, 1e-8, ct_gpt_tensor_decays(k) ? 0.1 : 0.0, t);
             o += sizes[k];
         }
     }

@@ -3,29 +3,24 @@
  * cross-entropy), each forward and backward, on an activation SLOT (one micro-batch's saved
  * tensors). The parameters are a ct_params (ct_engine_params.h: which layers and slices this
  * worker holds, the flat buffers); the model only reads them and adds into their gradients.
- * Nothing is allocated and nothing crosses to the host inside a step except the tokens in and
- * the loss out.
+ * Nothing is allocated after creation. What crosses to the host inside a step: the tokens in,
+ * the loss out (when asked), the MoE layer's routing counts, and under tensor parallelism the
+ * collectives that stage through host memory (ct_engine_tp.h).
  *
- * A single device runs the whole model on slot 0; ct_model_forward / ct_model_backward are that
- * sequence, for tests, sampling and evaluation:
+ * Training runs through the executor (engine/step: ct_exec_step), which calls the entry points
+ * for each micro-batch of a schedule: ct_model_embed_forward(m, slot, tokens, B, T) on the first
+ * stage (or ct_model_stage_input for the activation received from the previous one),
+ * block_forward for each held layer, head_forward on the last stage; backward in reverse. The
+ * optimizer is the executor's too. A forward alone, on one worker holding the whole model
+ * (sampling, forward-only checks):
  *
  *     ct_model *m = NULL;
  *     ct_layout lay = {1, 1, 1, 0, 1}; ct_coords at = {0, 0, 0, 0};
  *     if (ct_model_create(&m, &cfg, &lay, &at, dev, B, T, &err)) { puts(err.msg); ... }
  *     ct_model_init_random(m, 1337);
- *     for (int step = 1; step <= n; step++) {
- *         float loss, norm;
- *         ct_model_zero_grad(m);
- *         ct_model_forward(m, tokens, targets, B, T, &loss);
- *         ct_model_backward(m, 1.0f);
- *         ct_model_adamw_step(m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step, &norm);
- *     }
+ *     float loss;
+ *     ct_model_forward(m, tokens, targets, B, T, &loss);
  *     ct_model_free(m);
- *
- * A pipeline stage, or a schedule with several micro-batches alive, calls the entry points
- * itself (engine/step.c): ct_model_embed_forward(m, slot, tokens, B, T) on the first stage (or
- * ct_model_stage_input for the activation received from the previous one), block_forward for
- * each held layer, head_forward on the last stage; backward in reverse.
  */
 #ifndef CT_ENGINE_MODEL_H
 #define CT_ENGINE_MODEL_H
@@ -117,6 +112,20 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                                const ct_coords *coords, ct_device *dev, const ct_model_plan *plan,
                                ct_err *err);
 void ct_model_free(ct_model *m);
+/* The attention path a model of this plan runs on dev, the one decision ct_model_create_plan
+ * makes (and a trainer makes once for all its workers, then pins): plan->attention gemm or
+ * fused as asked; auto times both at (max_T, NH/tp heads) on dev, then takes the fused path
+ * where the GEMM path's scores at the planned batch exceed 2^31 elements or the device's largest
+ * allocation (ct_model_gemm_exceeds). acfg: the fused block shapes; note: one line saying what
+ * was chosen and why. A failure is the device's (ct_device_errmsg). */
+ct_status ct_model_attention_choose(ct_device *dev, const ct_gpt_config *cfg,
+                                   const ct_layout *layout, const ct_coords *coords,
+                                   const ct_model_plan *plan, ct_attn_path *path,
+                                   ct_attn_cfg *acfg, char *note, size_t len);
+/* Whether the GEMM path's plan needs one indivisible device buffer part above `max_alloc` bytes
+ * (one block's scores, B x NH/tp x T x T floats) where the fused path's fits. Pure: no device. */
+int ct_model_gemm_exceeds(const ct_gpt_config *cfg, const ct_layout *layout,
+                          const ct_coords *coords, const ct_model_plan *plan, uint64_t max_alloc);
 /* Tensor parallelism's constraints for cfg over tp = N workers, checked before any work: N
  * divides the heads, the padded vocabulary Vp and 4C (and C); with sequence parallelism (sp) N
  * divides the sequence length T. CT_ERR_ARG naming the first that fails. */
@@ -140,8 +149,6 @@ size_t ct_model_num_params(const ct_model *m);
 /* Offset (floats) and size of table tensor i (CT_GPT_wte, ...) in the HOST arrays of
  * ct_model_get_params & co (table order). */
 void ct_model_tensor(const ct_model *m, int i, size_t *offset, size_t *count);
-/* Whether AdamW decays tensor i (the table's decay column: the 2-D weight matrices). */
-int ct_model_tensor_decays(int i);
 /* Activation bytes one slot takes, and the shared scratch (the arena = slots x slot + scratch). */
 size_t ct_model_slot_bytes(const ct_model *m);
 size_t ct_model_scratch_bytes(const ct_model *m);
@@ -194,16 +201,22 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale);
  * that add their own term to the objective (the MoE layer's auxiliary loss) read it. A stage
  * without the head sets it before its blocks' backward; a forward resets it to 1. */
 ct_status ct_model_set_loss_scale(ct_model *m, int slot, float loss_scale);
-/* Block l's backward: reads the gradient of its output from ct_model_dres, adds its parameter
- * gradients, leaves the gradient of its input in ct_model_dres. */
-ct_status ct_model_block_backward(ct_model *m, int slot, int l);
-/* Block l's backward in two halves (zero-bubble schedules; the plan needs split_backward):
- * the input half reads the gradient of the block's output from ct_model_dres and leaves that of
- * its input there, adding no parameter gradient; the weight half, any time later but before the
- * slot's next forward, adds the block's parameter gradients (reading no parameter: under ZeRO-3
- * the block need not be gathered for it). Together they add bitwise what block_backward adds. */
-ct_status ct_model_block_backward_input(ct_model *m, int slot, int l);
-ct_status ct_model_block_backward_weight(ct_model *m, int slot, int l);
+/* Block l's backward, or a half of it:
+ *   CT_BACKWARD_WHOLE   reads the gradient of the block's output from ct_model_dres, adds its
+ *                       parameter gradients, leaves the gradient of its input in ct_model_dres.
+ *   CT_BACKWARD_INPUT   (zero-bubble schedules; the plan needs split_backward) the same for the
+ *                       input gradient, adding no parameter gradient; keeps in the slot what
+ *                       the weight half reads.
+ *   CT_BACKWARD_WEIGHT  any time after the input half but before the slot's next forward, adds
+ *                       the block's parameter gradients (reading no parameter: under ZeRO-3 the
+ *                       block need not be gathered for it).
+ * The two halves add bitwise what the whole backward adds. */
+typedef enum ct_backward_part {
+    CT_BACKWARD_WHOLE = 0,
+    CT_BACKWARD_INPUT,
+    CT_BACKWARD_WEIGHT
+} ct_backward_part;
+ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part part);
 /* The embedding's backward (first stage): wte, wpe grads += from ct_model_dres. */
 ct_status ct_model_embed_backward(ct_model *m, int slot);
 /* The residual-gradient tensor (max_B, max_T, C) the backward entry points pass along: where a
@@ -223,7 +236,7 @@ ct_status ct_model_view_read_async(ct_model *m, ct_view v, void *host, size_t by
 ct_status ct_model_view_write_async(ct_model *m, ct_view v, const void *host, size_t bytes,
                                     ct_event **ev);
 
-/* ---- the single-device sequence on slot 0 (every layer held) */
+/* ---- a forward alone on slot 0, on a worker holding every layer (sampling; tests) */
 
 /* Forward over tokens (B,T). With targets: the mean cross-entropy goes to *loss (read back).
  * targets NULL: logits only (*loss, if given, is set to NaN). */
@@ -231,16 +244,6 @@ ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, i
                            float *loss);
 /* Logits (B,T,Vp) of the last forward, to host; valid until the next backward. */
 ct_status ct_model_logits(ct_model *m, float *host, size_t n);
-/* Backward of the last forward (with targets): grads += d(loss_scale * loss)/dp. */
-ct_status ct_model_backward(ct_model *m, float loss_scale);
-/* The global L2 norm of this worker's gradients (device, read back). */
-ct_status ct_model_grad_norm(ct_model *m, float *norm);
-/* One AdamW step of a single worker (t 1-based): clip to global norm grad_clip (0: off;
- * PyTorch's clip_grad_norm_ multiplier), decay the table's decay tensors. norm_out (may be NULL)
- * receives the pre-clip norm. Several workers use the executor's optimizer (engine/optim.c),
- * which sums the norm over the right groups. */
-ct_status ct_model_adamw_step(ct_model *m, float lr, float beta1, float beta2, float eps,
-                              float weight_decay, float grad_clip, int t, float *norm_out);
 
 /* ---- where the time goes: in profiling mode every op is followed by a device finish and its
  * wall time is added to its bucket (this slows a step down a little; off by default). */

@@ -714,3 +714,12 @@ ct_status ct_params_init_random(ct_params *P, uint64_t seed) {
     if (st != CT_OK && !P->err.msg[0]) CT_ERR(&P->err, st, "init: %s", ct_device_errmsg(P->dev));
     return st;
 }
+
+int ct_gpt_tensor_decays(int i) {
+    static const int decays[] = {
+#define CT__GPT_DECAY(name, pl, ex, rows, cols, nd, split, decay, init) decay,
+        CT_GPT_TABLE(CT__GPT_DECAY, (const ct_gpt_config *)0)
+#undef CT__GPT_DECAY
+    };
+    return i >= 0 && i < CT_GPT_NUM_TENSORS && decays[i];
+}

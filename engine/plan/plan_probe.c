@@ -77,7 +77,7 @@ static ct_status time_pieces(ct_model *m, int b, int T, const int *tok, int spli
         (st = ct_model_block_forward(m, 0, 0)) != CT_OK ||
         (st = ct_model_head_forward(m, 0, tok + b * T, NULL)) != CT_OK ||
         (st = ct_model_head_backward(m, 0, 1.0f)) != CT_OK ||
-        (st = ct_model_block_backward(m, 0, 0)) != CT_OK ||
+        (st = ct_model_block_backward(m, 0, 0, CT_BACKWARD_WHOLE)) != CT_OK ||
         (st = ct_model_embed_backward(m, 0)) != CT_OK || (st = ct_device_finish(dev)) != CT_OK)
         return st;
     double t0 = ct_time_now();
@@ -92,7 +92,7 @@ static ct_status time_pieces(ct_model *m, int b, int T, const int *tok, int spli
     PIECE(P_BLK_F, ct_model_block_forward(m, 0, 0));
     PIECE(P_HEAD_F, ct_model_head_forward(m, 0, tok + b * T, NULL));
     PIECE(P_HEAD_B, ct_model_head_backward(m, 0, 1.0f));
-    PIECE(P_BLK_B, ct_model_block_backward(m, 0, 0));
+    PIECE(P_BLK_B, ct_model_block_backward(m, 0, 0, CT_BACKWARD_WHOLE));
     PIECE(P_EMB_B, ct_model_embed_backward(m, 0));
     t[P_BLK_BI] = t[P_BLK_BW] = 0;
     if (split) {
@@ -102,8 +102,8 @@ static ct_status time_pieces(ct_model *m, int b, int T, const int *tok, int spli
             (st = ct_model_head_backward(m, 0, 1.0f)) != CT_OK || (st = ct_device_finish(dev)) != CT_OK)
             return st;
         t0 = ct_time_now();
-        PIECE(P_BLK_BI, ct_model_block_backward_input(m, 0, 0));
-        PIECE(P_BLK_BW, ct_model_block_backward_weight(m, 0, 0));
+        PIECE(P_BLK_BI, ct_model_block_backward(m, 0, 0, CT_BACKWARD_INPUT));
+        PIECE(P_BLK_BW, ct_model_block_backward(m, 0, 0, CT_BACKWARD_WEIGHT));
     }
 #undef PIECE
     return CT_OK;

@@ -70,12 +70,6 @@ ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout
                                const ct_coords *coords, const ct_model_plan *plan,
                                const ct_exec_opts *xo, ct_mem_predict *out, ct_err *err);
 
-/* --attention auto chose the GEMM path: whether that path's arena needs one indivisible part
- * above `max_alloc` bytes (one block's scores, B x NH/tp x T x T floats) where the fused path's
- * fits (auto then takes the fused path, which keeps no scores). Pure, as above. */
-int ct_model_gemm_exceeds(const ct_gpt_config *cfg, const ct_layout *layout,
-                          const ct_coords *coords, const ct_model_plan *plan, uint64_t max_alloc);
-
 #ifdef __cplusplus
 }
 #endif

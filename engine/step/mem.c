@@ -21,17 +21,6 @@ static void biggest(ct_mem_predict *out, uint64_t bytes, const char *name) {
     snprintf(out->largest_name, sizeof out->largest_name, "%s", name ? name : "?");
 }
 
-int ct_model_gemm_exceeds(const ct_gpt_config *cfg, const ct_layout *layout,
-                          const ct_coords *coords, const ct_model_plan *plan, uint64_t max_alloc) {
-    ct_model_plan pg = *plan, pf = *plan;
-    pg.attention = CT_ATTN_GEMM, pf.attention = CT_ATTN_FUSED;
-    ct_mem_predict g, f;
-    ct_err e = {0};
-    return ct_model_mem_predict(cfg, layout, coords, &pg, NULL, &g, &e) == CT_OK &&
-           ct_model_mem_predict(cfg, layout, coords, &pf, NULL, &f, &e) == CT_OK &&
-           g.largest > max_alloc && f.largest <= max_alloc;
-}
-
 ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout,
                                const ct_coords *coords, const ct_model_plan *plan,
                                const ct_exec_opts *xo, ct_mem_predict *out, ct_err *err) {
@@ -75,11 +64,12 @@ ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout
     else
         out->host_tp = 2 * (uint64_t)a.tp_staging * sizeof(float);
     out->host_moe = 2 * (uint64_t)a.moe_staging * sizeof(float);
-    /* 3. The optimizer's norm buffers: the model's own (ct_model_adamw_step), and the
-     * executor's. */
-    size_t ow = 0;
-    if ((st = ct_optim_workspace_bytes(P, &ow, err)) != CT_OK) goto done;
-    out->device[CT_MEM_WORKSPACE] += xo ? 2 * ow : ow;
+    /* 3. The executor's optimizer: its norm buffers. */
+    if (xo) {
+        size_t ow = 0;
+        if ((st = ct_optim_workspace_bytes(P, &ow, err)) != CT_OK) goto done;
+        out->device[CT_MEM_WORKSPACE] += ow;
+    }
     /* 4. The executor's host staging: gradient ranges exist when something is reduced (a DP
      * group, a pipeline's tied wte on its two ends, the LayerNorms under sequence
      * parallelism); ZeRO's gathers. */

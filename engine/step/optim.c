@@ -317,7 +317,7 @@ static ct_status apply(ct_optim *o, const ct_adamw_hp *hp, int t, int have_norm)
                                      ct_arena_view(mb, mo), ct_arena_view(vb, mo),
                                      have_norm ? ct_view_of(sm, NORM_OFF) : ct_view_none(),
                                      hp->grad_clip, b - a, hp->lr, hp->beta1, hp->beta2, hp->eps,
-                                     ct_model_tensor_decays(i) ? hp->weight_decay : 0.0f, t);
+                                     ct_gpt_tensor_decays(i) ? hp->weight_decay : 0.0f, t);
                 st = timed(o, CT_PROF_adamw, t0, st);
                 t0 = ct_time_now();
             }

@@ -428,13 +428,13 @@ static ct_status backward_chunk(ct_exec *x, const ct_schedule *s, int slot, int 
     }
     for (int l = hi - 1; l >= lo; l--) {
         if (kind == CT_ACT_BWD_WEIGHT) { /* reads no parameter: nothing to gather */
-            if ((st = ct_model_block_backward_weight(x->m, slot, l)) != CT_OK)
+            if ((st = ct_model_block_backward(x->m, slot, l, CT_BACKWARD_WEIGHT)) != CT_OK)
                 return fail_model(x, st);
         } else {
             if ((st = ct_zero_need_block(x->z, l, l - 1 >= lo ? l - 1 : -1)) != CT_OK)
                 return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
-            st = kind == CT_ACT_BWD ? ct_model_block_backward(x->m, slot, l)
-                                    : ct_model_block_backward_input(x->m, slot, l);
+            st = ct_model_block_backward(x->m, slot, l,
+                                         kind == CT_ACT_BWD ? CT_BACKWARD_WHOLE : CT_BACKWARD_INPUT);
             if (st != CT_OK) return fail_model(x, st);
         }
         if (kind != CT_ACT_BWD_INPUT &&

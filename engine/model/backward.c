@@ -1,0 +1,205 @@
+/* backward.c - GPT-2's backward on activation slots: the head (cross-entropy, logits, final
+ * LayerNorm), block l (whole, or the zero-bubble input and weight halves), the embedding. Each
+ * adds into the worker's gradients and passes the residual gradient along in ct_model_dres;
+ * none reads its forward's outputs but from the slot (or, under recomputation, from the scratch
+ * its recomputed forward refills: forward.c). */
+#include "model_impl.h"
+
+
+ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
+    ct_status st = CT_OK;
+    if ((st = check_slot(m, slot, "ct_model_head_backward")) != CT_OK) return st;
+    slot_state *ss = &m->st[slot];
+    if (!ss->logits_valid || !ss->have_targets)
+        return CT_ERR(&m->err, CT_ERR_STATE,
+                      "ct_model_backward: needs a forward with targets first (and only one "
+                      "backward per forward)");
+    int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
+    size_t BT = (size_t)B * T, sb = slot_base(m, slot);
+    row_shape(m, B, T, &rb, &rt);
+    ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
+    ss->logits_valid = 0; /* the logits become their gradient */
+    ss->loss_scale = loss_scale;
+    double tg_ = ct_time_now();
+    RUN(CT_PROF_crossentropy_bwd,
+        ct_tp_crossentropy_backward(m->dev, m->tp, SV(logits), SV(lse), SV(targets),
+                                    loss_scale / (float)BT, B, T, m->cfg.vocab, Vp));
+    RUN(CT_PROF_matmul_logits_bwd,
+        ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(wte, 0), ct_view_none(), SV(logits), SV(lnf),
+                           XV(xfull), XV(dA), PV(wte, 0), B, T, C, Vp / m->N));
+    RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), GV(lnfw, 0), GV(lnfb, 0), XV(dA),
+                                                last, PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C,
+                                                0));
+    GROUP("logits and loss backward");
+cleanup:
+    return dev_fail(m, st, "ct_model_head_backward");
+}
+
+ct_status ct_model_set_loss_scale(ct_model *m, int slot, float loss_scale) {
+    ct_status st = check_slot(m, slot, "ct_model_set_loss_scale");
+    if (st == CT_OK) m->st[slot].loss_scale = loss_scale;
+    return st;
+}
+
+/* Block l's backward as one sequence of steps, each done as `part` asks: the whole backward
+ * (under tensor parallelism the column- and row-parallel products with their collectives; a
+ * mixture-of-experts MLP), or one of the zero-bubble halves (one worker per layer: tensor
+ * parallelism and experts refuse the split at creation). The input half runs the whole
+ * backward's input-gradient products (the same values), keeping for the weight half the
+ * gradients each weight product reads: those of the block's output and of the residual after
+ * ln2 (copied from dres, which the next blocks overwrite), dln2 and dln1 (written there
+ * directly), and those of fch and qkv (copied over fch and qkvr, which only the input half
+ * reads). The weight half runs the same weight products on them, so the halves add bitwise what
+ * the whole backward adds. */
+ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part part) {
+    static const char *const what[] = {"ct_model_block_backward", "ct_model_block_backward_input",
+                                       "ct_model_block_backward_weight"};
+    ct_status st = CT_OK;
+    if (part < CT_BACKWARD_WHOLE || part > CT_BACKWARD_WEIGHT)
+        return CT_ERR(&m->err, CT_ERR_ARG, "ct_model_block_backward: part %d is not whole, input "
+                                           "or weight", (int)part);
+    const char *fn = what[part];
+    if ((st = check_slot(m, slot, fn)) != CT_OK || (st = check_layer(m, l, fn)) != CT_OK)
+        return st;
+    int whole = part == CT_BACKWARD_WHOLE, input = part == CT_BACKWARD_INPUT;
+    if (!whole && !m->plan.split_backward)
+        return CT_ERR(&m->err, CT_ERR_STATE,
+                      "%s: the model was planned without split backward (ct_model_plan."
+                      "split_backward: the slots keep no room for the deferred weight gradient)",
+                      fn);
+    slot_state *ss = &m->st[slot];
+    int B = ss->B, T = ss->T, C = m->cfg.channels, N = m->N, rb, rt;
+    int Cl = C / N, NHl = m->cfg.heads / N;
+    if (B < 1) return CT_ERR(&m->err, CT_ERR_STATE, "%s: slot %d is empty", fn, slot);
+    row_shape(m, B, T, &rb, &rt);
+    size_t BT = (size_t)B * T, BTC = BT * C, f4 = sizeof(float);
+    bviews v;
+    ct__model_block_views(m, slot, l, &v);
+    ct_view res = v.res, ln1 = v.t[B_LN1], qkvr = v.t[B_QKVR], att = v.t[B_ATT];
+    ct_view atty = v.t[B_ATTY], res2 = v.t[B_RES2], ln2 = v.t[B_LN2], fch = v.t[B_FCH];
+    ct_view fchg = v.t[B_FCHG], none = ct_view_none();
+    /* the split's kept gradients: [output | dln2 | residual after ln2 | dln1] per block; those
+     * of fch and qkv over fch and qkvr */
+    ct_view wdout = v.wg, wdln2 = ct_view_at(v.wg, m->ar.lrow);
+    ct_view wdres2 = ct_view_at(v.wg, 2 * m->ar.lrow), wdln1 = ct_view_at(v.wg, 3 * m->ar.lrow);
+    /* where the LayerNorms' input gradients land: scratch, or kept for the weight half */
+    ct_view dln2 = whole ? XV(dA) : wdln2, dln1 = whole ? XV(dA) : wdln1;
+#define COPY(prof, from, to, n) \
+    RUN(prof, ct_mem_copy(m->dev, (from).mem, (from).off * f4, (to).mem, (to).off * f4, (n) * f4))
+    /* what the plan's recompute mode dropped, back (the weight half reads only what it kept:
+     * attention mode under the split drops only the probabilities; block mode refuses it) */
+    if (part != CT_BACKWARD_WEIGHT && m->plan.recompute != CT_RECOMPUTE_NONE &&
+        (st = ct__model_block_run(m, slot, l, 1)) != CT_OK)
+        goto cleanup;
+    double tg_ = ct_time_now();
+    /* ---- the MLP: dA = the gradient of ln2's output */
+    if (whole && m->moe) {
+        ct_moe_weights w = ct__model_moe_weights(m, l, 0), dw = ct__model_moe_weights(m, l, 1);
+        ct_view saved = av(m, slot_base(m, slot) + m->ar.s.moe + pos(m, l) * m->ar.lmoe);
+        ct_view xin = ln2, dy = XV(dres);
+        size_t rowC = (size_t)rb * rt * C;
+        if (m->sp) { /* SP: the layer's input and output gradient gathered over the TP group */
+            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XV(xfull), ln2, rowC));
+            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XV(dfull), XV(dres), rowC));
+            xin = XV(xfull), dy = XV(dfull);
+        }
+        RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)pos(m, l), XV(dA), &dw, dy, saved,
+                                             XV(moex), xin, &w, ss->loss_scale));
+        /* TP: the partial input gradients summed (SP: each worker its rows of the sum) */
+        if (m->sp)
+            RUN(CT_PROF_moe_bwd, ct_tp_reduce_scatter(m->dev, m->tp, XV(dA), XV(dA), rowC));
+        else if (m->tp)
+            RUN(CT_PROF_moe_bwd,
+                ct_tp_allreduce(m->dev, m->tp, XV(dA), XV(dA), rowC, CT_OP_SUM));
+    } else if (whole) {
+        RUN(CT_PROF_matmul_fcproj_bwd,
+            ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(fcprojw, l), GV(fcprojb, l), XV(dres),
+                               XV(dfull), fchg, PV(fcprojw, l), B, T, 4 * Cl, C));
+        RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), BT * 4 * (size_t)Cl));
+        RUN(CT_PROF_matmul_fc_bwd,
+            ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(fcw, l), GV(fcb, l), XV(dB), ln2,
+                               XV(xfull), XV(dA), PV(fcw, l), B, T, C, 4 * Cl));
+    } else if (input) {
+        COPY(CT_PROF_matmul_fcproj_bwd, XV(dres), wdout, BTC);
+        RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres),
+                                                          fchg, PV(fcprojw, l), B, T, 4 * C, C));
+        RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), 4 * BTC));
+        COPY(CT_PROF_gelu_bwd, XV(dB), fch, 4 * BTC);
+        RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, wdln2, none, none, XV(dB), ln2,
+                                                      PV(fcw, l), B, T, C, 4 * C));
+    } else { /* weight: fch holds its gradient now */
+        RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, none, GV(fcprojw, l),
+                                                          GV(fcprojb, l), wdout, fchg, none, B,
+                                                          T, 4 * C, C));
+        RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, none, GV(fcw, l), GV(fcb, l), fch,
+                                                      ln2, none, B, T, C, 4 * C));
+    }
+    /* ---- ln2: dres += its input gradient (the residual branch); its weights' gradients */
+    RUN(CT_PROF_layernorm_bwd,
+        ct_layernorm_backward(m->dev, whole || input ? XV(dres) : none,
+                              input ? none : GV(ln2w, l), input ? none : GV(ln2b, l), dln2, res2,
+                              part == CT_BACKWARD_WEIGHT ? none : PV(ln2w, l), v.t[B_LN2M],
+                              v.t[B_LN2R], rb, rt, C, part != CT_BACKWARD_WEIGHT));
+    if (whole) GROUP("mlp backward");
+    else if (input) GROUP("mlp backward (input)");
+    /* ---- attention: dA = the gradient of the attention output; dB of qkv */
+    if (whole)
+        RUN(CT_PROF_matmul_attproj_bwd,
+            ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(attprojw, l), GV(attprojb, l), XV(dres),
+                               XV(dfull), atty, PV(attprojw, l), B, T, Cl, C));
+    else if (input) {
+        COPY(CT_PROF_matmul_attproj_bwd, XV(dres), wdres2, BTC);
+        RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres),
+                                                           atty, PV(attprojw, l), B, T, C, C));
+    } else
+        RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, none, GV(attprojw, l),
+                                                           GV(attprojb, l), wdres2, atty, none,
+                                                           B, T, C, C));
+    if (part != CT_BACKWARD_WEIGHT) {
+        if (m->attn == CT_ATTN_FUSED)
+            RUN(CT_PROF_attention_bwd,
+                ct_attention_fused_backward(m->dev, &m->acfg, XV(dB), XV(datt), XV(dA), qkvr,
+                                            atty, att, B, T, Cl, NHl));
+        else
+            RUN(CT_PROF_attention_bwd,
+                ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum), XV(dA),
+                                      qkvr, att, B, T, Cl, NHl));
+    }
+    if (whole)
+        RUN(CT_PROF_matmul_qkv_bwd,
+            ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(qkvw, l), GV(qkvb, l), XV(dB), ln1,
+                               XV(xfull), XV(dA), PV(qkvw, l), B, T, C, 3 * Cl));
+    else if (input) {
+        COPY(CT_PROF_attention_bwd, XV(dB), qkvr, 3 * BTC);
+        RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, wdln1, none, none, XV(dB), ln1,
+                                                       PV(qkvw, l), B, T, C, 3 * C));
+    } else /* qkvr holds the gradient of qkv now */
+        RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, none, GV(qkvw, l), GV(qkvb, l),
+                                                       qkvr, ln1, none, B, T, C, 3 * C));
+    /* ---- ln1 */
+    RUN(CT_PROF_layernorm_bwd,
+        ct_layernorm_backward(m->dev, whole || input ? XV(dres) : none,
+                              input ? none : GV(ln1w, l), input ? none : GV(ln1b, l), dln1, res,
+                              part == CT_BACKWARD_WEIGHT ? none : PV(ln1w, l), v.t[B_LN1M],
+                              v.t[B_LN1R], rb, rt, C, part != CT_BACKWARD_WEIGHT));
+    GROUP(whole ? "attention backward" : input ? "attention backward (input)" : "weight gradients");
+#undef COPY
+cleanup:
+    return dev_fail(m, st, fn);
+}
+
+ct_status ct_model_embed_backward(ct_model *m, int slot) {
+    ct_status st = CT_OK;
+    if ((st = check_slot(m, slot, "ct_model_embed_backward")) != CT_OK) return st;
+    if (!ct_params_has_embed(m->P))
+        return CT_ERR(&m->err, CT_ERR_STATE,
+                      "ct_model_embed_backward: this worker does not hold the embedding");
+    slot_state *ss = &m->st[slot];
+    size_t sb = slot_base(m, slot);
+    RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XV(dres),
+                                             XV(dfull), SV(tokens), ss->B, ss->T,
+                                             m->cfg.channels, m->cfg.padded_vocab));
+cleanup:
+    return dev_fail(m, st, "ct_model_embed_backward");
+}
+
