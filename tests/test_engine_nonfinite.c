@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ct_engine.h"
+#include "ct_engine_step_test.h"
 #include "ct_test.h"
 
 #define L_ 2

@@ -279,9 +279,6 @@ ct_status ct_exec_dp_average(ct_exec *x, float *v);
  * into buf ("the gradient of fcw in layer 3", or that all are finite and only the loss is not).
  * Reads every worker's buffers to the host: for the message, not for every step. */
 ct_status ct_exec_nonfinite_report(ct_exec *x, char *buf, size_t len);
-/* Test hook: the optimizer step t on this worker runs its backward with an infinite loss scale,
- * so its gradients (and, once reduced, every worker's) are not finite; 0 = off. */
-void ct_exec_test_poison(ct_exec *x, int t);
 
 /* The executed timeline of a pipeline, for the measured bubble: while on, every action is
  * followed by a wait for the device (as while tracing) and every step starts with a barrier over
