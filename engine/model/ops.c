@@ -1,4 +1,5 @@
-/* ops.c - host wrappers of the engine's device ops (all but attention: ops_attention.c): argument
+/* ops.c - host wrappers of the engine's device ops (attention's: ops_attention.c): argument
+ * checks, kernel lookup, launch.
  *
  * Every wrapper only enqueues (kernels on the device's in-order queue, GEMMs through ct_gemm);
  * nothing is read back or allocated. Kernels are fetched from the device's program cache by
