@@ -207,46 +207,62 @@ static ct_status opt_step(ct_exec *x, int M, const ct_adamw_hp *hp, int t, doubl
     return st;
 }
 
-ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, const int *targets,
-                       int rows, int T, const ct_adamw_hp *hp, int t, ct_step_result *out) {
-    ct_status st = CT_OK;
-    double t_step = ct_time_now(), t_act;
+/* One step's running state: the schedule's list for this stage, what the actions accumulate. */
+typedef struct step_run {
+    const ct_schedule *s;
+    const ct_action *list;
+    int M, n;
+    /* the last action writing each chunk's gradients (its gradients become final there): its
+     * last BWD or BWD_WEIGHT; the last chunk's last BWD_INPUT finishes the head's */
+    int last_bwd[CT_MAX_CHUNKS * 64], last_bin;
+    const int *tokens, *targets;
+    int rows, T;
+    const ct_adamw_hp *hp;
+    int t;
+    float scale; /* each micro-batch's share of the objective */
+    ct_step_result *out;
+    double t_step, t_comp0, compute_t, sumsq, loss;
+    int have_loss, skipped;
+    double tl_compute, tl_end, tl_ms[CT_ACT__COUNT]; /* the timeline's sums */
+    long tl_n[CT_ACT__COUNT];
     ct_tp_stats ts0;
-    ct_tp_stats_get(ct_model_tp(x->m), &ts0);
-    if (ct_model_moe(x->m)) ct_moe_stats_reset(ct_model_moe(x->m));
-    if (out) out->aux_loss = out->drop_frac = out->max_load = 0;
+} step_run;
+
+/* The schedule checked against the layout and the model's plan, the final actions found, the
+ * gradients zeroed, the timeline started (every stage together). */
+static ct_status step_begin(ct_exec *x, step_run *r) {
+    ct_status st;
+    const ct_schedule *s = r->s;
     int virt = s && s->virt > 1 ? s->virt : 1;
     if (!s || x->stage >= s->stages || s->stages != x->nstages || virt != x->nchunks)
         return CT_ERR(&x->err, CT_ERR_ARG,
                       "executor: a schedule for %d stages of %d chunks on a layout of %d stages "
                       "holding %d chunks each (this worker is stage %d)",
                       s ? s->stages : 0, virt, x->nstages, x->nchunks, x->stage);
-    int M = s->micro, n = s->n[x->stage];
-    const ct_action *list = s->list[x->stage];
-    if (M > x->nlosses) {
-        double *p = ct_realloc(x->losses, sizeof(double) * (size_t)M);
+    r->M = s->micro, r->n = s->n[x->stage], r->list = s->list[x->stage];
+    if (r->M > x->nlosses) {
+        double *p = ct_realloc(x->losses, sizeof(double) * (size_t)r->M);
         if (!p) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory");
-        x->losses = p, x->nlosses = M;
+        x->losses = p, x->nlosses = r->M;
     }
-    /* the last action writing each chunk's gradients (its gradients become final there): its
-     * last BWD or BWD_WEIGHT; the last chunk's last BWD_INPUT finishes the head's */
-    int nch = s->stages * virt, last_bwd[CT_MAX_CHUNKS * 64], last_bin = -1;
-    if (nch > (int)(sizeof last_bwd / sizeof last_bwd[0]))
+    int nch = s->stages * virt;
+    r->last_bin = -1;
+    if (nch > (int)(sizeof r->last_bwd / sizeof r->last_bwd[0]))
         return CT_ERR(&x->err, CT_ERR_ARG, "executor: %d model chunks is too many", nch);
-    for (int c = 0; c < nch; c++) last_bwd[c] = -1;
-    for (int i = 0; i < n; i++) {
-        if (list[i].kind == CT_ACT_BWD || list[i].kind == CT_ACT_BWD_WEIGHT)
-            last_bwd[list[i].chunk] = i;
-        if (list[i].kind == CT_ACT_BWD_INPUT) {
+    for (int c = 0; c < nch; c++) r->last_bwd[c] = -1;
+    for (int i = 0; i < r->n; i++) {
+        const ct_action *a = &r->list[i];
+        if (a->kind == CT_ACT_BWD || a->kind == CT_ACT_BWD_WEIGHT) r->last_bwd[a->chunk] = i;
+        if (a->kind == CT_ACT_BWD_INPUT) {
             if (!ct_model_plan_of(x->m)->split_backward)
                 return CT_ERR(&x->err, CT_ERR_ARG,
                               "executor: the %s schedule splits the backward, but the model was "
                               "planned without split_backward (ct_model_plan)",
                               ct_sched_name(s->kind));
-            if (last_chunk(x, s, list[i].chunk)) last_bin = i;
+            if (last_chunk(x, s, a->chunk)) r->last_bin = i;
         }
     }
-    if (ct_params_zero_stage(x->P) >= 2 && x->nstages > 1 && (virt > 1 || last_bin >= 0))
+    if (ct_params_zero_stage(x->P) >= 2 && x->nstages > 1 && (virt > 1 || r->last_bin >= 0))
         return CT_ERR(&x->err, CT_ERR_UNSUPPORTED,
                       "executor: ZeRO-%d with the %s schedule: its gradient buckets leave after "
                       "every backward through a two-block working buffer, which the interleaved "
@@ -254,108 +270,99 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
                       ct_params_zero_stage(x->P), ct_sched_name(s->kind));
     ct__exec_slots_free(x);
     if ((st = ct_model_zero_grad(x->m)) != CT_OK) return fail_model(x, st);
-    /* the timeline: every stage starts together */
-    double tl_compute = 0, tl_end = 0;
-    double tl_ms[CT_ACT__COUNT] = {0};
-    long tl_n[CT_ACT__COUNT] = {0};
     if (x->timeline) {
-        if (n > x->tl_cap) {
-            double *d = ct_realloc(x->tl_dur, sizeof(double) * (size_t)n);
+        if (r->n > x->tl_cap) {
+            double *d = ct_realloc(x->tl_dur, sizeof(double) * (size_t)r->n);
             if (!d) return CT_ERR(&x->err, CT_ERR_NOMEM, "executor: no memory");
-            x->tl_dur = d, x->tl_cap = n;
+            x->tl_dur = d, x->tl_cap = r->n;
         }
-        memset(x->tl_dur, 0, sizeof(double) * (size_t)n);
-        x->tl_n = n;
+        memset(x->tl_dur, 0, sizeof(double) * (size_t)r->n);
+        x->tl_n = r->n;
         if ((st = ct_device_finish(x->dev)) != CT_OK) return dev_err(x, st);
         if (multi(x->pp) && (st = ct_comm_barrier(x->pp, NULL)) != CT_OK)
             return CT_ERR(&x->err, st, "timeline: %s", ct_comm_errmsg(x->pp));
-        t_step = ct_time_now();
+        r->t_step = ct_time_now();
     }
-    double sumsq = 0, compute_t = 0, t_comp0 = t_step, loss = 0;
-    /* each micro-batch's share of the objective (a test may poison one step's backward with an
-     * infinite scale: ct_engine_step_test.h) */
-    float scale = t == x->poison_t ? INFINITY : 1.0f / (float)M;
-    int have_loss = 0, skipped = 0;
-    size_t BT = (size_t)rows * T;
-    for (int i = 0; i < n && st == CT_OK; i++) {
-        const ct_action *a = &list[i];
-        int slot = -1;
-        double arrived = 0;
-        t_act = ct_time_now();
-        ct_trace_set_mb(x->tr, a->mb);
-        switch (a->kind) {
-        case CT_ACT_FWD:
-            if ((st = slot_get(x, a->mb, a->chunk, 1, &slot)) != CT_OK) break;
-            x->losses[a->mb] = 0;
-            st = ct__exec_forward_chunk(x, s, slot, a->chunk, tokens + (size_t)a->mb * BT,
-                               targets + (size_t)a->mb * BT, rows, T, &x->losses[a->mb]);
-            break;
-        case CT_ACT_BWD:
-        case CT_ACT_BWD_INPUT:
-        case CT_ACT_BWD_WEIGHT: {
-            if ((st = slot_get(x, a->mb, a->chunk, 0, &slot)) != CT_OK) break;
-            int final = a->kind == CT_ACT_BWD_INPUT ? i == last_bin : i == last_bwd[a->chunk];
-            st = backward_chunk(x, s, slot, a->chunk, a->kind, final, scale);
-            if (a->kind != CT_ACT_BWD_INPUT) slot_free(x, slot); /* its activations are done */
-            break;
-        }
-        case CT_ACT_RECV_ACT:
-            if ((st = slot_get(x, a->mb, a->chunk, 1, &slot)) == CT_OK)
-                st = ct__exec_transfer(x, a, slot, rows, T, &arrived);
-            break;
-        case CT_ACT_SEND_ACT:
-            if ((st = slot_get(x, a->mb, a->chunk, 0, &slot)) == CT_OK)
-                st = ct__exec_transfer(x, a, slot, rows, T, &arrived);
-            break;
-        case CT_ACT_RECV_GRAD:
-        case CT_ACT_SEND_GRAD: st = ct__exec_transfer(x, a, 0, rows, T, &arrived); break;
-        case CT_ACT_GRAD_SYNC: st = grad_sync(x, &t_comp0, &compute_t, &sumsq); break;
-        case CT_ACT_OPT_STEP:
-            if ((st = opt_step(x, M, hp, t, sumsq, t_act, &loss, &skipped, out)) == CT_OK)
-                have_loss = 1;
-            break;
-        default:
-            st = CT_ERR(&x->err, CT_ERR_UNSUPPORTED, "executor: unknown action kind %d",
-                        (int)a->kind);
-        }
-        if (st != CT_OK) break;
-        if (a->kind < CT_ACT_GRAD_SYNC) {
-            if (syncing(x) && (st = ct_device_finish(x->dev)) != CT_OK) {
-                dev_err(x, st);
-                break;
-            }
-            double t1 = ct_time_now();
-            span(x, act_span_name(a->kind), is_compute(a->kind) ? "compute" : "comm", t_act, a->mb);
-            if (is_compute(a->kind)) tl_compute += t1 - t_act, tl_end = t1;
-            double dt = t1 - (a->kind == CT_ACT_RECV_ACT || a->kind == CT_ACT_RECV_GRAD ? arrived
-                                                                                        : t_act);
-            tl_ms[a->kind] += dt;
-            tl_n[a->kind]++;
-            if (x->timeline) x->tl_dur[i] = 1e3 * dt;
-            if ((st = ct__xfer_pump(x, 0)) != CT_OK) break;
-        }
-    }
-    if (st == CT_OK) st = ct__xfer_drain(x);
-    if (st != CT_OK) {
-        x->failed = 1;
-        if (!x->err.msg[0]) CT_ERR(&x->err, st, "%s", ct_model_errmsg(x->m));
+    r->t_comp0 = r->t_step;
+    /* a test may poison one step's backward with an infinite scale (ct_engine_step_test.h) */
+    r->scale = r->t == x->poison_t ? INFINITY : 1.0f / (float)r->M;
+    return CT_OK;
+}
+
+/* Action i of the list. *arrived: when a received message was in. */
+static ct_status run_action(ct_exec *x, step_run *r, int i, double t_act, double *arrived) {
+    ct_status st;
+    const ct_action *a = &r->list[i];
+    size_t BT = (size_t)r->rows * r->T;
+    int slot = -1;
+    switch (a->kind) {
+    case CT_ACT_FWD:
+        if ((st = slot_get(x, a->mb, a->chunk, 1, &slot)) != CT_OK) return st;
+        x->losses[a->mb] = 0;
+        return ct__exec_forward_chunk(x, r->s, slot, a->chunk, r->tokens + (size_t)a->mb * BT,
+                                      r->targets + (size_t)a->mb * BT, r->rows, r->T,
+                                      &x->losses[a->mb]);
+    case CT_ACT_BWD:
+    case CT_ACT_BWD_INPUT:
+    case CT_ACT_BWD_WEIGHT: {
+        if ((st = slot_get(x, a->mb, a->chunk, 0, &slot)) != CT_OK) return st;
+        int final = a->kind == CT_ACT_BWD_INPUT ? i == r->last_bin : i == r->last_bwd[a->chunk];
+        st = backward_chunk(x, r->s, slot, a->chunk, a->kind, final, r->scale);
+        if (a->kind != CT_ACT_BWD_INPUT) slot_free(x, slot); /* its activations are done */
         return st;
     }
+    case CT_ACT_RECV_ACT:
+    case CT_ACT_SEND_ACT:
+        if ((st = slot_get(x, a->mb, a->chunk, a->kind == CT_ACT_RECV_ACT, &slot)) != CT_OK)
+            return st;
+        return ct__exec_transfer(x, a, slot, r->rows, r->T, arrived);
+    case CT_ACT_RECV_GRAD:
+    case CT_ACT_SEND_GRAD: return ct__exec_transfer(x, a, 0, r->rows, r->T, arrived);
+    case CT_ACT_GRAD_SYNC: return grad_sync(x, &r->t_comp0, &r->compute_t, &r->sumsq);
+    case CT_ACT_OPT_STEP:
+        st = opt_step(x, r->M, r->hp, r->t, r->sumsq, t_act, &r->loss, &r->skipped, r->out);
+        if (st == CT_OK) r->have_loss = 1;
+        return st;
+    default:
+        return CT_ERR(&x->err, CT_ERR_UNSUPPORTED, "executor: unknown action kind %d",
+                      (int)a->kind);
+    }
+}
+
+/* After a compute or transfer action: its span, its time on the timeline, transfers pumped. */
+static ct_status action_done(ct_exec *x, step_run *r, int i, double t_act, double arrived) {
+    ct_status st;
+    ct_act_kind k = r->list[i].kind;
+    if (syncing(x) && (st = ct_device_finish(x->dev)) != CT_OK) return dev_err(x, st);
+    double t1 = ct_time_now();
+    span(x, act_span_name(k), is_compute(k) ? "compute" : "comm", t_act, r->list[i].mb);
+    if (is_compute(k)) r->tl_compute += t1 - t_act, r->tl_end = t1;
+    double dt = t1 - (k == CT_ACT_RECV_ACT || k == CT_ACT_RECV_GRAD ? arrived : t_act);
+    r->tl_ms[k] += dt;
+    r->tl_n[k]++;
+    if (x->timeline) x->tl_dur[i] = 1e3 * dt;
+    return ct__xfer_pump(x, 0);
+}
+
+/* The step's results and times, once every action ran. */
+static ct_status step_end(ct_exec *x, step_run *r) {
+    ct_status st;
     if ((st = ct_device_finish(x->dev)) != CT_OK) return dev_err(x, st);
-    if (!have_loss && (st = ct__exec_step_loss(x, M, &loss)) != CT_OK) return st;
-    if (out) out->loss = loss, out->skipped = skipped;
-    if (x->experts && (st = ct__exec_moe_stats(x, M, out)) != CT_OK) return st;
+    if (!r->have_loss && (st = ct__exec_step_loss(x, r->M, &r->loss)) != CT_OK) return st;
+    if (r->out) r->out->loss = r->loss, r->out->skipped = r->skipped;
+    if (x->experts && (st = ct__exec_moe_stats(x, r->M, r->out)) != CT_OK) return st;
     if (x->timeline) { /* the pipeline's span: the longest stage's */
-        float span_ms = (float)(1e3 * (tl_end - t_step)), mk = span_ms;
+        float span_ms = (float)(1e3 * (r->tl_end - r->t_step)), mk = span_ms;
         if (multi(x->pp) &&
             (st = ct_comm_allreduce(x->pp, &mk, &mk, 1, CT_F32, CT_OP_MAX, NULL)) != CT_OK)
             return CT_ERR(&x->err, st, "timeline: %s", ct_comm_errmsg(x->pp));
         x->tl.steps++;
-        x->tl_last_compute = 1e3 * tl_compute, x->tl_last_makespan = mk;
-        x->tl.compute_ms += 1e3 * tl_compute;
+        x->tl_last_compute = 1e3 * r->tl_compute, x->tl_last_makespan = mk;
+        x->tl.compute_ms += 1e3 * r->tl_compute;
         x->tl.span_ms += span_ms;
         x->tl.makespan_ms += mk;
-        for (int k = 0; k < CT_ACT__COUNT; k++) x->tl.ms[k] += 1e3 * tl_ms[k], x->tl.count[k] += tl_n[k];
+        for (int k = 0; k < CT_ACT__COUNT; k++)
+            x->tl.ms[k] += 1e3 * r->tl_ms[k], x->tl.count[k] += r->tl_n[k];
     }
     if (x->g) {
         ct_grads_times gt;
@@ -372,12 +379,40 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
      * weight-gradient GEMM is exposed communication, not compute */
     ct_tp_stats ts1;
     ct_tp_stats_get(ct_model_tp(x->m), &ts1);
-    double tp_comm = ts1.comm_ms - ts0.comm_ms, tp_over = ts1.overlap_ms - ts0.overlap_ms;
+    double tp_comm = ts1.comm_ms - r->ts0.comm_ms, tp_over = ts1.overlap_ms - r->ts0.overlap_ms;
     x->times.tp_comm_ms += tp_comm;
     x->times.tp_overlap_ms += tp_over;
-    x->times.compute_ms += 1e3 * compute_t - gms - (tp_comm - tp_over);
-    if (ct_trace_on(x->tr)) ct_trace_event(x->tr, CT_TRACE_MAIN, "step", "step", t_step, -1);
+    x->times.compute_ms += 1e3 * r->compute_t - gms - (tp_comm - tp_over);
+    if (ct_trace_on(x->tr)) ct_trace_event(x->tr, CT_TRACE_MAIN, "step", "step", r->t_step, -1);
     return CT_OK;
+}
+
+ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, const int *targets,
+                       int rows, int T, const ct_adamw_hp *hp, int t, ct_step_result *out) {
+    step_run r;
+    memset(&r, 0, sizeof r);
+    r.s = s, r.tokens = tokens, r.targets = targets, r.rows = rows, r.T = T;
+    r.hp = hp, r.t = t, r.out = out;
+    r.t_step = ct_time_now();
+    ct_tp_stats_get(ct_model_tp(x->m), &r.ts0);
+    if (ct_model_moe(x->m)) ct_moe_stats_reset(ct_model_moe(x->m));
+    if (out) out->aux_loss = out->drop_frac = out->max_load = 0;
+    ct_status st = step_begin(x, &r);
+    if (st != CT_OK) return st;
+    for (int i = 0; i < r.n && st == CT_OK; i++) {
+        double t_act = ct_time_now(), arrived = 0;
+        ct_trace_set_mb(x->tr, r.list[i].mb);
+        st = run_action(x, &r, i, t_act, &arrived);
+        if (st == CT_OK && r.list[i].kind < CT_ACT_GRAD_SYNC)
+            st = action_done(x, &r, i, t_act, arrived);
+    }
+    if (st == CT_OK) st = ct__xfer_drain(x);
+    if (st != CT_OK) {
+        x->failed = 1;
+        if (!x->err.msg[0]) CT_ERR(&x->err, st, "%s", ct_model_errmsg(x->m));
+        return st;
+    }
+    return step_end(x, &r);
 }
 
 void ct_exec_set_timeline(ct_exec *x, int on) { x->timeline = on != 0; }
