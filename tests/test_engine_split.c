@@ -1,5 +1,5 @@
-/* test_engine_split.c - the zero-bubble halves of the block backward (ct_model_block_backward_input
- * and _weight) against the whole block backward, on one device at tiny size (L=3, C=20, NH=4,
+/* test_engine_split.c - the zero-bubble halves of the block backward (ct_model_block_backward
+ * with CT_BACKWARD_INPUT and CT_BACKWARD_WEIGHT) against the whole block backward, on one device at tiny size (L=3, C=20, NH=4,
  * V=37, Vp=40, B=3, T=7), two micro-batches alive in two slots:
  *   - reference: forward of both, then the whole backward of each (the 1F1B order);
  *   - split: forward of both, the input halves of both micro-batches (head and embedding
@@ -77,7 +77,8 @@ static void run(ct_device *dev, ct_attn_path attn) {
     for (int k = 0; k < 2; k++) {
         CT_ASSERT_OK(ct_model_head_backward(whole, k, 0.5f), ct_model_errmsg(whole));
         for (int l = CFG.layers - 1; l >= 0; l--)
-            CT_ASSERT_OK(ct_model_block_backward(whole, k, l), ct_model_errmsg(whole));
+            CT_ASSERT_OK(ct_model_block_backward(whole, k, l, CT_BACKWARD_WHOLE),
+                         ct_model_errmsg(whole));
         CT_ASSERT_OK(ct_model_embed_backward(whole, k), ct_model_errmsg(whole));
     }
     CT_ASSERT_OK(ct_model_get_grads(whole, g1, n), ct_model_errmsg(whole));
@@ -88,7 +89,8 @@ static void run(ct_device *dev, ct_attn_path attn) {
     for (int k = 0; k < 2; k++) {
         CT_ASSERT_OK(ct_model_head_backward(split, k, 0.5f), ct_model_errmsg(split));
         for (int l = CFG.layers - 1; l >= 0; l--)
-            CT_ASSERT_OK(ct_model_block_backward_input(split, k, l), ct_model_errmsg(split));
+            CT_ASSERT_OK(ct_model_block_backward(split, k, l, CT_BACKWARD_INPUT),
+                         ct_model_errmsg(split));
         CT_ASSERT_OK(ct_model_embed_backward(split, k), ct_model_errmsg(split));
     }
     /* after the input halves alone, no block weight has a gradient yet */
@@ -100,7 +102,8 @@ static void run(ct_device *dev, ct_attn_path attn) {
     CT_ASSERT_MSG(s == 0, "the input halves added %g to fcw's gradient", s);
     for (int k = 0; k < 2; k++)
         for (int l = CFG.layers - 1; l >= 0; l--)
-            CT_ASSERT_OK(ct_model_block_backward_weight(split, k, l), ct_model_errmsg(split));
+            CT_ASSERT_OK(ct_model_block_backward(split, k, l, CT_BACKWARD_WEIGHT),
+                         ct_model_errmsg(split));
     CT_ASSERT_OK(ct_model_get_grads(split, g2, n), ct_model_errmsg(split));
 
     for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
@@ -121,9 +124,13 @@ static void run(ct_device *dev, ct_attn_path attn) {
     /* the halves need a split plan */
     forward(whole, 0, tok, tg);
     CT_ASSERT_OK(ct_model_head_backward(whole, 0, 1.0f), ct_model_errmsg(whole));
-    CT_ASSERT_EQ_INT(ct_model_block_backward_input(whole, 0, CFG.layers - 1), CT_ERR_STATE);
+    CT_ASSERT_EQ_INT(ct_model_block_backward(whole, 0, CFG.layers - 1, CT_BACKWARD_INPUT),
+                     CT_ERR_STATE);
     CT_ASSERT_STR_CONTAINS(ct_model_errmsg(whole), "split_backward");
-    CT_ASSERT_EQ_INT(ct_model_block_backward_weight(split, 5, 0), CT_ERR_ARG);
+    CT_ASSERT_EQ_INT(ct_model_block_backward(split, 5, 0, CT_BACKWARD_WEIGHT), CT_ERR_ARG);
+    /* a part that is none of the three is refused, naming the parts */
+    CT_ASSERT_EQ_INT(ct_model_block_backward(split, 0, 0, (ct_backward_part)7), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_model_errmsg(split), "whole, input or weight");
 done:
     ct_model_free(whole);
     ct_model_free(split);
