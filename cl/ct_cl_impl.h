@@ -95,13 +95,6 @@ ct_status ct__cl_fail(ct_err *e, const char *file, int line, int code, const cha
     ;
 #define CT_CL_FAIL(e, code, ...) ct__cl_fail((e), __FILE__, __LINE__, (code), __VA_ARGS__)
 
-/* Files (file.c). mkdir -p; 0 on success. */
-int ct__mkdirs(const char *path);
-/* Write `n` bytes to `path` atomically (temporary file in the same folder, fsync, rename). */
-ct_status ct__write_file_atomic(const char *path, const void *data, size_t n, ct_err *err);
-/* Read a whole file; *out malloc'ed (NUL-terminated), freed by the caller. */
-ct_status ct__read_file(const char *path, char **out, size_t *n, ct_err *err);
-
 /* Whether the allocation hook (alloc.c) fails this allocation. */
 int ct__alloc_fails(ct_alloc_kind kind, size_t bytes);
 /* Brackets allocations whose failure the caller survives by design (ct_alloc_failed says 2). */

@@ -5,7 +5,8 @@
  * (magic, format version, key, payload length, payload hash) followed by the driver's binary.
  * Promises: an entry that is truncated, has the wrong key or hash, or that the driver refuses is
  * counted as a reject and rebuilt from source and rewritten; entries are written atomically
- * (temporary file + rename), so two processes racing on one entry both end with a valid file. */
+ * (ct_file.h: a temporary of its own + rename), so two writers racing on one entry (processes or
+ * threads) both end with a valid file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,13 +78,13 @@ static ct_status build_log(ct_device *d, cl_program prog, const ct_cl_source *sr
 
 /* Try the disk entry; returns a built program or NULL (counting a reject when a file existed). */
 static cl_program load_cached(ct_device *d, const char *path, uint64_t key, const char *options) {
-    char *data = NULL;
+    unsigned char *data = NULL;
     size_t n = 0;
     ct_err ignore = {0};
     if (access(path, R_OK) != 0) return NULL;
     cl_program prog = NULL;
     ct__alloc_benign_begin(); /* no memory to read the entry: built from source instead */
-    ct_status rst = ct__read_file(path, &data, &n, &ignore);
+    ct_status rst = ct_file_read_all(path, &data, &n, &ignore);
     ct__alloc_benign_end();
     if (rst != CT_OK) goto reject;
     cache_header h;
@@ -93,7 +94,7 @@ static cl_program load_cached(ct_device *d, const char *path, uint64_t key, cons
         h.payload_len != n - sizeof h || h.payload_len == 0 ||
         h.payload_hash != fnv1a(FNV_INIT, data + sizeof h, h.payload_len))
         goto reject;
-    const unsigned char *bin = (const unsigned char *)data + sizeof h;
+    const unsigned char *bin = data + sizeof h;
     size_t blen = (size_t)h.payload_len;
     cl_int bstatus = CL_SUCCESS, rc = CL_SUCCESS;
     prog = clCreateProgramWithBinary(d->ctx, 1, &d->info.device_id, &blen, &bin, &bstatus, &rc);
@@ -128,8 +129,8 @@ static void store_cached(ct_device *d, cl_program prog, const char *path, uint64
         snprintf(dir, sizeof dir, "%s/programs", d->cache_dir);
         ct_err ignore = {0};
         /* The cache is an optimisation: a failed write is not an error of the build. */
-        if (ct__mkdirs(dir) == 0 &&
-            ct__write_file_atomic(path, buf, sizeof h + blen, &ignore) == CT_OK)
+        if (ct_file_mkdirs(dir, &ignore) == CT_OK &&
+            ct_file_write_atomic(path, buf, sizeof h + blen, &ignore) == CT_OK)
             d->cache_stats.disk_writes++;
     }
     free(buf);

@@ -202,12 +202,12 @@ ct_status ct_tune_store(const char *tune_dir, const ct_device_info *info, const 
                         ct_err *err) {
     char path[1400], text[8192];
     if (!tune_dir || !*tune_dir) return CT_ERR(err, CT_ERR_ARG, "no tuning directory known");
-    if (ct__mkdirs(tune_dir) != 0)
+    if (ct_file_mkdirs(tune_dir, NULL) != CT_OK)
         return CT_ERR(err, CT_ERR_IO, "cannot create tuning directory '%s'", tune_dir);
     if (ct_tune_store_path(tune_dir, info, path, sizeof path) != CT_OK ||
         ct_tune_set_format(s, text, sizeof text) != CT_OK)
         return CT_ERR(err, CT_ERR_ARG, "tuning set or path too long");
-    return ct__write_file_atomic(path, text, strlen(text), err);
+    return ct_file_write_atomic(path, text, strlen(text), err);
 }
 
 ct_status ct_tune_record_path(const char *tune_dir, const ct_device_info *info, const char *kind,
@@ -225,13 +225,13 @@ ct_status ct_tune_record_path(const char *tune_dir, const ct_device_info *info, 
 ct_status ct_tune_record_load(const char *tune_dir, const ct_device_info *info, const char *kind,
                               ct_tune_set *out, ct_err *err) {
     char path[1400];
-    char *text = NULL;
+    unsigned char *text = NULL;
     size_t n = 0;
     ct_err ignore = {0};
     if (ct_tune_record_path(tune_dir, info, kind, path, sizeof path) != CT_OK ||
-        ct__read_file(path, &text, &n, &ignore) != CT_OK)
+        ct_file_read_all(path, &text, &n, &ignore) != CT_OK)
         return CT_ERR_NOT_FOUND;
-    ct_status st = ct_tune_set_parse(text, out, err);
+    ct_status st = ct_tune_set_parse((const char *)text, out, err);
     free(text);
     if (st != CT_OK) {
         char msg[CT_ERR_MSG_MAX];
@@ -245,7 +245,7 @@ ct_status ct_tune_record_store(const char *tune_dir, const ct_device_info *info,
                                const ct_tune_set *s, ct_err *err) {
     char path[1400], text[8192];
     if (!tune_dir || !*tune_dir) return CT_ERR(err, CT_ERR_ARG, "no tuning directory known");
-    if (ct__mkdirs(tune_dir) != 0)
+    if (ct_file_mkdirs(tune_dir, NULL) != CT_OK)
         return CT_ERR(err, CT_ERR_IO, "cannot create tuning directory '%s'", tune_dir);
     char body[8192];
     if (ct_tune_record_path(tune_dir, info, kind, path, sizeof path) != CT_OK ||
@@ -257,7 +257,7 @@ ct_status ct_tune_record_store(const char *tune_dir, const ct_device_info *info,
                      kind, rest ? rest + 1 : body);
     if (w < 0 || (size_t)w >= sizeof text)
         return CT_ERR(err, CT_ERR_ARG, "tuning record too long (kind '%s')", kind);
-    return ct__write_file_atomic(path, text, strlen(text), err);
+    return ct_file_write_atomic(path, text, strlen(text), err);
 }
 
 ct_tune_choice ct_tune_choose(double builtin_gflops, double best_gflops, double min_gain) {
@@ -297,17 +297,17 @@ ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tu
                          char *source, size_t source_len, ct_err *err) {
     if (tune_dir && *tune_dir) {
         char path[1400];
-        char *text = NULL;
+        unsigned char *text = NULL;
         size_t n = 0;
         ct_err rerr = {0};
         ct_status rst = ct_tune_store_path(tune_dir, info, path, sizeof path) == CT_OK
-                            ? ct__read_file(path, &text, &n, &rerr)
+                            ? ct_file_read_all(path, &text, &n, &rerr)
                             : CT_ERR_NOT_FOUND;
         /* no stored file is normal; a stored file we cannot read for lack of memory must not
            quietly become the shipped parameters */
         if (rst == CT_ERR_NOMEM) return CT_ERR(err, rst, "stored tuning file: %s", rerr.msg);
         if (rst == CT_OK) {
-            ct_status st = ct_tune_set_parse(text, out, err);
+            ct_status st = ct_tune_set_parse((const char *)text, out, err);
             free(text);
             if (st != CT_OK) {
                 char msg[CT_ERR_MSG_MAX];
