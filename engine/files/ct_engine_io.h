@@ -122,9 +122,6 @@ ct_status ct_model_file_read(const char *path, ct_gpt_config *cfg, float **param
 ct_status ct_model_file_write(const char *path, const ct_gpt_config *cfg, const float *params,
                               ct_err *err);
 int ct_model_file_is_safetensors(const char *path);
-/* Validate a config (sizes positive, C % NH == 0, V <= Vp, experts 0 with top-k 0 or
- * 1 <= top-k <= experts); `what` names its source. */
-ct_status ct_gpt_config_check(const ct_gpt_config *cfg, const char *what, ct_err *err);
 
 /* safetensors (io_safetensors.c): 8-byte little-endian header length, the JSON header (tensor ->
  * {dtype F32, shape, data_offsets}; "__metadata__": format "cltrain-gpt", max_seq, vocab,
