@@ -22,7 +22,8 @@ static int count_tmp(void) {
     DIR *d = opendir(g_dir);
     int n = 0;
     if (!d) return -1;
-    for (struct dirent *e; (e = readdir(d));) n += strstr(e->d_name, ".tmp.") != NULL;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strstr(e->d_name, ".tmp.") != NULL;
     closedir(d);
     return n;
 }
@@ -132,7 +133,8 @@ static void test_two_threads(void) {
     snprintf(path, sizeof path, "%s/shared.bin", g_dir);
     writer w[2] = {{path, 'A', 0, ""}, {path, 'B', 0, ""}};
     pthread_t t[2];
-    for (int i = 0; i < 2; i++) CT_ASSERT_EQ_INT(pthread_create(&t[i], NULL, write_many, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_EQ_INT(pthread_create(&t[i], NULL, write_many, &w[i]), 0);
     /* read while they write: always a whole file of one letter */
     for (int r = 0; r < 100; r++) {
         ct_err err = {0};
@@ -140,14 +142,16 @@ static void test_two_threads(void) {
         size_t n = 0;
         if (ct_file_read_all(path, &buf, &n, &err) != CT_OK) continue; /* not written yet */
         int whole = n == BYTES && (buf[0] == 'A' || buf[0] == 'B');
-        for (size_t i = 1; whole && i < n; i++) whole = buf[i] == buf[0];
+        for (size_t i = 1; whole && i < n; i++)
+            whole = buf[i] == buf[0];
         CT_ASSERT_MSG(whole, "read %zu bytes starting '%c': a mix or a part", n, n ? buf[0] : '?');
         free(buf);
     }
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
     for (int i = 0; i < 2; i++)
-        CT_ASSERT_MSG(w[i].failures == 0, "writer %c failed %d times: %s", w[i].fill,
-                      w[i].failures, w[i].msg);
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(w[i].failures == 0, "writer %c failed %d times: %s", w[i].fill, w[i].failures,
+                      w[i].msg);
     CT_ASSERT_EQ_INT(count_tmp(), 0);
 }
 
@@ -158,14 +162,15 @@ static void test_mkdirs(void) {
     snprintf(path, sizeof path, "%s/a/b/c", g_dir);
     CT_ASSERT_OK(ct_file_mkdirs(path, &err), err.msg);
     CT_ASSERT(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
-    CT_ASSERT_OK(ct_file_mkdirs(path, &err), err.msg); /* exists: fine */
+    CT_ASSERT_OK(ct_file_mkdirs(path, &err), err.msg);      /* exists: fine */
     snprintf(path, sizeof path, "%s/hello.txt/sub", g_dir); /* through a file */
     CT_ASSERT_EQ_INT(ct_file_mkdirs(path, &err), CT_ERR_IO);
     CT_ASSERT_STR_CONTAINS(err.msg, "hello.txt/sub");
 }
 
 int main(void) {
-    snprintf(g_dir, sizeof g_dir, "%s/ct_test_file_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(g_dir, sizeof g_dir, "%s/ct_test_file_XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
         return 1;
