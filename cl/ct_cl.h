@@ -38,6 +38,7 @@
 #include <stddef.h>
 
 #include "ct_alloc.h"
+#include "ct_file.h"
 #include "ct_status.h"
 
 #ifdef __cplusplus

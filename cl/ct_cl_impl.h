@@ -21,7 +21,7 @@ typedef struct ct__program_entry {
     ct__kernel_entry *kernels;
 } ct__program_entry;
 
-/* Every CLBlast call of the process holds this lock (tune.c: why). */
+/* Every CLBlast call of the process holds this lock (clblast.c: why). */
 void ct__clblast_lock(void);
 void ct__clblast_device_open(void);  /* a context CLBlast may cache programs for */
 void ct__clblast_device_close(void); /* the last one closed clears CLBlast's cache */
@@ -86,7 +86,7 @@ ct_status ct__event_new(ct_device *d, ct_event **out, ct_event **e, const char *
 #endif
     ;
 
-/* Record an OpenCL failure on the device: "what: CL_... (code)". Returns CT_ERR_OPENCL, or
+/* Record an OpenCL failure on the device (status.c): "what: CL_... (code)". Returns CT_ERR_OPENCL, or
  * CT_ERR_DEVICE_MEM for allocation failures. */
 ct_status ct__cl_fail(ct_err *e, const char *file, int line, int code, const char *what, ...)
 #if defined(__GNUC__)
@@ -94,17 +94,6 @@ ct_status ct__cl_fail(ct_err *e, const char *file, int line, int code, const cha
 #endif
     ;
 #define CT_CL_FAIL(e, code, ...) ct__cl_fail((e), __FILE__, __LINE__, (code), __VA_ARGS__)
-
-/* 64-bit FNV-1a over bytes, chained through `h` (start with CT__FNV_INIT). */
-#define CT__FNV_INIT 1469598103934665603ULL
-uint64_t ct__fnv1a(uint64_t h, const void *data, size_t n);
-
-/* mkdir -p; 0 on success. */
-int ct__mkdirs(const char *path);
-/* Write `n` bytes to `path` atomically (temporary file in the same folder, fsync, rename). */
-ct_status ct__write_file_atomic(const char *path, const void *data, size_t n, ct_err *err);
-/* Read a whole file; *out malloc'ed (NUL-terminated), freed by the caller. */
-ct_status ct__read_file(const char *path, char **out, size_t *n, ct_err *err);
 
 /* Whether the allocation hook (alloc.c) fails this allocation. */
 int ct__alloc_fails(ct_alloc_kind kind, size_t bytes);
@@ -121,7 +110,7 @@ ct_status ct__kernel_args(ct_device *d, cl_kernel k, int n, const size_t *sizes,
 /* GEMM internals. ct__gemm_check: ta/tb, and every matrix of g fits its buffer, with A and B of
  * ab_bytes per element and C of c_bytes (gemm.c; the message names the matrix). */
 ct_status ct__gemm_check(ct_device *d, const ct_gemm_desc *g, size_t ab_bytes, size_t c_bytes);
-/* tile 0 of a bf16 path (gemm_path.c): its large block, bm x bn (tile 1), when that gives the
+/* tile 0 of a bf16 path (gemm_common.c): its large block, bm x bn (tile 1), when that gives the
  * device at least two blocks per compute unit, else its small one (tile 2). */
 int ct__gemm_pick_tile(const ct_device *d, const ct_gemm_desc *g, int bm, int bn);
 /* The kernel `kernel` of cl/kernels/<source>.cl built with opts (once per device), and
@@ -129,7 +118,7 @@ int ct__gemm_pick_tile(const ct_device *d, const ct_gemm_desc *g, int bm, int bn
 ct_status ct__gemm_kernel(ct_device *d, const char *path, const char *source, const char *opts,
                           const char *kernel, size_t threads, cl_kernel *k);
 /* Set the arguments every bf16 GEMM kernel takes (the list at the top of gemm_mma.cl), in order
- * (gemm_path.c). */
+ * (gemm_common.c). */
 ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g);
 /* The paths' bodies: run assumes a checked path and checked arguments with m, n, k, batch >= 1.
  * check: CT_OK; CT_ERR_UNSUPPORTED with the reason in why (kept for the device); or another

@@ -5,13 +5,11 @@
  * (magic, format version, key, payload length, payload hash) followed by the driver's binary.
  * Promises: an entry that is truncated, has the wrong key or hash, or that the driver refuses is
  * counted as a reject and rebuilt from source and rewritten; entries are written atomically
- * (temporary file + rename), so two processes racing on one entry both end with a valid file. */
-#include <errno.h>
-#include <fcntl.h>
+ * (ct_file.h: a temporary of its own + rename), so two writers racing on one entry (processes or
+ * threads) both end with a valid file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ct_cl_impl.h"
@@ -26,76 +24,25 @@ typedef struct cache_header {
     uint64_t payload_hash;
 } cache_header;
 
-ct_status ct__read_file(const char *path, char **out, size_t *n, ct_err *err) {
-    *out = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return CT_ERR(err, CT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    ct_status st = CT_OK;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) != 0) goto io;
-    long len = ftell(f);
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) goto io;
-    buf = ct_malloc((size_t)len + 1);
-    if (!buf) {
-        st = CT_ERR(err, CT_ERR_NOMEM, "out of host memory reading '%s' (%ld bytes)", path, len);
-        goto done;
+/* 64-bit FNV-1a over bytes, chained through `h` (start with FNV_INIT). */
+#define FNV_INIT 1469598103934665603ULL
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
     }
-    if (fread(buf, 1, (size_t)len, f) != (size_t)len) goto io;
-    buf[len] = '\0';
-    *out = buf;
-    *n = (size_t)len;
-    buf = NULL;
-    goto done;
-io:
-    st = CT_ERR(err, CT_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-done:
-    free(buf);
-    fclose(f);
-    return st;
-}
-
-ct_status ct__write_file_atomic(const char *path, const void *data, size_t n, ct_err *err) {
-    static _Atomic unsigned counter = 0;
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return CT_ERR(err, CT_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = n;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return CT_ERR(err, CT_ERR_IO, "cannot write '%s': %s", tmp, strerror(e));
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return CT_ERR(err, CT_ERR_IO, "cannot flush '%s': %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return CT_ERR(err, CT_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
-    }
-    return CT_OK;
+    return h;
 }
 
 static uint64_t program_key(const ct_device *d, const ct_cl_source *src, const char *options) {
     const ct_device_info *i = &d->info;
-    uint64_t h = CT__FNV_INIT;
+    uint64_t h = FNV_INIT;
     const char *parts[] = {i->platform, i->platform_version, i->name, i->version,
                            i->driver_version, options ? options : ""};
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
-        h = ct__fnv1a(h, parts[k], strlen(parts[k]) + 1);
-    return ct__fnv1a(h, src->text, src->len);
+        h = fnv1a(h, parts[k], strlen(parts[k]) + 1);
+    return fnv1a(h, src->text, src->len);
 }
 
 ct_status ct_program_cache_path(ct_device *d, const ct_cl_source *src, const char *options,
@@ -131,13 +78,13 @@ static ct_status build_log(ct_device *d, cl_program prog, const ct_cl_source *sr
 
 /* Try the disk entry; returns a built program or NULL (counting a reject when a file existed). */
 static cl_program load_cached(ct_device *d, const char *path, uint64_t key, const char *options) {
-    char *data = NULL;
+    unsigned char *data = NULL;
     size_t n = 0;
     ct_err ignore = {0};
     if (access(path, R_OK) != 0) return NULL;
     cl_program prog = NULL;
     ct__alloc_benign_begin(); /* no memory to read the entry: built from source instead */
-    ct_status rst = ct__read_file(path, &data, &n, &ignore);
+    ct_status rst = ct_file_read_all(path, &data, &n, &ignore);
     ct__alloc_benign_end();
     if (rst != CT_OK) goto reject;
     cache_header h;
@@ -145,9 +92,9 @@ static cl_program load_cached(ct_device *d, const char *path, uint64_t key, cons
     memcpy(&h, data, sizeof h);
     if (h.magic != CT__CACHE_MAGIC || h.version != CT__CACHE_VERSION || h.key != key ||
         h.payload_len != n - sizeof h || h.payload_len == 0 ||
-        h.payload_hash != ct__fnv1a(CT__FNV_INIT, data + sizeof h, h.payload_len))
+        h.payload_hash != fnv1a(FNV_INIT, data + sizeof h, h.payload_len))
         goto reject;
-    const unsigned char *bin = (const unsigned char *)data + sizeof h;
+    const unsigned char *bin = data + sizeof h;
     size_t blen = (size_t)h.payload_len;
     cl_int bstatus = CL_SUCCESS, rc = CL_SUCCESS;
     prog = clCreateProgramWithBinary(d->ctx, 1, &d->info.device_id, &blen, &bin, &bstatus, &rc);
@@ -176,14 +123,14 @@ static void store_cached(ct_device *d, cl_program prog, const char *path, uint64
     unsigned char *bin = buf + sizeof(cache_header);
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
         cache_header h = {CT__CACHE_MAGIC, CT__CACHE_VERSION, key, blen,
-                          ct__fnv1a(CT__FNV_INIT, bin, blen)};
+                          fnv1a(FNV_INIT, bin, blen)};
         memcpy(buf, &h, sizeof h);
         char dir[1100];
         snprintf(dir, sizeof dir, "%s/programs", d->cache_dir);
         ct_err ignore = {0};
         /* The cache is an optimisation: a failed write is not an error of the build. */
-        if (ct__mkdirs(dir) == 0 &&
-            ct__write_file_atomic(path, buf, sizeof h + blen, &ignore) == CT_OK)
+        if (ct_file_mkdirs(dir, &ignore) == CT_OK &&
+            ct_file_write_atomic(path, buf, sizeof h + blen, &ignore) == CT_OK)
             d->cache_stats.disk_writes++;
     }
     free(buf);

@@ -1,11 +1,12 @@
-/* status.c - ct_status names and texts, the error record, and names of OpenCL / CLBlast codes. */
+/* status.c - ct_status names and texts, the error record (ct__cl_fail for OpenCL failures), and
+ * names of OpenCL / CLBlast codes. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <clblast_c.h>
 
-#include "ct_cl.h"
+#include "ct_cl_impl.h"
 
 const char *ct_status_str(ct_status s) {
     switch (s) {
@@ -37,6 +38,20 @@ ct_status ct__err_set(ct_err *e, ct_status s, const char *file, int line, const 
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
     return s;
+}
+
+ct_status ct__cl_fail(ct_err *e, const char *file, int line, int code, const char *what, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(buf, sizeof buf, what, ap);
+    va_end(ap);
+    ct_status s = (code == CL_MEM_OBJECT_ALLOCATION_FAILURE || code == CL_OUT_OF_RESOURCES ||
+                   code == CL_INVALID_BUFFER_SIZE)
+                      ? CT_ERR_DEVICE_MEM
+                      : CT_ERR_OPENCL;
+    return ct__err_set(e, s, file, line, "%s: %s (%d) [%s:%d]", buf, ct_cl_error_name(code), code,
+                       file, line);
 }
 
 void ct_err_clear(ct_err *e) {

@@ -12,7 +12,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,39 +159,6 @@ ct_status ct_tune_set_format(const ct_tune_set *s, char *buf, size_t len) {
     return CT_OK;
 }
 
-/* CLBlast 1.5.3 (Debian 12's) is not safe to call from several threads at once:
- * CLBlastOverrideParameters updates a process-wide parameter database (seen crashing when two
- * workers opened their devices together), and storing a compiled routine in its cache races
- * (CLBlast's issue 486, fixed in 1.6.1 by its PR 495; seen here as a segfault in the first GEMM of
- * four worker threads sharing one GPU, one run in three). So every CLBlast call of the process is
- * serialised by this lock: overrides here, GEMMs in gemm.c. The calls only enqueue, so the lock
- * is held for microseconds, except while CLBlast compiles a routine the first time. It guards a
- * third-party library; it carries no device or layout state. */
-static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
-void ct__clblast_lock(void) { pthread_mutex_lock(&clblast_lock); }
-void ct__clblast_unlock(void) { pthread_mutex_unlock(&clblast_lock); }
-
-/* CLBlast keeps every routine it compiled in a process-wide cache keyed by context, and each
- * cached program holds a reference to its context: a context we release stays alive inside
- * CLBlast for the life of the process. A program that opens and frees devices again and again
- * (the planner's calibration then the real run, bench_plan's layouts one after another) piled
- * them up until the NVIDIA driver refused the next clCreateContext (CL_OUT_OF_HOST_MEMORY after
- * about a hundred, on an H100). CLBlast's C API can only clear the whole cache, so it is cleared
- * when the last open device of the process is freed; a device opened later compiles its routines
- * again (the drivers' own binary caches make that cheap). Counted under the CLBlast lock: the
- * count describes CLBlast's process-wide cache, not any device or layout. */
-static int clblast_devices;
-void ct__clblast_device_open(void) {
-    ct__clblast_lock();
-    clblast_devices++;
-    ct__clblast_unlock();
-}
-void ct__clblast_device_close(void) {
-    ct__clblast_lock();
-    if (--clblast_devices == 0) CLBlastClearCache();
-    ct__clblast_unlock();
-}
-
 ct_status ct_tune_set_apply(ct_device *d, const ct_tune_set *s) {
     if (s->builtin) return CT_OK; /* CLBlast's own database applies */
     ct__clblast_lock();
@@ -236,12 +202,12 @@ ct_status ct_tune_store(const char *tune_dir, const ct_device_info *info, const 
                         ct_err *err) {
     char path[1400], text[8192];
     if (!tune_dir || !*tune_dir) return CT_ERR(err, CT_ERR_ARG, "no tuning directory known");
-    if (ct__mkdirs(tune_dir) != 0)
+    if (ct_file_mkdirs(tune_dir, NULL) != CT_OK)
         return CT_ERR(err, CT_ERR_IO, "cannot create tuning directory '%s'", tune_dir);
     if (ct_tune_store_path(tune_dir, info, path, sizeof path) != CT_OK ||
         ct_tune_set_format(s, text, sizeof text) != CT_OK)
         return CT_ERR(err, CT_ERR_ARG, "tuning set or path too long");
-    return ct__write_file_atomic(path, text, strlen(text), err);
+    return ct_file_write_atomic(path, text, strlen(text), err);
 }
 
 ct_status ct_tune_record_path(const char *tune_dir, const ct_device_info *info, const char *kind,
@@ -259,13 +225,13 @@ ct_status ct_tune_record_path(const char *tune_dir, const ct_device_info *info, 
 ct_status ct_tune_record_load(const char *tune_dir, const ct_device_info *info, const char *kind,
                               ct_tune_set *out, ct_err *err) {
     char path[1400];
-    char *text = NULL;
+    unsigned char *text = NULL;
     size_t n = 0;
     ct_err ignore = {0};
     if (ct_tune_record_path(tune_dir, info, kind, path, sizeof path) != CT_OK ||
-        ct__read_file(path, &text, &n, &ignore) != CT_OK)
+        ct_file_read_all(path, &text, &n, &ignore) != CT_OK)
         return CT_ERR_NOT_FOUND;
-    ct_status st = ct_tune_set_parse(text, out, err);
+    ct_status st = ct_tune_set_parse((const char *)text, out, err);
     free(text);
     if (st != CT_OK) {
         char msg[CT_ERR_MSG_MAX];
@@ -279,7 +245,7 @@ ct_status ct_tune_record_store(const char *tune_dir, const ct_device_info *info,
                                const ct_tune_set *s, ct_err *err) {
     char path[1400], text[8192];
     if (!tune_dir || !*tune_dir) return CT_ERR(err, CT_ERR_ARG, "no tuning directory known");
-    if (ct__mkdirs(tune_dir) != 0)
+    if (ct_file_mkdirs(tune_dir, NULL) != CT_OK)
         return CT_ERR(err, CT_ERR_IO, "cannot create tuning directory '%s'", tune_dir);
     char body[8192];
     if (ct_tune_record_path(tune_dir, info, kind, path, sizeof path) != CT_OK ||
@@ -291,7 +257,7 @@ ct_status ct_tune_record_store(const char *tune_dir, const ct_device_info *info,
                      kind, rest ? rest + 1 : body);
     if (w < 0 || (size_t)w >= sizeof text)
         return CT_ERR(err, CT_ERR_ARG, "tuning record too long (kind '%s')", kind);
-    return ct__write_file_atomic(path, text, strlen(text), err);
+    return ct_file_write_atomic(path, text, strlen(text), err);
 }
 
 ct_tune_choice ct_tune_choose(double builtin_gflops, double best_gflops, double min_gain) {
@@ -331,17 +297,17 @@ ct_status ct_tune_lookup(const char *tune_dir, const ct_device_info *info, ct_tu
                          char *source, size_t source_len, ct_err *err) {
     if (tune_dir && *tune_dir) {
         char path[1400];
-        char *text = NULL;
+        unsigned char *text = NULL;
         size_t n = 0;
         ct_err rerr = {0};
         ct_status rst = ct_tune_store_path(tune_dir, info, path, sizeof path) == CT_OK
-                            ? ct__read_file(path, &text, &n, &rerr)
+                            ? ct_file_read_all(path, &text, &n, &rerr)
                             : CT_ERR_NOT_FOUND;
         /* no stored file is normal; a stored file we cannot read for lack of memory must not
            quietly become the shipped parameters */
         if (rst == CT_ERR_NOMEM) return CT_ERR(err, rst, "stored tuning file: %s", rerr.msg);
         if (rst == CT_OK) {
-            ct_status st = ct_tune_set_parse(text, out, err);
+            ct_status st = ct_tune_set_parse((const char *)text, out, err);
             free(text);
             if (st != CT_OK) {
                 char msg[CT_ERR_MSG_MAX];

@@ -1,7 +1,7 @@
 /* ct_engine_io.h - files and data of the engine: llm.c token shards and plain text, the batch
  * loader, llm.c's GPT-2 model file, the own checkpoint format, llm.c's GPT-2 tokenizer, and the
- * small file helpers they share (CRC-32, atomic writes). Pure host code: nothing here touches a
- * device, so every part is testable without OpenCL.
+ * CRC-32 the checkpoints use. Whole-file reads and atomic writes are cl/'s (ct_file.h, included
+ * here). Pure host code: nothing here touches a device, so every part is testable without OpenCL.
  *
  *     ct_err err = {0};
  *     ct_data *d = NULL; ct_loader *ld = NULL;
@@ -16,8 +16,9 @@
  *     ct_loader_free(ld); ct_data_free(d);
  *
  * All functions return ct_status; messages name the file and the problem. Files written by this
- * module are written to "<path>.tmp.<pid>", flushed, fsynced and renamed over <path>, so a crash
- * or an error never leaves a half-written file under the final name.
+ * module are written through ct_atomic_file (a temporary "<path>.tmp.<pid>.<n>", flushed, fsynced
+ * and renamed over <path>), so a crash or an error never leaves a half-written file under the
+ * final name.
  */
 #ifndef CT_ENGINE_IO_H
 #define CT_ENGINE_IO_H
@@ -26,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ct_file.h"
 #include "ct_gpt_config.h"
 #include "ct_status.h"
 
@@ -33,29 +35,11 @@
 extern "C" {
 #endif
 
-/* ---------------------------------------------------------------- file helpers (io_util.c) */
+/* ---------------------------------------------------------------- CRC-32 (io_crc32.c) */
 
 /* CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320, as zlib's crc32). Start with crc = 0;
  * feed chunks by passing the previous result. */
 uint32_t ct_crc32(uint32_t crc, const void *data, size_t n);
-
-/* An atomic file write: open a temporary file next to `path`, write, then commit (flush, fsync,
- * rename over `path`, fsync the directory) or abort (remove the temporary). */
-typedef struct ct_atomic_file {
-    FILE *f;
-    char path[1024];
-    char tmp[1100];
-    int failed; /* a write failed: commit will refuse */
-} ct_atomic_file;
-
-ct_status ct_atomic_file_open(ct_atomic_file *af, const char *path, ct_err *err);
-/* fwrite that records failure (and the error) on the handle. */
-ct_status ct_atomic_file_write(ct_atomic_file *af, const void *data, size_t n, ct_err *err);
-ct_status ct_atomic_file_commit(ct_atomic_file *af, ct_err *err);
-void ct_atomic_file_abort(ct_atomic_file *af); /* no-op when not open */
-
-/* Read a whole file into a malloc'd buffer (+1 NUL byte, not counted in *n). */
-ct_status ct_file_read_all(const char *path, unsigned char **out, size_t *n, ct_err *err);
 
 /* ---------------------------------------------------------------- token data (io_data.c) */
 
@@ -138,9 +122,6 @@ ct_status ct_model_file_read(const char *path, ct_gpt_config *cfg, float **param
 ct_status ct_model_file_write(const char *path, const ct_gpt_config *cfg, const float *params,
                               ct_err *err);
 int ct_model_file_is_safetensors(const char *path);
-/* Validate a config (sizes positive, C % NH == 0, V <= Vp, experts 0 with top-k 0 or
- * 1 <= top-k <= experts); `what` names its source. */
-ct_status ct_gpt_config_check(const ct_gpt_config *cfg, const char *what, ct_err *err);
 
 /* safetensors (io_safetensors.c): 8-byte little-endian header length, the JSON header (tensor ->
  * {dtype F32, shape, data_offsets}; "__metadata__": format "cltrain-gpt", max_seq, vocab,
@@ -190,11 +171,12 @@ ct_status ct_checkpoint_save_dir(const char *dir, const ct_checkpoint *ck, char 
                                  size_t len, ct_err *err);
 /* The checkpoint DIR/latest names (or, if `dir` is a file, `dir` itself). */
 ct_status ct_checkpoint_find(const char *dir, char *path, size_t len, ct_err *err);
-/* Temporaries a killed writer left in `dir` ("ckpt_<step>.bin.tmp.<pid>", "latest.tmp.<pid>"):
- * removed when process <pid> no longer exists on this machine; one whose process is alive is
- * left alone (it may be writing; on a directory shared between machines a writer elsewhere is
- * not seen, so run this only where the writers run). *removed, *bytes and names ("a, b", cut
- * to len) say what went (each may be NULL). A missing directory is not an error. */
+/* Temporaries a killed writer left in `dir` ("ckpt_<step>.bin.tmp.<pid>.<n>",
+ * "latest.tmp.<pid>.<n>", or without ".<n>" from older versions): removed when process <pid> no
+ * longer exists on this machine; one whose process is alive is left alone (it may be writing; on a
+ * directory shared between machines a writer elsewhere is not seen, so run this only where the
+ * writers run). *removed, *bytes and names ("a, b", cut to len) say what went (each may be NULL).
+ * A missing directory is not an error. */
 ct_status ct_checkpoint_clean_stale(const char *dir, int *removed, uint64_t *bytes, char *names,
                                     size_t len, ct_err *err);
 /* Keep the newest `keep` (>= 1) checkpoints DIR/ckpt_<step>.bin by modification time, and

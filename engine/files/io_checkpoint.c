@@ -324,7 +324,8 @@ static int is_ckpt_name(const char *n, long long *step) {
     return 1;
 }
 
-/* "<ckpt name or latest>.tmp.<pid>": ct_atomic_file's temporaries of this directory */
+/* "<ckpt name or latest>.tmp.<pid>.<n>" (ct_atomic_file's temporaries of this directory; without
+ * ".<n>" as older versions named them): the writer's pid */
 static long stale_pid(const char *n) {
     const char *t = strstr(n, ".tmp.");
     if (!t || !isdigit((unsigned char)t[5])) return -1;
@@ -336,6 +337,7 @@ static long stale_pid(const char *n) {
     if (strcmp(base, "latest") != 0 && !is_ckpt_name(base, NULL)) return -1;
     char *end = NULL;
     long pid = strtol(t + 5, &end, 10);
+    if (*end == '.' && isdigit((unsigned char)end[1])) strtol(end + 1, &end, 10);
     return *end || pid <= 0 ? -1 : pid;
 }
 

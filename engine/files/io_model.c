@@ -12,35 +12,6 @@
 
 #define HEADER_INTS 256
 
-ct_status ct_gpt_config_check(const ct_gpt_config *c, const char *what, ct_err *err) {
-    if (c->max_seq <= 0 || c->vocab <= 0 || c->padded_vocab <= 0 || c->layers <= 0 ||
-        c->heads <= 0 || c->channels <= 0)
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: every size must be positive (maxT=%d V=%d Vp=%d L=%d NH=%d C=%d)", what,
-                      c->max_seq, c->vocab, c->padded_vocab, c->layers, c->heads, c->channels);
-    if (c->channels % c->heads != 0)
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: %d heads do not divide %d channels (C %% NH must be 0)", what, c->heads,
-                      c->channels);
-    if (c->padded_vocab < c->vocab)
-        return CT_ERR(err, CT_ERR_FORMAT, "%s: padded vocabulary %d is below the vocabulary %d",
-                      what, c->padded_vocab, c->vocab);
-    if (c->experts < 0 || (c->experts == 0 && c->top_k != 0) ||
-        (c->experts > 0 && (c->top_k < 1 || c->top_k > c->experts)))
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: %d experts with top-k %d (a dense model has experts 0 and top-k 0; a "
-                      "mixture of experts needs 1 <= top-k <= experts)",
-                      what, c->experts, c->top_k);
-    /* Guard against sizes whose product overflows or is absurd (a corrupt header). */
-    double e = c->experts > 0 ? c->experts : 1;
-    double total = (double)c->padded_vocab * c->channels + (double)c->max_seq * c->channels +
-                   (4.0 + 8.0 * e) * c->layers * (double)c->channels * c->channels;
-    if (total > 1e11)
-        return CT_ERR(err, CT_ERR_FORMAT, "%s: the sizes imply %.3g parameters; not plausible",
-                      what, total);
-    return CT_OK;
-}
-
 /* Header of an open file into cfg; checks magic, version and sizes. */
 static ct_status read_header(FILE *f, const char *path, ct_gpt_config *cfg, ct_err *err) {
     int32_t h[HEADER_INTS];

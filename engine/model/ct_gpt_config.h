@@ -3,12 +3,15 @@
  *
  *     ct_gpt_config c = {.max_seq = 1024, .vocab = 50257, .padded_vocab = 50304,
  *                        .layers = 12, .heads = 12, .channels = 768};  // .experts = 0: dense
+ *     if (ct_gpt_config_check(&c, "my model", &err)) { puts(err.msg); return 2; }
  *     size_t sizes[CT_GPT_NUM_TENSORS]; size_t total = ct_gpt_param_sizes(&c, sizes);
  */
 #ifndef CT_GPT_CONFIG_H
 #define CT_GPT_CONFIG_H
 
 #include <stddef.h>
+
+#include "ct_status.h"
 
 typedef struct ct_gpt_config {
     int max_seq;      /* maxT: positions in wpe */
@@ -20,6 +23,11 @@ typedef struct ct_gpt_config {
     int experts;      /* E: every block's MLP is a mixture of E experts; 0 = the dense MLP */
     int top_k;        /* K: experts per token, 1..E (0 with a dense model) */
 } ct_gpt_config;
+
+/* Validate a config (sizes positive, C % NH == 0, V <= Vp, experts 0 with top-k 0 or
+ * 1 <= top-k <= experts, a plausible parameter count); `what` names its source in the message
+ * (gpt_config.c). */
+ct_status ct_gpt_config_check(const ct_gpt_config *cfg, const char *what, ct_err *err);
 
 /* The layout a model is built for (ct_layout, ct_coords) lives in parallel/ct_parallel.h. */
 #include "ct_parallel.h"
