@@ -104,7 +104,7 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
             "pipeline bubble (%s, %d stages, %d micro-batches; executed timeline of %d step%s, "
             "steps %d to %d, the device waited for after every action), measured beside the "
             "simulator fed the measured action costs:\n",
-            ct_sched_name(t->r->kind), N, t->r->accum, steps, steps > 1 ? "s" : "", t->time_a + 1,
+            ct_sched_name(t->r->pipe.kind), N, t->r->pipe.accum, steps, steps > 1 ? "s" : "", t->time_a + 1,
             t->time_b + 1);
     double mmean = 0;
     char meas[1024] = "", simu[1024] = "", costs[2048] = "";
@@ -155,7 +155,7 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
                  "\"bubble_measured\":%.5f,\"bubble_simulated\":%.5f,\"bubble_unit\":%.5f,"
                  "\"stage_measured\":[%s],\"stage_simulated\":[%s],\"costs_ms\":[%s],"
                  "\"last_measured\":%.5f,\"last_replayed\":%.5f",
-                 ct_sched_name(t->r->kind), N, t->r->accum, steps, mmean, okm ? sm.bubble : 0.0,
+                 ct_sched_name(t->r->pipe.kind), N, t->r->pipe.accum, steps, mmean, okm ? sm.bubble : 0.0,
                  oku ? su.bubble : 0.0, meas, simu, costs, lmeas, okr ? sr.bubble : 0.0);
         ct_metrics_record(t->mx, "pipeline", rec);
     }

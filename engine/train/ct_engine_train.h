@@ -433,7 +433,15 @@ typedef struct ct_pipeline_bubble {
 ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble *out);
 /* Collective: the end of the run (writes the trace when --trace is given). */
 ct_status ct_trainer_finish(ct_trainer *t);
-/* The device's GEMM rate (TFLOP/s) at the model's matmul shapes for BT rows: the MFU peak. */
+/* The peak MFU divides by: the device's fp32 GEMM rate in TFLOP/s (2*M*N*K per product) at the
+ * model's forward matmul shapes for BT rows, C = c->channels, Vp = c->padded_vocab: (BT, 3C, C)
+ * the QKV projection, (BT, 4C, C) the MLP's fc, (BT, Vp, C) the logits, each as the forward runs
+ * it (ct_gemm, A row-major (M,K) times B^T, B row-major (N,K)). Each shape: repeated products
+ * (the first left out as a warm-up, at least 4, then until 0.3 s have passed, at most 200), each
+ * timed to the device's finish, the fastest kept; the peak is the fastest of the three shapes:
+ * what this device reaches on this model's GEMMs, not the vendor's figure. 0 when a buffer
+ * cannot be allocated or a product fails. Used by ct_trainer_create (--peak-tflops 0) and
+ * bench_train. */
 double ct_measure_gemm_tflops(ct_device *dev, const ct_gpt_config *c, int BT);
 
 #ifdef __cplusplus

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ct_engine.h"
+#include "train_impl.h"
 
 /* An output file's directory must exist before training starts, not fail at the end. */
 static ct_status check_out_dir(const char *path, const char *flag, ct_err *err) {
@@ -144,7 +144,7 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
          "--schedule gpipe or 1f1b, or --zero 1",
          p->zero, p->schedule);
     {
-        int accum = p->total_batch && p->batch * p->seq > 0 ? p->total_batch / (p->batch * p->seq) : 1;
+        int accum = ct__train_accum(p);
         NEED(!(p->pp > 1 && kind == CT_SCHED_INTERLEAVED && accum % p->pp),
              "--schedule interleaved needs the micro-batches (--total-batch / (--batch x --seq) = "
              "%d) to be a multiple of --pp %d: micro-batches go through the chunks in groups of "

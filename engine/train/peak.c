@@ -1,4 +1,5 @@
-/* peak.c - the device's GEMM rate behind MFU. */
+/* peak.c - the peak behind MFU: the device's GEMM rate at the model's own matmul shapes, the one
+ * measurement train_gpt (when --peak-tflops is not given) and bench_train divide by. */
 #include "ct_engine.h"
 
 /* The device's GEMM rate at one shape: the best of repeated runs over at least 0.3 s. */

@@ -17,7 +17,7 @@ static double worker_params(const ct_train_run *r, int q, int pp, int tp, int ep
     ct_gpt_param_sizes(&r->src.cfg, sizes);
     double n = 0, x = 0;
     int held = 0;
-    for (int c = q; c < r->nchunks; c += pp) held += r->split[c];
+    for (int c = q; c < r->pipe.nchunks; c += pp) held += r->pipe.split[c];
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
         ct_gpt_tensor_info ti = ct_gpt_tensor(&r->src.cfg, i);
         double k = 0, f = ti.split == CT_SPLIT_NONE ? 1.0 : 1.0 / tp;
@@ -60,7 +60,7 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
     const ct_train_run *r = t->r;
     const ct_gpt_config *cfg = &r->src.cfg;
     size_t np = ct_model_num_params(t->model);
-    int N = t->W, accum = r->accum;
+    int N = t->W, accum = r->pipe.accum;
     fprintf(f, "train_gpt: configuration\n");
     ct_opts_log(f, ct_train_opts, ct_train_opts_count, p);
     fprintf(f, "  device         = %s (%s, %s)\n", t->info->name, t->info->platform,
@@ -103,11 +103,11 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                    "the plain step)\n",
                 p->schedule);
     if (p->pp > 1) { /* the split, the schedule, what it keeps alive */
-        int v = r->nchunks / p->pp;
+        int v = r->pipe.v;
         char split[512] = "", slots[256] = "";
         size_t a = 0, b = 0;
-        for (int c = 0; c < r->nchunks && a < sizeof split - 16; c++)
-            a += (size_t)snprintf(split + a, sizeof split - a, "%s%d", c ? "," : "", r->split[c]);
+        for (int c = 0; c < r->pipe.nchunks && a < sizeof split - 16; c++)
+            a += (size_t)snprintf(split + a, sizeof split - a, "%s%d", c ? "," : "", r->pipe.split[c]);
         for (int q = 0; q < p->pp && b < sizeof slots - 16; q++)
             b += (size_t)snprintf(slots + b, sizeof slots - b, "%s%d", q ? "," : "", t->slots[q]);
         double blk, emb, head;
@@ -121,15 +121,15 @@ ct_status ct_trainer_report(ct_trainer *t, FILE *f) {
                 "  pipeline       = %d stages%s, schedule %s, %d micro-batches; blocks per %s "
                 "%s (%s); activation slots per stage %s (the schedule's peak, of %d "
                 "micro-batches); simulated bubble %.3f at unit costs\n",
-                p->pp, v > 1 ? "" : "", ct_sched_name(r->kind), r->accum,
+                p->pp, v > 1 ? "" : "", ct_sched_name(r->pipe.kind), r->pipe.accum,
                 v > 1 ? "model chunk" : "stage", split,
-                r->split_given ? "--pp-split"
+                r->pipe.split_given ? "--pp-split"
                                : "balanced by FLOPs: a block 1, the embedding and the head extra",
-                slots, r->accum, bub);
+                slots, r->pipe.accum, bub);
         if (v > 1)
             fprintf(f, "                   %d chunks per stage (stage s holds chunks s, s+%d, ...)\n",
                     v, p->pp);
-        if (!r->split_given)
+        if (!r->pipe.split_given)
             fprintf(f, "                   work per token: block %.4g, embedding %.4g, head %.4g "
                        "FLOPs (%.2f blocks)\n",
                     blk, emb, head, head / blk);

@@ -72,40 +72,21 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, ct_to
                     cfg->max_seq, r->src.origin);
         goto fail;
     }
-    r->accum = p->total_batch ? p->total_batch / (p->batch * p->seq) : 1;
     /* the pipeline: the schedule, and the blocks of each model chunk */
-    r->kind = CT_SCHED_TRIVIAL;
-    if (p->pp > 1) TRY(ct_sched_parse(p->schedule, &r->kind, err));
+    TRY(ct__train_pipe_make(p, cfg, &r->pipe, err));
     /* mixture of experts: what the layouts support */
-    TRY(ct_train_moe_check(p, cfg, r->kind, err));
-    r->nchunks = p->pp * (r->kind == CT_SCHED_INTERLEAVED ? p->virtual_stages : 1);
-    if (r->nchunks > cfg->layers || r->nchunks > CT_MAX_CHUNKS * p->pp) {
-        st = CT_ERR(err, CT_ERR_ARG,
-                    "--pp %d x --virtual-stages %d = %d model chunks, but the model has %d blocks "
-                    "(each chunk needs one)%s",
-                    p->pp, r->nchunks / p->pp, r->nchunks, cfg->layers,
-                    r->nchunks / p->pp > CT_MAX_CHUNKS ? " or more chunks per stage than 16" : "");
-        goto fail;
-    }
-    r->split = ct_malloc(sizeof(int) * (size_t)r->nchunks);
-    if (!r->split) {
-        st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
-        goto fail;
-    }
-    r->split_given = p->pp_split[0] != 0;
-    if (r->split_given) TRY(ct_pp_split_parse(p->pp_split, cfg, r->nchunks, r->split, err));
-    else TRY(ct_pp_split_balanced(cfg, p->seq, r->nchunks, r->split, err));
+    TRY(ct_train_moe_check(p, cfg, r->pipe.kind, err));
     if (p->resume[0]) {
         warn_changed_flags(log, r->src.ck.meta, p);
         if (r->src.ck.loader_B != p->batch || r->src.ck.loader_T != p->seq ||
-            r->src.ck.loader_accum != r->accum || r->src.ck.loader_shuffle != p->shuffle ||
+            r->src.ck.loader_accum != r->pipe.accum || r->src.ck.loader_shuffle != p->shuffle ||
             r->src.ck.loader_seed != (uint64_t)p->seed)
             fprintf(log,
                     "train_gpt: warning: the checkpoint was written with batch %d, seq %d, "
                     "accumulation %d, shuffle %d, seed %llu; this run uses %d, %d, %d, %d, %d, so "
                     "the data order differs from an uninterrupted run\n",
                     r->src.ck.loader_B, r->src.ck.loader_T, r->src.ck.loader_accum, r->src.ck.loader_shuffle,
-                    (unsigned long long)r->src.ck.loader_seed, p->batch, p->seq, r->accum, p->shuffle,
+                    (unsigned long long)r->src.ck.loader_seed, p->batch, p->seq, r->pipe.accum, p->shuffle,
                     p->seed);
     }
     /* Temporaries of killed writers in the checkpoint directory (one process looks). */
@@ -151,7 +132,7 @@ ct_status ct_train_run_open(ct_train_run **out, const ct_train_params *pp, ct_to
     }
     { /* the loaders are per worker; make one here to refuse a stream too short up front */
         ct_loader *ld = NULL, *vl = NULL;
-        TRY(ct_loader_create(&ld, r->train, p->batch, p->seq, r->accum, p->shuffle,
+        TRY(ct_loader_create(&ld, r->train, p->batch, p->seq, r->pipe.accum, p->shuffle,
                              (uint64_t)p->seed, err));
         ct_loader_free(ld);
         if (r->val && ct_loader_create(&vl, r->val, p->batch, p->seq, 1, 0, 0, err) != CT_OK) {
@@ -208,7 +189,7 @@ fail:
 void ct_train_run_free(ct_train_run *r) {
     if (!r) return;
     ct__train_source_release(&r->src);
-    free(r->split);
+    ct__train_pipe_free(&r->pipe);
     ct_tokenizer_free(r->tok);
     for (int k = 0; r->ctx && k <= r->ndev; k++) ct_context_release(r->ctx[k]);
     free(r->ctx);
@@ -221,4 +202,4 @@ void ct_train_run_free(ct_train_run *r) {
 }
 
 const ct_gpt_config *ct_train_run_config(const ct_train_run *r) { return &r->src.cfg; }
-int ct_train_run_accum(const ct_train_run *r) { return r->accum; }
+int ct_train_run_accum(const ct_train_run *r) { return r->pipe.accum; }

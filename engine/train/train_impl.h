@@ -30,15 +30,30 @@ ct_status ct__train_source_load(const ct_train_params *p, int keep, ct__train_so
                                 ct_err *err);
 void ct__train_source_release(ct__train_source *src);
 
+/* A run's pipeline (worker_plan.c), the one derivation of it: the schedule (trivial with pp 1),
+ * its micro-batches (the accumulation steps), v chunks per stage, and the blocks of each of the
+ * pp x v model chunks (--pp-split, else balanced by FLOPs). */
+typedef struct ct__train_pipe {
+    ct_sched_kind kind;
+    int accum;       /* micro-batches of a step: --total-batch / (--batch x --seq), or 1 */
+    int v, nchunks;  /* chunks per stage; model chunks pp x v */
+    int *split;      /* [nchunks] blocks of each chunk */
+    int split_given; /* from --pp-split */
+} ct__train_pipe;
+
+int ct__train_accum(const ct_train_params *p);
+ct_status ct__train_pipe_make(const ct_train_params *p, const ct_gpt_config *cfg,
+                              ct__train_pipe *pipe, ct_err *err);
+void ct__train_pipe_free(ct__train_pipe *pipe);
+/* Activation slots of each of the schedule's stages (slots[stages]): its peak live
+ * micro-batches at unit costs, at least 1. */
+ct_status ct__train_slots(const ct_schedule *sched, int *slots, ct_err *err);
+
 struct ct_train_run {
     ct_train_params p;
     ct_lr_schedule sched;
+    ct__train_pipe pipe; /* the schedule, micro-batches, chunks of blocks */
     ct__train_source src; /* the model's shape, its origin, the checkpoint or model file read */
-    int accum;
-    ct_sched_kind kind; /* the pipeline schedule (trivial with pp = 1) */
-    int nchunks;        /* model chunks: pp x virtual stages */
-    int *split;         /* [nchunks] blocks of each chunk */
-    int split_given;    /* from --pp-split */
     ct_data *train, *val;
     ct_tokenizer *tok;
     ct_device_info *list;

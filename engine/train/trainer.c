@@ -97,27 +97,22 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
      * holds model chunks s, s + pp, ...), as many activation slots as the schedule keeps alive
      * on this stage (the simulator's peak, not the micro-batch count), room for the deferred
      * weight gradients under zb1. Then the executor. */
-    t->b = p->batch / p->dp;
-    int N = p->pp, v = r->nchunks / N;
-    if ((st = ct_sched_make(r->kind, N, r->accum, v, &t->sched, err)) != CT_OK) goto fail;
-    {
-        ct_sched_sim sim = {0};
-        ct_sched_costs unit = ct_sched_costs_unit();
-        t->slots = ct_malloc(sizeof(int) * (size_t)N);
-        if (!t->slots) {
-            st = ct__trainer_fail(t, err, CT_ERR_NOMEM, "no memory");
-            goto fail;
-        }
-        if ((st = ct_sched_simulate(t->sched, &unit, 0, &sim, err)) != CT_OK) goto fail;
-        for (int q = 0; q < N; q++) t->slots[q] = sim.peak_live[q] > 0 ? sim.peak_live[q] : 1;
-        ct_sched_sim_free(&sim);
+    if ((st = ct_sched_make(r->pipe.kind, p->pp, r->pipe.accum, r->pipe.v, &t->sched, err)) !=
+        CT_OK)
+        goto fail;
+    t->slots = ct_malloc(sizeof(int) * (size_t)p->pp);
+    if (!t->slots) {
+        st = ct__trainer_fail(t, err, CT_ERR_NOMEM, "no memory");
+        goto fail;
     }
+    if ((st = ct__train_slots(t->sched, t->slots, err)) != CT_OK) goto fail;
     ct_model_plan plan;
     {
         ct_layout l2;
         ct_coords a2;
         if ((st = ct_train_worker_plan(p, cfg, t->wrank, &l2, &a2, &plan, err)) != CT_OK) goto fail;
     }
+    t->b = plan.max_B;
     if (plan.attention == CT_ATTN_AUTO && t->world && ct_comm_size(t->world) > 1) {
         /* One decision for every worker (a timing each worker made for itself could differ
          * between them, and the replicas would then run different numerics): world worker 0
@@ -196,13 +191,13 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     }
     t->step = t->start;
     /* 5. Loaders, buffers, accounting. */
-    if ((st = ct_loader_create(&t->loader, r->train, p->batch, p->seq, r->accum, p->shuffle,
+    if ((st = ct_loader_create(&t->loader, r->train, p->batch, p->seq, r->pipe.accum, p->shuffle,
                                (uint64_t)p->seed, err)) != CT_OK)
         goto fail;
     if (r->val && (st = ct_loader_create(&t->vloader, r->val, p->batch, p->seq, 1, 0, 0, err)) !=
                       CT_OK)
         goto fail;
-    size_t bt = (size_t)t->b * p->seq * (size_t)r->accum;
+    size_t bt = (size_t)t->b * p->seq * (size_t)r->pipe.accum;
     t->in = ct_malloc(bt * sizeof(int));
     t->tg = ct_malloc(bt * sizeof(int));
     t->mem = ct_calloc((size_t)t->W * CT_MEM__COUNT, sizeof(uint64_t));
@@ -332,7 +327,7 @@ static ct_status moe_record(ct_trainer *t, int64_t step) {
 ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm) {
     ct_status st;
     const ct_train_params *p = &t->p;
-    int accum = t->r->accum;
+    int accum = t->r->pipe.accum;
     int64_t step = t->step;
     int tracing = t->tr && step >= t->trace_a && step <= t->trace_b;
     ct_trace_enable(t->tr, tracing);
@@ -476,7 +471,7 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
     memcpy(ck.rng, t->rng.s, sizeof ck.rng);
     ck.loader_B = p->batch;
     ck.loader_T = p->seq;
-    ck.loader_accum = r->accum;
+    ck.loader_accum = r->pipe.accum;
     ck.loader_shuffle = p->shuffle;
     ck.loader_seed = (uint64_t)p->seed;
     ck.data_tokens = ct_data_count(r->train);
