@@ -8,9 +8,9 @@
 
 #include "train_impl.h"
 
-ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble *out) {
+ct_status ct_trainer_pipeline_report(ct_trainer *t, ct_pipeline_bubble *out) {
     const ct_train_params *p = &t->p;
-    if (out) memset(out, 0, sizeof *out);
+    memset(out, 0, sizeof *out);
     if (p->pp < 2 || !t->grid) return CT_OK;
     enum { F_PP, F_DP, F_STEPS, F_COMP, F_MAKE, F_FWD, F_BWD, F_BIN, F_BWT, F_SEND, F_RECV, F__N };
     ct_exec_timeline tl;
@@ -100,12 +100,6 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
     }
     int okm = ct_sched_simulate_stages(t->sched, c, 0, &sm, &e2) == CT_OK;
     int oku = ct_sched_simulate(t->sched, &unit, 0, &su, &e2) == CT_OK;
-    if (f) fprintf(f,
-            "pipeline bubble (%s, %d stages, %d micro-batches; executed timeline of %d step%s, "
-            "steps %d to %d, the device waited for after every action), measured beside the "
-            "simulator fed the measured action costs:\n",
-            ct_sched_name(t->r->pipe.kind), N, t->r->pipe.accum, steps, steps > 1 ? "s" : "", t->time_a + 1,
-            t->time_b + 1);
     double mmean = 0;
     char meas[1024] = "", simu[1024] = "", costs[2048] = "";
     size_t la = 0, lb = 0, lc = 0;
@@ -113,12 +107,6 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
         const float *x = row[q];
         double mb = x[F_MAKE] > 0 ? 1 - x[F_COMP] / x[F_MAKE] : NAN;
         mmean += mb / N;
-        if (f) fprintf(f, "  stage %d: measured %.3f  simulated %.3f | ", q, mb,
-                okm ? sm.stage_bubble[q] : NAN);
-        if (f && x[F_FWD] > 0) fprintf(f, "F %.2f ms ", x[F_FWD]);
-        if (f && x[F_BWD] > 0) fprintf(f, "B %.2f ms ", x[F_BWD]);
-        if (f && x[F_BIN] > 0) fprintf(f, "B_input %.2f ms B_weight %.2f ms ", x[F_BIN], x[F_BWT]);
-        if (f) fprintf(f, "send %.2f ms recv %.2f ms\n", x[F_SEND], x[F_RECV]);
         la += (size_t)snprintf(meas + la, sizeof meas - la, "%s%.5f", q ? "," : "", mb);
         lb += (size_t)snprintf(simu + lb, sizeof simu - lb, "%s%.5f", q ? "," : "",
                                okm ? sm.stage_bubble[q] : 0.0);
@@ -129,24 +117,18 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
                                x[F_RECV]);
         if (la >= sizeof meas || lb >= sizeof simu || lc >= sizeof costs) break;
     }
-    if (f) fprintf(f, "  all    : measured %.3f  simulated %.3f  (unit costs: %.3f)\n", mmean,
-            okm ? sm.bubble : NAN, oku ? su.bubble : NAN);
-    if (f)
-        fprintf(f, "  the last step replayed with each action's own duration: simulated %.3f, "
-                   "measured %.3f\n",
-                okr ? sr.bubble : NAN, lmeas);
-    if (out) {
-        out->steps = steps, out->stages = N, out->measured = mmean;
-        out->simulated = okm ? sm.bubble : NAN, out->unit = oku ? su.bubble : NAN;
-        out->makespan_ms = row[0][F_MAKE] / steps;
-        out->last_measured = lmeas, out->last_replayed = okr ? sr.bubble : NAN;
-        for (int q = 0; q < N; q++) {
-            const float *x = row[q];
-            out->stage_measured[q] = x[F_MAKE] > 0 ? 1 - x[F_COMP] / x[F_MAKE] : NAN;
-            out->stage_simulated[q] = okm ? sm.stage_bubble[q] : NAN;
-            out->fwd_ms[q] = x[F_FWD], out->bwd_ms[q] = x[F_BWD], out->bwd_input_ms[q] = x[F_BIN];
-            out->bwd_weight_ms[q] = x[F_BWT], out->send_ms[q] = x[F_SEND], out->recv_ms[q] = x[F_RECV];
-        }
+    out->steps = steps, out->stages = N, out->measured = mmean;
+    out->schedule = ct_sched_name(t->r->pipe.kind), out->micro_batches = t->r->pipe.accum;
+    out->first_step = t->time_a + 1, out->last_step = t->time_b + 1;
+    out->simulated = okm ? sm.bubble : NAN, out->unit = oku ? su.bubble : NAN;
+    out->makespan_ms = row[0][F_MAKE] / steps;
+    out->last_measured = lmeas, out->last_replayed = okr ? sr.bubble : NAN;
+    for (int q = 0; q < N; q++) {
+        const float *x = row[q];
+        out->stage_measured[q] = x[F_MAKE] > 0 ? 1 - x[F_COMP] / x[F_MAKE] : NAN;
+        out->stage_simulated[q] = okm ? sm.stage_bubble[q] : NAN;
+        out->fwd_ms[q] = x[F_FWD], out->bwd_ms[q] = x[F_BWD], out->bwd_input_ms[q] = x[F_BIN];
+        out->bwd_weight_ms[q] = x[F_BWT], out->send_ms[q] = x[F_SEND], out->recv_ms[q] = x[F_RECV];
     }
     char *rec = ct_malloc(4096 + sizeof costs);
     if (rec) {
@@ -160,7 +142,6 @@ ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble 
         ct_metrics_record(t->mx, "pipeline", rec);
     }
     free(rec);
-    if (f) fflush(f);
     ct_sched_sim_free(&sm);
     ct_sched_sim_free(&su);
     ct_sched_sim_free(&sr);
