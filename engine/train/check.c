@@ -1,4 +1,4 @@
-/* params.c - the checks of a run's parameters that need no file or device: each flag's range,
+/* check.c - the checks of a run's parameters that need no file or device: each flag's range,
  * the combinations the layouts support, the output directories that must exist. */
 #include <math.h>
 #include <stdio.h>
