@@ -2,7 +2,9 @@
  * flag, default, one line of help; the --help text, the parser, the logged configuration and
  * the checkpoint's record all come from it), learning-rate schedules, FLOPs / MFU accounting,
  * the JSON Lines metrics writer, a seeded RNG, sampling from host logits, and the trainer
- * (train.c) programs and tests run a training with.
+ * programs and tests run a training with. One file each: opts.c, lr.c, flops.c, metrics.c,
+ * rng.c, sample.c (host code); check.c, config.c, worker_plan.c, run.c, trainer.c, peak.c, and
+ * the reports as data, report.c and bubble.c (train_gpt prints them: examples/train_report.c).
  *
  *     ct_train_params p = ct_train_params_default();
  *     ct_err err = {0};
@@ -296,7 +298,7 @@ double ct_rng_uniform(ct_rng *r); /* [0, 1) with 53 random bits */
  * logits/temperature restricted to the top_k largest (top_k <= 0 or >= V: all). */
 int ct_sample_token(const float *logits, int V, double temperature, int top_k, ct_rng *rng);
 
-/* ---------------------------------------------------------------- generation (io_sample.c) */
+/* ---------------------------------------------------------------- generation (sample.c) */
 
 typedef struct ct_model ct_model;         /* ct_engine_model.h */
 typedef struct ct_tokenizer ct_tokenizer; /* ct_engine_io.h */
@@ -318,7 +320,7 @@ void ct_print_tokens(FILE *out, const int *tokens, int n, int vocab, const ct_to
 ct_status ct_prompt_parse(const char *prompt, int vocab, int eot, int *tokens, int cap, int *n,
                           ct_err *err);
 
-/* ---------------------------------------------------------------- the trainer (train.c) */
+/* ---------------------------------------------------------------- the trainer (check.c ... bubble.c) */
 
 /* Every value check that needs no file or device (the flags' ranges and combinations, output
  * directories that must exist); the LR schedule is parsed into *sched. CT_ERR_ARG naming it. */
