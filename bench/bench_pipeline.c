@@ -93,7 +93,7 @@ static int run_one(ct_topo *topo, const bopts *o, int pp, const char *sched, int
             }
         }
         ct_pipeline_bubble b;
-        if (ct_trainer_pipeline_report(t, NULL, &b) != CT_OK) DIE("%s", ct_trainer_errmsg(t));
+        if (ct_trainer_pipeline_report(t, &b) != CT_OK) DIE("%s", ct_trainer_errmsg(t));
         if (ct_trainer_leader(t)) *res = b;
         ct_trainer_free(t);
     }

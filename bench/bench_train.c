@@ -11,7 +11,8 @@
  * with the loss read back + backward + AdamW with clip 1.0 and decay 0.1), timed to its end; the mean and the best step are reported (on a shared machine the best
  * step is the least disturbed estimate).
  * FLOPs per token are ct_train_flops_per_token (6 N + 12 L C T). The peak for MFU is
- * --peak-tflops, else the device's SGEMM rate measured here (1024^3, best of NN/NT/TN): the line
+ * --peak-tflops, else the device's GEMM rate at each configuration's matmul shapes
+ * (ct_measure_gemm_tflops, the peak train_gpt's MFU uses), measured before it runs: the line
  * "peak" says which. The time split runs extra steps with a device finish after every op (host
  * timers), so its total is a little above the plain step time; GEMM buckets also show their
  * achieved GFLOP/s (attention counts the full T x T products the batched GEMMs compute). Each result also goes out as one
@@ -45,34 +46,6 @@ static const bench_cfg CONFIGS[] = {
     {"tiny", {1024, 50257, 50304, 4, 4, 256, 0, 0}, 4, 256},
     {"124m", {1024, 50257, 50304, 12, 12, 768, 0, 0}, 4, 64},
 };
-
-/* Best SGEMM rate in TFLOP/s over NN, NT, TN at 1024^3 (after one warm-up call each). */
-static double measure_gemm_tflops(ct_device *dev) {
-    const size_t n = 1024;
-    ct_buffer *a = NULL, *b = NULL, *c = NULL;
-    double best = 0;
-    if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm_a", n * n * 4, &a) ||
-        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm_b", n * n * 4, &b) ||
-        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "gemm_c", n * n * 4, &c))
-        goto done;
-    for (int v = 0; v < 3; v++) {
-        int ta = v == 2, tb = v == 1;
-        for (int rep = 0; rep < 4; rep++) {
-            double t0 = now_s();
-            if (ct_gemm(dev, ta, tb, n, n, n, 1.0f, ct_buffer_mem(a), 0, n, ct_buffer_mem(b), 0, n,
-                        0.0f, ct_buffer_mem(c), 0, n, NULL) ||
-                ct_device_finish(dev))
-                goto done;
-            double r = 2.0 * n * n * n / (now_s() - t0) / 1e12;
-            if (rep > 0 && r > best) best = r;
-        }
-    }
-done:
-    ct_buffer_free(a);
-    ct_buffer_free(b);
-    ct_buffer_free(c);
-    return best;
-}
 
 /* GEMM FLOPs per step behind a profiling bucket (0 for the non-GEMM ones). */
 static double bucket_flops(const char *name, const ct_gpt_config *c, int B, int T) {
@@ -383,11 +356,8 @@ int main(int argc, char **argv) {
     printf("device: %s (%s), CLBlast tuning: %s\n", list[pick].name, list[pick].platform,
            ct_device_tuning_source(dev));
     const char *src = "--peak-tflops";
-    if (peak <= 0) {
-        peak = measure_gemm_tflops(dev);
-        src = "measured SGEMM 1024^3";
-    }
-    printf("peak: %.3f TFLOP/s (%s)\n", peak, src);
+    int measure = peak <= 0;
+    if (!measure) printf("peak: %.3f TFLOP/s (%s)\n", peak, src);
     int rc = 0;
     for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++) {
         if (strcmp(config, "all") && strcmp(config, CONFIGS[i].name)) continue;
@@ -396,6 +366,11 @@ int main(int argc, char **argv) {
         if (batch) bc.B = batch;
         if (layers) bc.cfg.layers = layers;
         if (bc.T > bc.cfg.max_seq) bc.cfg.max_seq = bc.T;
+        if (measure) { /* the peak train_gpt's MFU uses: the model's matmul shapes at B x T rows */
+            peak = ct_measure_gemm_tflops(dev, &bc.cfg, bc.B * bc.T);
+            src = "measured GEMM rate at the model's matmul shapes";
+            printf("peak: %.3f TFLOP/s (%s, %s)\n", peak, src, bc.name);
+        }
         if (all_modes) rc |= compare_modes(dev, &bc, steps, warmup, ap);
         else rc |= run_config(dev, &bc, steps, warmup, psteps, peak, src, rcm, ap);
     }

@@ -30,7 +30,7 @@ add_library(ct_corpus STATIC ${CMAKE_CURRENT_BINARY_DIR}/ct_corpus.c)
 target_link_libraries(ct_corpus PRIVATE ct_cl)
 
 if(TARGET ct_engine)
-  add_executable(train_gpt ${CMAKE_CURRENT_SOURCE_DIR}/train_gpt.c)
+  add_executable(train_gpt ${CMAKE_CURRENT_SOURCE_DIR}/train_gpt.c ${CMAKE_CURRENT_SOURCE_DIR}/train_report.c)
   target_link_libraries(train_gpt PRIVATE ct_engine ct_corpus m)
   add_executable(sample_gpt ${CMAKE_CURRENT_SOURCE_DIR}/sample_gpt.c)
   target_link_libraries(sample_gpt PRIVATE ct_engine m)

@@ -8,8 +8,8 @@
  * --heads --dim --seq --vocab), or an llm.c GPT-2 file (--init), or a checkpoint (--resume).
  * One log line per step; JSON Lines with --metrics; checkpoints with --save; the final model as
  * an llm.c file with --save-model; a Chrome trace with --trace; ends by printing a sample.
- * The training itself is the engine's (engine/train.c); this file holds the flags, the printing
- * and the exit codes.
+ * The training itself is the engine's (engine/train/); this file holds the flags, the printing
+ * (the engine's reports formatted by train_report.c) and the exit codes.
  *
  * Exit status: 0 done; 2 bad input (flag, value, shape, file, data, layout, or a device too
  * small), always with a message naming the problem; 1 a failure during training (also a loss or
@@ -30,6 +30,7 @@
 #include "ct_cl.h"
 #include "ct_engine.h"
 #include "ct_parallel.h"
+#include "train_report.h"
 
 /* The embedded corpus (examples/engine.cmake). */
 extern const ct_cl_source ct_corpus[];
@@ -262,7 +263,12 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
     if (st != CT_OK) die(setup_code(st), "%s", err.msg);
     int leader = ct_trainer_leader(t);
     int sampler = leader || ct_trainer_sample_collective(t);
-    if (ct_trainer_report(t, stdout) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
+    {
+        ct_train_report rep;
+        if (ct_trainer_report(t, &rep) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
+        if (leader) train_report_print(stdout, &rep);
+        ct_train_report_free(&rep);
+    }
     int64_t start = ct_trainer_start(t);
     if (leader && start > p.steps)
         fprintf(stderr, "train_gpt: the checkpoint is at step %lld, past --steps %d: nothing to "
@@ -350,7 +356,11 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
         }
     }
     if (leader) summary_print(&sum, start, cold, ct_trainer_metrics(t));
-    if (ct_trainer_pipeline_report(t, stdout, NULL) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
+    {
+        ct_pipeline_bubble bub;
+        if (ct_trainer_pipeline_report(t, &bub) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));
+        if (leader) train_bubble_print(stdout, &bub);
+    }
     if (p.dp > 1 && leader && p.steps > start) {
         ct_exec_times tm;
         ct_exec_times_get(ct_trainer_exec(t), &tm);

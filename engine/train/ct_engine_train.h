@@ -2,7 +2,9 @@
  * flag, default, one line of help; the --help text, the parser, the logged configuration and
  * the checkpoint's record all come from it), learning-rate schedules, FLOPs / MFU accounting,
  * the JSON Lines metrics writer, a seeded RNG, sampling from host logits, and the trainer
- * (train.c) programs and tests run a training with.
+ * programs and tests run a training with. One file each: opts.c, lr.c, flops.c, metrics.c,
+ * rng.c, sample.c (host code); check.c, config.c, worker_plan.c, run.c, trainer.c, peak.c, and
+ * the reports as data, report.c and bubble.c (train_gpt prints them: examples/train_report.c).
  *
  *     ct_train_params p = ct_train_params_default();
  *     ct_err err = {0};
@@ -296,7 +298,7 @@ double ct_rng_uniform(ct_rng *r); /* [0, 1) with 53 random bits */
  * logits/temperature restricted to the top_k largest (top_k <= 0 or >= V: all). */
 int ct_sample_token(const float *logits, int V, double temperature, int top_k, ct_rng *rng);
 
-/* ---------------------------------------------------------------- generation (io_sample.c) */
+/* ---------------------------------------------------------------- generation (sample.c) */
 
 typedef struct ct_model ct_model;         /* ct_engine_model.h */
 typedef struct ct_tokenizer ct_tokenizer; /* ct_engine_io.h */
@@ -318,7 +320,7 @@ void ct_print_tokens(FILE *out, const int *tokens, int n, int vocab, const ct_to
 ct_status ct_prompt_parse(const char *prompt, int vocab, int eot, int *tokens, int cap, int *n,
                           ct_err *err);
 
-/* ---------------------------------------------------------------- the trainer (train.c) */
+/* ---------------------------------------------------------------- the trainer (check.c ... bubble.c) */
 
 /* Every value check that needs no file or device (the flags' ranges and combinations, output
  * directories that must exist); the LR schedule is parsed into *sched. CT_ERR_ARG naming it. */
@@ -387,9 +389,71 @@ ct_model *ct_trainer_model(ct_trainer *t);
 ct_exec *ct_trainer_exec(ct_trainer *t);
 ct_metrics *ct_trainer_metrics(ct_trainer *t);  /* the leader's (NULL elsewhere) */
 const ct_tokenizer *ct_trainer_tokenizer(const ct_trainer *t);
-/* Collective: the start-up report (configuration, one line per worker, memory per worker) to f on
- * the leader, and its "config" and "memory" metrics records. */
-ct_status ct_trainer_report(ct_trainer *t, FILE *f);
+/* The start-up report as data (ct_trainer_report): what the run is (the configuration, the
+ * layout, the model, the data) and what each worker holds (memory allocated beside the memory
+ * model's prediction and the ZeRO formula). A program formats it (train_gpt:
+ * examples/train_report.c). Pointers into the trainer (params' strings, device, split, slots,
+ * names) live as long as the trainer; grid_lines and worker are the report's own
+ * (ct_train_report_free). */
+typedef struct ct_train_report_worker {
+    uint64_t allocated[CT_MEM__COUNT]; /* bytes per category (ct_mem_category) */
+    uint64_t predicted[CT_MEM__COUNT]; /* the memory model's (comm: device + host staging) */
+    int predicted_ok;                  /* 0: no prediction, predict_error says why */
+    char predict_error[CT_ERR_MSG_MAX];
+    int stage, slots;                  /* pipeline stage, its activation slots */
+    uint64_t model_state;              /* params + grads + optimizer allocated */
+    double model_state_formula;        /* what the ZeRO formulas give for psi and psi_experts */
+    double psi, psi_experts;           /* parameters held (TP share; experts apart, over ep) */
+} ct_train_report_worker;
+
+typedef struct ct_train_report {
+    const ct_train_params *params;  /* the run's effective parameters */
+    const ct_device_info *device;   /* worker 0's */
+    int workers;                    /* W: dp x tp x pp */
+    int multi;                      /* run over a topology (MPI ranks x devices per rank) */
+    int ranks, devices_per_rank, buckets; /* (multi) and the gradient buckets of worker 0 */
+    int tp_device;                  /* TP collectives on the device (else staged through host) */
+    ct_gpt_config cfg;
+    const char *origin;             /* the checkpoint's file, the model file or "random init" */
+    size_t num_params, active_params;
+    int expert_capacity;            /* an expert's most choices of a row's tokens (experts) */
+    char *grid_lines;               /* one line per worker (ct_grid_describe); NULL: one worker */
+    /* the pipeline (params->pp > 1) */
+    const char *schedule;
+    int micro_batches, chunks_per_stage, nchunks;
+    const int *split;               /* [nchunks] blocks of each model chunk */
+    int split_given;                /* --pp-split, else balanced by FLOPs */
+    const int *slots;               /* [pp] activation slots of each stage */
+    double block_flops, embed_flops, head_flops; /* ct_pp_costs */
+    double bubble_unit;             /* simulated at unit costs (NaN: the simulation failed) */
+    /* data */
+    const char *data_name, *val_name; /* val_name NULL: no validation */
+    size_t data_tokens, val_tokens;
+    int data_files;
+    long long steps_per_epoch;
+    int rows_per_worker;
+    /* the model as built */
+    const char *attention_note;
+    ct_attn_path attention;
+    ct_recompute recompute;
+    int split_backward;             /* zb1's deferred weight halves */
+    double act_slot_bytes, act_layer_bytes, act_scratch_bytes, act_recompute_bytes;
+    int act_buffers;                /* > 1: the activations held in pieces, the largest: */
+    size_t act_largest;
+    int state_arrays, state_buffers; /* model state: arrays and the device buffers holding them */
+    size_t state_largest;
+    uint64_t max_alloc;             /* the device's largest allocation */
+    double flops_per_token, peak_tflops;
+    const char *peak_source;
+    int64_t start;                  /* first step of this run */
+    int traced, trace_first, trace_last; /* --trace: steps traced */
+    ct_train_report_worker *worker; /* [workers] */
+} ct_train_report;
+
+/* Collective: the start-up report into *out on the leader (elsewhere zeroed), and its "config"
+ * and "memory" metrics records. */
+ct_status ct_trainer_report(ct_trainer *t, ct_train_report *out);
+void ct_train_report_free(ct_train_report *rep);
 /* Collective: one optimizer step; *sm is what the log line and the "train" record show (the
  * leader writes the record). A step whose loss or norm is not finite is skipped by the executor
  * (sm->skipped, nothing updated); with --nonfinite stop, or at the --max-skips-th skip in a
@@ -417,6 +481,9 @@ ct_status ct_trainer_save_model(ct_trainer *t);
 typedef struct ct_pipeline_bubble {
     int steps;                /* steps timed (0: none, the rest is unset) */
     int stages;
+    const char *schedule;     /* its name */
+    int micro_batches;
+    int first_step, last_step; /* the steps timed, 1-based */
     double measured, simulated, unit; /* the mean over stages */
     double makespan_ms;       /* the measured step span, mean over the steps timed */
     double last_measured;     /* the last timed step's measured bubble, and its replay: the */
@@ -427,13 +494,21 @@ typedef struct ct_pipeline_bubble {
     double send_ms[CT_PIPELINE_MAX_STAGES], recv_ms[CT_PIPELINE_MAX_STAGES];
 } ct_pipeline_bubble;
 /* Collective: a pipelined run's measured bubble per stage (from the executed timeline of the
- * steps timed: the traced ones, else the run's last three) beside the simulator's, to f (may be
- * NULL) on the leader, with a "pipeline" metrics record; *out (may be NULL) filled on the leader.
- * Nothing (CT_OK, out->steps = 0) with pp = 1 or no step timed. */
-ct_status ct_trainer_pipeline_report(ct_trainer *t, FILE *f, ct_pipeline_bubble *out);
+ * steps timed: the traced ones, else the run's last three) beside the simulator's, into *out on
+ * the leader, with a "pipeline" metrics record. Nothing (CT_OK, out->steps = 0) with pp = 1 or
+ * no step timed, and elsewhere than on the leader. */
+ct_status ct_trainer_pipeline_report(ct_trainer *t, ct_pipeline_bubble *out);
 /* Collective: the end of the run (writes the trace when --trace is given). */
 ct_status ct_trainer_finish(ct_trainer *t);
-/* The device's GEMM rate (TFLOP/s) at the model's matmul shapes for BT rows: the MFU peak. */
+/* The peak MFU divides by: the device's fp32 GEMM rate in TFLOP/s (2*M*N*K per product) at the
+ * model's forward matmul shapes for BT rows, C = c->channels, Vp = c->padded_vocab: (BT, 3C, C)
+ * the QKV projection, (BT, 4C, C) the MLP's fc, (BT, Vp, C) the logits, each as the forward runs
+ * it (ct_gemm, A row-major (M,K) times B^T, B row-major (N,K)). Each shape: repeated products
+ * (the first left out as a warm-up, at least 4, then until 0.3 s have passed, at most 200), each
+ * timed to the device's finish, the fastest kept; the peak is the fastest of the three shapes:
+ * what this device reaches on this model's GEMMs, not the vendor's figure. 0 when a buffer
+ * cannot be allocated or a product fails. Used by ct_trainer_create (--peak-tflops 0) and
+ * bench_train. */
 double ct_measure_gemm_tflops(ct_device *dev, const ct_gpt_config *c, int BT);
 
 #ifdef __cplusplus

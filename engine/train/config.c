@@ -1,0 +1,115 @@
+/* config.c - the model's shape a run trains: a checkpoint's (--resume), a model file's (--init)
+ * or the shape flags', resolved in one place (ct__train_config_load) for ct_train_config and
+ * ct_train_run_open; and what a mixture of experts' layouts support. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_impl.h"
+
+/* A new model's shape from the flags. */
+static ct_status config_of_flags(const ct_train_params *p, ct_gpt_config *cfg, ct_err *err) {
+    int V = p->vocab ? p->vocab : (p->data[0] ? 50257 : 256);
+    cfg->vocab = V;
+    cfg->padded_vocab = (V + 127) / 128 * 128;
+    cfg->layers = p->layers;
+    cfg->heads = p->heads;
+    cfg->channels = p->dim;
+    cfg->max_seq = p->max_seq ? p->max_seq : p->seq;
+    cfg->experts = p->experts;
+    cfg->top_k = p->experts > 0 ? p->top_k : 0;
+    if (p->experts > 0 && p->top_k > p->experts)
+        return CT_ERR(err, CT_ERR_ARG, "--top-k %d is above --experts %d (each token goes to K "
+                                       "distinct experts)",
+                      p->top_k, p->experts);
+    if (p->dim % p->heads != 0)
+        return CT_ERR(err, CT_ERR_ARG, "--heads %d does not divide --dim %d (the head size must be whole)",
+                      p->heads, p->dim);
+    return ct_gpt_config_check(cfg, "the model of the flags", err);
+}
+
+/* A shape flag given beside a model file or checkpoint must agree with it. */
+static ct_status config_vs_flags(const ct_train_params *p,
+                                 const ct_gpt_config *cfg, const char *origin, ct_err *err) {
+    if (!p->resume[0] && !p->init[0]) return CT_OK;
+    struct {
+        const char *flag;
+        int given, file;
+    } f[] = {{"layers", p->layers, cfg->layers}, {"heads", p->heads, cfg->heads},
+             {"dim", p->dim, cfg->channels},     {"vocab", p->vocab, cfg->vocab},
+             {"max-seq", p->max_seq, cfg->max_seq}, {"experts", p->experts, cfg->experts},
+             {"top-k", p->top_k, cfg->top_k}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (ct_train_given(p, f[i].flag) && f[i].given != f[i].file &&
+            !(!strcmp(f[i].flag, "top-k") && cfg->experts == 0)) /* no K without experts */
+            return CT_ERR(err, CT_ERR_ARG, "--%s %d contradicts the model of %s (%d); leave it out",
+                          f[i].flag, f[i].given, origin, f[i].file);
+    return CT_OK;
+}
+
+ct_status ct__train_source_load(const ct_train_params *p, int keep, ct__train_source *src,
+                                ct_err *err) {
+    ct_status st;
+    memset(src, 0, sizeof *src);
+    ct_gpt_config *cfg = &src->cfg;
+    if (p->resume[0]) {
+        if ((st = ct_checkpoint_find(p->resume, src->ckpath, sizeof src->ckpath, err)) != CT_OK ||
+            (st = ct_checkpoint_read(src->ckpath, &src->ck, err)) != CT_OK)
+            return st;
+        *cfg = src->ck.cfg;
+        if (!keep) ct_checkpoint_release(&src->ck);
+        snprintf(src->origin, sizeof src->origin, "%s", src->ckpath);
+    } else if (p->init[0]) {
+        st = keep ? ct_model_file_read(p->init, cfg, &src->init_params, &src->init_n, err)
+                  : ct_model_file_read_config(p->init, cfg, err);
+        if (st != CT_OK) return st;
+        snprintf(src->origin, sizeof src->origin, "%s", p->init);
+    } else {
+        if ((st = config_of_flags(p, cfg, err)) != CT_OK) return st;
+        snprintf(src->origin, sizeof src->origin, "random init");
+    }
+    return config_vs_flags(p, cfg, src->origin, err);
+}
+
+void ct__train_source_release(ct__train_source *src) {
+    ct_checkpoint_release(&src->ck);
+    free(src->init_params);
+    src->init_params = NULL;
+}
+
+ct_status ct_train_config(const ct_train_params *p, ct_gpt_config *cfg, ct_err *err) {
+    ct__train_source src;
+    ct_status st = ct__train_source_load(p, 0, &src, err);
+    *cfg = src.cfg;
+    ct__train_source_release(&src);
+    return st;
+}
+
+ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg, ct_sched_kind kind,
+                             ct_err *err) {
+    char m[400];
+    if (cfg->experts == 0 && p->ep > 1)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "--ep needs a mixture of experts (--experts E, or a model file with experts)");
+    if (cfg->experts == 0) return CT_OK;
+    if (cfg->experts % p->ep)
+        return CT_ERR(err, CT_ERR_ARG, "--ep %d does not divide the %d experts (each worker of an EP "
+                                       "group holds E / ep of them)",
+                      p->ep, cfg->experts);
+    if (p->zero >= 2)
+        return CT_ERR(err, CT_ERR_ARG, "experts with --zero %d are not built (ZeRO-0 and 1 are): the "
+                                       "working buffers hold one block's dense tensors at a time",
+                      p->zero);
+    if (kind == CT_SCHED_ZB1)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "experts with --schedule zb1 are not built (the MoE layer's backward runs its "
+                      "all-to-alls in one piece, not split in two halves); use gpipe, 1f1b or "
+                      "interleaved");
+    if (p->save_model[0] && !ct_model_file_is_safetensors(p->save_model)) {
+        snprintf(m, sizeof m, "--save-model %s: llm.c's model format has no place for experts; "
+                              "name the file *.safetensors",
+                 p->save_model);
+        return CT_ERR(err, CT_ERR_ARG, "%s", m);
+    }
+    return CT_OK;
+}
