@@ -117,25 +117,19 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
         /* One decision for every worker (a timing each worker made for itself could differ
          * between them, and the replicas would then run different numerics): world worker 0
          * measures on its device, every worker builds that path. */
-        int tpn = p->tp > 0 ? p->tp : 1;
         int32_t chosen = 0;
         if (t->leader) {
+            /* the model's own choice (ct_model_attention_choose), with ct_attn_tune's blocks */
+            ct_model_plan pa = plan;
+            pa.attn_blocks = NULL;
             ct_attn_path path = CT_ATTN_GEMM;
             ct_attn_cfg acfg;
-            char note[256];
-            if ((st = ct_attn_select(t->dev, CT_ATTN_AUTO, NULL, p->seq, cfg->channels / tpn,
-                                     cfg->heads / tpn, &path, &acfg, note, sizeof note)) != CT_OK)
+            char note[512];
+            if (ct_model_attention_choose(t->dev, cfg, &lay, &at, &pa, &path, &acfg, note,
+                                          sizeof note) != CT_OK)
                 chosen = -1;
             else
                 chosen = path == CT_ATTN_FUSED ? 1 : 0;
-            /* as ct_model_create does for auto: the timing was of one row; at this batch the
-             * GEMM path's scores may need a buffer the device cannot give where the fused path
-             * fits (every worker holds the same rows and heads) */
-            ct_model_plan pg = plan;
-            pg.attention = CT_ATTN_GEMM;
-            if (chosen == 0 &&
-                ct_model_gemm_exceeds(cfg, &lay, &at, &pg, ct_device_max_alloc(t->dev)))
-                chosen = 1;
         }
         if ((st = ct_comm_bcast(t->world, &chosen, 1, CT_I32, 0, NULL)) != CT_OK) {
             ct__trainer_fail(t, err, st, "agreeing on the attention path: %s", ct_comm_errmsg(t->world));
