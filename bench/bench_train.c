@@ -119,7 +119,7 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
         if (i == warmup) tsteady = ts;
         if (ct_exec_step(x, sched, tok, tg, B, T, &hp, i + 1, &res)) goto fail_x;
         if (i >= warmup && now_s() - ts < best) best = now_s() - ts;
-        loss = (float)res.loss;
+        loss = (float)res.loss, norm = (float)res.grad_norm;
         if (i == 0) first = loss;
     }
     double el = now_s() - tsteady;
@@ -129,7 +129,6 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     double tflops = fpt * tps / 1e12;
     double mfu = peak > 0 ? tflops / peak : 0;
     double best_mfu = peak > 0 ? fpt * best_tps / 1e12 / peak : 0;
-    ct_model_grad_norm(m, &norm);
     ct_mem_stats ms_;
     ct_device_mem_stats(dev, &ms_);
     printf("\n== %s: L=%d C=%d NH=%d T=%d B=%d V=%d Vp=%d, %.2fM parameters (setup %.1f s), "
