@@ -112,14 +112,14 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
         if (i > 0) tg[i - 1] = v;
     }
     double setup = now_s() - t0;
-    float loss = 0, norm = 0, first = 0;
+    float loss = 0, first = 0;
     double tsteady = 0, best = 1e30;
     for (int i = 0; i < warmup + steps; i++) {
         double ts = now_s();
         if (i == warmup) tsteady = ts;
         if (ct_exec_step(x, sched, tok, tg, B, T, &hp, i + 1, &res)) goto fail_x;
         if (i >= warmup && now_s() - ts < best) best = now_s() - ts;
-        loss = (float)res.loss, norm = (float)res.grad_norm;
+        loss = (float)res.loss;
         if (i == 0) first = loss;
     }
     double el = now_s() - tsteady;
