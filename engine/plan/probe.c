@@ -1,16 +1,16 @@
-/* plan_probe.c - the layout planner's measurements: what a worker's device takes for one block,
- * the embedding and the head at the shapes a layout gives it (the engine's own ops, in the
- * order engine/model.c runs them), one host staging copy, the optimizer per element, how much
- * host work hides behind device work, and the links (alpha-beta per collective, group size and
+/* probe.c - the layout planner's measurements: what a worker's device takes for one block, the
+ * embedding and the head at the shapes a layout gives it (the engine's own ops, in the order
+ * engine/model/model.c runs them), one host staging copy, the optimizer per element, how much host
+ * work hides behind device work, and the links (alpha-beta per collective, group size and
  * placement) over groups laid out as the layouts lay them. Every worker measures at once, so
  * workers sharing a host (PoCL devices) are measured as they will run; the results are averaged
- * (compute) or taken at the slowest member (links) over the world, so every worker ends with
- * the same costs and ranks the layouts the same way. */
+ * (compute) or taken at the slowest member (links) over the world, so every worker ends with the
+ * same costs and ranks the layouts the same way. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ct_engine_plan.h"
+#include "plan_impl.h"
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -309,7 +309,7 @@ static ct_status probe_link(ct_comm *world, ct_plan_link *k, int stride, int rep
                 st = link_once(g, k->coll, buf, bytes);
                 v[r] = 1e3 * (ct_time_now() - t0);
             }
-            if (st != CT_OK) CT_ERR(err, st, "calibrating %s over %d: %s", ct_plan_coll_name(k->coll), k->n,
+            if (st != CT_OK) CT_ERR(err, st, "calibrating %s over %d: %s", ct__plan_coll_name(k->coll), k->n,
                                     ct_comm_errmsg(g));
             else mine = (float)median(v, rr);
         }
@@ -319,7 +319,7 @@ static ct_status probe_link(ct_comm *world, ct_plan_link *k, int stride, int rep
         if (s2 != CT_OK && st == CT_OK) st = CT_ERR(err, s2, "%s", ct_comm_errmsg(world));
         if (pair[1] > 0 && st == CT_OK)
             st = CT_ERR(err, CT_ERR_STATE, "calibrating %s over %d failed on another worker",
-                        ct_plan_coll_name(k->coll), k->n);
+                        ct__plan_coll_name(k->coll), k->n);
         if (st != CT_OK) break;
         t[i] = pair[0];
     }
@@ -328,7 +328,7 @@ static ct_status probe_link(ct_comm *world, ct_plan_link *k, int stride, int rep
         if (log)
             fprintf(log, "  link %-13s n %d %-7s (stride %d): %.3f ms at %.0f B, %.3f ms at %.0f B "
                          "-> alpha %.4f ms, %.3f GB/s\n",
-                    ct_plan_coll_name(k->coll), k->n, ct_plan_place_name(k->place), stride, t[0],
+                    ct__plan_coll_name(k->coll), k->n, ct__plan_place_name(k->place), stride, t[0],
                     sz[0], t[2], sz[2], k->alpha, k->beta > 0 ? 1e-6 / k->beta : 0.0);
     }
     free(buf);
@@ -338,7 +338,7 @@ static ct_status probe_link(ct_comm *world, ct_plan_link *k, int stride, int rep
 
 /* ------------------------------------------------------------------ calibrate */
 
-ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
+ct_status ct__plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
                             const ct_plan_needs *need, int reps, FILE *log, ct_plan_costs *out,
                             ct_err *err) {
     memset(out, 0, sizeof *out);

@@ -1,0 +1,50 @@
+/* plan_impl.h - the planner's private contracts between its files (not for programs). The
+ * files stand in layers, each calling only those below it:
+ *
+ *   measure.c                          --layout auto's measurement: devices, workers, a table
+ *   probe.c                            the measurements on a worker's device and links
+ *   print.c                            a result as text and JSON
+ *   rank.c                             every layout, its memory and time, in order
+ *   predict.c                          the time model of one layout
+ *   needs.c                            what the layouts need measured
+ *   memory.c                           what a worker of a layout holds
+ *   problem.c  layout.c  links.c       the problem and its layouts; a layout's names and flags;
+ *                                      the link model (placements, the fit, the links table)
+ */
+#ifndef CT_PLAN_IMPL_H
+#define CT_PLAN_IMPL_H
+
+#include "ct_engine_plan.h"
+
+/* layout.c: the train_gpt flags that run l: "--dp 2 --tp 2 --pp 2 --schedule 1f1b --zero 1 ..." */
+char *ct__plan_layout_flags(const ct_plan_layout *l, char *buf, size_t len);
+
+/* problem.c: the blocks per model chunk the trainer uses for `l` (the FLOP-balanced split,
+ * ct_pp_split_balanced); split has pp * virt entries. */
+ct_status ct__plan_split(const ct_plan_problem *pb, const ct_plan_layout *l, int *split,
+                         ct_err *err);
+
+/* memory.c: the parameters (elements) the worker at stage q of `l` holds (TP-split tensors / tp,
+ * experts / ep), as the memory report counts them; *blocks (may be NULL): the blocks it holds. */
+double ct__plan_stage_params(const ct_plan_problem *pb, const ct_plan_layout *l, const int *split,
+                             int q, int *blocks);
+/* memory.c: one block's parameters on a worker (TP-split / tp, experts / ep). */
+double ct__plan_block_params(const ct_plan_problem *pb, int tp, int ep);
+
+/* links.c: "threads", "ranks", "mixed"; "allreduce", ..., "p2p" */
+const char *ct__plan_place_name(ct_plan_place p);
+const char *ct__plan_coll_name(int coll);
+
+/* probe.c: measure what `need` lists. Collective over `world` (each worker with its own device,
+ * every worker calling with the same problem): compute shapes are timed on every worker at once
+ * and averaged, links over groups of each needed size and placement, all groups at once
+ * (need->nlink 0: none, they come from ct_plan_links_load). world NULL: this device alone. A
+ * shape of TP degree tp is timed with its collectives inside, over groups of tp workers of
+ * world: tp > the workers measuring is CT_ERR_ARG (it says to run as more workers or pin --tp).
+ * reps: timed repetitions per item (compute: the fastest; the rest: the median). log (may be
+ * NULL, the leader's): one line per item measured. */
+ct_status ct__plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
+                             const ct_plan_needs *need, int reps, FILE *log, ct_plan_costs *out,
+                             ct_err *err);
+
+#endif /* CT_PLAN_IMPL_H */
