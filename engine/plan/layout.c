@@ -1,6 +1,7 @@
 /* layout.c - a layout as train_gpt spells it: its short name for tables, the flags that run it,
- * and the train_gpt parameters those flags set (ct_plan_apply: the one place a layout becomes
- * parameters, for the memory model here and for the programs that run the choice). */
+ * and the train_gpt parameters those flags set (ct_plan_apply, ct__plan_params: the one place a
+ * layout and a problem become parameters, for the checks, the memory model and the programs
+ * that run the choice). */
 #include <string.h>
 
 #include "plan_impl.h"
@@ -36,4 +37,14 @@ void ct_plan_apply(const ct_plan_layout *l, ct_train_params *p) {
     p->schedule = l->pp > 1 ? ct_sched_name(l->sched) : "1f1b";
     p->virtual_stages = l->sched == CT_SCHED_INTERLEAVED ? l->virt : 1;
     p->sequence_parallel = l->sp;
+}
+
+void ct__plan_params(const ct_plan_problem *pb, const ct_plan_layout *l,
+                     const ct_train_params *from, ct_train_params *q) {
+    *q = *from;
+    q->seq = pb->T;
+    q->batch = pb->B;
+    q->total_batch = pb->micro > 1 ? pb->micro * pb->B * pb->T : 0;
+    q->bucket_mb = pb->bucket_mb > 0 ? pb->bucket_mb : q->bucket_mb;
+    ct_plan_apply(l, q);
 }

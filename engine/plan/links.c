@@ -81,17 +81,17 @@ ct_status ct_plan_links_load(ct_plan_costs *c, const char *path, ct_err *err) {
             break;
         }
         ct_coll cc;
-        if (!strcmp(coll, "p2p")) k.coll = CT_PLAN_P2P;
+        if (!strcmp(coll, ct__plan_coll_name(CT_PLAN_P2P))) k.coll = CT_PLAN_P2P;
         else if (ct_coll_parse(coll, &cc) == CT_OK) k.coll = (int)cc;
         else {
             st = CT_ERR(err, CT_ERR_ARG, "links table %s line %d: unknown collective '%s'", path,
                         ln, coll);
             break;
         }
-        if (!strcmp(place, "threads")) k.place = CT_PLACE_THREADS;
-        else if (!strcmp(place, "ranks")) k.place = CT_PLACE_RANKS;
-        else if (!strcmp(place, "mixed")) k.place = CT_PLACE_MIXED;
-        else {
+        int pl = CT_PLACE_THREADS;
+        while (pl <= CT_PLACE_MIXED && strcmp(place, ct__plan_place_name((ct_plan_place)pl))) pl++;
+        k.place = (ct_plan_place)pl;
+        if (pl > CT_PLACE_MIXED) {
             st = CT_ERR(err, CT_ERR_ARG,
                         "links table %s line %d: placement '%s' is not threads, ranks or mixed",
                         path, ln, place);

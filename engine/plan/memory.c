@@ -11,16 +11,12 @@ ct_status ct_plan_memory(const ct_plan_problem *pb, const ct_plan_layout *l, int
     /* The trainer's own prediction (ct_train_mem_predict: the functions that size its
      * allocations) for the flags that would run l; --pp-split is not the planner's (it uses
      * the FLOP-balanced split, as ct__plan_split does). */
-    ct_train_params q = pb->base;
-    q.seq = pb->T;
-    q.batch = pb->B;
-    q.total_batch = pb->micro > 1 ? pb->micro * pb->B * pb->T : 0;
-    q.bucket_mb = pb->bucket_mb > 0 ? pb->bucket_mb : q.bucket_mb;
+    ct_train_params q;
+    ct__plan_params(pb, l, &pb->base, &q);
     q.overlap = pb->overlap;
     q.pp_split = "";
     q.attention = ct_attn_path_name(pb->attn);
     q.recompute = pb->recompute[0] ? pb->recompute : "none";
-    ct_plan_apply(l, &q);
     ct_mem_predict mp;
     ct_status st = ct_train_mem_predict(&q, &pb->cfg, w, &mp, err);
     if (st != CT_OK) return st;

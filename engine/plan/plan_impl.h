@@ -19,6 +19,12 @@
 /* layout.c: the train_gpt flags that run l: "--dp 2 --tp 2 --pp 2 --schedule 1f1b --zero 1 ..." */
 char *ct__plan_layout_flags(const ct_plan_layout *l, char *buf, size_t len);
 
+/* layout.c: the train_gpt parameters that run l for pb: `from` (the defaults, or the command
+ * line's) with the problem's batch (--seq, --batch, --total-batch), its --bucket-mb when set,
+ * and l's layout flags (ct_plan_apply). */
+void ct__plan_params(const ct_plan_problem *pb, const ct_plan_layout *l,
+                     const ct_train_params *from, ct_train_params *q);
+
 /* problem.c: the blocks per model chunk the trainer uses for `l` (the FLOP-balanced split,
  * ct_pp_split_balanced); split has pp * virt entries. */
 ct_status ct__plan_split(const ct_plan_problem *pb, const ct_plan_layout *l, int *split,

@@ -56,15 +56,9 @@ ct_status ct_plan_layout_check(const ct_plan_problem *pb, const ct_plan_layout *
     if (l->ep < 1 || l->dp % l->ep)
         return CT_ERR(err, CT_ERR_ARG, "ep %d does not divide dp %d", l->ep, l->dp);
     /* train_gpt's own checks, on the flags that would run it */
-    ct_train_params q = ct_train_params_default();
-    q.seq = pb->T;
-    q.batch = pb->B;
-    q.total_batch = pb->micro > 1 ? pb->micro * pb->B * pb->T : 0;
-    q.dp = l->dp, q.tp = l->tp, q.pp = l->pp, q.zero = l->zero, q.ep = l->ep;
-    q.sequence_parallel = l->sp;
-    q.virtual_stages = l->virt;
-    q.bucket_mb = pb->bucket_mb > 0 ? pb->bucket_mb : q.bucket_mb;
-    q.schedule = l->pp > 1 ? ct_sched_name(l->sched) : "1f1b";
+    ct_train_params q, d = ct_train_params_default();
+    ct__plan_params(pb, l, &d, &q);
+    q.virtual_stages = l->virt; /* as asked, not as applied: train_gpt refuses them unused */
     if (l->pp > 1 && l->sched == CT_SCHED_TRIVIAL)
         return CT_ERR(err, CT_ERR_ARG, "a pipeline needs a schedule other than trivial");
     ct_lr_schedule ls;
