@@ -37,6 +37,17 @@ void ct_plan_costs_free(ct_plan_costs *c) {
     c->comp = NULL, c->link = NULL, c->ncomp = c->nlink = 0;
 }
 
+/* ------------------------------------------------------------------ fitting measurements */
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+double ct__plan_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 void ct_plan_fit(const double *x, const double *t, int n, double *alpha, double *beta) {
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (int i = 0; i < n; i++) {

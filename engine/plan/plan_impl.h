@@ -2,7 +2,9 @@
  * files stand in layers, each calling only those below it:
  *
  *   measure.c                          --layout auto's measurement: devices, workers, a table
- *   probe.c                            the measurements on a worker's device and links
+ *   probe.c                            the measurements: the model's pieces on every worker,
+ *                                      then (below) the device's copies and optimizer, the links
+ *   probe_device.c  probe_links.c
  *   print.c                            a result as text and JSON
  *   rank.c                             every layout, its memory and time, in order
  *   predict.c                          the time model of one layout
@@ -40,6 +42,25 @@ double ct__plan_block_params(const ct_plan_problem *pb, int tp, int ep);
 /* links.c: "threads", "ranks", "mixed"; "allreduce", ..., "p2p" */
 const char *ct__plan_place_name(ct_plan_place p);
 const char *ct__plan_coll_name(int coll);
+
+/* links.c: the median of n timings (v is sorted). */
+double ct__plan_median(double *v, int n);
+
+/* probe_device.c: one host staging copy (device read + write) at a few sizes up to hi bytes, and
+ * the optimizer (norm + AdamW) over lo..hi floats in one launch: alpha (ms), beta (ms per byte,
+ * per float); the share (0..1) of the shorter of (device work, host work) hidden when both run
+ * at once. reps: timed repetitions (the median). */
+ct_status ct__plan_probe_copy(ct_device *dev, double hi, int reps, double *alpha, double *beta,
+                              ct_err *err);
+ct_status ct__plan_probe_opt(ct_device *dev, double lo, double hi, int reps, double *alpha,
+                             double *beta, ct_err *err);
+ct_status ct__plan_probe_overlap(ct_device *dev, int reps, double *share, ct_err *err);
+
+/* probe_links.c: k's alpha and beta (k->coll, n, lo, hi given), measured over every group of
+ * k->n workers at `stride` in world at once, the slowest member counting; every worker of world
+ * calls it. log (may be NULL): one line. */
+ct_status ct__plan_probe_link(ct_comm *world, ct_plan_link *k, int stride, int reps, FILE *log,
+                              ct_err *err);
 
 /* probe.c: measure what `need` lists. Collective over `world` (each worker with its own device,
  * every worker calling with the same problem): compute shapes are timed on every worker at once
