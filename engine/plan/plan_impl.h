@@ -1,18 +1,22 @@
 /* plan_impl.h - the planner's private contracts between its files (not for programs). The
- * files stand in layers, each calling only those below it:
+ * files stand in layers, each calling only files below it (scripts/file_cycles finds none
+ * calling back up):
  *
- *   measure.c                          --layout auto's measurement: devices, workers, a table
- *   probe.c                            the measurements: the model's pieces on every worker,
- *                                      then (below) the device's copies and optimizer, the links
- *   probe_device.c  probe_links.c
- *   print.c                            a result as text and JSON
- *   rank.c                             every layout, its memory and time, in order
- *   predict.c                          the time model of one layout
- *   needs.c                            what the layouts need measured
- *   memory.c                           what a worker of a layout holds
- *   problem.c  layout.c  links.c       the problem and its layouts; a layout's names and flags;
- *                                      the link model (placements, the fit, the links table)
- */
+ *   measure.c        --layout auto's measurement: this process's devices and workers, a table
+ *   probe.c          the measurements in order; the model's pieces on every worker
+ *   probe_device.c   a staging copy, the optimizer, the overlap of host and device work
+ *   probe_links.c    one link over every group of a pattern at once
+ *   print.c          a ranked result as text and JSON
+ *   rank.c           every layout with its memory and predicted time, in order
+ *   predict.c        the time model of one layout
+ *   needs.c          what the layouts need measured
+ *   memory.c         what a worker of a layout holds
+ *   problem.c        the problem, the valid layouts, the pipeline split
+ *   layout.c         a layout's name, flags and the parameters that run it
+ *   links.c          the link model: placements, the fit, the links table, the default model
+ *
+ * The measurement (probe*.c, measure.c) sits above the pure model and nothing in the model
+ * calls it: ct_plan_rank, ct_plan_predict and the printing run without a device. */
 #ifndef CT_PLAN_IMPL_H
 #define CT_PLAN_IMPL_H
 
