@@ -11,7 +11,8 @@
  *     ct_plan_costs costs;                      // measured by this process's workers, with
  *     double mem, alloc;                        // the other ranks' when live (collective)
  *     ct_plan_measure(topo, &params, &pb, need, live, NULL, 5, NULL, &costs, &mem, &alloc, &err);
- *     ct_plan_limit_alloc(&pb, alloc);
+ *     if (pb.mem_cap <= 0) pb.mem_cap = mem;    // the devices' memory unless --mem-cap-gb
+ *     ct_plan_limit_alloc(&pb, alloc);          // and their largest buffer
  *     ct_plan_result res;                       // ranked: fitting layouts first, fastest first
  *     if (ct_plan_rank(&pb, &costs, &res, &err) == CT_OK && res.nfit > 0) {
  *         ct_plan_print(stdout, &pb, &costs, &res, 10);
