@@ -1,8 +1,7 @@
 /* ct_plan - which layout to train a model with on W workers: every dp x tp x pp (with ZeRO
  * stage, schedule, virtual stages, sequence parallelism) train_gpt would run, its memory per
  * worker (the engine's own model), and its step time predicted from costs measured on these
- * devices and links (engine/plan.c, plan_probe.c). Prints the best layouts and the one chosen,
- * or --json.
+ * devices and links (engine/plan/). Prints the best layouts and the one chosen, or --json.
  *
  *   # measure on the workers the run will use (they time their ops and links at once)
  *   mpiexec -n 2 build/bin/ct_plan --devices-per-rank 2 --layers 8 --dim 256 --seq 128 \

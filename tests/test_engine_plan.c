@@ -1,4 +1,4 @@
-/* test_engine_plan.c - the layout planner's pure half (engine/plan.c), no device:
+/* test_engine_plan.c - the layout planner's pure half (engine/plan/ but probe.c, measure.c), no device:
  *   1. the layouts enumerated are exactly those a plain restatement of train_gpt's rules allows
  *      (dp x tp x pp = W, dp | batch, tp | heads, Vp, 4C, SP: tp | T, ZeRO needs dp >= 2,
  *      chunks <= blocks, interleaved: v >= 2 and pp | micro-batches, zb1 without TP, ZeRO 2/3

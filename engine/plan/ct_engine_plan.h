@@ -5,12 +5,19 @@
  *
  *     ct_plan_problem pb;                       // the model, the batch, the workers
  *     ct_plan_problem_from_params(&pb, &params, &cfg, W, D);
+ *     ct_plan_problem_fix(&pb, &params);        // the layout flags given pin their choices
  *     ct_plan_needs *need = NULL;               // what the candidates need measured
  *     ct_plan_needs_make(&pb, &need, &err);
- *     ct_plan_costs costs;                      // measured: collective over the workers
- *     ct_plan_calibrate(world, dev, &pb, need, &costs, &err);      // on every worker
+ *     ct_plan_costs costs;                      // measured by this process's workers, with
+ *     double mem, alloc;                        // the other ranks' when live (collective)
+ *     ct_plan_measure(topo, &params, &pb, need, live, NULL, 5, NULL, &costs, &mem, &alloc, &err);
+ *     if (pb.mem_cap <= 0) pb.mem_cap = mem;    // the devices' memory unless --mem-cap-gb
+ *     ct_plan_limit_alloc(&pb, alloc);          // and their largest buffer
  *     ct_plan_result res;                       // ranked: fitting layouts first, fastest first
- *     if (ct_plan_rank(&pb, &costs, &res, &err) == CT_OK) ct_plan_print(stdout, &pb, &res, 10);
+ *     if (ct_plan_rank(&pb, &costs, &res, &err) == CT_OK && res.nfit > 0) {
+ *         ct_plan_print(stdout, &pb, &costs, &res, 10);
+ *         ct_plan_apply(&res.e[0].lay, &params);   // train with the fastest that fits
+ *     }
  *     ct_plan_result_free(&res); ct_plan_needs_free(need); ct_plan_costs_free(&costs);
  *
  * The time model, per layout (costs in ms, measured; nothing assumed about the device):
@@ -62,8 +69,8 @@ typedef struct ct_plan_layout {
 
 /* "dp2 tp2 pp2 1f1b z1 sp" (short, for tables); buf of 64 suffices. */
 char *ct_plan_layout_name(const ct_plan_layout *l, char *buf, size_t len);
-/* The train_gpt flags that run it: "--dp 2 --tp 2 --pp 2 --schedule 1f1b --zero 1 ..." */
-char *ct_plan_layout_flags(const ct_plan_layout *l, char *buf, size_t len);
+/* Set train_gpt's layout flags to l (dp, tp, pp, ep, zero, schedule, virtual stages, SP). */
+void ct_plan_apply(const ct_plan_layout *l, ct_train_params *p);
 
 /* What is fixed: the model, the batch, the workers and their memory, the engine's knobs. A
  * field of `fix` >= 0 pins that choice (fix.sched: >= 0 a schedule), -1 leaves it free. */
@@ -75,7 +82,7 @@ typedef struct ct_plan_problem {
     int W, D;          /* workers; devices (worker threads) per rank: where groups fall */
     double mem_cap;    /* bytes per worker; 0: no cap */
     double max_alloc;  /* the largest single buffer a device takes, bytes; 0: no limit */
-    ct_attn_path attn; /* gemm or fused (auto: resolved by ct_plan_calibrate's timing) */
+    ct_attn_path attn; /* gemm or fused (auto: resolved by ct_plan_measure's timing) */
     double bucket_mb;  /* --bucket-mb */
     int overlap, tp_overlap;
     int max_virt;      /* the most chunks per stage enumerated for interleaved (default 2) */
@@ -96,6 +103,9 @@ void ct_plan_problem_from_params(ct_plan_problem *pb, const ct_train_params *p,
 /* Pin the layout flags given on a command line (--dp, --tp, --pp, --ep, --zero, --schedule,
  * --virtual-stages, --sequence-parallel) in pb->fix; the others stay free. */
 void ct_plan_problem_fix(ct_plan_problem *pb, const ct_train_params *p);
+/* The devices' largest allocation (0: unknown) as the problem's limit: --max-alloc-mb may
+ * lower it (pb->max_alloc set from the flag), not raise it (the device would refuse). */
+void ct_plan_limit_alloc(ct_plan_problem *pb, double device_max_alloc);
 
 /* CT_OK when train_gpt would run `l` for this problem; otherwise CT_ERR_ARG with train_gpt's
  * own message (the same checks: ct_train_params_check, ct_model_tp_check, chunks <= blocks). */
@@ -103,10 +113,6 @@ ct_status ct_plan_layout_check(const ct_plan_problem *pb, const ct_plan_layout *
 
 /* Every layout that passes ct_plan_layout_check and `fix`, in a fixed order; *out malloc'd. */
 ct_status ct_plan_enumerate(const ct_plan_problem *pb, ct_plan_layout **out, int *n, ct_err *err);
-
-/* Worker w's pipeline stage and the blocks per model chunk the trainer uses for `l` (the
- * FLOP-balanced split, ct_pp_split_balanced); split has pp * virt entries. */
-ct_status ct_plan_split(const ct_plan_problem *pb, const ct_plan_layout *l, int *split, ct_err *err);
 
 /* ---------------------------------------------------------------- memory */
 
@@ -156,8 +162,6 @@ typedef struct ct_plan_link {
     double alpha, beta;
     double lo, hi;
 } ct_plan_link;
-const char *ct_plan_place_name(ct_plan_place p); /* "threads", "ranks", "mixed" */
-const char *ct_plan_coll_name(int coll);         /* "allreduce", ..., "p2p" */
 /* Where a group of n workers at stride `stride` (worker 0's group) falls with D per rank. */
 ct_plan_place ct_plan_group_place(int n, int stride, int D);
 
@@ -193,27 +197,11 @@ void ct_plan_needs_free(ct_plan_needs *n);
  * NULL). */
 int ct_plan_needs_limit_tp(ct_plan_needs *n, int max_tp, int *tp_max);
 /* The default link model, for planning without the links measured or a table: every link `need`
- * lists, as a ring over its group with alpha and bandwidth per placement (threads of a process:
- * CT_PLAN_DEFAULT_THREADS_*, processes: CT_PLAN_DEFAULT_RANKS_*), added to c->link; c->source
- * names it. A guess, said as one: measure the links (bench_allreduce --write-links, ct_plan
- * --write-links over the real workers) and give --links for a ranking to trust. */
-#define CT_PLAN_DEFAULT_THREADS_US 5.0
-#define CT_PLAN_DEFAULT_THREADS_GBS 10.0
-#define CT_PLAN_DEFAULT_RANKS_US 25.0
-#define CT_PLAN_DEFAULT_RANKS_GBS 5.0
+ * lists, as a ring over its group with alpha and bandwidth per placement (threads of a process,
+ * processes: links.c states the numbers), added to c->link; c->source names it. A guess, said
+ * as one: measure the links (bench_allreduce --write-links, ct_plan --write-links over the real
+ * workers) and give --links for a ranking to trust. */
 ct_status ct_plan_links_default(ct_plan_costs *c, const ct_plan_needs *need, ct_err *err);
-
-/* Measure what `need` lists. Collective over `world` (each worker with its own device, every
- * worker calling with the same problem): compute shapes are timed on every worker at once and
- * averaged, links over groups of each needed size and placement, all groups at once (need->nlink
- * 0: none, they come from ct_plan_links_load). world NULL: this device alone. A shape of TP
- * degree tp is timed with its collectives inside, over groups of tp workers of world: tp > the
- * workers measuring is CT_ERR_ARG (it says to run as more workers or pin --tp). reps: timed
- * repetitions per item (compute: the fastest; the rest: the median). log (may be NULL, the
- * leader's): one line per item measured. */
-ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
-                            const ct_plan_needs *need, int reps, FILE *log, ct_plan_costs *out,
-                            ct_err *err);
 
 /* Links as text, one per line: "link COLL N PLACE ALPHA_MS BETA_MS_PER_BYTE LO HI" (#
  * comments); what bench_allreduce --write-links and ct_plan --write-links write. Loading adds
@@ -225,8 +213,15 @@ void ct_plan_fit(const double *x, const double *t, int n, double *alpha, double 
 
 /* The whole measurement of a program: this process's workers (topo's devices per rank, or one
  * without topo) each open the device train_gpt would give them (p->device, CT_DEVICE,
- * --workers-per-device) and run ct_plan_calibrate, collectively over the world when `live`
- * (every worker of the run is here), else each alone; then `links` (may be NULL) is loaded.
+ * --workers-per-device) and measure what `need` lists, collectively over the world when `live`
+ * (every worker of the run is here; links over groups of each needed size and placement, all
+ * groups at once), else the compute only, by this process's workers at once; then `links` (may
+ * be NULL: a table that replaces the links' measurement) is loaded. Compute shapes are timed
+ * on every worker at once and averaged; a shape of TP degree tp is timed with its collectives
+ * inside, over groups of tp workers: tp above the workers measuring is CT_ERR_ARG (it says to
+ * run as more workers or pin --tp; ct_plan_needs_limit_tp drops them first). reps: timed
+ * repetitions per item (compute: the fastest; the rest: the median). log (may be NULL, the
+ * leader's): one line per item measured.
  * Every worker of the process ends with the same costs in *out; *mem_min and *alloc_min (each
  * may be NULL) are the smallest global memory and the smallest CL_DEVICE_MAX_MEM_ALLOC_SIZE
  * among the devices of every worker (of the world when `topo` is given: every rank plans alike;
@@ -236,8 +231,6 @@ ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan
                           const ct_plan_needs *need, int live, const char *links, int reps,
                           FILE *log, ct_plan_costs *out, double *mem_min, double *alloc_min,
                           ct_err *err);
-/* Set train_gpt's layout flags to l (dp, tp, pp, zero, schedule, virtual stages, SP). */
-void ct_plan_apply(const ct_plan_layout *l, ct_train_params *p);
 
 /* ---------------------------------------------------------------- prediction and ranking */
 
@@ -283,9 +276,6 @@ typedef struct ct_plan_result {
 ct_status ct_plan_rank(const ct_plan_problem *pb, const ct_plan_costs *c, ct_plan_result *res,
                        ct_err *err);
 void ct_plan_result_free(ct_plan_result *r);
-/* The devices' largest allocation (0: unknown) as the problem's limit: --max-alloc-mb may
- * lower it (pb->max_alloc set from the flag), not raise it (the device would refuse). */
-void ct_plan_limit_alloc(ct_plan_problem *pb, double device_max_alloc);
 /* Why no layout fits (res->nfit == 0), one sentence: the smallest memory shortfall per worker,
  * or, where layouts fit the memory but each needs one buffer above the device's largest
  * allocation, the smallest such buffer. */

@@ -1,11 +1,12 @@
-/* plan_auto.c - the planner's measurement as programs run it (ct_plan, train_gpt --layout
- * auto): every worker of this process opens the device train_gpt would give it and measures,
- * together with the other processes' workers when the whole run is here. */
+/* measure.c - the planner's measurement as programs run it (ct_plan, train_gpt --layout auto):
+ * every worker of this process opens the device train_gpt would give it and measures
+ * (probe.c), together with the other processes' workers when the whole run is here; a links
+ * table replaces the links' measurement. The top of the planner: nothing here calls it. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ct_engine_plan.h"
+#include "plan_impl.h"
 
 typedef struct shared {
     ct_topo *topo;
@@ -72,7 +73,7 @@ static void measure_worker(shared *s, int thread) {
          * by the workers here at once (TP groups among them), the links come from a table */
         ct_plan_needs nd = *s->need;
         if (!s->live) nd.nlink = 0;
-        st = ct_plan_calibrate(world, dev, s->pb, &nd, s->reps, log, &c, &err);
+        st = ct__plan_calibrate(world, dev, s->pb, &nd, s->reps, log, &c, &err);
         if (st == CT_OK && s->live && s->need->nlink == 0)
             snprintf(c.source, sizeof c.source, "compute measured over the %d workers",
                      ct_comm_size(world));
@@ -146,11 +147,4 @@ ct_status ct_plan_measure(ct_topo *topo, const ct_train_params *p, const ct_plan
     free(picks);
     ct_device_list_free(list);
     return st;
-}
-
-void ct_plan_apply(const ct_plan_layout *l, ct_train_params *p) {
-    p->dp = l->dp, p->tp = l->tp, p->pp = l->pp, p->zero = l->zero, p->ep = l->ep > 1 ? l->ep : 1;
-    p->schedule = l->pp > 1 ? ct_sched_name(l->sched) : "1f1b";
-    p->virtual_stages = l->sched == CT_SCHED_INTERLEAVED ? l->virt : 1;
-    p->sequence_parallel = l->sp;
 }

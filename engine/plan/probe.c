@@ -1,27 +1,18 @@
-/* plan_probe.c - the layout planner's measurements: what a worker's device takes for one block,
- * the embedding and the head at the shapes a layout gives it (the engine's own ops, in the
- * order engine/model.c runs them), one host staging copy, the optimizer per element, how much
- * host work hides behind device work, and the links (alpha-beta per collective, group size and
- * placement) over groups laid out as the layouts lay them. Every worker measures at once, so
- * workers sharing a host (PoCL devices) are measured as they will run; the results are averaged
- * (compute) or taken at the slowest member (links) over the world, so every worker ends with
- * the same costs and ranks the layouts the same way. */
-#include <math.h>
+/* probe.c - the layout planner's measurements (ct__plan_calibrate), in order: the attention
+ * path, then what a worker's device takes for one block, the embedding and the head at the
+ * shapes a layout gives it (the engine's own ops, in the order engine/model/model.c runs them;
+ * timed here), then a host staging copy, the optimizer and the overlap (probe_device.c), then
+ * the links (probe_links.c). Every worker measures at once, so workers sharing a host (PoCL
+ * devices) are measured as they will run; the results are averaged (compute) or taken at the
+ * slowest member (links) over the world, so every worker ends with the same costs and ranks the
+ * layouts the same way. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "ct_engine_plan.h"
+#include "plan_impl.h"
 
 /* ------------------------------------------------------------------ small helpers */
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 /* The fastest of n: other users' load only ever adds time, so on a shared host the least
  * disturbed repetition is the best estimate of a piece's own time (the contention among the
  * workers measuring is in every repetition alike). */
@@ -109,236 +100,9 @@ static ct_status time_pieces(ct_model *m, int b, int T, const int *tok, int spli
     return CT_OK;
 }
 
-/* ------------------------------------------------------------------ copies, optimizer, overlap */
-
-/* One host staging copy (the engine's device reads and writes), at a few sizes: alpha, beta. */
-static ct_status probe_copy(ct_device *dev, double hi, int reps, double *alpha, double *beta,
-                            ct_err *err) {
-    double lim = 64.0 * 1048576.0;
-    if (hi > lim) hi = lim;
-    if (hi < 65536) hi = 65536;
-    double sz[3] = {4096, sqrt(4096 * hi), hi}, t[3];
-    ct_buffer *b = NULL;
-    float *h = ct_malloc((size_t)hi);
-    ct_status st = ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "planner copy probe", (size_t)hi, &b);
-    if (!h && st == CT_OK) st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
-    else if (st != CT_OK) CT_ERR(err, st, "%s", ct_device_errmsg(dev));
-    else memset(h, 0, (size_t)hi);
-    for (int i = 0; i < 3 && st == CT_OK; i++) {
-        size_t n = (size_t)sz[i] / 4 * 4;
-        double v[32];
-        int rr = reps > 32 ? 32 : reps;
-        st = ct_buffer_read(b, 0, h, n);
-        for (int r = 0; r < rr && st == CT_OK; r++) {
-            double t0 = ct_time_now();
-            st = ct_buffer_read(b, 0, h, n);
-            if (st == CT_OK) st = ct_buffer_write(b, 0, h, n);
-            v[r] = 0.5e3 * (ct_time_now() - t0);
-        }
-        if (st != CT_OK) CT_ERR(err, st, "%s", ct_device_errmsg(dev));
-        else t[i] = median(v, rr);
-    }
-    if (st == CT_OK) ct_plan_fit(sz, t, 3, alpha, beta);
-    ct_buffer_free(b);
-    free(h);
-    return st;
-}
-
-/* The optimizer's update (and norm) over n floats in one launch: alpha per launch, beta per float. */
-static ct_status probe_opt(ct_device *dev, double lo, double hi, int reps, double *alpha,
-                           double *beta, ct_err *err) {
-    double cap = 16.0 * 1048576.0; /* floats; beyond it the fit extrapolates */
-    if (hi > cap) hi = cap;
-    if (lo < 1024) lo = 1024;
-    if (hi < 4 * lo) hi = 4 * lo;
-    double sz[2] = {lo, hi}, t[2];
-    size_t n = (size_t)hi;
-    ct_buffer *b = NULL;
-    ct_status st = ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "planner optimizer probe",
-                                   (4 * n + 1 + CT_NORM_PARTIALS) * sizeof(float), &b);
-    if (st != CT_OK) return CT_ERR(err, st, "%s", ct_device_errmsg(dev));
-    cl_mem m = ct_buffer_mem(b);
-    for (int i = 0; i < 2 && st == CT_OK; i++) {
-        size_t k = (size_t)sz[i];
-        double v[32];
-        int rr = reps > 32 ? 32 : reps;
-        for (int r = -1; r < rr && st == CT_OK; r++) {
-            double t0 = ct_time_now();
-            st = ct_global_norm_forward(dev, ct_view_of(m, 4 * n), ct_view_of(m, 4 * n + 1),
-                                        ct_view_of(m, n), k);
-            if (st == CT_OK)
-                st = ct_adamw_update(dev, ct_view_of(m, 0), ct_view_of(m, n), ct_view_of(m, 2 * n),
-                                     ct_view_of(m, 3 * n), ct_view_of(m, 4 * n), 1.0f, k, 1e-4f,
-                                     0.9f, 0.95f, 1e-8f, 0.1f, 1);
-            if (st == CT_OK) st = ct_device_finish(dev);
-            if (r >= 0) v[r] = 1e3 * (ct_time_now() - t0);
-        }
-        if (st != CT_OK) CT_ERR(err, st, "%s", ct_device_errmsg(dev));
-        else t[i] = median(v, rr);
-    }
-    if (st == CT_OK) ct_plan_fit(sz, t, 2, alpha, beta);
-    ct_buffer_free(b);
-    return st;
-}
-
-/* What a collective's host work (copies and sums over staging memory) costs beside device
- * work: a GEMM enqueued, then a host loop of the same length, against each alone. Returns the
- * share of the shorter hidden (0: they add up, as on devices that share the host's cores; 1:
- * the longer alone, as on a GPU). */
-static ct_status probe_overlap(ct_device *dev, int reps, double *share, ct_err *err) {
-    const size_t M = 256, HN = (size_t)4 << 20; /* GEMM 256^3; host loop over 16 MiB */
-    ct_buffer *b = NULL;
-    float *h = ct_calloc(2 * HN, sizeof(float));
-    ct_status st = ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "planner overlap probe",
-                                   3 * M * M * sizeof(float), &b);
-    if (st != CT_OK) {
-        free(h);
-        return CT_ERR(err, st, "%s", ct_device_errmsg(dev));
-    }
-    if (!h) {
-        ct_buffer_free(b);
-        return CT_ERR(err, CT_ERR_NOMEM, "no memory");
-    }
-    cl_mem m = ct_buffer_mem(b);
-    volatile float sink = 0;
-    /* calibrate the counts so each side takes about the same time */
-    int ng = 1, nh = 1;
-    double tg = 0, th = 0, tb = 0;
-    for (int pass = 0; pass < 2 && st == CT_OK; pass++) {
-        double t0 = ct_time_now();
-        for (int i = 0; i < ng && st == CT_OK; i++)
-            st = ct_gemm(dev, 0, 1, M, M, M, 1.0f, m, 0, M, m, M * M, M, 0.0f, m, 2 * M * M, M, NULL);
-        if (st == CT_OK) st = ct_device_finish(dev);
-        tg = ct_time_now() - t0;
-        t0 = ct_time_now();
-        for (int i = 0; i < nh; i++) {
-            float s = 0;
-            for (size_t j = 0; j < HN; j++) h[HN + j] += h[j], s += h[HN + j];
-            sink += s;
-        }
-        th = ct_time_now() - t0;
-        if (pass == 0) { /* aim at ~20 ms each */
-            ng = (int)ceil(0.02 / (tg > 1e-5 ? tg : 1e-5));
-            nh = (int)ceil(0.02 / (th > 1e-5 ? th : 1e-5));
-            if (ng > 200) ng = 200;
-            if (nh > 200) nh = 200;
-        }
-    }
-    double v[16];
-    int rr = reps > 16 ? 16 : (reps < 1 ? 1 : reps), got = 0;
-    for (int r = 0; r < rr && st == CT_OK; r++) {
-        double t0 = ct_time_now();
-        for (int i = 0; i < ng && st == CT_OK; i++)
-            st = ct_gemm(dev, 0, 1, M, M, M, 1.0f, m, 0, M, m, M * M, M, 0.0f, m, 2 * M * M, M, NULL);
-        if (st == CT_OK) st = ct_device_flush(dev);
-        for (int i = 0; i < nh; i++) {
-            float s = 0;
-            for (size_t j = 0; j < HN; j++) h[HN + j] += h[j], s += h[HN + j];
-            sink += s;
-        }
-        if (st == CT_OK) st = ct_device_finish(dev);
-        tb = ct_time_now() - t0;
-        double lo = tg < th ? tg : th;
-        double s = lo > 0 ? (tg + th - tb) / lo : 0;
-        v[got++] = s < 0 ? 0 : (s > 1 ? 1 : s);
-    }
-    (void)sink;
-    if (st != CT_OK) CT_ERR(err, st, "%s", ct_device_errmsg(dev));
-    else *share = median(v, got);
-    ct_buffer_free(b);
-    free(h);
-    return st;
-}
-
-/* ------------------------------------------------------------------ links */
-
-/* The groups of pattern (n, stride) over W workers: blocks of n * stride workers, in each the
- * `stride` groups of n at that stride; workers past the last whole block join none. */
-static ct_status split_pattern(ct_comm *world, int n, int stride, ct_comm **out) {
-    int w = ct_comm_rank(world), W = ct_comm_size(world), blk = n * stride;
-    int colour = (w / blk + 1) * blk <= W ? (w / blk) * stride + w % stride : CT_COMM_UNDEFINED;
-    return ct_comm_split(world, colour, (w % blk) / stride, out);
-}
-
-/* One timed run of a collective of `bytes` over g (host memory). */
-static ct_status link_once(ct_comm *g, int coll, float *buf, size_t bytes) {
-    int n = ct_comm_size(g), r = ct_comm_rank(g);
-    size_t count = bytes / sizeof(float);
-    switch (coll) {
-    case CT_COLL_ALLREDUCE: return ct_comm_allreduce(g, buf, buf, count, CT_F32, CT_OP_SUM, NULL);
-    case CT_COLL_REDUCESCATTER:
-        return ct_comm_reduce_scatter(g, buf, buf, count / (size_t)n, CT_F32, CT_OP_SUM, NULL);
-    case CT_COLL_ALLGATHER:
-        return ct_comm_allgather(g, buf + (size_t)r * (count / (size_t)n), buf, count / (size_t)n,
-                                 CT_F32, NULL);
-    case CT_COLL_ALLTOALL: /* bytes: each worker's whole send buffer, bytes / n to each */
-        return ct_comm_alltoall(g, buf, buf + count, count / (size_t)n, CT_F32, NULL);
-    default: { /* a pipeline message each way between the pair */
-        ct_request *s = NULL, *q = NULL;
-        ct_status st = ct_comm_isend(g, 1 - r, buf, bytes, &s);
-        if (st == CT_OK) st = ct_comm_irecv(g, 1 - r, buf + count, bytes, &q);
-        ct_status a = ct_comm_wait(q), b = ct_comm_wait(s);
-        return st != CT_OK ? st : (a != CT_OK ? a : b);
-    }
-    }
-}
-
-static ct_status probe_link(ct_comm *world, ct_plan_link *k, int stride, int reps, FILE *log,
-                            ct_err *err) {
-    ct_comm *g = NULL;
-    ct_status st = split_pattern(world, k->n, stride, &g);
-    if (st != CT_OK) return CT_ERR(err, st, "calibration split: %s", ct_comm_errmsg(world));
-    double lo = k->lo < 4 ? 4 : k->lo, hi = k->hi < lo ? lo : k->hi;
-    if (hi < 4 * lo) hi = 4 * lo;
-    double sz[3] = {lo, sqrt(lo * hi), hi}, t[3];
-    size_t unit = 4 * (size_t)k->n; /* whole floats per member */
-    size_t cap = ((size_t)hi + unit) / unit * unit;
-    float *buf = ct_calloc(2 * cap / sizeof(float) + 16, sizeof(float));
-    if (!buf) st = CT_ERR(err, CT_ERR_NOMEM, "no memory");
-    for (int i = 0; i < 3; i++) {
-        size_t bytes = ((size_t)sz[i] + unit - 1) / unit * unit;
-        sz[i] = (double)bytes;
-        float mine = 0;
-        if (g && st == CT_OK) {
-            double v[32];
-            int rr = reps > 32 ? 32 : reps;
-            st = link_once(g, k->coll, buf, bytes); /* warm-up */
-            for (int r = 0; r < rr && st == CT_OK; r++) {
-                if ((st = ct_comm_barrier(g, NULL)) != CT_OK) break;
-                double t0 = ct_time_now();
-                st = link_once(g, k->coll, buf, bytes);
-                v[r] = 1e3 * (ct_time_now() - t0);
-            }
-            if (st != CT_OK) CT_ERR(err, st, "calibrating %s over %d: %s", ct_plan_coll_name(k->coll), k->n,
-                                    ct_comm_errmsg(g));
-            else mine = (float)median(v, rr);
-        }
-        /* every worker joins, failed or not, so none waits alone; the slowest member counts */
-        float fail = st != CT_OK ? 1.0f : 0.0f, pair[2] = {mine, fail};
-        ct_status s2 = ct_comm_allreduce(world, pair, pair, 2, CT_F32, CT_OP_MAX, NULL);
-        if (s2 != CT_OK && st == CT_OK) st = CT_ERR(err, s2, "%s", ct_comm_errmsg(world));
-        if (pair[1] > 0 && st == CT_OK)
-            st = CT_ERR(err, CT_ERR_STATE, "calibrating %s over %d failed on another worker",
-                        ct_plan_coll_name(k->coll), k->n);
-        if (st != CT_OK) break;
-        t[i] = pair[0];
-    }
-    if (st == CT_OK) {
-        ct_plan_fit(sz, t, 3, &k->alpha, &k->beta);
-        if (log)
-            fprintf(log, "  link %-13s n %d %-7s (stride %d): %.3f ms at %.0f B, %.3f ms at %.0f B "
-                         "-> alpha %.4f ms, %.3f GB/s\n",
-                    ct_plan_coll_name(k->coll), k->n, ct_plan_place_name(k->place), stride, t[0],
-                    sz[0], t[2], sz[2], k->alpha, k->beta > 0 ? 1e-6 / k->beta : 0.0);
-    }
-    free(buf);
-    ct_comm_free(g);
-    return st;
-}
-
 /* ------------------------------------------------------------------ calibrate */
 
-ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
+ct_status ct__plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_problem *pb,
                             const ct_plan_needs *need, int reps, FILE *log, ct_plan_costs *out,
                             ct_err *err) {
     memset(out, 0, sizeof *out);
@@ -469,12 +233,14 @@ ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_proble
     /* 3. Staging copies, the optimizer, the overlap: every worker at once, averaged */
     if (world && (st = ct_comm_barrier(world, NULL)) != CT_OK)
         return CT_ERR(err, st, "%s", ct_comm_errmsg(world));
-    ct_status mine = probe_copy(dev, need->copy_hi, reps, &out->copy_alpha, &out->copy_beta, err);
+    ct_status mine =
+        ct__plan_probe_copy(dev, need->copy_hi, reps, &out->copy_alpha, &out->copy_beta, err);
     if (mine == CT_OK)
-        mine = probe_opt(dev, need->opt_lo, need->opt_hi, reps, &out->opt_alpha, &out->opt_beta, err);
+        mine = ct__plan_probe_opt(dev, need->opt_lo, need->opt_hi, reps, &out->opt_alpha,
+                                  &out->opt_beta, err);
     if (world && (st = ct_comm_barrier(world, NULL)) != CT_OK)
         return CT_ERR(err, st, "%s", ct_comm_errmsg(world));
-    if (mine == CT_OK) mine = probe_overlap(dev, reps, &out->overlap, err);
+    if (mine == CT_OK) mine = ct__plan_probe_overlap(dev, reps, &out->overlap, err);
     {
         float v[6] = {(float)out->copy_alpha, (float)(out->copy_beta * 1e9), (float)out->opt_alpha,
                       (float)(out->opt_beta * 1e9), (float)out->overlap, mine != CT_OK ? 1.0f : 0.0f};
@@ -496,8 +262,8 @@ ct_status ct_plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_proble
         if (!out->link) return CT_ERR(err, CT_ERR_NOMEM, "no memory");
         for (int i = 0; i < need->nlink; i++) {
             out->link[i] = need->link[i];
-            if ((st = probe_link(world, &out->link[i], need->stride[i], 3 * reps, log, err)) != CT_OK)
-                return st;
+            st = ct__plan_probe_link(world, &out->link[i], need->stride[i], 3 * reps, log, err);
+            if (st != CT_OK) return st;
             out->nlink++;
         }
         snprintf(out->source, sizeof out->source, "links measured over the %d workers", W);
