@@ -124,6 +124,19 @@ static inline void ct__test_fail(const char *file, int line, const char *fmt, ..
             CT__FAIL("|%s - %s| <= %g (%.9g vs %.9g)", #a, #b, (double)(tol), ct__a, ct__b); \
     } while (0)
 
+/* An assert labelled with its case (a context string: "allreduce ring n=3 count=7"), printed
+ * as "[label]" in its failure line. */
+#define CT_ASSERT_IN(label, cond, ...)                          \
+    do {                                                        \
+        CT_TEST_CHECK();                                        \
+        if (!(cond)) {                                          \
+            const char *ct__o = ct__test_ctx;                   \
+            ct__test_ctx = (label);                             \
+            CT__FAIL(__VA_ARGS__);                              \
+            ct__test_ctx = ct__o;                               \
+        }                                                       \
+    } while (0)
+
 /* A status-returning call that must succeed; prints the message source on failure. */
 #define CT_ASSERT_OK(expr, msg)                                                           \
     do {                                                                                  \
