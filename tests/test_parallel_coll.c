@@ -373,10 +373,8 @@ int main(int argc, char **argv) {
     int W = ct_topo_world_size(topo), rank = ct_topo_rank(topo);
     ct_device_info *list = NULL;
     int ndev = 0;
-    if (device && ct_device_list(&list, &ndev, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    /* every device, each worker on its topology's index (not ct_test_devices: CT_DEVICE's pick) */
+    CT_REQUIRE_OR(!device || ct_device_list(&list, &ndev, &err) == CT_OK, 2, "%s", err.msg);
 #pragma omp parallel num_threads(D)
     {
         const char *ctx = "setup";
