@@ -19,7 +19,8 @@
  *     }
  *     static void test_case(ct_device *dev) {
  *         ct_buffer *b = NULL;
- *         CT_REQUIRE_OK(ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "b", 64, &b), ct_device_errmsg(dev));
+ *         CT_REQUIRE_OK(ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "b", 64, &b),
+ *                       ct_device_errmsg(dev));
  *         ...                                   // reached only when the allocation worked
  *     }
  *

@@ -163,7 +163,8 @@ static void test_model(ct_device *dev, ct_attn_path path) {
         for (size_t i = 0; i < sizes[t]; i++) mx = fmax(mx, fabs(gref[o + i]));
         size_t w = 0;
         double e = ct_test_max_err(g + o, gr + o, sizes[t], 1e-4 * mx + 1e-7, 1e-3, &w);
-        CT_ASSERT_MSG(e <= 1.0, "gradient %s[%zu]: device %.9g reference %.9g (err %.3g x tolerance)",
+        CT_ASSERT_MSG(e <= 1.0,
+                      "gradient %s[%zu]: device %.9g reference %.9g (err %.3g x tolerance)",
                       ct_gpt_tensor_name(t), w, (double)g[o + w], gref[o + w], e);
         o += sizes[t];
     }
@@ -234,8 +235,8 @@ static void test_model(ct_device *dev, ct_attn_path path) {
                       (double)clip);
         o = 0;
         for (int k = 0; k < CT_GPT_NUM_TENSORS; k++) {
-            ct_ref_adamw(pd + o, gd + o, md + o, vd + o, sizes[k], fmin(1.0, clip / (rnt + 1e-6)), 1e-2, 0.9,
-                         0.95, 1e-8, ct_model_tensor_decays(k) ? 0.1 : 0.0, t);
+            ct_ref_adamw(pd + o, gd + o, md + o, vd + o, sizes[k], fmin(1.0, clip / (rnt + 1e-6)),
+                         1e-2, 0.9, 0.95, 1e-8, ct_model_tensor_decays(k) ? 0.1 : 0.0, t);
             o += sizes[k];
         }
     }
@@ -373,7 +374,8 @@ static void test_attention_memory(ct_device *dev) {
         ct_adamw_hp hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
         for (int k = 0; have && k < 3; k++) {
             ct_step_result r;
-            CT_ASSERT_OK(ct_test_exec_step(x, 1, tok, tg, 2, 64, &hp, k + 1, &r), ct_exec_errmsg(x));
+            CT_ASSERT_OK(ct_test_exec_step(x, 1, tok, tg, 2, 64, &hp, k + 1, &r),
+                         ct_exec_errmsg(x));
             losses[run][k] = (float)r.loss;
         }
         ct_exec_free(x);

@@ -396,7 +396,8 @@ int main(void) {
     ct_err err = {0};
     o.row_groups = !first;
     g_dev = NULL;
-    CT_REQUIRE_OK_OR(ct_device_open(&g_dev, info, &o, &err), err.msg, ct_test_end("test_engine_ops"));
+    CT_REQUIRE_OK_OR(ct_device_open(&g_dev, info, &o, &err), err.msg,
+                     ct_test_end("test_engine_ops"));
     printf("row reductions: %s, then %s\n", first ? "work-group per row" : "work-item per row",
            first ? "work-item per row" : "work-group per row");
     test_layernorm(3, 7, 20);
