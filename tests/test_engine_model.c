@@ -228,7 +228,8 @@ static void test_model(ct_device *dev, ct_attn_path path) {
     for (int t = 1; t <= 2; t++) {
         CT_ASSERT_OK(ct_test_exec_step(x, 1, tok, tg, B, T, &hp, t, &r), ct_exec_errmsg(x));
         CT_ASSERT_OK(ct_model_get_grads(m, g, n), ct_model_errmsg(m));
-        for (size_t i = 0; i < n; i++) gd[i] = g[i];
+        for (size_t i = 0; i < n; i++)
+            gd[i] = g[i];
         double rnt = ct_ref_global_norm(gd, n);
         CT_ASSERT_NEAR(r.grad_norm, rnt, 1e-5 * rnt);
         CT_ASSERT_MSG(rnt > clip, "step %d: the norm %g does not exceed the clip %g", t, rnt,
@@ -267,7 +268,8 @@ static void test_model(ct_device *dev, ct_attn_path path) {
     /* a step at a smaller shape than planned (views planned for 3 x 7, used at 2 x 4): its
      * loss and gradients */
     CT_ASSERT_OK(ct_model_set_params(m, p, n), ct_model_errmsg(m));
-    for (size_t i = 0; i < n; i++) pd[i] = p[i];
+    for (size_t i = 0; i < n; i++)
+        pd[i] = p[i];
     int tok24[8], tg24[8];
     for (int b = 0; b < 2; b++)
         for (int t = 0; t < 4; t++) tok24[b * 4 + t] = tok[b * 4 + t], tg24[b * 4 + t] = tg[b * 4 + t];

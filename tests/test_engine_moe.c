@@ -120,7 +120,8 @@ static void test_route(ctx *c) {
         float *lf = tof(lg, (size_t)N * E);
         ct_view vl = put(c, lf, (size_t)N * E), vp = put(c, NULL, (size_t)N * E);
         ct_view vi = put(c, NULL, (size_t)N * K), vg = put(c, NULL, (size_t)N * K);
-        CT_REQUIRE_OK(ct_moe_route_forward(c->dev, vp, vi, vg, vl, N, E, K), ct_device_errmsg(c->dev));
+        CT_REQUIRE_OK(ct_moe_route_forward(c->dev, vp, vi, vg, vl, N, E, K),
+                      ct_device_errmsg(c->dev));
         float *p = get(c, vp, (size_t)N * E), *g = get(c, vg, (size_t)N * K);
         int *ix = get(c, vi, (size_t)N * K);
         double *rp = malloc(sizeof(double) * N * E), *rg = malloc(sizeof(double) * N * K);
@@ -172,7 +173,7 @@ static void test_capacity(ctx *c) {
         ct_view vi = put(c, idx, (size_t)B * T * K), vs = put(c, NULL, (size_t)B * T * K);
         ct_view vk = put(c, NULL, (size_t)B * E), vr = put(c, NULL, (size_t)B * E);
         CT_REQUIRE_OK(ct_moe_capacity(c->dev, vs, vk, vr, vi, B, T, E, K, cap),
-                   ct_device_errmsg(c->dev));
+                      ct_device_errmsg(c->dev));
         int *s = get(c, vs, (size_t)B * T * K), *k = get(c, vk, (size_t)B * E);
         int *r = get(c, vr, (size_t)B * E);
         int rs[3 * 7 * 2], rk[3 * 4], rr[3 * 4];
@@ -264,9 +265,10 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
     ct_err err = {0};
     CT_REQUIRE_OK(ct_moe_create(&moe, &mc, ep, NULL, c->dev, c->arena, &err), err.msg);
     CT_REQUIRE_OK(ct_moe_forward(moe, 0, 0, 0, vy, saved, scratch, vx, &w, B, T),
-               ct_device_errmsg(c->dev));
-    CT_REQUIRE_OK(ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(
+        ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
+        ct_device_errmsg(c->dev));
     int fails0 = ct_test_failures;
     /* the reference: this worker's rows; the experts over every worker's rows; the objective
      * y . dy + loss_scale alpha aux (dy already carries the loss scale) */
@@ -394,11 +396,13 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     ct_moe *moe = NULL;
     CT_REQUIRE_OK(ct_moe_create(&moe, &mc, NULL, tp, c->dev, c->arena, &err), err.msg);
     CT_REQUIRE_OK(ct_moe_forward(moe, 0, 0, 0, vy, saved, scratch, vx, &w, B, T),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     CT_REQUIRE_OK(ct_tp_allreduce(c->dev, tp, vy, vy, BT * C, CT_OP_SUM), ct_device_errmsg(c->dev));
-    CT_REQUIRE_OK(ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
-               ct_device_errmsg(c->dev));
-    CT_REQUIRE_OK(ct_tp_allreduce(c->dev, tp, vdx, vdx, BT * C, CT_OP_SUM), ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(
+        ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
+        ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(ct_tp_allreduce(c->dev, tp, vdx, vdx, BT * C, CT_OP_SUM),
+                  ct_device_errmsg(c->dev));
     int fails0 = ct_test_failures;
     size_t ng = Ez * C + 2 * Ez * F * C + Ez * F + Ez * C;
     double *ry = malloc(BT * C * sizeof(double)), *rdx = malloc(BT * C * sizeof(double));
@@ -462,8 +466,9 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info) {
     ct_device_opts o = ct_device_opts_default();
     CT_REQUIRE_OK(ct_device_open(&c.dev, info, &o, &err), err.msg);
     static const size_t part0 = 0;
-    CT_REQUIRE_OK(ct_arena_alloc(c.dev, CT_MEM_WORKSPACE, "test arena", (size_t)48 << 20, &part0, NULL, 1, &c.arena),
-               ct_device_errmsg(c.dev));
+    CT_REQUIRE_OK(ct_arena_alloc(c.dev, CT_MEM_WORKSPACE, "test arena", (size_t)48 << 20, &part0,
+                                 NULL, 1, &c.arena),
+                  ct_device_errmsg(c.dev));
     c.ab = ct_arena_at(c.arena, 0, NULL);
     int N = ct_comm_size(world);
     ct_comm *ep = N > 1 ? world : NULL;

@@ -80,8 +80,9 @@ static void train(ct_device *dev, ct_grid *grid, const ct_layout *lay, int w, in
     ct_schedule *s = NULL;
     int W = lay->dp, d = grid ? ct_grid_coords(grid)->dp_rank : 0, b = B_ / W;
     ct_coords at0 = {0, 0, 0, 0};
-    CT_REQUIRE_OK(ct_model_create(&m, &CFG, lay, grid ? ct_grid_coords(grid) : &at0, dev, b, T_, &err),
-               err.msg);
+    CT_REQUIRE_OK(
+        ct_model_create(&m, &CFG, lay, grid ? ct_grid_coords(grid) : &at0, dev, b, T_, &err),
+        err.msg);
     CT_REQUIRE_OK(ct_model_init_random(m, 11), ct_model_errmsg(m));
     ct_exec_opts o = ct_exec_opts_default();
     o.grads.bucket_bytes = 20000;
@@ -99,7 +100,8 @@ static void train(ct_device *dev, ct_grid *grid, const ct_layout *lay, int w, in
         my_rows(all_in, d, b, in);
         my_rows(all_tg, d, b, tg);
         if (step + 1 == POISON)
-            CT_REQUIRE_OK(ct_exec_gather_state(x, before[0], before[1], before[2]), ct_exec_errmsg(x));
+            CT_REQUIRE_OK(ct_exec_gather_state(x, before[0], before[1], before[2]),
+                          ct_exec_errmsg(x));
         CT_REQUIRE_OK(ct_exec_step(x, s, in, tg, b, T_, &HP, step + 1, &res), ct_exec_errmsg(x));
         r->loss[step] = res.loss, r->norm[step] = res.grad_norm, r->skipped[step] = res.skipped;
         CT_ASSERT_MSG(res.skipped == (step + 1 == POISON), "%s: step %d skipped = %d", what,
@@ -108,7 +110,8 @@ static void train(ct_device *dev, ct_grid *grid, const ct_layout *lay, int w, in
         CT_ASSERT_MSG(isfinite(res.grad_norm) == (step + 1 != POISON), "%s: step %d: norm %g",
                       what, step + 1, res.grad_norm);
         if (step + 1 == POISON) {
-            CT_REQUIRE_OK(ct_exec_nonfinite_report(x, r->report, sizeof r->report), ct_exec_errmsg(x));
+            CT_REQUIRE_OK(ct_exec_nonfinite_report(x, r->report, sizeof r->report),
+                          ct_exec_errmsg(x));
             CT_REQUIRE_OK(ct_exec_gather_state(x, after[0], after[1], after[2]), ct_exec_errmsg(x));
             for (int k = 0; k < 3; k++)
                 CT_ASSERT_MSG(!memcmp(before[k], after[k], n * 4),
@@ -153,8 +156,10 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
     } else {
         ref.params = malloc(np * 4);
     }
-    CT_REQUIRE_OK(ct_comm_bcast(world, ref.loss, 2 * STEPS, CT_I32, 0, NULL), ct_comm_errmsg(world));
-    CT_REQUIRE_OK(ct_comm_bcast(world, ref.norm, 2 * STEPS, CT_I32, 0, NULL), ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref.loss, 2 * STEPS, CT_I32, 0, NULL),
+                  ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref.norm, 2 * STEPS, CT_I32, 0, NULL),
+                  ct_comm_errmsg(world));
     CT_REQUIRE_OK(ct_comm_bcast(world, ref.params, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
     for (int zero = 0; W > 1 && zero <= 3; zero++) {
         ct_layout lay = {W, 1, 1, zero, 1};

@@ -121,8 +121,10 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
     } else {
         ref->params = malloc(np * 4), ref->m = malloc(np * 4), ref->v = malloc(np * 4);
     }
-    CT_REQUIRE_OK(ct_comm_bcast(world, ref->loss, 2 * STEPS, CT_I32, 0, NULL), ct_comm_errmsg(world));
-    CT_REQUIRE_OK(ct_comm_bcast(world, ref->norm, 2 * STEPS, CT_I32, 0, NULL), ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref->loss, 2 * STEPS, CT_I32, 0, NULL),
+                  ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref->norm, 2 * STEPS, CT_I32, 0, NULL),
+                  ct_comm_errmsg(world));
     CT_REQUIRE_OK(ct_comm_bcast(world, ref->params, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
     CT_REQUIRE_OK(ct_comm_bcast(world, ref->m, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
     CT_REQUIRE_OK(ct_comm_bcast(world, ref->v, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
@@ -137,7 +139,7 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
         ct_schedule *s = NULL;
         CT_REQUIRE_OK(ct_grid_create(&grid, world, &lay, &err), err.msg);
         CT_REQUIRE_OK(ct_model_create(&m, &CFG, &lay, ct_grid_coords(grid), dev, b, T_, &err),
-                     err.msg);
+                      err.msg);
         CT_REQUIRE_OK(ct_model_init_random(m, 7), ct_model_errmsg(m));
         ct_exec_opts o = ct_exec_opts_default();
         o.grads.bucket_bytes = 20000; /* several buckets */
@@ -152,7 +154,7 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
             my_rows(all_in, d, b, in);
             my_rows(all_tg, d, b, tg);
             CT_REQUIRE_OK(ct_exec_step(x, s, in, tg, b, T_, &HP, step + 1, &res),
-                         ct_exec_errmsg(x));
+                          ct_exec_errmsg(x));
             double e1 = fabs(res.loss - ref->loss[step]) / fabs(ref->loss[step]);
             double e2 = fabs(res.grad_norm - ref->norm[step]) / fabs(ref->norm[step]);
             worst = fmax(worst, fmax(e1, e2));

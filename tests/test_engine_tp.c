@@ -141,10 +141,10 @@ static void test_col(ctx *c, ct_tp *tp, int sp, int overlap) {
     ct_view Y = put(c, NULL, BT * OC), DY = put(c, dy, BT * OC), DX = put(c, NULL, BT * C);
     ct_view DW = put(c, dw0, OC * C), DB = put(c, db0, OC);
     CT_REQUIRE_OK(ct_tp_col_forward(c->dev, NULL, Y, X, ct_view_none(), W, Bv, B_, T_, C, OC),
-               ct_device_errmsg(c->dev));
-    CT_REQUIRE_OK(ct_tp_col_backward(c->dev, NULL, DX, DW, DB, DY, X, ct_view_none(), DX, W, B_, T_,
-                                  C, OC),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(
+        ct_tp_col_backward(c->dev, NULL, DX, DW, DB, DY, X, ct_view_none(), DX, W, B_, T_, C, OC),
+        ct_device_errmsg(c->dev));
     float *y = get(c, Y, BT * OC), *dx = get(c, DX, BT * C), *dw = get(c, DW, OC * C);
     float *db = get(c, DB, OC);
     /* this worker: rows r of W, b; its rows of x under SP; its columns of dy */
@@ -155,10 +155,10 @@ static void test_col(ctx *c, ct_tp *tp, int sp, int overlap) {
     ct_view dpart = put(c, NULL, BT * C);
     ct_view dwl = put(c, dw0 + (size_t)r * OCl * C, OCl * C), dbl = put(c, db0 + (size_t)r * OCl, OCl);
     CT_REQUIRE_OK(ct_tp_col_forward(c->dev, tp, yl, xl, full, wl, bl, B_, T_, C, OCl),
-               ct_device_errmsg(c->dev));
-    CT_REQUIRE_OK(ct_tp_col_backward(c->dev, tp, dpart, dwl, dbl, dyv, xl, full, dpart, wl, B_, T_, C,
-                                  OCl),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(
+        ct_tp_col_backward(c->dev, tp, dpart, dwl, dbl, dyv, xl, full, dpart, wl, B_, T_, C, OCl),
+        ct_device_errmsg(c->dev));
     float *yg = get(c, yl, BT * OCl), *dxg = get(c, dpart, BTl * C);
     float *dwg = get(c, dwl, OCl * C), *dbg = get(c, dbl, OCl);
     float *yr = cols(y, BT, OC, (size_t)r * OCl, OCl);
@@ -182,9 +182,11 @@ static void test_row(ctx *c, ct_tp *tp, int sp) {
     ct_view X = put(c, x, BT * IC), W = put(c, w, C * IC), Bv = put(c, b, C);
     ct_view Y = put(c, NULL, BT * C), DY = put(c, dy, BT * C), DX = put(c, NULL, BT * IC);
     ct_view DW = put(c, dw0, C * IC), DB = put(c, db0, C);
-    CT_REQUIRE_OK(ct_tp_row_forward(c->dev, NULL, Y, Y, X, W, Bv, B_, T_, IC, C), ct_device_errmsg(c->dev));
-    CT_REQUIRE_OK(ct_tp_row_backward(c->dev, NULL, DX, DW, DB, DY, ct_view_none(), X, W, B_, T_, IC, C),
-               ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(ct_tp_row_forward(c->dev, NULL, Y, Y, X, W, Bv, B_, T_, IC, C),
+                  ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(
+        ct_tp_row_backward(c->dev, NULL, DX, DW, DB, DY, ct_view_none(), X, W, B_, T_, IC, C),
+        ct_device_errmsg(c->dev));
     float *y = get(c, Y, BT * C), *dx = get(c, DX, BT * IC), *dw = get(c, DW, C * IC);
     float *db = get(c, DB, C);
     float *xl = cols(x, BT, IC, (size_t)r * ICl, ICl), *wl = cols(w, C, IC, (size_t)r * ICl, ICl);
@@ -194,9 +196,9 @@ static void test_row(ctx *c, ct_tp *tp, int sp) {
     ct_view dfull = put(c, NULL, BT * C), dxv = put(c, NULL, BT * ICl);
     ct_view dwv = put(c, dw0l, C * ICl), dbv = put(c, db0, C);
     CT_REQUIRE_OK(ct_tp_row_forward(c->dev, tp, part, part, xv, wv, bv, B_, T_, ICl, C),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     CT_REQUIRE_OK(ct_tp_row_backward(c->dev, tp, dxv, dwv, dbv, dyv, dfull, xv, wv, B_, T_, ICl, C),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     float *yg = get(c, part, BTl * C), *dxg = get(c, dxv, BT * ICl), *dwg = get(c, dwv, C * ICl);
     float *dbg = get(c, dbv, C);
     float *dxr = cols(dx, BT, IC, (size_t)r * ICl, ICl), *dwr = cols(dw, C, IC, (size_t)r * ICl, ICl);
@@ -220,9 +222,10 @@ static void test_attention(ctx *c) {
     ct_view A = put(c, NULL, att), VA = put(c, NULL, BT * C), DY = put(c, dy, BT * C);
     ct_view DQ = put(c, NULL, BT * 3 * C), DQR = put(c, NULL, BT * 3 * C), DA = put(c, NULL, 2 * att);
     ct_view DVA = put(c, NULL, BT * C);
-    CT_REQUIRE_OK(ct_attention_forward(c->dev, Y, QR, A, Q, VA, B_, T_, C, NH), ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(ct_attention_forward(c->dev, Y, QR, A, Q, VA, B_, T_, C, NH),
+                  ct_device_errmsg(c->dev));
     CT_REQUIRE_OK(ct_attention_backward(c->dev, DQ, DQR, DA, DVA, DY, QR, A, B_, T_, C, NH),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     float *y = get(c, Y, BT * C), *dq = get(c, DQ, BT * 3 * C);
     /* this worker's heads: its Cl columns of each of the Q, K and V sections */
     float *ql = malloc((size_t)BT * 3 * Cl * 4), *dqr = malloc((size_t)BT * 3 * Cl * 4);
@@ -237,9 +240,10 @@ static void test_attention(ctx *c) {
     ct_view a = put(c, NULL, attl), va = put(c, NULL, BT * Cl), dyv = put(c, dyl, BT * Cl);
     ct_view dqv = put(c, NULL, BT * 3 * Cl), dqrv = put(c, NULL, BT * 3 * Cl), da = put(c, NULL, 2 * attl);
     ct_view dva = put(c, NULL, BT * Cl);
-    CT_REQUIRE_OK(ct_attention_forward(c->dev, yv, qr, a, q, va, B_, T_, Cl, NHl), ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(ct_attention_forward(c->dev, yv, qr, a, q, va, B_, T_, Cl, NHl),
+                  ct_device_errmsg(c->dev));
     CT_REQUIRE_OK(ct_attention_backward(c->dev, dqv, dqrv, da, dva, dyv, qr, a, B_, T_, Cl, NHl),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     float *yg = get(c, yv, BT * Cl), *dqg = get(c, dqv, BT * 3 * Cl);
     CLOSE(yg, yr, BT * Cl, 1e-6, "attention on heads %d..%d: output", r * NHl, (r + 1) * NHl - 1);
     CLOSE(dqg, dqr, BT * 3 * Cl, 1e-6, "attention on heads %d..%d: dqkv", r * NHl, (r + 1) * NHl - 1);
@@ -260,18 +264,19 @@ static void test_embed(ctx *c, ct_tp *tp, int sp) {
     ct_view Y = put(c, NULL, BT * C), DY = put(c, dy, BT * C), DWTE = put(c, dwte0, Vp * C);
     ct_view DWPE = put(c, dwpe0, T_ * C);
     CT_REQUIRE_OK(ct_tp_embed_forward(c->dev, NULL, Y, ct_view_none(), TK, WTE, WPE, B_, T_, C, Vp),
-               ct_device_errmsg(c->dev));
-    CT_REQUIRE_OK(ct_tp_embed_backward(c->dev, NULL, DWTE, DWPE, DY, ct_view_none(), TK, B_, T_, C, Vp),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(
+        ct_tp_embed_backward(c->dev, NULL, DWTE, DWPE, DY, ct_view_none(), TK, B_, T_, C, Vp),
+        ct_device_errmsg(c->dev));
     float *y = get(c, Y, BT * C), *dwte = get(c, DWTE, Vp * C), *dwpe = get(c, DWPE, T_ * C);
     ct_view wtel = put(c, wte + (size_t)r * Vl * C, Vl * C), wpev = put(c, wpe, T_ * C);
     ct_view yl = put(c, NULL, BTl * C), part = put(c, NULL, BT * C);
     ct_view dyl = put(c, dy + (sp ? (size_t)r * BTl * C : 0), BTl * C), dfull = put(c, NULL, BT * C);
     ct_view dwtel = put(c, dwte0 + (size_t)r * Vl * C, Vl * C), dwpev = put(c, dwpe0, T_ * C);
     CT_REQUIRE_OK(ct_tp_embed_forward(c->dev, tp, yl, part, TK, wtel, wpev, B_, T_, C, Vp),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     CT_REQUIRE_OK(ct_tp_embed_backward(c->dev, tp, dwtel, dwpev, dyl, dfull, TK, B_, T_, C, Vp),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     float *yg = get(c, yl, BTl * C), *dwteg = get(c, dwtel, Vl * C), *dwpeg = get(c, dwpev, T_ * C);
     const float *yr = y + (sp ? (size_t)r * BTl * C : 0);
     CT_ASSERT_MSG(memcmp(yg, yr, BTl * C * 4) == 0,
@@ -298,18 +303,19 @@ static void test_ce(ctx *c, ct_tp *tp, int V) {
         ranks_hit += hit;
     }
     ct_view L = put(c, lg, BT * Vp), TG = put(c, tg, BT), LS = put(c, NULL, BT), LSE = put(c, NULL, BT);
-    CT_REQUIRE_OK(ct_tp_crossentropy_forward(c->dev, NULL, LS, LSE, ct_view_none(), L, TG, B_, T_, V, Vp),
-               ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(
+        ct_tp_crossentropy_forward(c->dev, NULL, LS, LSE, ct_view_none(), L, TG, B_, T_, V, Vp),
+        ct_device_errmsg(c->dev));
     CT_REQUIRE_OK(ct_tp_crossentropy_backward(c->dev, NULL, L, LSE, TG, 0.5f, B_, T_, V, Vp),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     float *ls = get(c, LS, BT), *lse = get(c, LSE, BT), *dl = get(c, L, BT * Vp);
     float *lgl = cols(lg, BT, Vp, (size_t)r * Vl, Vl);
     ct_view l = put(c, lgl, BT * Vl), lsv = put(c, NULL, BT), lsev = put(c, NULL, BT);
     ct_view stats = put(c, NULL, 3 * BT);
     CT_REQUIRE_OK(ct_tp_crossentropy_forward(c->dev, tp, lsv, lsev, stats, l, TG, B_, T_, V, Vp),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     CT_REQUIRE_OK(ct_tp_crossentropy_backward(c->dev, tp, l, lsev, TG, 0.5f, B_, T_, V, Vp),
-               ct_device_errmsg(c->dev));
+                  ct_device_errmsg(c->dev));
     float *lsg = get(c, lsv, BT), *lseg = get(c, lsev, BT), *dlg = get(c, l, BT * Vl);
     float *dlr = cols(dl, BT, Vp, (size_t)r * Vl, Vl);
     CLOSE(lsg, ls, BT, 1e-6, "vocabulary-parallel losses, V %d (targets on %d of %d workers)", V,
@@ -365,7 +371,8 @@ static void test_model(ctx *c, ct_grid *grid, int sp) {
     memset(&pl, 0, sizeof pl);
     pl.max_B = B_, pl.max_T = T_, pl.slots = 1, pl.tp = ct_grid_tp(grid), pl.sp = sp;
     pl.tp_comm = c->tp_comm;
-    CT_REQUIRE_OK(ct_model_create_plan(&m, &cfg, &lay, ct_grid_coords(grid), c->dev, &pl, &err), err.msg);
+    CT_REQUIRE_OK(ct_model_create_plan(&m, &cfg, &lay, ct_grid_coords(grid), c->dev, &pl, &err),
+                  err.msg);
     CT_REQUIRE_OK(ct_exec_create(&xr, ref, NULL, NULL, &err), err.msg);
     CT_REQUIRE_OK(ct_exec_create(&x, m, grid, NULL, &err), err.msg);
     size_t np = ct_model_num_params(ref);
@@ -445,7 +452,8 @@ static void test_refusals(ctx *c, ct_grid *grid) {
     ct_model_plan pl;
     memset(&pl, 0, sizeof pl);
     pl.max_B = B_, pl.max_T = T_, pl.slots = 1, pl.tp = ct_grid_tp(grid), pl.sp = 1;
-    CT_REQUIRE_OK(ct_model_create_plan(&m, &ok, &lay, ct_grid_coords(grid), c->dev, &pl, &err), err.msg);
+    CT_REQUIRE_OK(ct_model_create_plan(&m, &ok, &lay, ct_grid_coords(grid), c->dev, &pl, &err),
+                  err.msg);
     ct_exec *x = NULL;
     CT_REQUIRE_OK(ct_exec_create(&x, m, grid, NULL, &err), err.msg);
     /* with targets (a training or evaluation batch: not padded as a generation context is) */
@@ -478,8 +486,9 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info, cl_context s
     dopts.row_groups = g_row_groups;
     CT_REQUIRE_OK(ct_device_open(&c.dev, info, &dopts, &err), err.msg);
     static const size_t part0 = 0;
-    CT_REQUIRE_OK(ct_arena_alloc(c.dev, CT_MEM_ACTIVATIONS, "test arena", (size_t)4 << 20, &part0, NULL, 1, &c.arena),
-               ct_device_errmsg(c.dev));
+    CT_REQUIRE_OK(ct_arena_alloc(c.dev, CT_MEM_ACTIVATIONS, "test arena", (size_t)4 << 20, &part0,
+                                 NULL, 1, &c.arena),
+                  ct_device_errmsg(c.dev));
     c.ab = ct_arena_at(c.arena, 0, NULL);
     ct_tp *tps[2] = {NULL, NULL};
     /* device-resident collectives where every member is a thread of this process sharing the
@@ -491,7 +500,8 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info, cl_context s
         ct_tp_opts o = ct_tp_opts_default();
         o.sp = sp;
         o.comm = c.tp_comm;
-        CT_REQUIRE_OK(ct_tp_create(&tps[sp], c.tpc, c.dev, c.arena, (size_t)1 << 16, &o, &err), err.msg);
+        CT_REQUIRE_OK(ct_tp_create(&tps[sp], c.tpc, c.dev, c.arena, (size_t)1 << 16, &o, &err),
+                      err.msg);
         CT_ASSERT_MSG(ct_tp_device_comm(tps[sp]) == dev_expected,
                       "TP communication is %s, expected %s (N %d, %d in this process)",
                       ct_tp_device_comm(tps[sp]) ? "device" : "host",

@@ -32,8 +32,9 @@ static int nothread(int argc, char **argv) {
     ct_status st = ct_topo_create(&t, &argc, &argv, 2, &err);
     if (provided < MPI_THREAD_MULTIPLE) {
         CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED, "status %d", st);
-        CT_ASSERT_IN(ctx, HAS(err.msg, "MPI_THREAD_MULTIPLE") && HAS(err.msg, "MPI_THREAD_SERIALIZED"),
-              "message: %s", err.msg);
+        CT_ASSERT_IN(ctx,
+                     HAS(err.msg, "MPI_THREAD_MULTIPLE") && HAS(err.msg, "MPI_THREAD_SERIALIZED"),
+                     "message: %s", err.msg);
         CT_ASSERT_IN(ctx, t == NULL, "no topology on failure");
     } else {
         CT_ASSERT_IN(ctx, 0, "MPI gave MPI_THREAD_MULTIPLE when asked for less; cannot test");
@@ -63,7 +64,8 @@ static int preinit(int argc, char **argv) {
             ct_comm *w = NULL;
             int x[1] = {1}, y[1] = {0};
             CT_ASSERT_IN(ctx, ct_comm_world(t, omp_get_thread_num(), &w) == CT_OK, "world");
-            CT_ASSERT_IN(ctx, ct_comm_allreduce(w, x, y, 1, CT_I32, CT_OP_SUM, NULL) == CT_OK, "%s", ct_comm_errmsg(w));
+            CT_ASSERT_IN(ctx, ct_comm_allreduce(w, x, y, 1, CT_I32, CT_OP_SUM, NULL) == CT_OK, "%s",
+                         ct_comm_errmsg(w));
             CT_ASSERT_IN(ctx, y[0] == ct_topo_world_size(t), "sum %d", y[0]);
             ct_comm_free(w);
         }
@@ -89,16 +91,25 @@ static int selector(int argc, char **argv) {
     ct_test_mpi_begin();
     ct_comm *w = NULL;
     CT_ASSERT_IN(ctx, ct_comm_world(t, 0, &w) == CT_OK, "world");
-    CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 1 0 -1 100 recdbl\nallreduce 1 0 -1 0 ring\n"
-                                      "allgather 1 0 -1 0 recdbl\n", &err) == CT_OK, "%s", err.msg);
+    CT_ASSERT_IN(ctx,
+                 ct_topo_set_select_table(t,
+                                          "allreduce 1 0 -1 100 recdbl\nallreduce 1 0 -1 0 ring\n"
+                                          "allgather 1 0 -1 0 recdbl\n",
+                                          &err) == CT_OK,
+                 "%s", err.msg);
     CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 100), "recdbl"), "100 B");
     CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 101), "ring"), "101 B");
-    CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLGATHER, 1 << 20), "recdbl"), "allgather");
+    CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLGATHER, 1 << 20), "recdbl"),
+                 "allgather");
     /* no row for bcast: the first usable algorithm */
-    CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_BCAST, 8), "binomial"), "bcast fallback");
-    CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 1 0 -1 0 warp\n", &err) == CT_ERR_FORMAT, "bad algo");
+    CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_BCAST, 8), "binomial"),
+                 "bcast fallback");
+    CT_ASSERT_IN(ctx,
+                 ct_topo_set_select_table(t, "allreduce 1 0 -1 0 warp\n", &err) == CT_ERR_FORMAT,
+                 "bad algo");
     CT_ASSERT_IN(ctx, HAS(err.msg, "line 1") && HAS(err.msg, "warp"), "message: %s", err.msg);
-    CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "# c\nallreduce 1 0\n", &err) == CT_ERR_FORMAT, "short line");
+    CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "# c\nallreduce 1 0\n", &err) == CT_ERR_FORMAT,
+                 "short line");
     CT_ASSERT_IN(ctx, HAS(err.msg, "line 2"), "message: %s", err.msg);
     /* found reviewing the parser for the fuzz target: 129 rows wrote past the 128-row table;
      * a line over 255 characters was cut short (and could read as another valid line); the
@@ -106,38 +117,62 @@ static int selector(int argc, char **argv) {
     {
         char big[129 * 20 + 1] = "", longl[300];
         for (int i = 0; i < 129; i++) strcat(big, "bcast 1 0 1 0 mpi\n");
-        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, big, &err) == CT_ERR_FORMAT, "129 rows refused");
+        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, big, &err) == CT_ERR_FORMAT,
+                     "129 rows refused");
         CT_ASSERT_IN(ctx, HAS(err.msg, "more than 128 rows"), "message: %s", err.msg);
         snprintf(longl, sizeof longl, "allreduce 1 0 -1 0 ring%260s\n", "x");
-        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, longl, &err) == CT_ERR_FORMAT, "long line refused");
+        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, longl, &err) == CT_ERR_FORMAT,
+                     "long line refused");
         CT_ASSERT_IN(ctx, HAS(err.msg, "longer than"), "message: %s", err.msg);
-        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 1 0 2 0 ring\n", &err) == CT_ERR_FORMAT, "local 2");
+        CT_ASSERT_IN(ctx,
+                     ct_topo_set_select_table(t, "allreduce 1 0 2 0 ring\n", &err) == CT_ERR_FORMAT,
+                     "local 2");
         CT_ASSERT_IN(ctx, HAS(err.msg, "local"), "message: %s", err.msg);
-        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 4 2 -1 0 ring\n", &err) == CT_ERR_FORMAT, "nmax < nmin");
-        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 1 0 -1 -5 ring\n", &err) == CT_ERR_FORMAT, "bytes < 0");
-        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 1x 0 -1 0 ring\n", &err) == CT_ERR_FORMAT, "1x");
-        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 1 0 -1 0 ring ring\n", &err) == CT_ERR_FORMAT, "7 fields");
+        CT_ASSERT_IN(
+            ctx, ct_topo_set_select_table(t, "allreduce 4 2 -1 0 ring\n", &err) == CT_ERR_FORMAT,
+            "nmax < nmin");
+        CT_ASSERT_IN(
+            ctx, ct_topo_set_select_table(t, "allreduce 1 0 -1 -5 ring\n", &err) == CT_ERR_FORMAT,
+            "bytes < 0");
+        CT_ASSERT_IN(
+            ctx, ct_topo_set_select_table(t, "allreduce 1x 0 -1 0 ring\n", &err) == CT_ERR_FORMAT,
+            "1x");
+        CT_ASSERT_IN(ctx,
+                     ct_topo_set_select_table(t, "allreduce 1 0 -1 0 ring ring\n", &err) ==
+                         CT_ERR_FORMAT,
+                     "7 fields");
     }
-    CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 1 0 -1 0 mpi\nallreduce 1 0 -1 0 naive\n", &err) == CT_OK, "x");
-    CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 8), "mpi"), "mpi usable with 1x1");
+    CT_ASSERT_IN(ctx,
+                 ct_topo_set_select_table(t, "allreduce 1 0 -1 0 mpi\nallreduce 1 0 -1 0 naive\n",
+                                          &err) == CT_OK,
+                 "x");
+    CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 8), "mpi"),
+                 "mpi usable with 1x1");
     char path[] = "/tmp/ct_select_XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) {
         CT_ASSERT_IN(ctx, ct_topo_write_select_table(t, path, &err) == CT_OK, "%s", err.msg);
-        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 1 0 -1 0 tree\n", &err) == CT_OK, "x");
+        CT_ASSERT_IN(ctx, ct_topo_set_select_table(t, "allreduce 1 0 -1 0 tree\n", &err) == CT_OK,
+                     "x");
         CT_ASSERT_IN(ctx, ct_topo_load_select_table(t, path, &err) == CT_OK, "%s", err.msg);
-        CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 8), "mpi"), "round trip");
+        CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 8), "mpi"),
+                     "round trip");
         remove(path);
     }
-    CT_ASSERT_IN(ctx, ct_topo_load_select_table(t, "/nonexistent/x", &err) == CT_ERR_IO, "missing file");
-    CT_ASSERT_IN(ctx, ct_topo_set_override(t, "allreduce=ring,bcast=binomial", &err) == CT_OK, "%s", err.msg);
+    CT_ASSERT_IN(ctx, ct_topo_load_select_table(t, "/nonexistent/x", &err) == CT_ERR_IO,
+                 "missing file");
+    CT_ASSERT_IN(ctx, ct_topo_set_override(t, "allreduce=ring,bcast=binomial", &err) == CT_OK, "%s",
+                 err.msg);
     CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 8), "ring"), "override");
-    CT_ASSERT_IN(ctx, ct_topo_set_override(t, "allreduce=warp", &err) == CT_ERR_ARG, "bad override");
+    CT_ASSERT_IN(ctx, ct_topo_set_override(t, "allreduce=warp", &err) == CT_ERR_ARG,
+                 "bad override");
     CT_ASSERT_IN(ctx, HAS(err.msg, "warp"), "message: %s", err.msg);
-    CT_ASSERT_IN(ctx, ct_topo_set_override(t, "sideways=ring", &err) == CT_ERR_ARG, "bad collective");
+    CT_ASSERT_IN(ctx, ct_topo_set_override(t, "sideways=ring", &err) == CT_ERR_ARG,
+                 "bad collective");
     for (int i = 0; ct_coll_algo_name(CT_COLL_ALLREDUCE, i); i++) {
         const char *a = ct_coll_algo_name(CT_COLL_ALLREDUCE, i);
-        CT_ASSERT_IN(ctx, *ct_comm_algo_restriction(w, CT_COLL_ALLREDUCE, a) == 0, "%s usable on 1x1", a);
+        CT_ASSERT_IN(ctx, *ct_comm_algo_restriction(w, CT_COLL_ALLREDUCE, a) == 0,
+                     "%s usable on 1x1", a);
     }
     ct_comm_free(w);
     int rc = ct_test_mpi_end("test_parallel_errors select");
@@ -169,11 +204,14 @@ static int timeouts(int argc, char **argv) {
     setenv("CT_COMM_TIMEOUT", "2.5", 1);
     {
         const char *ctx = "timeout env";
-        CT_ASSERT_IN(ctx, ct_comm_timeout_env(&env, &err) == CT_OK && env == 2.5, "%g %s", env, err.msg);
+        CT_ASSERT_IN(ctx, ct_comm_timeout_env(&env, &err) == CT_OK && env == 2.5, "%g %s", env,
+                     err.msg);
         setenv("CT_COMM_TIMEOUT", "soon", 1);
-        CT_ASSERT_IN(ctx, ct_comm_timeout_env(&env, &err) == CT_ERR_ARG && HAS(err.msg, "CT_COMM_TIMEOUT"),
-              "%s", err.msg);
-        CT_ASSERT_IN(ctx, ct_topo_timeout(topo) == CT_COMM_TIMEOUT_DEFAULT, "default %g", ct_topo_timeout(topo));
+        CT_ASSERT_IN(
+            ctx, ct_comm_timeout_env(&env, &err) == CT_ERR_ARG && HAS(err.msg, "CT_COMM_TIMEOUT"),
+            "%s", err.msg);
+        CT_ASSERT_IN(ctx, ct_topo_timeout(topo) == CT_COMM_TIMEOUT_DEFAULT, "default %g",
+                     ct_topo_timeout(topo));
     }
     ct_topo_set_timeout(topo, 2.0);
 #pragma omp parallel num_threads(D)
@@ -194,12 +232,14 @@ static int timeouts(int argc, char **argv) {
             char m[CT_ERR_MSG_MAX];
             snprintf(m, sizeof m, "%s", ct_comm_errmsg(w));
             double dt = now_s() - t0;
-            CT_ASSERT_IN(ctx, st == CT_ERR_TIMEOUT && HAS(m, "allreduce") && HAS(m, "CT_COMM_TIMEOUT") &&
-                      HAS(m, "group rank"), "%d %s", st, m);
+            CT_ASSERT_IN(ctx,
+                         st == CT_ERR_TIMEOUT && HAS(m, "allreduce") && HAS(m, "CT_COMM_TIMEOUT") &&
+                             HAS(m, "group rank"),
+                         "%d %s", st, m);
             CT_ASSERT_IN(ctx, dt < 10, "came back after %.1f s", dt);
             st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, "ring");
-            CT_ASSERT_IN(ctx, st == CT_ERR_STATE && HAS(ct_comm_errmsg(w), "timeout"), "then refused: %d %s",
-                  st, ct_comm_errmsg(w));
+            CT_ASSERT_IN(ctx, st == CT_ERR_STATE && HAS(ct_comm_errmsg(w), "timeout"),
+                         "then refused: %d %s", st, ct_comm_errmsg(w));
 #pragma omp critical(print)
             printf("ok: (a) worker %d after %.1f s: %s\n", r, dt, m);
         }
@@ -261,12 +301,15 @@ int main(int argc, char **argv) {
         ctx = "unknown op everywhere";
         st = ct_comm_allreduce(w, a, b, 10, CT_F32, (ct_op)7, NULL);
         m = ct_comm_errmsg(w);
-        CT_ASSERT_IN(ctx, st == CT_ERR_ARG && (HAS(m, "unknown op") || HAS(m, "rejected")), "%d %s", st, m);
+        CT_ASSERT_IN(ctx, st == CT_ERR_ARG && (HAS(m, "unknown op") || HAS(m, "rejected")), "%d %s",
+                     st, m);
 
         ctx = "unknown op on one worker";
         st = ct_comm_allreduce(w, a, b, 10, CT_F32, r == 0 ? (ct_op)9 : CT_OP_SUM, NULL);
         m = ct_comm_errmsg(w);
-        CT_ASSERT_IN(ctx, st == CT_ERR_ARG && (r == 0 ? HAS(m, "unknown op 9") : HAS(m, "group rank 0")), "%d %s", st, m);
+        CT_ASSERT_IN(ctx,
+                     st == CT_ERR_ARG && (r == 0 ? HAS(m, "unknown op 9") : HAS(m, "group rank 0")),
+                     "%d %s", st, m);
 
         ctx = "unknown type";
         st = ct_comm_allgather(w, a, b, 1, (ct_dtype)5, NULL);
@@ -275,7 +318,9 @@ int main(int argc, char **argv) {
         ctx = "unknown algorithm everywhere";
         st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, "warp");
         m = ct_comm_errmsg(w);
-        CT_ASSERT_IN(ctx, st == CT_ERR_ARG && HAS(m, "unknown algorithm \"warp\"") && HAS(m, "ring"), "%d %s", st, m);
+        CT_ASSERT_IN(ctx,
+                     st == CT_ERR_ARG && HAS(m, "unknown algorithm \"warp\"") && HAS(m, "ring"),
+                     "%d %s", st, m);
 
         ctx = "unknown algorithm on the last worker";
         st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, r == n - 1 ? "warp" : "ring");
@@ -289,7 +334,8 @@ int main(int argc, char **argv) {
 
         ctx = "bcast roots disagree";
         st = ct_comm_bcast(w, a, 4, CT_F32, r == 0 ? 0 : n - 1, NULL);
-        CT_ASSERT_IN(ctx, n == 1 || (st == CT_ERR_MISMATCH && HAS(ct_comm_errmsg(w), "root")), "%d %s", st, ct_comm_errmsg(w));
+        CT_ASSERT_IN(ctx, n == 1 || (st == CT_ERR_MISMATCH && HAS(ct_comm_errmsg(w), "root")),
+                     "%d %s", st, ct_comm_errmsg(w));
 
         ctx = "alltoallv counts disagree";
         {
@@ -308,15 +354,19 @@ int main(int argc, char **argv) {
         if (r == 0) st = ct_comm_split(w, 0, 0, &s);
         else st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, NULL);
         m = ct_comm_errmsg(w);
-        CT_ASSERT_IN(ctx, n == 1 || (st == CT_ERR_MISMATCH && HAS(m, "different collectives")), "%d %s", st, m);
+        CT_ASSERT_IN(ctx, n == 1 || (st == CT_ERR_MISMATCH && HAS(m, "different collectives")),
+                     "%d %s", st, m);
         ct_comm_free(s);
         s = NULL;
 
         ctx = "mpi with several workers per rank";
         st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, "mpi");
         m = ct_comm_errmsg(w);
-        if (D > 1) CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED && HAS(m, "one worker per rank"), "%d %s", st, m);
-        else CT_ASSERT_IN(ctx, st == CT_OK, "%d %s", st, m);
+        if (D > 1)
+            CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED && HAS(m, "one worker per rank"), "%d %s",
+                         st, m);
+        else
+            CT_ASSERT_IN(ctx, st == CT_OK, "%d %s", st, m);
 
         ctx = "NULL buffer";
         st = ct_comm_allreduce(w, r == 0 ? NULL : a, b, 10, CT_F32, CT_OP_SUM, NULL);
@@ -332,7 +382,8 @@ int main(int argc, char **argv) {
             st = ct_comm_allreduce(tc, a, b, tr == 1 ? 11 : 10, CT_F32, CT_OP_SUM, "naive");
             m = ct_comm_errmsg(tc);
             /* a thread that starts after the break is refused at the door (CT_ERR_STATE) */
-            CT_ASSERT_IN(ctx, (st == CT_ERR_MISMATCH && HAS(m, "disagree")) || st == CT_ERR_STATE, "%d %s", st, m);
+            CT_ASSERT_IN(ctx, (st == CT_ERR_MISMATCH && HAS(m, "disagree")) || st == CT_ERR_STATE,
+                         "%d %s", st, m);
             st = ct_comm_barrier(tc, NULL);
             CT_ASSERT_IN(ctx, st == CT_ERR_STATE, "a broken comm refuses further calls: %d", st);
             ct_comm_free(tc);
@@ -340,15 +391,16 @@ int main(int argc, char **argv) {
             ct_comm_split(w, ct_topo_rank(topo), r, &tc);
             ct_comm_set_check(tc, 0);
             st = ct_comm_allreduce(tc, a, b, tr == 0 ? 12 : 10, CT_F32, CT_OP_SUM, "hier");
-            CT_ASSERT_IN(ctx, st == CT_ERR_MISMATCH && HAS(ct_comm_errmsg(tc), "count"), "hier: %d %s", st,
-                  ct_comm_errmsg(tc));
+            CT_ASSERT_IN(ctx, st == CT_ERR_MISMATCH && HAS(ct_comm_errmsg(tc), "count"),
+                         "hier: %d %s", st, ct_comm_errmsg(tc));
         }
         ct_comm_free(tc);
 
         ctx = "still usable";
         st = ct_comm_allreduce(w, a, b, 10, CT_F32, CT_OP_SUM, NULL);
         CT_ASSERT_IN(ctx, st == CT_OK, "%d %s", st, ct_comm_errmsg(w));
-        for (int i = 0; i < 10; i++) CT_ASSERT_IN(ctx, b[i] == (float)(n * (n - 1) / 2 + n * i), "b[%d] = %g", i, b[i]);
+        for (int i = 0; i < 10; i++)
+            CT_ASSERT_IN(ctx, b[i] == (float)(n * (n - 1) / 2 + n * i), "b[%d] = %g", i, b[i]);
         ct_comm_free(w);
     }
     int rc = ct_test_mpi_end("test_parallel_errors");

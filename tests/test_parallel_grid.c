@@ -95,11 +95,15 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
     /* (a) coordinates */
     ct_coords c = ct_layout_coords(L, w);
     const ct_coords *gc = ct_grid_coords(g);
-    CT_ASSERT_IN(ctx, gc->dp_rank == c.dp_rank && gc->tp_rank == c.tp_rank && gc->pp_rank == c.pp_rank &&
-          gc->ep_rank == c.ep_rank, "coords (%d %d %d %d) vs (%d %d %d %d)", gc->dp_rank,
-          gc->tp_rank, gc->pp_rank, gc->ep_rank, c.dp_rank, c.tp_rank, c.pp_rank, c.ep_rank);
-    CT_ASSERT_IN(ctx, ct_layout_worker(L, &c) == w, "worker of my coordinates %d", ct_layout_worker(L, &c));
-    CT_ASSERT_IN(ctx, ct_grid_layout(g)->ep == (L->ep > 0 ? L->ep : 1), "ep read as %d", ct_grid_layout(g)->ep);
+    CT_ASSERT_IN(ctx,
+                 gc->dp_rank == c.dp_rank && gc->tp_rank == c.tp_rank && gc->pp_rank == c.pp_rank &&
+                     gc->ep_rank == c.ep_rank,
+                 "coords (%d %d %d %d) vs (%d %d %d %d)", gc->dp_rank, gc->tp_rank, gc->pp_rank,
+                 gc->ep_rank, c.dp_rank, c.tp_rank, c.pp_rank, c.ep_rank);
+    CT_ASSERT_IN(ctx, ct_layout_worker(L, &c) == w, "worker of my coordinates %d",
+                 ct_layout_worker(L, &c));
+    CT_ASSERT_IN(ctx, ct_grid_layout(g)->ep == (L->ep > 0 ? L->ep : 1), "ep read as %d",
+                 ct_grid_layout(g)->ep);
     CT_ASSERT_IN(ctx, ct_grid_world(g) == world, "world handle kept");
 
     for (int ax = 0; ax < AX__N; ax++) {
@@ -109,28 +113,31 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
         claim[3 * ax + 1] = n;
         claim[3 * ax + 2] = n ? index_of(mem, n, w) : -1;
         CT_ASSERT_IN(ctx, (gr == NULL) == (n == 0), "%s group %s, expected %d members", ax_name[ax],
-              gr ? "present" : "NULL", n);
+                     gr ? "present" : "NULL", n);
         if (!gr || !n) continue;
         /* (b) members */
-        CT_ASSERT_IN(ctx, ct_comm_size(gr) == n, "%s size %d, expected %d", ax_name[ax], ct_comm_size(gr), n);
-        CT_ASSERT_IN(ctx, ct_comm_rank(gr) == index_of(mem, n, w), "%s rank %d, expected %d", ax_name[ax],
-              ct_comm_rank(gr), index_of(mem, n, w));
+        CT_ASSERT_IN(ctx, ct_comm_size(gr) == n, "%s size %d, expected %d", ax_name[ax],
+                     ct_comm_size(gr), n);
+        CT_ASSERT_IN(ctx, ct_comm_rank(gr) == index_of(mem, n, w), "%s rank %d, expected %d",
+                     ax_name[ax], ct_comm_rank(gr), index_of(mem, n, w));
         if (ct_comm_size(gr) != n) continue;
         for (int r = 0; r < n; r++)
-            CT_ASSERT_IN(ctx, ct_comm_world_rank(gr, r) == mem[r], "%s member %d is worker %d, expected %d",
-                  ax_name[ax], r, ct_comm_world_rank(gr, r), mem[r]);
+            CT_ASSERT_IN(ctx, ct_comm_world_rank(gr, r) == mem[r],
+                         "%s member %d is worker %d, expected %d", ax_name[ax], r,
+                         ct_comm_world_rank(gr, r), mem[r]);
         int me = w;
         ct_status st = ct_comm_allgather(gr, &me, got, 1, CT_I32, NULL);
         CT_ASSERT_IN(ctx, st == CT_OK, "%s all-gather: %s", ax_name[ax], ct_comm_errmsg(gr));
         for (int r = 0; r < n && !st; r++)
-            CT_ASSERT_IN(ctx, got[r] == mem[r], "%s all-gather: rank %d says worker %d, expected %d", ax_name[ax],
-                  r, got[r], mem[r]);
+            CT_ASSERT_IN(ctx, got[r] == mem[r],
+                         "%s all-gather: rank %d says worker %d, expected %d", ax_name[ax], r,
+                         got[r], mem[r]);
         /* (d) all-reduce */
         int v = w * 7 + 3, sum = 0, want = 0;
         for (int r = 0; r < n; r++) want += mem[r] * 7 + 3;
         st = ct_comm_allreduce(gr, &v, &sum, 1, CT_I32, CT_OP_SUM, NULL);
-        CT_ASSERT_IN(ctx, st == CT_OK && sum == want, "%s all-reduce %d, expected %d (%s)", ax_name[ax], sum,
-              want, ct_comm_errmsg(gr));
+        CT_ASSERT_IN(ctx, st == CT_OK && sum == want, "%s all-reduce %d, expected %d (%s)",
+                     ax_name[ax], sum, want, ct_comm_errmsg(gr));
         /* (e) within one process: a second handle split by the group itself with colour 0;
          * sibling groups split alike take the same id and colour and must still stay apart
          * (the registry keys on the members too). Across ranks they would share an MPI tag:
@@ -138,14 +145,15 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
         ct_comm *again = NULL;
         if (ct_comm_nprocs(world) == 1) {
             st = ct_comm_split(gr, 0, ct_comm_rank(gr), &again);
-            CT_ASSERT_IN(ctx, st == CT_OK && again, "%s: second handle: %s", ax_name[ax], ct_comm_errmsg(gr));
+            CT_ASSERT_IN(ctx, st == CT_OK && again, "%s: second handle: %s", ax_name[ax],
+                         ct_comm_errmsg(gr));
         }
         if (again) {
             sum = 0;
             st = ct_comm_allreduce(again, &v, &sum, 1, CT_I32, CT_OP_SUM, NULL);
             CT_ASSERT_IN(ctx, st == CT_OK && sum == want && ct_comm_size(again) == n,
-                  "%s second handle: all-reduce %d, expected %d, size %d (%s)", ax_name[ax], sum,
-                  want, ct_comm_size(again), ct_comm_errmsg(again));
+                         "%s second handle: all-reduce %d, expected %d, size %d (%s)", ax_name[ax],
+                         sum, want, ct_comm_size(again), ct_comm_errmsg(again));
             ct_comm_free(again);
         }
     }
@@ -158,8 +166,8 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
         for (int u = 0; u < W; u++) {
             const int *cu = claims + 3 * (AX__N * u + ax);
             int n = expect_members(L, u, ax, mem);
-            CT_ASSERT_IN(ctx, cu[1] == n, "%s: worker %d claims a group of %d, expected %d", ax_name[ax], u,
-                  cu[1], n);
+            CT_ASSERT_IN(ctx, cu[1] == n, "%s: worker %d claims a group of %d, expected %d",
+                         ax_name[ax], u, cu[1], n);
             if (!n) continue;
             covered++;
             /* exactly the members claim this group, each with its own rank */
@@ -169,19 +177,20 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
                 if (cq[0] != cu[0]) continue;
                 cnt++;
                 int k = index_of(mem, n, q);
-                CT_ASSERT_IN(ctx, k >= 0 && cq[2] == k && cq[1] == n,
-                      "%s: worker %d claims group of worker %d (rank %d of %d) but is not member %d",
-                      ax_name[ax], q, cu[0], cq[2], cq[1], k);
+                CT_ASSERT_IN(
+                    ctx, k >= 0 && cq[2] == k && cq[1] == n,
+                    "%s: worker %d claims group of worker %d (rank %d of %d) but is not member %d",
+                    ax_name[ax], q, cu[0], cq[2], cq[1], k);
                 if (cq[2] >= 0 && cq[2] < 64) seen |= 1 << (cq[2] & 31);
             }
-            CT_ASSERT_IN(ctx, cnt == n, "%s: group of worker %d has %d claimants, expected %d", ax_name[ax],
-                  cu[0], cnt, n);
-            CT_ASSERT_IN(ctx, n > 31 || seen == (int)((1u << n) - 1), "%s: ranks of group %d not 0..%d",
-                  ax_name[ax], cu[0], n - 1);
+            CT_ASSERT_IN(ctx, cnt == n, "%s: group of worker %d has %d claimants, expected %d",
+                         ax_name[ax], cu[0], cnt, n);
+            CT_ASSERT_IN(ctx, n > 31 || seen == (int)((1u << n) - 1),
+                         "%s: ranks of group %d not 0..%d", ax_name[ax], cu[0], n - 1);
         }
         int want_cov = ax == AX_EMB && L->pp > 2 ? W / L->pp * 2 : W;
-        CT_ASSERT_IN(ctx, covered == want_cov, "%s: %d workers in a group, expected %d", ax_name[ax], covered,
-              want_cov);
+        CT_ASSERT_IN(ctx, covered == want_cov, "%s: %d workers in a group, expected %d",
+                     ax_name[ax], covered, want_cov);
     }
     free(claims);
 }
@@ -225,14 +234,16 @@ static void bad_layouts(ct_comm *world) {
         CT_ASSERT_IN(ctx, st == cases[i].st, "case %zu: status %d (%s)", i, st, err.msg);
         CT_ASSERT_IN(ctx, g == NULL, "case %zu: no grid on failure", i);
         for (int k = 0; k < 3; k++)
-            CT_ASSERT_IN(ctx, HAS(err.msg, cases[i].needles[k]), "case %zu: \"%s\" not in \"%s\"", i,
-                  cases[i].needles[k], err.msg);
-        if (i == 0) CT_ASSERT_IN(ctx, HAS(err.msg, num[0]) && HAS(err.msg, num[1]), "numbers: %s", err.msg);
+            CT_ASSERT_IN(ctx, HAS(err.msg, cases[i].needles[k]), "case %zu: \"%s\" not in \"%s\"",
+                         i, cases[i].needles[k], err.msg);
+        if (i == 0)
+            CT_ASSERT_IN(ctx, HAS(err.msg, num[0]) && HAS(err.msg, num[1]), "numbers: %s", err.msg);
         if (i == 1) CT_ASSERT_IN(ctx, HAS(err.msg, num[2]), "numbers: %s", err.msg);
         /* pure check gives the same */
         ct_err e2 = {0};
-        CT_ASSERT_IN(ctx, ct_layout_check(&cases[i].lay, W, &e2) == cases[i].st && !strcmp(e2.msg, err.msg),
-              "case %zu: pure check says \"%s\"", i, e2.msg);
+        CT_ASSERT_IN(
+            ctx, ct_layout_check(&cases[i].lay, W, &e2) == cases[i].st && !strcmp(e2.msg, err.msg),
+            "case %zu: pure check says \"%s\"", i, e2.msg);
     }
     if (W > 1) { /* workers that disagree */
         ct_layout a = {.dp = W, .tp = 1, .pp = 1, .zero = 0, .ep = 1};
@@ -242,7 +253,8 @@ static void bad_layouts(ct_comm *world) {
         ct_status st = ct_grid_create(&g, world, w == W - 1 ? &b : &a, &err);
         char want[64];
         snprintf(want, sizeof want, "worker %d passes layout dp 1 x tp %d", W - 1, W);
-        CT_ASSERT_IN(ctx, st == CT_ERR_MISMATCH && g == NULL, "disagreeing layouts: status %d (%s)", st, err.msg);
+        CT_ASSERT_IN(ctx, st == CT_ERR_MISMATCH && g == NULL, "disagreeing layouts: status %d (%s)",
+                     st, err.msg);
         CT_ASSERT_IN(ctx, HAS(err.msg, want), "\"%s\" not in \"%s\"", want, err.msg);
     }
 }
@@ -307,7 +319,8 @@ int main(int argc, char **argv) {
             /* a good grid still works after the refusals */
             ct_grid *g = NULL;
             ct_err e = {0};
-            CT_ASSERT_IN(ctx, ct_grid_create(&g, world, &lays[nl - 1], &e) == CT_OK, "after errors: %s", e.msg);
+            CT_ASSERT_IN(ctx, ct_grid_create(&g, world, &lays[nl - 1], &e) == CT_OK,
+                         "after errors: %s", e.msg);
             if (g) check_grid(world, g, &lays[nl - 1]);
             ct_grid_free(g);
             describe(world, topo);
