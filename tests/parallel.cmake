@@ -4,6 +4,7 @@ if(TARGET ct_parallel)
   # one executable, registered once per rank x thread shape (ct_add_test would add a bare run)
   add_executable(test_parallel_coll test_parallel_coll.c)
   target_link_libraries(test_parallel_coll PRIVATE ct_parallel)
+  target_include_directories(test_parallel_coll PRIVATE ${CMAKE_SOURCE_DIR}/tests)
   # name  ranks  threads  extra args
   set(CT_PAR_SHAPES
     "1x1;1;1;--full" "2x1;2;1;--full" "1x2;1;2;--full" "3x1;3;1;" "1x3;1;3;" "2x2;2;2;"
@@ -35,6 +36,7 @@ endif()
 if(TARGET ct_parallel)
   add_executable(test_parallel_errors test_parallel_errors.c)
   target_link_libraries(test_parallel_errors PRIVATE ct_parallel)
+  target_include_directories(test_parallel_errors PRIVATE ${CMAKE_SOURCE_DIR}/tests)
   foreach(shape "2x2;2;2" "3x1;3;1" "1x3;1;3")
     list(GET shape 0 nm)
     list(GET shape 1 nr)
@@ -59,6 +61,7 @@ if(TARGET ct_parallel)
   # the grid: every layout of W = 1..8 workers as threads, ranks and mixed (pure comm: no devices)
   add_executable(test_parallel_grid test_parallel_grid.c)
   target_link_libraries(test_parallel_grid PRIVATE ct_parallel)
+  target_include_directories(test_parallel_grid PRIVATE ${CMAKE_SOURCE_DIR}/tests)
   foreach(shape "1x1;1;1" "2x1;2;1" "1x2;1;2" "3x1;3;1" "1x3;1;3" "4x1;4;1" "1x4;1;4" "2x2;2;2"
                 "5x1;5;1" "1x5;1;5" "6x1;6;1" "2x3;2;3" "3x2;3;2" "7x1;7;1" "1x7;1;7" "8x1;8;1"
                 "1x8;1;8" "2x4;2;4" "4x2;4;2")
@@ -79,6 +82,7 @@ if(TARGET ct_parallel)
   # non-blocking point-to-point: threads, ranks and mixed
   add_executable(test_parallel_p2p test_parallel_p2p.c)
   target_link_libraries(test_parallel_p2p PRIVATE ct_parallel)
+  target_include_directories(test_parallel_p2p PRIVATE ${CMAKE_SOURCE_DIR}/tests)
   foreach(shape "2x1;2;1" "1x2;1;2" "3x1;3;1" "1x3;1;3" "1x4;1;4" "2x2;2;2" "2x3;2;3" "4x1;4;1")
     list(GET shape 0 nm)
     list(GET shape 1 nr)

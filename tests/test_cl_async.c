@@ -9,6 +9,7 @@
 
 #include "ct_cl.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 static const char kSrcText[] = "__kernel void add1(__global float *x, const unsigned n) {\n"
                                "    size_t i = get_global_id(0);\n"
@@ -22,11 +23,10 @@ static float val(int c, int i) { return (float)(c * 100000 + i) * 0.25f; }
 
 int main(void) {
     ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, np = 0;
-    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
-    CT_ASSERT_OK(ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &np, &err), err.msg);
-    if (!list) return ct_test_end("test_cl_async");
+    ct_test_devices ds;
+    if (ct_test_devices_find(&ds, NULL, 1)) return ct_test_end("test_cl_async");
+    const ct_device_info *list = ds.list;
+    int pick = ds.pick[0];
     ct_device *d = NULL, *d2 = NULL;
     ct_device_opts o = ct_device_opts_default();
     o.apply_tuning = 0;
@@ -198,6 +198,6 @@ int main(void) {
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
     free(host), free(back);
     ct_device_free(d), ct_device_free(d2);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_cl_async");
 }

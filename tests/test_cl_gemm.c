@@ -8,6 +8,7 @@
 
 #include "ct_cl.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 static void fill(float *x, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; i++) {
@@ -114,11 +115,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, np = 0;
     ct_device *d = NULL;
-    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
-    CT_ASSERT_OK(ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &np, &err), err.msg);
+    ct_test_devices ds;
+    if (ct_test_devices_find(&ds, NULL, 1)) return ct_test_end("test_cl_gemm");
+    const ct_device_info *list = ds.list;
+    int pick = ds.pick[0];
     ct_device_opts o = ct_device_opts_default(); /* stored/shipped tuning applied, as programs do */
     CT_ASSERT_OK(ct_device_open(&d, &list[pick], &o, &err), err.msg);
     if (!d) return ct_test_end("test_cl_gemm");
@@ -162,6 +163,6 @@ int main(int argc, char **argv) {
     }
     ct_buffer_free(b);
     ct_device_free(d);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_cl_gemm");
 }

@@ -34,6 +34,7 @@
 
 #include "ct_cl.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 /* ---------------------------------------------------------------- conversions */
 
@@ -438,11 +439,11 @@ static void test_batch0(ct_device *d) {
 
 int main(void) {
     ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, np = 0;
     ct_device *d = NULL;
-    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
-    CT_ASSERT_OK(ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &np, &err), err.msg);
+    ct_test_devices ds;
+    if (ct_test_devices_find(&ds, NULL, 1)) return ct_test_end("test_cl_gemm_bf16");
+    const ct_device_info *list = ds.list;
+    int pick = ds.pick[0];
     ct_device_opts o = ct_device_opts_default();
     o.apply_tuning = 0; /* no CLBlast here */
     CT_ASSERT_OK(ct_device_open(&d, &list[pick], &o, &err), err.msg);
@@ -466,6 +467,6 @@ int main(void) {
         printf("  mma: %s\n", ct_device_errmsg(d));
 
     ct_device_free(d);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_cl_gemm_bf16");
 }

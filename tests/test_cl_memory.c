@@ -9,14 +9,14 @@
 
 #include "ct_cl.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 int main(void) {
     ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, np = 0;
-    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
-    CT_ASSERT_OK(ct_device_select(list, n, NULL, 1, &pick, &np, &err), err.msg);
-    if (!list) return ct_test_end("test_cl_memory");
+    ct_test_devices ds;
+    if (ct_test_devices_find(&ds, NULL, 1)) return ct_test_end("test_cl_memory");
+    const ct_device_info *list = ds.list;
+    int pick = ds.pick[0];
     ct_device *d = NULL;
     ct_device_opts o = ct_device_opts_default();
     o.mem_cap = 8u << 20; /* 8 MiB */
@@ -243,6 +243,6 @@ int main(void) {
         CT_ASSERT_EQ_INT(s.live_buffers, 0);
     }
     ct_device_free(d);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_cl_memory");
 }

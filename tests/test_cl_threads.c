@@ -8,6 +8,7 @@
 
 #include "ct_cl.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 static const char kText[] =
     "__kernel void scale_add(__global float *y, __global const float *x, const float a,\n"
@@ -78,12 +79,10 @@ done:
 }
 
 int main(void) {
-    ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, idx[2], ni = 0;
-    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
-    CT_ASSERT_OK(ct_device_select(list, n, NULL, 2, idx, &ni, &err), err.msg);
-    if (ni < 2) return ct_test_end("test_cl_threads");
+    ct_test_devices ds;
+    if (ct_test_devices_find(&ds, NULL, 2)) return ct_test_end("test_cl_threads");
+    const ct_device_info *list = ds.list;
+    const int *idx = ds.pick;
     ct_device *dev[2] = {NULL, NULL};
     /* opening devices from two threads at once (tuning is applied at open) must be safe */
     for (int round = 0; round < 8; round++) {
@@ -129,6 +128,6 @@ int main(void) {
         CT_ASSERT(s.peak[CT_MEM_PARAMS] == 65 * 33 * 4);
         ct_device_free(dev[i]);
     }
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_cl_threads");
 }

@@ -13,6 +13,7 @@
 
 #include "ct_cl.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 #ifndef CT_BIN_DIR
 #error "CT_BIN_DIR must name the build's bin folder"
@@ -106,11 +107,10 @@ int main(void) {
     CT_ASSERT_EQ_INT(ct_tune_choose(NAN, NAN, CT_TUNE_MIN_GAIN), CT_TUNE_KEEP_NOTHING);
 
     /* 2. lookup: shipped for PoCL CPU devices; a stored one wins */
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, np = 0;
-    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
-    CT_ASSERT_OK(ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &np, &err), err.msg);
-    if (!list) return ct_test_end("test_cl_tune");
+    ct_test_devices ds;
+    if (ct_test_devices_find(&ds, NULL, 1)) return ct_test_end("test_cl_tune");
+    const ct_device_info *list = ds.list;
+    int pick = ds.pick[0];
     const ct_device_info *di = &list[pick];
     int pocl_cpu = strstr(di->platform, "Portable Computing Language") && (di->type & CL_DEVICE_TYPE_CPU);
     char dir[] = "/tmp/ct_test_tune_XXXXXX";
@@ -319,6 +319,6 @@ int main(void) {
     CT_ASSERT_NE_INT(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_cl_tune");
 }

@@ -29,6 +29,8 @@
 
 #include "ct_engine.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
+#include "ct_test_mpi.h"
 
 static const ct_gpt_config CFG = {8, 32, 32, 2, 2, 16, 0, 0}; /* maxT V Vp L NH C */
 #define B_ 4
@@ -197,11 +199,12 @@ int main(int argc, char **argv) {
     ct_topo *topo = NULL;
     CT_ASSERT_OK(ct_topo_create(&topo, &argc, &argv, 1, &err), err.msg);
     if (!topo) return 1;
+    ct_test_mpi_begin();
     int rank = ct_topo_rank(topo), R = ct_topo_nranks(topo);
-    ct_device_info *list = NULL;
-    int nd = 0, pick[1], np = 0;
-    CT_ASSERT_OK(ct_device_list(&list, &nd, &err), err.msg);
-    CT_ASSERT_OK(ct_device_select(list, nd, "cpu", 1, pick, &np, &err), err.msg);
+    ct_test_devices ds;
+    CT_REQUIRE_OR(!ct_test_devices_find(&ds, "cpu", 1), 1, "no device");
+    const ct_device_info *list = ds.list;
+    const int *pick = ds.pick;
     if (R == 1) {
         scen s = {"device (open, model, executor)", NULL, &list[pick[0]], NULL, 0, 1};
         scenario(&s, rank);
@@ -226,10 +229,8 @@ int main(int argc, char **argv) {
         }
         ct_device_free(dev);
     }
-    ct_device_list_free(list);
-    int fails = ct_test_failures;
-    MPI_Allreduce(MPI_IN_PLACE, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("%d checks, %d failures (all ranks)\n", ct_test_checks, fails);
+    ct_test_devices_free(&ds);
+    int rc = ct_test_mpi_end("test_engine_alloc_faults");
     ct_topo_free(topo);
-    return fails ? 1 : 0;
+    return rc;
 }

@@ -16,6 +16,7 @@
 #include "ct_engine_ops.h"
 #include "ct_ref.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 #define OFF 3 /* every tensor starts 3 floats into its buffer */
 
@@ -316,21 +317,12 @@ int main(int argc, char **argv) {
                         "all)\n", part);
         return 2;
     }
-    ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, npick = 0;
-    if (ct_device_list(&list, &n, &err) ||
-        ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &npick, &err)) {
-        fprintf(stderr, "no OpenCL device: %s\n", err.msg);
-        return 1;
-    }
-    ct_device_opts o = ct_device_opts_default();
-    if (ct_device_open(&g_dev, &list[pick], &o, &err)) {
-        fprintf(stderr, "opening the device failed: %s\n", err.msg);
-        return 1;
-    }
-    g_info = &list[pick];
-    printf("device: %s\n", list[pick].name);
+    ct_test_devices ds;
+    g_dev = ct_test_device_open(&ds, NULL);
+    if (!g_dev) return ct_test_end("test_engine_attention");
+    const ct_device_info *info = &ds.list[ds.pick[0]];
+    g_info = info;
+    printf("device: %s\n", info->name);
     /* the default blocks (the first of ct_attn_cfg_default's list that fits: 16 x 16 blocks of
      * 64 scalar work-items) on every shape of the issue: T = 1, 7, 33, 130, 1000; head sizes 8,
      * 20, 64, 128; NH = 1, 3, 12 */
@@ -366,11 +358,11 @@ int main(int argc, char **argv) {
         test_fused(2, 33, 3, 20, &v3, 0);
         test_fused(1, 1, 1, 20, &v3, 0);
     }
-    if (search) test_tune(&list[pick]);
+    if (search) test_tune(info);
     ct_mem_stats ms;
     ct_device_mem_stats(g_dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
     ct_device_free(g_dev);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_engine_attention");
 }

@@ -28,6 +28,7 @@
 
 #include "ct_engine.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 typedef struct shape {
     ct_gpt_config cfg;
@@ -360,27 +361,16 @@ static void test_layouts(void) {
 }
 
 int main(void) {
-    ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, npick = 0;
-    ct_device *dev = NULL;
     test_formula();
     test_layouts();
-    if (ct_device_list(&list, &n, &err) ||
-        ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &npick, &err)) {
-        fprintf(stderr, "no OpenCL device: %s\n", err.msg);
-        return 1;
-    }
-    ct_device_opts o = ct_device_opts_default();
-    if (ct_device_open(&dev, &list[pick], &o, &err)) {
-        fprintf(stderr, "opening the device failed: %s\n", err.msg);
-        return 1;
-    }
+    ct_test_devices ds;
+    ct_device *dev = ct_test_device_open(&ds, NULL);
+    if (!dev) return ct_test_end("test_engine_mem");
     test_allocated(dev);
     ct_mem_stats ms;
     ct_device_mem_stats(dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
     ct_device_free(dev);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_engine_mem");
 }

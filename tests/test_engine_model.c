@@ -6,6 +6,8 @@
  *   - a handful of device gradient entries against finite differences of the device loss;
  *   - gradient accumulation (two half-scaled backward passes = one), the gradient norm, and two
  *     AdamW steps (clipping on, decay only on 2-D weights) against the reference AdamW;
+ * all through the executor as train_gpt runs it (ct_test_exec.h: gradients from a step with lr 0
+ * and no decay, which moves no parameter; losses and logits from ct_exec_forward);
  *   - a long sequence (T=150) on a narrow model: loss and gradients against the reference;
  *   - GPT-2 initialisation (statistics, padded rows, determinism per seed), and bad inputs. */
 #include <math.h>
@@ -17,6 +19,8 @@
 #include "ct_engine.h"
 #include "ct_ref.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
+#include "ct_test_exec.h"
 
 static uint64_t g_rng = 0xC0FFEEull;
 static double urand(void) { /* uniform [-1, 1) */
@@ -110,10 +114,15 @@ static ct_status create_on(ct_model **m, const ct_gpt_config *c, ct_device *dev,
 static void test_model(ct_device *dev, ct_attn_path path) {
     ct_err err = {0};
     ct_model *m = NULL;
+    ct_exec *x = NULL;
     printf("-- attention path %s\n", ct_attn_path_name(path));
-    CT_ASSERT_OK(create_on(&m, &CFG, dev, B, T, path, &err), err.msg);
-    if (!m) return;
+    CT_REQUIRE_OK(create_on(&m, &CFG, dev, B, T, path, &err), err.msg);
     CT_ASSERT_EQ_INT(ct_model_attention(m, NULL), path);
+    CT_ASSERT_OK(ct_exec_create(&x, m, NULL, NULL, &err), err.msg);
+    if (!x) {
+        ct_model_free(m);
+        return;
+    }
     size_t n = ct_model_num_params(m), sizes[CT_GPT_NUM_TENSORS];
     CT_ASSERT_EQ_INT(n, ct_gpt_param_sizes(&CFG, sizes));
     float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *g2 = malloc(n * sizeof *g2);
@@ -131,20 +140,21 @@ static void test_model(ct_device *dev, ct_attn_path path) {
     double rloss = ct_ref_gpt_grad(&CFG, pd, tok, tg, B, T, gref, rlogits);
     test_ref_vs_fd(pd, tok, tg, gref, n);
 
-    /* 2. device forward: loss and logits */
+    /* 2. device forward: loss and logits (the executor's forward runs slot 0) */
     float loss = 0;
-    CT_ASSERT_OK(ct_model_forward(m, tok, tg, B, T, &loss), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_exec_forward(x, tok, tg, B, T, &loss, NULL), ct_exec_errmsg(x));
     printf("loss: device %.7f reference %.7f\n", loss, rloss);
     CT_ASSERT_NEAR(loss, rloss, 1e-5 * fabs(rloss));
-    CT_ASSERT_OK(ct_model_logits(m, logits, nlog), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_model_slot_logits(m, 0, logits, nlog), ct_model_errmsg(m));
     float *rlf = malloc(nlog * sizeof *rlf);
     for (size_t i = 0; i < nlog; i++) rlf[i] = (float)rlogits[i];
     CT_ASSERT_CLOSE_ARRAY(logits, rlf, nlog, 1e-5, 1e-4);
 
-    /* 3. device gradients against the reference, tensor by tensor */
-    CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
-    CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
-    CT_ASSERT_OK(ct_model_get_grads(m, g, n), ct_model_errmsg(m));
+    /* 3. device gradients against the reference, tensor by tensor: one executor step that
+     * updates nothing; its loss is the forward's */
+    ct_step_result r;
+    CT_ASSERT_OK(ct_test_exec_grads(x, m, tok, tg, B, T, g, n, &r), ct_exec_errmsg(x));
+    CT_ASSERT_NEAR(r.loss, rloss, 1e-5 * fabs(rloss));
     float *gr = malloc(n * sizeof *gr);
     for (size_t i = 0; i < n; i++) gr[i] = (float)gref[i];
     size_t o = 0;
@@ -153,14 +163,14 @@ static void test_model(ct_device *dev, ct_attn_path path) {
         for (size_t i = 0; i < sizes[t]; i++) mx = fmax(mx, fabs(gref[o + i]));
         size_t w = 0;
         double e = ct_test_max_err(g + o, gr + o, sizes[t], 1e-4 * mx + 1e-7, 1e-3, &w);
-        ct_test_checks++;
-        if (!(e <= 1.0))
-            CT__FAIL("gradient %s[%zu]: device %.9g reference %.9g (err %.3g x tolerance)",
-                     ct_gpt_tensor_name(t), w, (double)g[o + w], gref[o + w], e);
+        CT_ASSERT_MSG(e <= 1.0,
+                      "gradient %s[%zu]: device %.9g reference %.9g (err %.3g x tolerance)",
+                      ct_gpt_tensor_name(t), w, (double)g[o + w], gref[o + w], e);
         o += sizes[t];
     }
     /* the padded rows of wte get no gradient from the loss over the real vocabulary... except
      * through nothing at all: they never meet a token or a real-vocabulary logit */
+    CT_TEST_CHECK();
     for (size_t i = (size_t)CFG.vocab * CFG.channels; i < sizes[CT_GPT_wte]; i++)
         if (g[i] != 0.0f) {
             CT__FAIL("padded wte row gradient %zu is %g, expected 0", i, (double)g[i]);
@@ -182,10 +192,10 @@ static void test_model(ct_device *dev, ct_attn_path path) {
             float save = p[best], h = 1e-2f, lp = 0, lm = 0;
             p[best] = save + h;
             ct_model_set_params(m, p, n);
-            ct_model_forward(m, tok, tg, B, T, &lp);
+            ct_exec_forward(x, tok, tg, B, T, &lp, NULL);
             p[best] = save - h;
             ct_model_set_params(m, p, n);
-            ct_model_forward(m, tok, tg, B, T, &lm);
+            ct_exec_forward(x, tok, tg, B, T, &lm, NULL);
             p[best] = save;
             double fd = ((double)lp - (double)lm) / (2.0 * ((double)(save + h) - (double)save));
             printf("device fd %-9s: fd %.6f grad %.6f\n", ct_gpt_tensor_name(t), fd, (double)g[best]);
@@ -194,35 +204,40 @@ static void test_model(ct_device *dev, ct_attn_path path) {
         CT_ASSERT_OK(ct_model_set_params(m, p, n), ct_model_errmsg(m));
     }
 
-    /* 5. gradient accumulation: two backward passes at scale 0.5 = one at scale 1 */
-    CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
-    for (int k = 0; k < 2; k++) {
-        CT_ASSERT_OK(ct_model_forward(m, tok, tg, B, T, &loss), ct_model_errmsg(m));
-        CT_ASSERT_OK(ct_model_backward(m, 0.5f), ct_model_errmsg(m));
-    }
-    CT_ASSERT_OK(ct_model_get_grads(m, g2, n), ct_model_errmsg(m));
+    /* 5. gradient accumulation: a step of two micro-batches (the same rows twice), each
+     * backward at scale 1/2, = one backward at scale 1 */
+    int tok2[2 * B * T], tg2[2 * B * T];
+    memcpy(tok2, tok, sizeof tok), memcpy(tok2 + B * T, tok, sizeof tok);
+    memcpy(tg2, tg, sizeof tg), memcpy(tg2 + B * T, tg, sizeof tg);
+    CT_ASSERT_OK(ct_test_exec_grads_m(x, m, 2, tok2, tg2, B, T, g2, n, &r), ct_exec_errmsg(x));
     CT_ASSERT_CLOSE_ARRAY(g2, g, n, 1e-7, 1e-5);
 
-    /* 6. gradient norm and two AdamW steps (clip active, decay on 2-D weights only) */
-    float norm = 0;
-    CT_ASSERT_OK(ct_model_grad_norm(m, &norm), ct_model_errmsg(m));
+    /* 6. gradient norm and two AdamW steps (clip active, decay on 2-D weights only), each the
+     * executor's step: its own forward and backward, then the update. The reference AdamW takes
+     * the device's gradients of each step (read back after it: the optimizer leaves them) and
+     * their norm, so the update is checked apart from the gradients' rounding. */
     double *gd = malloc(n * sizeof *gd), *md = calloc(n, sizeof *md), *vd = calloc(n, sizeof *vd);
     for (size_t i = 0; i < n; i++) gd[i] = g2[i];
     double rn = ct_ref_global_norm(gd, n);
-    CT_ASSERT_NEAR(norm, rn, 1e-5 * rn);
+    CT_ASSERT_NEAR(r.grad_norm, rn, 1e-5 * rn);
     CT_ASSERT_OK(ct_model_set_optimizer(m, NULL, NULL, n), ct_model_errmsg(m));
     ct_arena_zero(ct_params_adam_m(ct_model_params(m)), 0, n * sizeof(float));
     ct_arena_zero(ct_params_adam_v(ct_model_params(m)), 0, n * sizeof(float));
-    float clip = (float)(0.5 * rn);
+    float clip = (float)(0.25 * rn); /* the first step halves the norm: active in both */
+    ct_adamw_hp hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, clip};
     for (int t = 1; t <= 2; t++) {
-        float nout = 0;
-        CT_ASSERT_OK(ct_model_adamw_step(m, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, clip, t, &nout),
-                     ct_model_errmsg(m));
-        CT_ASSERT_NEAR(nout, rn, 1e-5 * rn);
+        CT_ASSERT_OK(ct_test_exec_step(x, 1, tok, tg, B, T, &hp, t, &r), ct_exec_errmsg(x));
+        CT_ASSERT_OK(ct_model_get_grads(m, g, n), ct_model_errmsg(m));
+        for (size_t i = 0; i < n; i++)
+            gd[i] = g[i];
+        double rnt = ct_ref_global_norm(gd, n);
+        CT_ASSERT_NEAR(r.grad_norm, rnt, 1e-5 * rnt);
+        CT_ASSERT_MSG(rnt > clip, "step %d: the norm %g does not exceed the clip %g", t, rnt,
+                      (double)clip);
         o = 0;
         for (int k = 0; k < CT_GPT_NUM_TENSORS; k++) {
-            ct_ref_adamw(pd + o, gd + o, md + o, vd + o, sizes[k], clip / (rn + 1e-6), 1e-2, 0.9,
-                         0.95, 1e-8, ct_gpt_tensor_decays(k) ? 0.1 : 0.0, t);
+            ct_ref_adamw(pd + o, gd + o, md + o, vd + o, sizes[k], fmin(1.0, clip / (rnt + 1e-6)),
+                         1e-2, 0.9, 0.95, 1e-8, ct_gpt_tensor_decays(k) ? 0.1 : 0.0, t);
             o += sizes[k];
         }
     }
@@ -237,32 +252,31 @@ static void test_model(ct_device *dev, ct_attn_path path) {
     for (size_t i = 0; i < n; i++) pr[i] = (float)vd[i];
     CT_ASSERT_CLOSE_ARRAY(vv, pr, n, 1e-12, 1e-4);
 
-    /* 7. bad input and wrong states */
+    /* 7. bad input and wrong states: the model refuses, the executor passes its message on; a
+     * head backward with no forward with targets in the slot is refused */
     int badtok[B * T];
     memcpy(badtok, tok, sizeof badtok);
     badtok[5] = CFG.vocab;
-    CT_ASSERT_EQ_INT(ct_model_forward(m, badtok, tg, B, T, &loss), CT_ERR_ARG);
-    CT_ASSERT_STR_CONTAINS(ct_model_errmsg(m), "tokens[5] = 37 is outside the vocabulary");
-    CT_ASSERT_EQ_INT(ct_model_forward(m, tok, tg, B + 1, T, &loss), CT_ERR_ARG);
-    CT_ASSERT_EQ_INT(ct_model_backward(m, 1.0f), CT_ERR_STATE);
-    CT_ASSERT_OK(ct_model_forward(m, tok, NULL, B, T, &loss), ct_model_errmsg(m));
+    CT_ASSERT_EQ_INT(ct_exec_forward(x, badtok, tg, B, T, &loss, NULL), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_exec_errmsg(x), "tokens[5] = 37 is outside the vocabulary");
+    CT_ASSERT_EQ_INT(ct_exec_forward(x, tok, tg, B + 1, T, &loss, NULL), CT_ERR_ARG);
+    CT_ASSERT_EQ_INT(ct_model_head_backward(m, 0, 1.0f), CT_ERR_STATE);
+    CT_ASSERT_OK(ct_exec_forward(x, tok, NULL, B, T, &loss, NULL), ct_exec_errmsg(x));
     CT_ASSERT(isnan(loss));
-    CT_ASSERT_EQ_INT(ct_model_backward(m, 1.0f), CT_ERR_STATE);
+    CT_ASSERT_EQ_INT(ct_model_head_backward(m, 0, 1.0f), CT_ERR_STATE);
     CT_ASSERT_EQ_INT(ct_model_set_params(m, p, n - 1), CT_ERR_ARG);
-    /* forward at a smaller shape than planned */
+    /* a step at a smaller shape than planned (views planned for 3 x 7, used at 2 x 4): its
+     * loss and gradients */
     CT_ASSERT_OK(ct_model_set_params(m, p, n), ct_model_errmsg(m));
-    for (size_t i = 0; i < n; i++) pd[i] = p[i];
-    CT_ASSERT_OK(ct_model_forward(m, tok, tg, 2, 4, &loss), ct_model_errmsg(m));
+    for (size_t i = 0; i < n; i++)
+        pd[i] = p[i];
     int tok24[8], tg24[8];
     for (int b = 0; b < 2; b++)
         for (int t = 0; t < 4; t++) tok24[b * 4 + t] = tok[b * 4 + t], tg24[b * 4 + t] = tg[b * 4 + t];
+    CT_ASSERT_OK(ct_test_exec_grads(x, m, tok, tg, 2, 4, g, n, &r), ct_exec_errmsg(x));
     double *g24 = malloc(n * sizeof *g24);
     double rl24 = ct_ref_gpt_grad(&CFG, pd, tok24, tg24, 2, 4, g24, NULL);
-    CT_ASSERT_NEAR(loss, rl24, 1e-5 * fabs(rl24));
-    /* and its backward (views planned for 3 x 7, used at 2 x 4) */
-    CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
-    CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
-    CT_ASSERT_OK(ct_model_get_grads(m, g, n), ct_model_errmsg(m));
+    CT_ASSERT_NEAR(r.loss, rl24, 1e-5 * fabs(rl24));
     double mx24 = 0;
     for (size_t i = 0; i < n; i++) gr[i] = (float)g24[i], mx24 = fmax(mx24, fabs(g24[i]));
     CT_ASSERT_CLOSE_ARRAY(g, gr, n, 1e-4 * mx24, 1e-3);
@@ -270,6 +284,7 @@ static void test_model(ct_device *dev, ct_attn_path path) {
 
     free(p); free(g); free(g2); free(pd); free(gref); free(logits); free(rlogits); free(rlf);
     free(gr); free(gd); free(md); free(vd); free(pr); free(mm); free(vv);
+    ct_exec_free(x);
     ct_model_free(m);
 }
 
@@ -281,8 +296,13 @@ static void test_model_long(ct_device *dev, ct_attn_path path) {
     enum { LB = 2, LT = 150 };
     ct_err err = {0};
     ct_model *m = NULL;
-    CT_ASSERT_OK(create_on(&m, &c, dev, LB, LT, path, &err), err.msg);
-    if (!m) return;
+    ct_exec *x = NULL;
+    CT_REQUIRE_OK(create_on(&m, &c, dev, LB, LT, path, &err), err.msg);
+    CT_ASSERT_OK(ct_exec_create(&x, m, NULL, NULL, &err), err.msg);
+    if (!x) {
+        ct_model_free(m);
+        return;
+    }
     size_t n = ct_model_num_params(m), sizes[CT_GPT_NUM_TENSORS];
     ct_gpt_param_sizes(&c, sizes);
     float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *gr = malloc(n * sizeof *gr);
@@ -292,13 +312,10 @@ static void test_model_long(ct_device *dev, ct_attn_path path) {
     make_tokens(tok, tg, LB * LT, c.vocab);
     for (size_t i = 0; i < n; i++) pd[i] = p[i];
     double rloss = ct_ref_gpt_grad(&c, pd, tok, tg, LB, LT, gd, NULL);
-    float loss = 0;
+    ct_step_result r;
     CT_ASSERT_OK(ct_model_set_params(m, p, n), ct_model_errmsg(m));
-    CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
-    CT_ASSERT_OK(ct_model_forward(m, tok, tg, LB, LT, &loss), ct_model_errmsg(m));
-    CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
-    CT_ASSERT_OK(ct_model_get_grads(m, g, n), ct_model_errmsg(m));
-    CT_ASSERT_NEAR(loss, rloss, 1e-5 * fabs(rloss));
+    CT_ASSERT_OK(ct_test_exec_grads(x, m, tok, tg, LB, LT, g, n, &r), ct_exec_errmsg(x));
+    CT_ASSERT_NEAR(r.loss, rloss, 1e-5 * fabs(rloss));
     for (size_t i = 0; i < n; i++) gr[i] = (float)gd[i];
     size_t o = 0;
     for (int t = 0; t < CT_GPT_NUM_TENSORS; t++) {
@@ -306,15 +323,15 @@ static void test_model_long(ct_device *dev, ct_attn_path path) {
         for (size_t i = 0; i < sizes[t]; i++) mx = fmax(mx, fabs(gd[o + i]));
         size_t w = 0;
         double e = ct_test_max_err(g + o, gr + o, sizes[t], 1e-4 * mx + 1e-7, 1e-3, &w);
-        ct_test_checks++;
-        if (!(e <= 1.0))
-            CT__FAIL("%s path, T=%d gradient %s[%zu]: device %.9g reference %.9g (err %.3g x "
-                     "tolerance)",
-                     ct_attn_path_name(path), LT, ct_gpt_tensor_name(t), w, (double)g[o + w],
-                     gd[o + w], e);
+        CT_ASSERT_MSG(e <= 1.0,
+                      "%s path, T=%d gradient %s[%zu]: device %.9g reference %.9g (err %.3g x "
+                      "tolerance)",
+                      ct_attn_path_name(path), LT, ct_gpt_tensor_name(t), w, (double)g[o + w],
+                      gd[o + w], e);
         o += sizes[t];
     }
     free(p); free(g); free(gr); free(pd); free(gd);
+    ct_exec_free(x);
     ct_model_free(m);
 }
 
@@ -350,18 +367,22 @@ static void test_attention_memory(ct_device *dev) {
     for (int run = 0; run < 3; run++) {
         ct_err err = {0};
         ct_model *m = NULL;
-        CT_ASSERT_OK(create_on(&m, &c, dev, 2, 64, run < 2 ? CT_ATTN_FUSED : CT_ATTN_GEMM, &err),
-                     err.msg);
-        if (!m) return;
+        ct_exec *x = NULL;
+        CT_REQUIRE_OK(create_on(&m, &c, dev, 2, 64, run < 2 ? CT_ATTN_FUSED : CT_ATTN_GEMM, &err),
+                      err.msg);
         CT_ASSERT_OK(ct_model_init_random(m, 5), ct_model_errmsg(m));
-        for (int k = 0; k < 3; k++) {
-            CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
-            CT_ASSERT_OK(ct_model_forward(m, tok, tg, 2, 64, &losses[run][k]), ct_model_errmsg(m));
-            CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
-            CT_ASSERT_OK(ct_model_adamw_step(m, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, k + 1, NULL),
-                         ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_exec_create(&x, m, NULL, NULL, &err), err.msg);
+        int have = x != NULL;
+        ct_adamw_hp hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+        for (int k = 0; have && k < 3; k++) {
+            ct_step_result r;
+            CT_ASSERT_OK(ct_test_exec_step(x, 1, tok, tg, 2, 64, &hp, k + 1, &r),
+                         ct_exec_errmsg(x));
+            losses[run][k] = (float)r.loss;
         }
+        ct_exec_free(x);
         ct_model_free(m);
+        if (!have) return;
     }
     for (int k = 0; k < 3; k++) {
         CT_ASSERT_MSG(!memcmp(&losses[0][k], &losses[1][k], sizeof(float)),
@@ -444,20 +465,9 @@ static void test_init_and_create_errors(ct_device *dev) {
 }
 
 int main(void) {
-    ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, npick = 0;
-    ct_device *dev = NULL;
-    if (ct_device_list(&list, &n, &err) ||
-        ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &npick, &err)) {
-        fprintf(stderr, "no OpenCL device: %s\n", err.msg);
-        return 1;
-    }
-    ct_device_opts o = ct_device_opts_default();
-    if (ct_device_open(&dev, &list[pick], &o, &err)) {
-        fprintf(stderr, "opening the device failed: %s\n", err.msg);
-        return 1;
-    }
+    ct_test_devices ds;
+    ct_device *dev = ct_test_device_open(&ds, NULL);
+    if (!dev) return ct_test_end("test_engine_model");
     test_model(dev, CT_ATTN_GEMM);
     test_model(dev, CT_ATTN_FUSED);
     test_model_long(dev, CT_ATTN_GEMM);
@@ -468,6 +478,6 @@ int main(void) {
     ct_device_mem_stats(dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
     ct_device_free(dev);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_engine_model");
 }

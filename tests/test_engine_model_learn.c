@@ -6,7 +6,8 @@
  * is ln(V)/T = 0.173. Starting near ln(V) = 2.77, the loss
  * must fall below THRESHOLD within STEPS AdamW steps (fixed seeds, so the run is deterministic).
  * Also checks that training is reproducible: the same seeds give bitwise the same losses.
- * Learning rate 1e-2, no weight decay, clip 1.0. */
+ * Learning rate 1e-2, no weight decay, clip 1.0; each step is the executor's, as train_gpt runs
+ * it (ct_test_exec.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 
 #include "ct_engine.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
+#include "ct_test_exec.h"
 
 #define V 16
 #define BATCH 8
@@ -50,40 +53,34 @@ static double train(ct_device *dev, float *losses, int steps) {
     ct_coords at = {0, 0, 0, 0};
     ct_err err = {0};
     ct_model *m = NULL;
-    CT_ASSERT_OK(ct_model_create(&m, &c, &lay, &at, dev, BATCH, SEQ, &err), err.msg);
-    if (!m) return NAN;
+    ct_exec *x = NULL;
+    CT_REQUIRE_OK_OR(ct_model_create(&m, &c, &lay, &at, dev, BATCH, SEQ, &err), err.msg, NAN);
     CT_ASSERT_OK(ct_model_init_random(m, 1234), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_exec_create(&x, m, NULL, NULL, &err), err.msg);
     rng_state = 42;
     int tok[BATCH * SEQ], tg[BATCH * SEQ];
+    ct_adamw_hp hp = {LR, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};
     double tail = 0;
-    for (int s = 1; s <= steps; s++) {
+    for (int s = 1; x && s <= steps; s++) {
         batch(tok, tg);
-        float loss = NAN;
-        ct_status st = ct_model_zero_grad(m);
-        if (!st) st = ct_model_forward(m, tok, tg, BATCH, SEQ, &loss);
-        if (!st) st = ct_model_backward(m, 1.0f);
-        if (!st) st = ct_model_adamw_step(m, LR, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, s, NULL);
-        CT_ASSERT_OK(st, ct_model_errmsg(m));
+        ct_step_result r;
+        ct_status st = ct_test_exec_step(x, 1, tok, tg, BATCH, SEQ, &hp, s, &r);
+        CT_ASSERT_OK(st, ct_exec_errmsg(x));
         if (st) break;
+        float loss = (float)r.loss;
         losses[s - 1] = loss;
         if (s % 50 == 0 || s == 1) printf("step %3d loss %.4f\n", s, loss);
         if (s > steps - 10) tail += loss / 10.0;
     }
+    ct_exec_free(x);
     ct_model_free(m);
     return tail;
 }
 
 int main(void) {
-    ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, npick = 0;
-    ct_device *dev = NULL;
-    if (ct_device_list(&list, &n, &err) ||
-        ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &npick, &err) ||
-        ct_device_open(&dev, &list[pick], NULL, &err)) {
-        fprintf(stderr, "no OpenCL device: %s\n", err.msg);
-        return 1;
-    }
+    ct_test_devices ds;
+    ct_device *dev = ct_test_device_open(&ds, NULL);
+    if (!dev) return ct_test_end("test_engine_model_learn");
     static float l1[STEPS], l2[STEPS];
     double tail = train(dev, l1, STEPS);
     printf("mean loss of the last 10 steps: %.4f (threshold %.2f, start %.4f, floor %.3f)\n", tail,
@@ -94,6 +91,6 @@ int main(void) {
     train(dev, l2, 20);
     CT_ASSERT(memcmp(l1, l2, 20 * sizeof l1[0]) == 0);
     ct_device_free(dev);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_engine_model_learn");
 }

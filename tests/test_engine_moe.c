@@ -34,17 +34,8 @@
 #include "ct_engine.h"
 #include "ct_ref.h"
 #include "ct_test.h"
-
-#define REQUIRE_OK(expr, msg)                                                                      \
-    do {                                                                                           \
-        int rc_ = (int)(expr);                                                                     \
-        if (rc_ != 0) {                                                                            \
-            fprintf(stderr, "%s:%d: FAIL: %s returned %d: %s\n", __FILE__, __LINE__, #expr, rc_,  \
-                    (msg));                                                                        \
-            fflush(stderr);                                                                        \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
-    } while (0)
+#include "ct_test_dev.h"
+#include "ct_test_mpi.h"
 
 typedef struct ctx {
     ct_device *dev;
@@ -56,18 +47,19 @@ typedef struct ctx {
 static ct_view put(ctx *c, const void *h, size_t n) {
     size_t off = c->at;
     c->at += (n + 15) / 16 * 16;
-    if (c->at * 4 > ct_buffer_bytes(c->ab)) {
-        fprintf(stderr, "test arena too small\n");
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    if (h) REQUIRE_OK(ct_buffer_write(c->ab, off * 4, h, n * 4), ct_device_errmsg(c->dev));
-    else REQUIRE_OK(ct_buffer_zero(c->ab, off * 4, n * 4), ct_device_errmsg(c->dev));
+    CT_REQUIRE_OR(c->at * 4 <= ct_buffer_bytes(c->ab), ct_view_none(), "test arena too small");
+    if (h)
+        CT_REQUIRE_OK_OR(ct_buffer_write(c->ab, off * 4, h, n * 4), ct_device_errmsg(c->dev),
+                         ct_view_none());
+    else
+        CT_REQUIRE_OK_OR(ct_buffer_zero(c->ab, off * 4, n * 4), ct_device_errmsg(c->dev),
+                         ct_view_none());
     return ct_view_of(ct_buffer_mem(c->ab), off);
 }
 static void *get(ctx *c, ct_view v, size_t n) {
     void *h = malloc(n * 4 + 4);
-    REQUIRE_OK(ct_device_finish(c->dev), ct_device_errmsg(c->dev));
-    REQUIRE_OK(ct_buffer_read(c->ab, v.off * 4, h, n * 4), ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK_OR(ct_device_finish(c->dev), ct_device_errmsg(c->dev), h);
+    CT_REQUIRE_OK_OR(ct_buffer_read(c->ab, v.off * 4, h, n * 4), ct_device_errmsg(c->dev), h);
     return h;
 }
 
@@ -104,6 +96,14 @@ static double rel(const float *a, const double *b, size_t n) {
         if (e_ > (tol)) fprintf(stderr, "    (relative error %.3g)\n", e_);                       \
     } while (0)
 
+/* A gradient on the device (n floats at v) against the reference, named "<who>: <what>". */
+static void grad_close(ctx *c, ct_view v, const double *ref, size_t n, const char *who,
+                       const char *what) {
+    float *d = get(c, v, n);
+    CLOSE(d, ref, n, 5e-5, "%s: %s", who, what);
+    free(d);
+}
+
 /* ------------------------------------------------------------------ the routing ops */
 
 static void test_route(ctx *c) {
@@ -120,7 +120,8 @@ static void test_route(ctx *c) {
         float *lf = tof(lg, (size_t)N * E);
         ct_view vl = put(c, lf, (size_t)N * E), vp = put(c, NULL, (size_t)N * E);
         ct_view vi = put(c, NULL, (size_t)N * K), vg = put(c, NULL, (size_t)N * K);
-        REQUIRE_OK(ct_moe_route_forward(c->dev, vp, vi, vg, vl, N, E, K), ct_device_errmsg(c->dev));
+        CT_REQUIRE_OK(ct_moe_route_forward(c->dev, vp, vi, vg, vl, N, E, K),
+                      ct_device_errmsg(c->dev));
         float *p = get(c, vp, (size_t)N * E), *g = get(c, vg, (size_t)N * K);
         int *ix = get(c, vi, (size_t)N * K);
         double *rp = malloc(sizeof(double) * N * E), *rg = malloc(sizeof(double) * N * K);
@@ -171,8 +172,8 @@ static void test_capacity(ctx *c) {
         c->at = 0;
         ct_view vi = put(c, idx, (size_t)B * T * K), vs = put(c, NULL, (size_t)B * T * K);
         ct_view vk = put(c, NULL, (size_t)B * E), vr = put(c, NULL, (size_t)B * E);
-        REQUIRE_OK(ct_moe_capacity(c->dev, vs, vk, vr, vi, B, T, E, K, cap),
-                   ct_device_errmsg(c->dev));
+        CT_REQUIRE_OK(ct_moe_capacity(c->dev, vs, vk, vr, vi, B, T, E, K, cap),
+                      ct_device_errmsg(c->dev));
         int *s = get(c, vs, (size_t)B * T * K), *k = get(c, vk, (size_t)B * E);
         int *r = get(c, vr, (size_t)B * E);
         int rs[3 * 7 * 2], rk[3 * 4], rr[3 * 4];
@@ -262,11 +263,12 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
     ct_view saved = put(c, NULL, blk), scratch = put(c, NULL, scr);
     ct_moe *moe = NULL;
     ct_err err = {0};
-    REQUIRE_OK(ct_moe_create(&moe, &mc, ep, NULL, c->dev, c->arena, &err), err.msg);
-    REQUIRE_OK(ct_moe_forward(moe, 0, 0, 0, vy, saved, scratch, vx, &w, B, T),
-               ct_device_errmsg(c->dev));
-    REQUIRE_OK(ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
-               ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(ct_moe_create(&moe, &mc, ep, NULL, c->dev, c->arena, &err), err.msg);
+    CT_REQUIRE_OK(ct_moe_forward(moe, 0, 0, 0, vy, saved, scratch, vx, &w, B, T),
+                  ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(
+        ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
+        ct_device_errmsg(c->dev));
     int fails0 = ct_test_failures;
     /* the reference: this worker's rows; the experts over every worker's rows; the objective
      * y . dy + loss_scale alpha aux (dy already carries the loss scale) */
@@ -294,17 +296,13 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
     float *y = get(c, vy, BT * C), *dx = get(c, vdx, BT * C);
     CLOSE(y, ry, BT * C, 2e-5, "%s (ep %d, worker %d): y", lc->name, N, r);
     CLOSE(dx, rdx + mine, BT * C, 5e-5, "%s (ep %d, worker %d): dx", lc->name, N, r);
-#define CHECKG(field, ref, off, n, what)                                                           \
-    do {                                                                                           \
-        float *d_ = get(c, dw.field, (n));                                                         \
-        CLOSE(d_, (ref) + (off), (n), 5e-5, "%s (ep %d, worker %d): %s", lc->name, N, r, what);    \
-        free(d_);                                                                                  \
-    } while (0)
-    CHECKG(routerw, rwr, 0, (size_t)E * C, "d routerw");
-    CHECKG(fcw, rfcw, e0 * F * C, (size_t)El * F * C, "d fcw");
-    CHECKG(fcb, rfcb, e0 * F, (size_t)El * F, "d fcb");
-    CHECKG(fcprojw, rfpw, e0 * F * C, (size_t)El * F * C, "d fcprojw");
-    CHECKG(fcprojb, rfpb, e0 * C, (size_t)El * C, "d fcprojb");
+    char who[160];
+    snprintf(who, sizeof who, "%s (ep %d, worker %d)", lc->name, N, r);
+    grad_close(c, dw.routerw, rwr, (size_t)E * C, who, "d routerw");
+    grad_close(c, dw.fcw, rfcw + e0 * F * C, (size_t)El * F * C, who, "d fcw");
+    grad_close(c, dw.fcb, rfcb + e0 * F, (size_t)El * F, who, "d fcb");
+    grad_close(c, dw.fcprojw, rfpw + e0 * F * C, (size_t)El * F * C, who, "d fcprojw");
+    grad_close(c, dw.fcprojb, rfpb + e0 * C, (size_t)El * C, who, "d fcprojb");
     ct_moe_stats s;
     ct_moe_stats_get(moe, &s);
     CT_ASSERT_MSG(fabs(s.aux - aux) <= 1e-5 * fabs(aux) + 1e-7, "%s: aux %.9g, reference %.9g",
@@ -394,15 +392,17 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     ct_err err = {0};
     ct_tp *tp = NULL;
     ct_tp_opts to = ct_tp_opts_default();
-    REQUIRE_OK(ct_tp_create(&tp, tpc, c->dev, c->arena, BT * C, &to, &err), err.msg);
+    CT_REQUIRE_OK(ct_tp_create(&tp, tpc, c->dev, c->arena, BT * C, &to, &err), err.msg);
     ct_moe *moe = NULL;
-    REQUIRE_OK(ct_moe_create(&moe, &mc, NULL, tp, c->dev, c->arena, &err), err.msg);
-    REQUIRE_OK(ct_moe_forward(moe, 0, 0, 0, vy, saved, scratch, vx, &w, B, T),
-               ct_device_errmsg(c->dev));
-    REQUIRE_OK(ct_tp_allreduce(c->dev, tp, vy, vy, BT * C, CT_OP_SUM), ct_device_errmsg(c->dev));
-    REQUIRE_OK(ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
-               ct_device_errmsg(c->dev));
-    REQUIRE_OK(ct_tp_allreduce(c->dev, tp, vdx, vdx, BT * C, CT_OP_SUM), ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(ct_moe_create(&moe, &mc, NULL, tp, c->dev, c->arena, &err), err.msg);
+    CT_REQUIRE_OK(ct_moe_forward(moe, 0, 0, 0, vy, saved, scratch, vx, &w, B, T),
+                  ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(ct_tp_allreduce(c->dev, tp, vy, vy, BT * C, CT_OP_SUM), ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(
+        ct_moe_backward(moe, 0, 0, vdx, &dw, vdy, saved, scratch, vx, &w, (float)lc->scale),
+        ct_device_errmsg(c->dev));
+    CT_REQUIRE_OK(ct_tp_allreduce(c->dev, tp, vdx, vdx, BT * C, CT_OP_SUM),
+                  ct_device_errmsg(c->dev));
     int fails0 = ct_test_failures;
     size_t ng = Ez * C + 2 * Ez * F * C + Ez * F + Ez * C;
     double *ry = malloc(BT * C * sizeof(double)), *rdx = malloc(BT * C * sizeof(double));
@@ -417,18 +417,13 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     float *y = get(c, vy, BT * C), *dx = get(c, vdx, BT * C);
     CLOSE(y, ry, BT * C, 2e-5, "%s (tp %d, worker %d): y", lc->name, N, r);
     CLOSE(dx, rdx, BT * C, 5e-5, "%s (tp %d, worker %d): dx", lc->name, N, r);
-#define CHECKT(field, ref, n, what)                                                                \
-    do {                                                                                           \
-        float *d_ = get(c, dw.field, (n));                                                         \
-        CLOSE(d_, (ref), (n), 5e-5, "%s (tp %d, worker %d): %s", lc->name, N, r, what);            \
-        free(d_);                                                                                  \
-    } while (0)
-    CHECKT(routerw, rwr, Ez * C, "d routerw (whole)");
-    CHECKT(fcw, qfcw, Ez * Fl * C, "d fcw (slice)");
-    CHECKT(fcb, qfcb, Ez * Fl, "d fcb (slice)");
-    CHECKT(fcprojw, qfpw, Ez * C * Fl, "d fcprojw (slice)");
-    CHECKT(fcprojb, rfpb, Ez * C, "d fcprojb (whole)");
-#undef CHECKT
+    char who[160];
+    snprintf(who, sizeof who, "%s (tp %d, worker %d)", lc->name, N, r);
+    grad_close(c, dw.routerw, rwr, Ez * C, who, "d routerw (whole)");
+    grad_close(c, dw.fcw, qfcw, Ez * Fl * C, who, "d fcw (slice)");
+    grad_close(c, dw.fcb, qfcb, Ez * Fl, who, "d fcb (slice)");
+    grad_close(c, dw.fcprojw, qfpw, Ez * C * Fl, who, "d fcprojw (slice)");
+    grad_close(c, dw.fcprojb, rfpb, Ez * C, who, "d fcprojb (whole)");
     ct_moe_stats s;
     ct_moe_stats_get(moe, &s);
     CT_ASSERT_MSG(fabs(s.aux - aux) <= 1e-5 * fabs(aux) + 1e-7, "%s (tp): aux %.9g, reference %.9g",
@@ -467,12 +462,13 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info) {
     ct_err err = {0};
     ctx c = {0};
     ct_comm *world = NULL;
-    REQUIRE_OK(ct_comm_world(topo, thread, &world), "world");
+    CT_REQUIRE_OK(ct_comm_world(topo, thread, &world), "world");
     ct_device_opts o = ct_device_opts_default();
-    REQUIRE_OK(ct_device_open(&c.dev, info, &o, &err), err.msg);
+    CT_REQUIRE_OK(ct_device_open(&c.dev, info, &o, &err), err.msg);
     static const size_t part0 = 0;
-    REQUIRE_OK(ct_arena_alloc(c.dev, CT_MEM_WORKSPACE, "test arena", (size_t)48 << 20, &part0, NULL, 1, &c.arena),
-               ct_device_errmsg(c.dev));
+    CT_REQUIRE_OK(ct_arena_alloc(c.dev, CT_MEM_WORKSPACE, "test arena", (size_t)48 << 20, &part0,
+                                 NULL, 1, &c.arena),
+                  ct_device_errmsg(c.dev));
     c.ab = ct_arena_at(c.arena, 0, NULL);
     int N = ct_comm_size(world);
     ct_comm *ep = N > 1 ? world : NULL;
@@ -502,19 +498,14 @@ int main(int argc, char **argv) {
     int D = argc > 1 ? atoi(argv[1]) : 1;
     ct_err err = {0};
     ct_topo *topo = NULL;
-    CT_ASSERT_OK(ct_topo_create(&topo, &argc, &argv, D, &err), err.msg);
-    ct_device_info *list = NULL;
-    int n = 0, picks[16], np = 0;
-    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
-    const char *spec = ct_device_spec_env();
-    CT_ASSERT_OK(ct_device_select(list, n, spec ? spec : "cpu", 0, picks, &np, &err), err.msg);
-    CT_ASSERT_MSG(np >= 1, "no device");
+    CT_REQUIRE_OK_OR(ct_topo_create(&topo, &argc, &argv, D, &err), err.msg, 1);
+    ct_test_mpi_begin();
+    ct_test_devices ds;
+    CT_REQUIRE_OR(!ct_test_devices_find(&ds, "cpu", 0), 1, "no device");
 #pragma omp parallel num_threads(D)
-    worker(topo, omp_get_thread_num(), &list[picks[omp_get_thread_num() % np]]);
-    ct_device_list_free(list);
-    int fails = ct_test_failures, all = 0;
-    MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    worker(topo, omp_get_thread_num(), &ds.list[ds.pick[omp_get_thread_num() % ds.npick]]);
+    ct_test_devices_free(&ds);
+    int rc = ct_test_mpi_end("test_engine_moe");
     ct_topo_free(topo);
-    printf("%d checks, %d failures\n", ct_test_checks, ct_test_failures);
-    return all ? 1 : 0;
+    return rc;
 }

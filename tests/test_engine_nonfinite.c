@@ -26,6 +26,8 @@
 #include "ct_engine.h"
 #include "ct_engine_step_test.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
+#include "ct_test_mpi.h"
 
 #define L_ 2
 #define C_ 32
@@ -62,17 +64,6 @@ static uint64_t checksum(const float *p, size_t n) {
     return h;
 }
 
-#define REQUIRE_OK(expr, msg)                                                                      \
-    do {                                                                                           \
-        int rc_ = (int)(expr);                                                                     \
-        if (rc_ != 0) {                                                                            \
-            fprintf(stderr, "%s:%d: FAIL: %s returned %d: %s\n", __FILE__, __LINE__, #expr, rc_,  \
-                    (msg));                                                                        \
-            fflush(stderr);                                                                        \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
-    } while (0)
-
 typedef struct result {
     double loss[STEPS], norm[STEPS];
     int skipped[STEPS];
@@ -90,13 +81,14 @@ static void train(ct_device *dev, ct_grid *grid, const ct_layout *lay, int w, in
     ct_schedule *s = NULL;
     int W = lay->dp, d = grid ? ct_grid_coords(grid)->dp_rank : 0, b = B_ / W;
     ct_coords at0 = {0, 0, 0, 0};
-    REQUIRE_OK(ct_model_create(&m, &CFG, lay, grid ? ct_grid_coords(grid) : &at0, dev, b, T_, &err),
-               err.msg);
-    REQUIRE_OK(ct_model_init_random(m, 11), ct_model_errmsg(m));
+    CT_REQUIRE_OK(
+        ct_model_create(&m, &CFG, lay, grid ? ct_grid_coords(grid) : &at0, dev, b, T_, &err),
+        err.msg);
+    CT_REQUIRE_OK(ct_model_init_random(m, 11), ct_model_errmsg(m));
     ct_exec_opts o = ct_exec_opts_default();
     o.grads.bucket_bytes = 20000;
-    REQUIRE_OK(ct_exec_create(&x, m, grid, &o, &err), err.msg);
-    REQUIRE_OK(ct_sched_make(CT_SCHED_TRIVIAL, 1, M_, 1, &s, &err), err.msg);
+    CT_REQUIRE_OK(ct_exec_create(&x, m, grid, &o, &err), err.msg);
+    CT_REQUIRE_OK(ct_sched_make(CT_SCHED_TRIVIAL, 1, M_, 1, &s, &err), err.msg);
     if (w == poisoner) ct_exec_test_poison(x, POISON);
     size_t n = ct_model_num_params(m);
     float *before[3], *after[3];
@@ -109,8 +101,9 @@ static void train(ct_device *dev, ct_grid *grid, const ct_layout *lay, int w, in
         my_rows(all_in, d, b, in);
         my_rows(all_tg, d, b, tg);
         if (step + 1 == POISON)
-            REQUIRE_OK(ct_exec_gather_state(x, before[0], before[1], before[2]), ct_exec_errmsg(x));
-        REQUIRE_OK(ct_exec_step(x, s, in, tg, b, T_, &HP, step + 1, &res), ct_exec_errmsg(x));
+            CT_REQUIRE_OK(ct_exec_gather_state(x, before[0], before[1], before[2]),
+                          ct_exec_errmsg(x));
+        CT_REQUIRE_OK(ct_exec_step(x, s, in, tg, b, T_, &HP, step + 1, &res), ct_exec_errmsg(x));
         r->loss[step] = res.loss, r->norm[step] = res.grad_norm, r->skipped[step] = res.skipped;
         CT_ASSERT_MSG(res.skipped == (step + 1 == POISON), "%s: step %d skipped = %d", what,
                       step + 1, res.skipped);
@@ -118,21 +111,22 @@ static void train(ct_device *dev, ct_grid *grid, const ct_layout *lay, int w, in
         CT_ASSERT_MSG(isfinite(res.grad_norm) == (step + 1 != POISON), "%s: step %d: norm %g",
                       what, step + 1, res.grad_norm);
         if (step + 1 == POISON) {
-            REQUIRE_OK(ct_exec_nonfinite_report(x, r->report, sizeof r->report), ct_exec_errmsg(x));
-            REQUIRE_OK(ct_exec_gather_state(x, after[0], after[1], after[2]), ct_exec_errmsg(x));
+            CT_REQUIRE_OK(ct_exec_nonfinite_report(x, r->report, sizeof r->report),
+                          ct_exec_errmsg(x));
+            CT_REQUIRE_OK(ct_exec_gather_state(x, after[0], after[1], after[2]), ct_exec_errmsg(x));
             for (int k = 0; k < 3; k++)
                 CT_ASSERT_MSG(!memcmp(before[k], after[k], n * 4),
                               "%s: the skipped step changed the %s", what,
                               k == 0 ? "parameters" : k == 1 ? "Adam m" : "Adam v");
         }
         if (step + 1 == POISON + 1) { /* training goes on */
-            REQUIRE_OK(ct_exec_gather_state(x, before[0], NULL, NULL), ct_exec_errmsg(x));
+            CT_REQUIRE_OK(ct_exec_gather_state(x, before[0], NULL, NULL), ct_exec_errmsg(x));
             CT_ASSERT_MSG(memcmp(before[0], after[0], n * 4) != 0,
                           "%s: the step after the skipped one changed nothing", what);
         }
     }
     r->params = malloc(n * 4);
-    REQUIRE_OK(ct_exec_gather_state(x, r->params, NULL, NULL), ct_exec_errmsg(x));
+    CT_REQUIRE_OK(ct_exec_gather_state(x, r->params, NULL, NULL), ct_exec_errmsg(x));
     for (int k = 0; k < 3; k++) free(before[k]), free(after[k]);
     free(all_in);
     free(all_tg);
@@ -146,11 +140,11 @@ static void train(ct_device *dev, ct_grid *grid, const ct_layout *lay, int w, in
 static void worker(ct_topo *topo, int thread, ct_device_info *info) {
     ct_err err = {0};
     ct_comm *world = NULL;
-    REQUIRE_OK(ct_comm_world(topo, thread, &world), "world");
+    CT_REQUIRE_OK(ct_comm_world(topo, thread, &world), "world");
     int w = ct_comm_rank(world), W = ct_comm_size(world);
     ct_device *dev = NULL;
     ct_device_opts dopts = ct_device_opts_default();
-    REQUIRE_OK(ct_device_open(&dev, info, &dopts, &err), err.msg);
+    CT_REQUIRE_OK(ct_device_open(&dev, info, &dopts, &err), err.msg);
     size_t np = ct_gpt_param_count(&CFG);
     result ref;
     memset(&ref, 0, sizeof ref);
@@ -163,15 +157,17 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
     } else {
         ref.params = malloc(np * 4);
     }
-    REQUIRE_OK(ct_comm_bcast(world, ref.loss, 2 * STEPS, CT_I32, 0, NULL), ct_comm_errmsg(world));
-    REQUIRE_OK(ct_comm_bcast(world, ref.norm, 2 * STEPS, CT_I32, 0, NULL), ct_comm_errmsg(world));
-    REQUIRE_OK(ct_comm_bcast(world, ref.params, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref.loss, 2 * STEPS, CT_I32, 0, NULL),
+                  ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref.norm, 2 * STEPS, CT_I32, 0, NULL),
+                  ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref.params, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
     for (int zero = 0; W > 1 && zero <= 3; zero++) {
         ct_layout lay = {W, 1, 1, zero, 1};
         ct_grid *grid = NULL;
         char what[64];
         snprintf(what, sizeof what, "W=%d ZeRO-%d", W, zero);
-        REQUIRE_OK(ct_grid_create(&grid, world, &lay, &err), err.msg);
+        CT_REQUIRE_OK(ct_grid_create(&grid, world, &lay, &err), err.msg);
         result r;
         memset(&r, 0, sizeof r);
         train(dev, grid, &lay, w, 0, what, &r);
@@ -191,7 +187,7 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
         CT_ASSERT_STR_CONTAINS(r.report, "gradient of wte");
         /* every worker's own copy of the parameters is the same (ZeRO-3: the gathered state) */
         uint64_t mine[1] = {checksum(r.params, np)}, *sums = malloc(sizeof(uint64_t) * (size_t)W);
-        REQUIRE_OK(ct_comm_allgather(world, mine, sums, 2, CT_I32, NULL), ct_comm_errmsg(world));
+        CT_REQUIRE_OK(ct_comm_allgather(world, mine, sums, 2, CT_I32, NULL), ct_comm_errmsg(world));
         for (int k = 1; k < W; k++)
             CT_ASSERT_MSG(sums[k] == sums[0], "%s: worker %d's parameters differ from worker 0's",
                           what, k);
@@ -212,18 +208,15 @@ int main(int argc, char **argv) {
     int D = argc > 1 ? atoi(argv[1]) : 1;
     ct_err err = {0};
     ct_topo *topo = NULL;
-    CT_ASSERT_OK(ct_topo_create(&topo, &argc, &argv, D, &err), err.msg);
-    ct_device_info *list = NULL;
-    int n = 0, picks[16], np = 0;
-    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
-    CT_ASSERT_OK(ct_device_select(list, n, "cpu", 0, picks, &np, &err), err.msg);
-    CT_ASSERT_MSG(np >= D, "need %d devices (POCL_DEVICES), have %d", D, np);
+    CT_REQUIRE_OK_OR(ct_topo_create(&topo, &argc, &argv, D, &err), err.msg, 1);
+    ct_test_mpi_begin();
+    ct_test_devices ds;
+    CT_REQUIRE_OR(!ct_test_devices_find(&ds, "cpu", 0), 1, "no device");
+    CT_REQUIRE_OR(ds.npick >= D, 1, "need %d devices (POCL_DEVICES), have %d", D, ds.npick);
 #pragma omp parallel num_threads(D)
-    worker(topo, omp_get_thread_num(), &list[picks[omp_get_thread_num()]]);
-    ct_device_list_free(list);
-    int fails = ct_test_failures;
-    MPI_Allreduce(MPI_IN_PLACE, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    worker(topo, omp_get_thread_num(), &ds.list[ds.pick[omp_get_thread_num()]]);
+    ct_test_devices_free(&ds);
+    int rc = ct_test_mpi_end("test_engine_nonfinite");
     ct_topo_free(topo);
-    printf("%d checks, %d failures\n", ct_test_checks, ct_test_failures);
-    return fails ? 1 : 0;
+    return rc;
 }

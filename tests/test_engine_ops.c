@@ -13,6 +13,7 @@
 #include "ct_engine_ops.h"
 #include "ct_ref.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 #define OFF 5 /* every tensor starts 5 floats into its buffer */
 
@@ -354,20 +355,11 @@ static void test_bad_input(void) {
 }
 
 int main(void) {
-    ct_err err = {0};
-    ct_device_info *list = NULL;
-    int n = 0, pick = 0, npick = 0;
-    if (ct_device_list(&list, &n, &err) ||
-        ct_device_select(list, n, ct_device_spec_env(), 1, &pick, &npick, &err)) {
-        fprintf(stderr, "no OpenCL device: %s\n", err.msg);
-        return 1;
-    }
-    ct_device_opts o = ct_device_opts_default();
-    if (ct_device_open(&g_dev, &list[pick], &o, &err)) {
-        fprintf(stderr, "opening the device failed: %s\n", err.msg);
-        return 1;
-    }
-    printf("device: %s\n", list[pick].name);
+    ct_test_devices ds;
+    g_dev = ct_test_device_open(&ds, NULL);
+    if (!g_dev) return ct_test_end("test_engine_ops");
+    const ct_device_info *info = &ds.list[ds.pick[0]];
+    printf("device: %s\n", info->name);
     test_encoder(3, 7, 20, 37, 40, 9);
     test_encoder(1, 1, 3, 5, 5, 1);
     test_layernorm(3, 7, 20);
@@ -400,11 +392,12 @@ int main(void) {
      * work-group. */
     int first = ct_device_row_groups(g_dev);
     ct_device_free(g_dev);
+    ct_device_opts o = ct_device_opts_default();
+    ct_err err = {0};
     o.row_groups = !first;
-    if (ct_device_open(&g_dev, &list[pick], &o, &err)) {
-        fprintf(stderr, "opening the device failed: %s\n", err.msg);
-        return 1;
-    }
+    g_dev = NULL;
+    CT_REQUIRE_OK_OR(ct_device_open(&g_dev, info, &o, &err), err.msg,
+                     ct_test_end("test_engine_ops"));
     printf("row reductions: %s, then %s\n", first ? "work-group per row" : "work-item per row",
            first ? "work-item per row" : "work-group per row");
     test_layernorm(3, 7, 20);
@@ -422,6 +415,6 @@ int main(void) {
     ct_device_mem_stats(g_dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
     ct_device_free(g_dev);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_engine_ops");
 }

@@ -17,6 +17,7 @@
 
 #include "ct_engine.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
 
 static const ct_gpt_config CFG = {.max_seq = 8, .vocab = 37, .padded_vocab = 40, .layers = 3,
                                   .heads = 4, .channels = 20};
@@ -137,24 +138,15 @@ done:
 }
 
 int main(void) {
-    ct_device_info *list = NULL;
-    int nd = 0, pick = 0, npick = 0;
-    ct_err err = {0};
-    ct_device *dev = NULL;
-    ct_device_opts o = ct_device_opts_default();
-    if (ct_device_list(&list, &nd, &err) ||
-        ct_device_select(list, nd, ct_device_spec_env(), 1, &pick, &npick, &err) ||
-        ct_device_open(&dev, &list[pick], &o, &err)) {
-        fprintf(stderr, "no device: %s\n", err.msg);
-        ct_device_list_free(list);
-        return 1;
-    }
+    ct_test_devices ds;
+    ct_device *dev = ct_test_device_open(&ds, NULL);
+    if (!dev) return ct_test_end("test_engine_split");
     run(dev, CT_ATTN_GEMM);
     run(dev, CT_ATTN_FUSED); /* both attention paths: the input half calls the model's own */
     ct_mem_stats ms;
     ct_device_mem_stats(dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
     ct_device_free(dev);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     return ct_test_end("test_engine_split");
 }

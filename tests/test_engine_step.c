@@ -24,6 +24,8 @@
 
 #include "ct_engine.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
+#include "ct_test_mpi.h"
 
 #define L_ 2
 #define C_ 32
@@ -103,26 +105,14 @@ static double max_rel(const float *a, const float *b, size_t n) {
     return w;
 }
 
-/* A failed call in a collective test would leave the other workers waiting: end them all. */
-#define REQUIRE_OK(expr, msg)                                                                      \
-    do {                                                                                           \
-        int rc_ = (int)(expr);                                                                     \
-        if (rc_ != 0) {                                                                            \
-            fprintf(stderr, "%s:%d: FAIL: %s returned %d: %s\n", __FILE__, __LINE__, #expr, rc_,  \
-                    (msg));                                                                        \
-            fflush(stderr);                                                                        \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
-    } while (0)
-
 static void worker(ct_topo *topo, int thread, ct_device_info *info) {
     ct_err err = {0};
     ct_comm *world = NULL;
-    REQUIRE_OK(ct_comm_world(topo, thread, &world), "world");
+    CT_REQUIRE_OK(ct_comm_world(topo, thread, &world), "world");
     int w = ct_comm_rank(world), W = ct_comm_size(world);
     ct_device *dev = NULL;
     ct_device_opts dopts = ct_device_opts_default();
-    REQUIRE_OK(ct_device_open(&dev, info, &dopts, &err), err.msg);
+    CT_REQUIRE_OK(ct_device_open(&dev, info, &dopts, &err), err.msg);
     /* worker 0 trains the single device; everyone receives its results */
     run_out refv, *ref = &refv;
     size_t np = ct_gpt_param_count(&CFG);
@@ -131,11 +121,13 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
     } else {
         ref->params = malloc(np * 4), ref->m = malloc(np * 4), ref->v = malloc(np * 4);
     }
-    REQUIRE_OK(ct_comm_bcast(world, ref->loss, 2 * STEPS, CT_I32, 0, NULL), ct_comm_errmsg(world));
-    REQUIRE_OK(ct_comm_bcast(world, ref->norm, 2 * STEPS, CT_I32, 0, NULL), ct_comm_errmsg(world));
-    REQUIRE_OK(ct_comm_bcast(world, ref->params, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
-    REQUIRE_OK(ct_comm_bcast(world, ref->m, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
-    REQUIRE_OK(ct_comm_bcast(world, ref->v, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref->loss, 2 * STEPS, CT_I32, 0, NULL),
+                  ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref->norm, 2 * STEPS, CT_I32, 0, NULL),
+                  ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref->params, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref->m, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
+    CT_REQUIRE_OK(ct_comm_bcast(world, ref->v, np, CT_F32, 0, NULL), ct_comm_errmsg(world));
     int b = B_ / W;
     int *all_in = malloc(sizeof(int) * M_ * B_ * T_), *all_tg = malloc(sizeof(int) * M_ * B_ * T_);
     int *in = malloc(sizeof(int) * M_ * b * T_), *tg = malloc(sizeof(int) * M_ * b * T_);
@@ -145,14 +137,14 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
         ct_model *m = NULL;
         ct_exec *x = NULL;
         ct_schedule *s = NULL;
-        REQUIRE_OK(ct_grid_create(&grid, world, &lay, &err), err.msg);
-        REQUIRE_OK(ct_model_create(&m, &CFG, &lay, ct_grid_coords(grid), dev, b, T_, &err),
-                     err.msg);
-        REQUIRE_OK(ct_model_init_random(m, 7), ct_model_errmsg(m));
+        CT_REQUIRE_OK(ct_grid_create(&grid, world, &lay, &err), err.msg);
+        CT_REQUIRE_OK(ct_model_create(&m, &CFG, &lay, ct_grid_coords(grid), dev, b, T_, &err),
+                      err.msg);
+        CT_REQUIRE_OK(ct_model_init_random(m, 7), ct_model_errmsg(m));
         ct_exec_opts o = ct_exec_opts_default();
         o.grads.bucket_bytes = 20000; /* several buckets */
         o.grads.overlap = zero != 1;  /* both paths */
-        REQUIRE_OK(ct_exec_create(&x, m, grid, &o, &err), err.msg);
+        CT_REQUIRE_OK(ct_exec_create(&x, m, grid, &o, &err), err.msg);
         CT_ASSERT_OK(ct_sched_make(CT_SCHED_TRIVIAL, 1, M_, 1, &s, &err), err.msg);
         int d = ct_grid_coords(grid)->dp_rank;
         double worst = 0;
@@ -161,8 +153,8 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
             batch(step, all_in, all_tg);
             my_rows(all_in, d, b, in);
             my_rows(all_tg, d, b, tg);
-            REQUIRE_OK(ct_exec_step(x, s, in, tg, b, T_, &HP, step + 1, &res),
-                         ct_exec_errmsg(x));
+            CT_REQUIRE_OK(ct_exec_step(x, s, in, tg, b, T_, &HP, step + 1, &res),
+                          ct_exec_errmsg(x));
             double e1 = fabs(res.loss - ref->loss[step]) / fabs(ref->loss[step]);
             double e2 = fabs(res.grad_norm - ref->norm[step]) / fabs(ref->norm[step]);
             worst = fmax(worst, fmax(e1, e2));
@@ -173,7 +165,7 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
         /* gathered state: the same on every worker, close to the single device's */
         size_t n = ct_model_num_params(m);
         float *p = malloc(n * 4), *am = malloc(n * 4), *av = malloc(n * 4);
-        REQUIRE_OK(ct_exec_gather_state(x, p, am, av), ct_exec_errmsg(x));
+        CT_REQUIRE_OK(ct_exec_gather_state(x, p, am, av), ct_exec_errmsg(x));
         /* every worker's own copy of the parameters (ZeRO-3 keeps only shards: the gathered
          * state is the check there) */
         float *own = malloc(n * 4);
@@ -181,7 +173,7 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
         uint64_t mine[1] = {checksum(zero < 3 ? own : p, n)};
         uint64_t *sums = malloc(sizeof(uint64_t) * (size_t)W);
         free(own);
-        REQUIRE_OK(ct_comm_allgather(world, mine, sums, 2, CT_I32, NULL), ct_comm_errmsg(world));
+        CT_REQUIRE_OK(ct_comm_allgather(world, mine, sums, 2, CT_I32, NULL), ct_comm_errmsg(world));
         for (int k = 1; k < W; k++)
             CT_ASSERT_MSG(sums[k] == sums[0], "ZeRO-%d: worker %d's parameters differ from worker "
                                               "0's", zero, k);
@@ -225,16 +217,15 @@ int main(int argc, char **argv) {
     int D = argc > 1 ? atoi(argv[1]) : 1;
     ct_err err = {0};
     ct_topo *topo = NULL;
-    CT_ASSERT_OK(ct_topo_create(&topo, &argc, &argv, D, &err), err.msg);
-    ct_device_info *list = NULL;
-    int n = 0, picks[16], np = 0;
-    CT_ASSERT_OK(ct_device_list(&list, &n, &err), err.msg);
-    CT_ASSERT_OK(ct_device_select(list, n, "cpu", 0, picks, &np, &err), err.msg);
-    CT_ASSERT_MSG(np >= D, "need %d devices (POCL_DEVICES), have %d", D, np);
+    CT_REQUIRE_OK_OR(ct_topo_create(&topo, &argc, &argv, D, &err), err.msg, 1);
+    ct_test_mpi_begin();
+    ct_test_devices ds;
+    CT_REQUIRE_OR(!ct_test_devices_find(&ds, "cpu", 0), 1, "no device");
+    CT_REQUIRE_OR(ds.npick >= D, 1, "need %d devices (POCL_DEVICES), have %d", D, ds.npick);
 #pragma omp parallel num_threads(D)
-    worker(topo, omp_get_thread_num(), &list[picks[omp_get_thread_num()]]);
-    ct_device_list_free(list);
+    worker(topo, omp_get_thread_num(), &ds.list[ds.pick[omp_get_thread_num()]]);
+    ct_test_devices_free(&ds);
+    int rc = ct_test_mpi_end("test_engine_step");
     ct_topo_free(topo);
-    printf("%d checks, %d failures\n", ct_test_checks, ct_test_failures);
-    return ct_test_failures ? 1 : 0;
+    return rc;
 }

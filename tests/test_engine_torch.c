@@ -15,7 +15,11 @@
  * cltrain wrote (PyTorch reads it with json + numpy): the kept choices and the auxiliary loss, the
  * logits, the loss and every gradient (of the cross-entropy + alpha aux) at fp32 tolerance, and the
  * cross-entropy over 10 AdamW steps (weight decay on, clipping on in one case) within 1e-4
- * relative; the safetensors file read back gives bitwise the parameters written. */
+ * relative; the safetensors file read back gives bitwise the parameters written.
+ *
+ * Every step is the executor's, as train_gpt runs it (ct_test_exec.h): the gradients are those
+ * of a step with lr 0 and no decay (no parameter moves), the logits those of ct_exec_forward's
+ * slot. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +31,8 @@
 #include "ct_engine.h"
 #include "ct_engine_io.h"
 #include "ct_test.h"
+#include "ct_test_dev.h"
+#include "ct_test_exec.h"
 
 #ifndef CT_SOURCE_DIR
 #define CT_SOURCE_DIR "."
@@ -105,12 +111,8 @@ static double compare(const char *what, const float *a, const double *ref, size_
             wi = i;
         }
     }
-    ct_test_checks++;
-    if (!(worst <= 1.0)) {
-        fprintf(stderr, "FAIL: %s: element %zu is %.9g, PyTorch %.9g (%.3g x tolerance)\n", what,
-                wi, (double)a[wi], ref[wi], worst);
-        ct_test_failures++;
-    }
+    CT_ASSERT_MSG(worst <= 1.0, "%s: element %zu is %.9g, PyTorch %.9g (%.3g x tolerance)", what,
+                  wi, (double)a[wi], ref[wi], worst);
     return worst;
 }
 
@@ -145,9 +147,14 @@ static void test_moe(ct_device *dev, const int *in, const int *tg, int B, int T)
         plan.max_B = B, plan.max_T = T, plan.slots = 1;
         plan.moe_capacity = cases[q].F, plan.moe_aux = cases[q].alpha;
         ct_model *m = NULL;
+        ct_exec *x = NULL;
         ct_err err = {0};
-        CT_ASSERT_OK(ct_model_create_plan(&m, &cfg, &lay, &at, dev, &plan, &err), err.msg);
-        if (!m) return;
+        CT_REQUIRE_OK(ct_model_create_plan(&m, &cfg, &lay, &at, dev, &plan, &err), err.msg);
+        CT_ASSERT_OK(ct_exec_create(&x, m, NULL, NULL, &err), err.msg);
+        if (!x) {
+            ct_model_free(m);
+            return;
+        }
         size_t n = ct_model_num_params(m);
         float *p0 = malloc(n * 4), *buf = malloc(n * 4);
         float *logits = malloc((size_t)B * T * cfg.padded_vocab * 4);
@@ -187,21 +194,23 @@ static void test_moe(ct_device *dev, const int *in, const int *tg, int B, int T)
                  steps, cases[q].clip, cases[q].F, cases[q].alpha);
         ref_out r;
         if (!run_ref(path, batch, extra, &r)) {
+            ct_exec_free(x);
             ct_model_free(m);
             free(p0), free(buf), free(logits);
             continue;
         }
         float loss = 0;
         ct_moe_stats ms;
+        ct_step_result sr;
         CT_ASSERT_OK(ct_model_set_params(m, p0, n), ct_model_errmsg(m));
-        CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
         ct_moe_stats_reset(ct_model_moe(m));
-        CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_exec_forward(x, in, tg, B, T, &loss, NULL), ct_exec_errmsg(x));
         ct_moe_stats_get(ct_model_moe(m), &ms);
-        CT_ASSERT_OK(ct_model_logits(m, logits, (size_t)B * T * cfg.padded_vocab),
+        CT_ASSERT_OK(ct_model_slot_logits(m, 0, logits, (size_t)B * T * cfg.padded_vocab),
                      ct_model_errmsg(m));
-        CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
-        CT_ASSERT_OK(ct_model_get_grads(m, buf, n), ct_model_errmsg(m));
+        CT_ASSERT_OK(ct_test_exec_grads(x, m, in, tg, B, T, buf, n, &sr), ct_exec_errmsg(x));
+        CT_ASSERT_MSG(!memcmp(&(float){(float)sr.loss}, &loss, sizeof loss),
+                      "the step's loss %.9g is not its forward's %.9g", sr.loss, loss);
         double kept = 0;
         for (int i = 0; i < cfg.layers * cfg.experts; i++) kept += ms.kept[i];
         char what[120];
@@ -230,14 +239,11 @@ static void test_moe(ct_device *dev, const int *in, const int *tg, int B, int T)
         CT_ASSERT_OK(ct_model_set_optimizer(m, zero, zero, n), ct_model_errmsg(m));
         free(zero);
         double wrel = 0;
+        ct_adamw_hp hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)cases[q].clip};
         for (int k = 0; k < steps; k++) {
-            float norm = 0;
-            CT_ASSERT_OK(ct_model_zero_grad(m), ct_model_errmsg(m));
-            CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
-            CT_ASSERT_OK(ct_model_backward(m, 1.0f), ct_model_errmsg(m));
-            CT_ASSERT_OK(ct_model_adamw_step(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                                             (float)cases[q].clip, k + 1, &norm),
-                         ct_model_errmsg(m));
+            CT_ASSERT_OK(ct_test_exec_step(x, 1, in, tg, B, T, &hp, k + 1, &sr), ct_exec_errmsg(x));
+            float norm = sr.grad_norm;
+            loss = (float)sr.loss;
             double rl = fabs(loss - r.losses[k]) / fabs(r.losses[k]);
             wrel = fmax(wrel, rl);
             CT_ASSERT_MSG(rl <= 1e-4, "%s step %d: loss %.9g vs PyTorch %.9g", what, k, loss,
@@ -249,6 +255,7 @@ static void test_moe(ct_device *dev, const int *in, const int *tg, int B, int T)
         printf("%s alpha %g clip %g: %d AdamW steps, max rel loss difference %.3g (%.6f -> %.6f)\n",
                what, cases[q].alpha, cases[q].clip, steps, wrel, r.losses[0], r.losses[steps - 1]);
         ref_free(&r);
+        ct_exec_free(x);
         ct_model_free(m);
         free(p0), free(buf), free(logits);
     }
@@ -261,16 +268,9 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
     if (system(cmd) != 0) return 1;
     ct_err err = {0};
-    ct_device_info *list = NULL;
-    int nd = 0, pick = 0, np = 0;
-    ct_device *dev = NULL;
-    ct_device_opts o = ct_device_opts_default();
-    if (ct_device_list(&list, &nd, &err) ||
-        ct_device_select(list, nd, ct_device_spec_env(), 1, &pick, &np, &err) ||
-        ct_device_open(&dev, &list[pick], &o, &err)) {
-        fprintf(stderr, "FAIL: no device: %s\n", err.msg);
-        return 1;
-    }
+    ct_test_devices ds;
+    ct_device *dev = ct_test_device_open(&ds, NULL);
+    if (!dev) return ct_test_end("test_engine_torch");
     const ct_gpt_config cfg = {.max_seq = 16, .vocab = 50, .padded_vocab = 64, .layers = 2,
                                .heads = 3, .channels = 24};
     const int B = 2, T = 9, K = 10;
@@ -289,6 +289,10 @@ int main(void) {
         printf("fused attention: %s\n", ct_model_attention_note(models[1]));
     }
     models[0] = m;
+    ct_exec *xs[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_OK(ct_exec_create(&xs[i], models[i], NULL, NULL, &err), err.msg);
+    if (!xs[0] || !xs[1]) return ct_test_end("test_engine_torch");
     size_t n = ct_model_num_params(m);
     float *p0 = (float *)malloc(n * 4), *buf = (float *)malloc(n * 4);
     float *logits = (float *)malloc((size_t)B * T * cfg.padded_vocab * 4);
@@ -335,15 +339,17 @@ int main(void) {
     if (run_ref(model_path, batch_path, extra, &r)) {
         for (int pi = 0; pi < 2; pi++) {
             ct_model *mm = models[pi];
+            ct_exec *x = xs[pi];
             const char *pn = pi ? "fused" : "gemm";
             float loss = 0;
+            ct_step_result sr;
             CT_ASSERT_OK(ct_model_set_params(mm, p0, n), ct_model_errmsg(mm));
-            CT_ASSERT_OK(ct_model_zero_grad(mm), ct_model_errmsg(mm));
-            CT_ASSERT_OK(ct_model_forward(mm, in, tg, B, T, &loss), ct_model_errmsg(mm));
-            CT_ASSERT_OK(ct_model_logits(mm, logits, (size_t)B * T * cfg.padded_vocab),
+            CT_ASSERT_OK(ct_exec_forward(x, in, tg, B, T, &loss, NULL), ct_exec_errmsg(x));
+            CT_ASSERT_OK(ct_model_slot_logits(mm, 0, logits, (size_t)B * T * cfg.padded_vocab),
                          ct_model_errmsg(mm));
-            CT_ASSERT_OK(ct_model_backward(mm, 1.0f), ct_model_errmsg(mm));
-            CT_ASSERT_OK(ct_model_get_grads(mm, buf, n), ct_model_errmsg(mm));
+            CT_ASSERT_OK(ct_test_exec_grads(x, mm, in, tg, B, T, buf, n, &sr), ct_exec_errmsg(x));
+            CT_ASSERT_MSG(!memcmp(&(float){(float)sr.loss}, &loss, sizeof loss),
+                          "%s: the step's loss %.9g is not its forward's %.9g", pn, sr.loss, loss);
             char what[80];
             snprintf(what, sizeof what, "%s: logits", pn);
             double el = compare(what, logits, r.logits, (size_t)B * T * cfg.padded_vocab, 1e-5, 1e-4);
@@ -372,6 +378,7 @@ int main(void) {
             float fl[2][16];
             for (int run = 0; run < 3; run++) {
                 ct_model *mm = models[run ? 1 : 0];
+                ct_exec *x = xs[run ? 1 : 0];
                 const char *pn = run ? "fused" : "gemm";
                 CT_ASSERT_OK(ct_model_set_params(mm, p0, n), ct_model_errmsg(mm));
                 float *zero = (float *)calloc(n, 4);
@@ -379,14 +386,12 @@ int main(void) {
                 free(zero);
                 double worst = 0;
                 float norm0 = 0;
+                ct_adamw_hp hp = {1e-3f, 0.9f, 0.95f, 1e-8f, (float)wds[wi], (float)clips[ci]};
                 for (int k = 0; k < K; k++) {
-                    float loss = 0, norm = 0;
-                    CT_ASSERT_OK(ct_model_zero_grad(mm), ct_model_errmsg(mm));
-                    CT_ASSERT_OK(ct_model_forward(mm, in, tg, B, T, &loss), ct_model_errmsg(mm));
-                    CT_ASSERT_OK(ct_model_backward(mm, 1.0f), ct_model_errmsg(mm));
-                    CT_ASSERT_OK(ct_model_adamw_step(mm, 1e-3f, 0.9f, 0.95f, 1e-8f, (float)wds[wi],
-                                                     (float)clips[ci], k + 1, &norm),
-                                 ct_model_errmsg(mm));
+                    ct_step_result sr;
+                    CT_ASSERT_OK(ct_test_exec_step(x, 1, in, tg, B, T, &hp, k + 1, &sr),
+                                 ct_exec_errmsg(x));
+                    float loss = (float)sr.loss, norm = sr.grad_norm;
                     if (k == 0) norm0 = norm;
                     if (run) fl[run - 1][k] = loss;
                     double rel = fabs(loss - r.losses[k]) / fabs(r.losses[k]);
@@ -434,8 +439,9 @@ int main(void) {
             if (run_ref(torch_model, batch_path, "--steps 0", &r)) {
                 float loss = 0;
                 CT_ASSERT_OK(ct_model_set_params(m, fp, n), ct_model_errmsg(m));
-                CT_ASSERT_OK(ct_model_forward(m, in, tg, B, T, &loss), ct_model_errmsg(m));
-                CT_ASSERT_OK(ct_model_logits(m, logits, (size_t)B * T * cfg.padded_vocab),
+                CT_ASSERT_OK(ct_exec_forward(xs[0], in, tg, B, T, &loss, NULL),
+                             ct_exec_errmsg(xs[0]));
+                CT_ASSERT_OK(ct_model_slot_logits(m, 0, logits, (size_t)B * T * cfg.padded_vocab),
                              ct_model_errmsg(m));
                 double e = compare("logits of PyTorch's file", logits, r.logits,
                                    (size_t)B * T * cfg.padded_vocab, 1e-5, 1e-4);
@@ -453,10 +459,12 @@ int main(void) {
     free(p0);
     free(buf);
     free(logits);
+    ct_exec_free(xs[0]);
+    ct_exec_free(xs[1]);
     ct_model_free(m);
     ct_model_free(models[1]);
     ct_device_free(dev);
-    ct_device_list_free(list);
+    ct_test_devices_free(&ds);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return ct_test_end("test_engine_torch");

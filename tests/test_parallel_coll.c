@@ -17,20 +17,8 @@
 #include <string.h>
 
 #include "ct_parallel.h"
-
-static int g_fail = 0, g_checks = 0;
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        _Pragma("omp atomic") g_checks++;                                   \
-        if (!(cond)) {                                                      \
-            _Pragma("omp atomic") g_fail++;                                 \
-            _Pragma("omp critical(print)") {                                \
-                fprintf(stderr, "%s:%d: FAIL [%s] ", __FILE__, __LINE__, ctx); \
-                fprintf(stderr, __VA_ARGS__);                               \
-                fprintf(stderr, "\n");                                      \
-            }                                                               \
-        }                                                                   \
-    } while (0)
+#include "ct_test.h"
+#include "ct_test_mpi.h"
 
 static int32_t val(int r, size_t i, int seed) { return (int32_t)((r * 131 + (long)i * 7 + seed) % 23) - 11; }
 
@@ -103,16 +91,18 @@ static void suite(ct_comm *c, const char *name, const opts *o) {
                     else poison(rb, cnt * 4 + 4);
                     st = ct_comm_allreduce(c, inpl ? rb : sb, rb, cnt, dt, op, al);
                     if (expect_restricted(c, al)) {
-                        CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                        CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                     "expected CT_ERR_UNSUPPORTED, got %d", st);
                         continue;
                     }
-                    CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                    CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
                     ref_reduce(ref, dt, op, cnt, n, seed, 0);
-                    CHECK(memcmp(ref, rb, cnt * 4) == 0, "result differs from the reference");
+                    CT_ASSERT_IN(ctx, memcmp(ref, rb, cnt * 4) == 0,
+                                 "result differs from the reference");
                     if (!inpl) {
                         uint32_t tail;
                         memcpy(&tail, rb + cnt * 4, 4);
-                        CHECK(tail == 0xffffffffu, "wrote past the end");
+                        CT_ASSERT_IN(ctx, tail == 0xffffffffu, "wrote past the end");
                     }
                 }
         }
@@ -131,12 +121,14 @@ static void suite(ct_comm *c, const char *name, const opts *o) {
                     else poison(rb, cnt * 4 + 4);
                     st = ct_comm_reduce_scatter(c, inpl ? rb : sb, rb, cnt, dt, op, al);
                     if (*ct_comm_algo_restriction(c, CT_COLL_REDUCESCATTER, al)) {
-                        CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                        CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                     "expected CT_ERR_UNSUPPORTED, got %d", st);
                         continue;
                     }
-                    CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                    CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
                     ref_reduce(ref, dt, op, cnt, n, seed, (size_t)r * cnt);
-                    CHECK(memcmp(ref, rb, cnt * 4) == 0, "result differs from the reference");
+                    CT_ASSERT_IN(ctx, memcmp(ref, rb, cnt * 4) == 0,
+                                 "result differs from the reference");
                 }
         }
         /* ---- all-gather */
@@ -151,12 +143,14 @@ static void suite(ct_comm *c, const char *name, const opts *o) {
                 fill(src, CT_F32, cnt, r, seed, 0);
                 st = ct_comm_allgather(c, src, rb, cnt, CT_F32, al);
                 if (*ct_comm_algo_restriction(c, CT_COLL_ALLGATHER, al)) {
-                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                 "expected CT_ERR_UNSUPPORTED, got %d", st);
                     continue;
                 }
-                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
                 for (int q = 0; q < n; q++) fill(ref + (size_t)q * cnt * 4, CT_F32, cnt, q, seed, 0);
-                CHECK(memcmp(ref, rb, cnt * (size_t)n * 4) == 0, "result differs from the reference");
+                CT_ASSERT_IN(ctx, memcmp(ref, rb, cnt * (size_t)n * 4) == 0,
+                             "result differs from the reference");
             }
         }
         /* ---- all-to-all: block j of worker q is val(q*n + j, i) */
@@ -171,12 +165,14 @@ static void suite(ct_comm *c, const char *name, const opts *o) {
                 if (!inpl) poison(rb, cnt * (size_t)n * 4);
                 st = ct_comm_alltoall(c, src, rb, cnt, CT_I32, al);
                 if (*ct_comm_algo_restriction(c, CT_COLL_ALLTOALL, al)) {
-                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                 "expected CT_ERR_UNSUPPORTED, got %d", st);
                     continue;
                 }
-                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
                 for (int j = 0; j < n; j++) fill(ref + (size_t)j * cnt * 4, CT_I32, cnt, j * n + r, seed, 0);
-                CHECK(memcmp(ref, rb, cnt * (size_t)n * 4) == 0, "result differs from the reference");
+                CT_ASSERT_IN(ctx, memcmp(ref, rb, cnt * (size_t)n * 4) == 0,
+                             "result differs from the reference");
             }
         }
         /* ---- all-to-all-v: q sends cv(q, j) elements to j, placed with gaps */
@@ -194,13 +190,14 @@ static void suite(ct_comm *c, const char *name, const opts *o) {
             poison(rb, ro * 4);
             st = ct_comm_alltoallv(c, sb, sc, sd, rb, rc, rd, CT_I32, al);
             if (*ct_comm_algo_restriction(c, CT_COLL_ALLTOALLV, al)) {
-                CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d",
+                             st);
                 continue;
             }
-            CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+            CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
             poison(ref, ro * 4);
             for (int j = 0; j < n; j++) fill(ref + rd[j] * 4, CT_I32, rc[j], j * n + r, seed, 0);
-            CHECK(memcmp(ref, rb, ro * 4) == 0, "result differs from the reference");
+            CT_ASSERT_IN(ctx, memcmp(ref, rb, ro * 4) == 0, "result differs from the reference");
         }
         /* ---- broadcast from the first and the last rank */
         for (int ai = 0; ct_coll_algo_name(CT_COLL_BCAST, ai); ai++) {
@@ -212,12 +209,14 @@ static void suite(ct_comm *c, const char *name, const opts *o) {
                 else poison(rb, cnt * 4);
                 st = ct_comm_bcast(c, rb, cnt, CT_F32, root, al);
                 if (*ct_comm_algo_restriction(c, CT_COLL_BCAST, al)) {
-                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                 "expected CT_ERR_UNSUPPORTED, got %d", st);
                     continue;
                 }
-                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
                 fill(ref, CT_F32, cnt, root, seed, 0);
-                CHECK(memcmp(ref, rb, cnt * 4) == 0, "result differs from the reference");
+                CT_ASSERT_IN(ctx, memcmp(ref, rb, cnt * 4) == 0,
+                             "result differs from the reference");
             }
         }
     }
@@ -226,8 +225,10 @@ static void suite(ct_comm *c, const char *name, const opts *o) {
         const char *al = ct_coll_algo_name(CT_COLL_BARRIER, ai);
         snprintf(ctx, sizeof ctx, "%s n=%d r=%d barrier %s", name, n, r, al);
         st = ct_comm_barrier(c, al);
-        CHECK(st == (*ct_comm_algo_restriction(c, CT_COLL_BARRIER, al) ? CT_ERR_UNSUPPORTED : CT_OK),
-              "status %d: %s", st, ct_comm_errmsg(c));
+        CT_ASSERT_IN(
+            ctx,
+            st == (*ct_comm_algo_restriction(c, CT_COLL_BARRIER, al) ? CT_ERR_UNSUPPORTED : CT_OK),
+            "status %d: %s", st, ct_comm_errmsg(c));
     }
     /* ---- random floats: every worker must end with bitwise the same all-reduce */
     {
@@ -243,11 +244,12 @@ static void suite(ct_comm *c, const char *name, const opts *o) {
                 ((float *)rb)[i] = (float)((double)(x >> 8) / 16777216.0 * 2.0 - 1.0) * 1e-3f * (float)(1 + i % 1000);
             }
             st = ct_comm_allreduce(c, rb, rb, cnt, CT_F32, CT_OP_SUM, al);
-            CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+            CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
             uint64_t mine = fnv(rb, cnt * 4);
             st = ct_comm_allgather(c, &mine, h, 2, CT_I32, "ring");
-            CHECK(st == CT_OK, "gather hashes: %s", ct_comm_errmsg(c));
-            for (int q = 0; q < n; q++) CHECK(h[q] == mine, "worker %d ended with different bits", q);
+            CT_ASSERT_IN(ctx, st == CT_OK, "gather hashes: %s", ct_comm_errmsg(c));
+            for (int q = 0; q < n; q++)
+                CT_ASSERT_IN(ctx, h[q] == mine, "worker %d ended with different bits", q);
         }
         free(h);
     }
@@ -265,8 +267,10 @@ static void device_suite(ct_comm *c, ct_device *dev, size_t big) {
     char *h = malloc(maxc * 4), *ref = malloc(maxc * 4);
     ct_buffer *a = NULL, *b = NULL;
     snprintf(ctx, sizeof ctx, "device r=%d alloc", r);
-    CHECK(ct_buffer_alloc(dev, CT_MEM_COMM, "comm_a", maxc * 4, &a) == CT_OK, "%s", ct_device_errmsg(dev));
-    CHECK(ct_buffer_alloc(dev, CT_MEM_COMM, "comm_b", maxc * 4, &b) == CT_OK, "%s", ct_device_errmsg(dev));
+    CT_ASSERT_IN(ctx, ct_buffer_alloc(dev, CT_MEM_COMM, "comm_a", maxc * 4, &a) == CT_OK, "%s",
+                 ct_device_errmsg(dev));
+    CT_ASSERT_IN(ctx, ct_buffer_alloc(dev, CT_MEM_COMM, "comm_b", maxc * 4, &b) == CT_OK, "%s",
+                 ct_device_errmsg(dev));
     if (!a || !b) goto done;
     int seed = 900;
     for (int ci = 0; ci < 4; ci++) {
@@ -282,13 +286,15 @@ static void device_suite(ct_comm *c, ct_device *dev, size_t big) {
                 ct_buffer_write(a, 0, h, cnt * 4);
                 st = ct_comm_allreduce_buf(c, a, inpl ? a : b, cnt, CT_F32, CT_OP_SUM, al);
                 if (expect_restricted(c, al)) {
-                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                 "expected CT_ERR_UNSUPPORTED, got %d", st);
                     continue;
                 }
-                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
                 ct_buffer_read(inpl ? a : b, 0, h, cnt * 4);
                 ref_reduce(ref, CT_F32, CT_OP_SUM, cnt, n, seed, 0);
-                CHECK(memcmp(ref, h, cnt * 4) == 0, "result differs from the reference");
+                CT_ASSERT_IN(ctx, memcmp(ref, h, cnt * 4) == 0,
+                             "result differs from the reference");
             }
         }
         if (ci == 3) continue;
@@ -301,13 +307,15 @@ static void device_suite(ct_comm *c, ct_device *dev, size_t big) {
                 ct_buffer_write(a, 0, h, cnt * (size_t)n * 4);
                 st = ct_comm_reduce_scatter_buf(c, a, inpl ? a : b, cnt, CT_F32, CT_OP_MAX, al);
                 if (*ct_comm_algo_restriction(c, CT_COLL_REDUCESCATTER, al)) {
-                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                 "expected CT_ERR_UNSUPPORTED, got %d", st);
                     continue;
                 }
-                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
                 ct_buffer_read(inpl ? a : b, 0, h, cnt * 4);
                 ref_reduce(ref, CT_F32, CT_OP_MAX, cnt, n, seed, (size_t)r * cnt);
-                CHECK(memcmp(ref, h, cnt * 4) == 0, "result differs from the reference");
+                CT_ASSERT_IN(ctx, memcmp(ref, h, cnt * 4) == 0,
+                             "result differs from the reference");
             }
             for (int ai = 0; ct_coll_algo_name(CT_COLL_ALLGATHER, ai); ai++) {
                 const char *al = ct_coll_algo_name(CT_COLL_ALLGATHER, ai);
@@ -317,13 +325,15 @@ static void device_suite(ct_comm *c, ct_device *dev, size_t big) {
                 ct_buffer_write(a, inpl ? (size_t)r * cnt * 4 : 0, h, cnt * 4);
                 st = ct_comm_allgather_buf(c, a, inpl ? a : b, cnt, CT_F32, al);
                 if (*ct_comm_algo_restriction(c, CT_COLL_ALLGATHER, al)) {
-                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                 "expected CT_ERR_UNSUPPORTED, got %d", st);
                     continue;
                 }
-                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
                 ct_buffer_read(inpl ? a : b, 0, h, cnt * (size_t)n * 4);
                 for (int q = 0; q < n; q++) fill(ref + (size_t)q * cnt * 4, CT_F32, cnt, q, seed, 0);
-                CHECK(memcmp(ref, h, cnt * (size_t)n * 4) == 0, "result differs from the reference");
+                CT_ASSERT_IN(ctx, memcmp(ref, h, cnt * (size_t)n * 4) == 0,
+                             "result differs from the reference");
             }
             for (int ai = 0; ct_coll_algo_name(CT_COLL_ALLTOALL, ai); ai++) {
                 const char *al = ct_coll_algo_name(CT_COLL_ALLTOALL, ai);
@@ -333,13 +343,15 @@ static void device_suite(ct_comm *c, ct_device *dev, size_t big) {
                 ct_buffer_write(a, 0, h, cnt * (size_t)n * 4);
                 st = ct_comm_alltoall_buf(c, a, inpl ? a : b, cnt, CT_I32, al);
                 if (*ct_comm_algo_restriction(c, CT_COLL_ALLTOALL, al)) {
-                    CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                    CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                 "expected CT_ERR_UNSUPPORTED, got %d", st);
                     continue;
                 }
-                CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
                 ct_buffer_read(inpl ? a : b, 0, h, cnt * (size_t)n * 4);
                 for (int j = 0; j < n; j++) fill(ref + (size_t)j * cnt * 4, CT_I32, cnt, j * n + r, seed, 0);
-                CHECK(memcmp(ref, h, cnt * (size_t)n * 4) == 0, "result differs from the reference");
+                CT_ASSERT_IN(ctx, memcmp(ref, h, cnt * (size_t)n * 4) == 0,
+                             "result differs from the reference");
             }
         }
         for (int ai = 0; ct_coll_algo_name(CT_COLL_BCAST, ai); ai++) {
@@ -350,13 +362,14 @@ static void device_suite(ct_comm *c, ct_device *dev, size_t big) {
             ct_buffer_write(a, 0, h, cnt * 4);
             st = ct_comm_bcast_buf(c, a, cnt, CT_F32, n - 1, al);
             if (*ct_comm_algo_restriction(c, CT_COLL_BCAST, al)) {
-                CHECK(st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d", st);
+                CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED, "expected CT_ERR_UNSUPPORTED, got %d",
+                             st);
                 continue;
             }
-            CHECK(st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+            CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
             ct_buffer_read(a, 0, h, cnt * 4);
             fill(ref, CT_F32, cnt, n - 1, seed, 0);
-            CHECK(memcmp(ref, h, cnt * 4) == 0, "result differs from the reference");
+            CT_ASSERT_IN(ctx, memcmp(ref, h, cnt * 4) == 0, "result differs from the reference");
         }
     }
 done:
@@ -380,40 +393,45 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err.msg);
         return 2;
     }
+    ct_test_mpi_begin();
     int W = ct_topo_world_size(topo), rank = ct_topo_rank(topo);
     ct_device_info *list = NULL;
     int ndev = 0;
-    if (device && ct_device_list(&list, &ndev, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    /* every device, each worker on its topology's index (not ct_test_devices: CT_DEVICE's pick) */
+    CT_REQUIRE_OR(!device || ct_device_list(&list, &ndev, &err) == CT_OK, 2, "%s", err.msg);
 #pragma omp parallel num_threads(D)
     {
         const char *ctx = "setup";
         int t = omp_get_thread_num();
         ct_comm *world = NULL, *half = NULL, *most = NULL;
-        CHECK(ct_comm_world(topo, t, &world) == CT_OK, "world");
+        CT_ASSERT_IN(ctx, ct_comm_world(topo, t, &world) == CT_OK, "world");
         int wid = ct_comm_rank(world);
-        CHECK(wid == rank * D + t, "world rank %d, expected %d", wid, rank * D + t);
+        CT_ASSERT_IN(ctx, wid == rank * D + t, "world rank %d, expected %d", wid, rank * D + t);
         suite(world, "world", &o);
         /* split: parity groups with reversed keys; and all but the last worker */
-        CHECK(ct_comm_split(world, wid % 2, -wid, &half) == CT_OK, "%s", ct_comm_errmsg(world));
+        CT_ASSERT_IN(ctx, ct_comm_split(world, wid % 2, -wid, &half) == CT_OK, "%s",
+                     ct_comm_errmsg(world));
         if (half) {
-            CHECK(ct_comm_size(half) == (W - wid % 2 + 1) / 2, "half size %d", ct_comm_size(half));
-            CHECK(ct_comm_world_rank(half, 0) == (W - 1) - ((W - 1 - wid % 2) % 2), "order %d",
-                  ct_comm_world_rank(half, 0));
+            CT_ASSERT_IN(ctx, ct_comm_size(half) == (W - wid % 2 + 1) / 2, "half size %d",
+                         ct_comm_size(half));
+            CT_ASSERT_IN(ctx, ct_comm_world_rank(half, 0) == (W - 1) - ((W - 1 - wid % 2) % 2),
+                         "order %d", ct_comm_world_rank(half, 0));
             suite(half, "half", &o);
         }
-        CHECK(ct_comm_split(world, wid < W - 1 || W == 1 ? 0 : CT_COMM_UNDEFINED, wid, &most) == CT_OK,
-              "%s", ct_comm_errmsg(world));
-        CHECK((most == NULL) == (wid == W - 1 && W > 1), "undefined colour gives NULL");
+        CT_ASSERT_IN(ctx,
+                     ct_comm_split(world, wid < W - 1 || W == 1 ? 0 : CT_COMM_UNDEFINED, wid,
+                                   &most) == CT_OK,
+                     "%s", ct_comm_errmsg(world));
+        CT_ASSERT_IN(ctx, (most == NULL) == (wid == W - 1 && W > 1), "undefined colour gives NULL");
         if (most) suite(most, "most", &o);
         if (device) {
             ct_device *dev = NULL;
             ct_device_opts dopt = ct_device_opts_default();
             dopt.apply_tuning = 0;
-            CHECK(ct_device_open(&dev, &list[ct_topo_device_index(topo, t) % ndev], &dopt, &err) == CT_OK,
-                  "open device: %s", err.msg);
+            CT_ASSERT_IN(ctx,
+                         ct_device_open(&dev, &list[ct_topo_device_index(topo, t) % ndev], &dopt,
+                                        &err) == CT_OK,
+                         "open device: %s", err.msg);
             if (dev) device_suite(world, dev, o.big);
             ct_device_free(dev);
         }
@@ -422,12 +440,10 @@ int main(int argc, char **argv) {
         ct_comm_free(world);
     }
     ct_device_list_free(list);
-    int f = g_fail, total = 0, checks = 0;
-    MPI_Allreduce(&f, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(&g_checks, &checks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0)
-        printf("test_parallel_coll: %d ranks x %d threads: %d checks, %d failed\n",
-               ct_topo_nranks(topo), D, checks, total);
+    char name[80];
+    snprintf(name, sizeof name, "test_parallel_coll: %d ranks x %d threads", ct_topo_nranks(topo),
+             D);
+    int rc = ct_test_mpi_end(name);
     ct_topo_free(topo);
-    return total ? 1 : 0;
+    return rc;
 }

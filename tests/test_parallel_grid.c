@@ -21,20 +21,9 @@
 #include <string.h>
 
 #include "ct_parallel.h"
+#include "ct_test.h"
+#include "ct_test_mpi.h"
 
-static int g_fail = 0, g_checks = 0;
-#define CHECK(cond, ...)                                                              \
-    do {                                                                              \
-        _Pragma("omp atomic") g_checks++;                                             \
-        if (!(cond)) {                                                                \
-            _Pragma("omp atomic") g_fail++;                                           \
-            _Pragma("omp critical(print)") {                                          \
-                fprintf(stderr, "%s:%d: FAIL [%s] ", __FILE__, __LINE__, ctx);        \
-                fprintf(stderr, __VA_ARGS__);                                         \
-                fprintf(stderr, "\n");                                                \
-            }                                                                         \
-        }                                                                             \
-    } while (0)
 #define HAS(msg, needle) (strstr((msg), (needle)) != NULL)
 
 enum { AX_TP, AX_DP, AX_PP, AX_EP, AX_EDP, AX_EMB, AX__N };
@@ -106,12 +95,16 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
     /* (a) coordinates */
     ct_coords c = ct_layout_coords(L, w);
     const ct_coords *gc = ct_grid_coords(g);
-    CHECK(gc->dp_rank == c.dp_rank && gc->tp_rank == c.tp_rank && gc->pp_rank == c.pp_rank &&
-          gc->ep_rank == c.ep_rank, "coords (%d %d %d %d) vs (%d %d %d %d)", gc->dp_rank,
-          gc->tp_rank, gc->pp_rank, gc->ep_rank, c.dp_rank, c.tp_rank, c.pp_rank, c.ep_rank);
-    CHECK(ct_layout_worker(L, &c) == w, "worker of my coordinates %d", ct_layout_worker(L, &c));
-    CHECK(ct_grid_layout(g)->ep == (L->ep > 0 ? L->ep : 1), "ep read as %d", ct_grid_layout(g)->ep);
-    CHECK(ct_grid_world(g) == world, "world handle kept");
+    CT_ASSERT_IN(ctx,
+                 gc->dp_rank == c.dp_rank && gc->tp_rank == c.tp_rank && gc->pp_rank == c.pp_rank &&
+                     gc->ep_rank == c.ep_rank,
+                 "coords (%d %d %d %d) vs (%d %d %d %d)", gc->dp_rank, gc->tp_rank, gc->pp_rank,
+                 gc->ep_rank, c.dp_rank, c.tp_rank, c.pp_rank, c.ep_rank);
+    CT_ASSERT_IN(ctx, ct_layout_worker(L, &c) == w, "worker of my coordinates %d",
+                 ct_layout_worker(L, &c));
+    CT_ASSERT_IN(ctx, ct_grid_layout(g)->ep == (L->ep > 0 ? L->ep : 1), "ep read as %d",
+                 ct_grid_layout(g)->ep);
+    CT_ASSERT_IN(ctx, ct_grid_world(g) == world, "world handle kept");
 
     for (int ax = 0; ax < AX__N; ax++) {
         ct_comm *gr = grid_axis(g, ax);
@@ -119,29 +112,32 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
         claim[3 * ax] = n ? mem[0] : -1;
         claim[3 * ax + 1] = n;
         claim[3 * ax + 2] = n ? index_of(mem, n, w) : -1;
-        CHECK((gr == NULL) == (n == 0), "%s group %s, expected %d members", ax_name[ax],
-              gr ? "present" : "NULL", n);
+        CT_ASSERT_IN(ctx, (gr == NULL) == (n == 0), "%s group %s, expected %d members", ax_name[ax],
+                     gr ? "present" : "NULL", n);
         if (!gr || !n) continue;
         /* (b) members */
-        CHECK(ct_comm_size(gr) == n, "%s size %d, expected %d", ax_name[ax], ct_comm_size(gr), n);
-        CHECK(ct_comm_rank(gr) == index_of(mem, n, w), "%s rank %d, expected %d", ax_name[ax],
-              ct_comm_rank(gr), index_of(mem, n, w));
+        CT_ASSERT_IN(ctx, ct_comm_size(gr) == n, "%s size %d, expected %d", ax_name[ax],
+                     ct_comm_size(gr), n);
+        CT_ASSERT_IN(ctx, ct_comm_rank(gr) == index_of(mem, n, w), "%s rank %d, expected %d",
+                     ax_name[ax], ct_comm_rank(gr), index_of(mem, n, w));
         if (ct_comm_size(gr) != n) continue;
         for (int r = 0; r < n; r++)
-            CHECK(ct_comm_world_rank(gr, r) == mem[r], "%s member %d is worker %d, expected %d",
-                  ax_name[ax], r, ct_comm_world_rank(gr, r), mem[r]);
+            CT_ASSERT_IN(ctx, ct_comm_world_rank(gr, r) == mem[r],
+                         "%s member %d is worker %d, expected %d", ax_name[ax], r,
+                         ct_comm_world_rank(gr, r), mem[r]);
         int me = w;
         ct_status st = ct_comm_allgather(gr, &me, got, 1, CT_I32, NULL);
-        CHECK(st == CT_OK, "%s all-gather: %s", ax_name[ax], ct_comm_errmsg(gr));
+        CT_ASSERT_IN(ctx, st == CT_OK, "%s all-gather: %s", ax_name[ax], ct_comm_errmsg(gr));
         for (int r = 0; r < n && !st; r++)
-            CHECK(got[r] == mem[r], "%s all-gather: rank %d says worker %d, expected %d", ax_name[ax],
-                  r, got[r], mem[r]);
+            CT_ASSERT_IN(ctx, got[r] == mem[r],
+                         "%s all-gather: rank %d says worker %d, expected %d", ax_name[ax], r,
+                         got[r], mem[r]);
         /* (d) all-reduce */
         int v = w * 7 + 3, sum = 0, want = 0;
         for (int r = 0; r < n; r++) want += mem[r] * 7 + 3;
         st = ct_comm_allreduce(gr, &v, &sum, 1, CT_I32, CT_OP_SUM, NULL);
-        CHECK(st == CT_OK && sum == want, "%s all-reduce %d, expected %d (%s)", ax_name[ax], sum,
-              want, ct_comm_errmsg(gr));
+        CT_ASSERT_IN(ctx, st == CT_OK && sum == want, "%s all-reduce %d, expected %d (%s)",
+                     ax_name[ax], sum, want, ct_comm_errmsg(gr));
         /* (e) within one process: a second handle split by the group itself with colour 0;
          * sibling groups split alike take the same id and colour and must still stay apart
          * (the registry keys on the members too). Across ranks they would share an MPI tag:
@@ -149,28 +145,29 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
         ct_comm *again = NULL;
         if (ct_comm_nprocs(world) == 1) {
             st = ct_comm_split(gr, 0, ct_comm_rank(gr), &again);
-            CHECK(st == CT_OK && again, "%s: second handle: %s", ax_name[ax], ct_comm_errmsg(gr));
+            CT_ASSERT_IN(ctx, st == CT_OK && again, "%s: second handle: %s", ax_name[ax],
+                         ct_comm_errmsg(gr));
         }
         if (again) {
             sum = 0;
             st = ct_comm_allreduce(again, &v, &sum, 1, CT_I32, CT_OP_SUM, NULL);
-            CHECK(st == CT_OK && sum == want && ct_comm_size(again) == n,
-                  "%s second handle: all-reduce %d, expected %d, size %d (%s)", ax_name[ax], sum,
-                  want, ct_comm_size(again), ct_comm_errmsg(again));
+            CT_ASSERT_IN(ctx, st == CT_OK && sum == want && ct_comm_size(again) == n,
+                         "%s second handle: all-reduce %d, expected %d, size %d (%s)", ax_name[ax],
+                         sum, want, ct_comm_size(again), ct_comm_errmsg(again));
             ct_comm_free(again);
         }
     }
 
     /* (c) partition: every worker's claims, checked on every worker */
     ct_status st = ct_comm_allgather(world, claim, claims, AX__N * 3, CT_I32, NULL);
-    CHECK(st == CT_OK, "claims all-gather: %s", ct_comm_errmsg(world));
+    CT_ASSERT_IN(ctx, st == CT_OK, "claims all-gather: %s", ct_comm_errmsg(world));
     for (int ax = 0; ax < AX__N && !st; ax++) {
         int covered = 0;
         for (int u = 0; u < W; u++) {
             const int *cu = claims + 3 * (AX__N * u + ax);
             int n = expect_members(L, u, ax, mem);
-            CHECK(cu[1] == n, "%s: worker %d claims a group of %d, expected %d", ax_name[ax], u,
-                  cu[1], n);
+            CT_ASSERT_IN(ctx, cu[1] == n, "%s: worker %d claims a group of %d, expected %d",
+                         ax_name[ax], u, cu[1], n);
             if (!n) continue;
             covered++;
             /* exactly the members claim this group, each with its own rank */
@@ -180,19 +177,20 @@ static void check_grid(ct_comm *world, ct_grid *g, const ct_layout *L) {
                 if (cq[0] != cu[0]) continue;
                 cnt++;
                 int k = index_of(mem, n, q);
-                CHECK(k >= 0 && cq[2] == k && cq[1] == n,
-                      "%s: worker %d claims group of worker %d (rank %d of %d) but is not member %d",
-                      ax_name[ax], q, cu[0], cq[2], cq[1], k);
+                CT_ASSERT_IN(
+                    ctx, k >= 0 && cq[2] == k && cq[1] == n,
+                    "%s: worker %d claims group of worker %d (rank %d of %d) but is not member %d",
+                    ax_name[ax], q, cu[0], cq[2], cq[1], k);
                 if (cq[2] >= 0 && cq[2] < 64) seen |= 1 << (cq[2] & 31);
             }
-            CHECK(cnt == n, "%s: group of worker %d has %d claimants, expected %d", ax_name[ax],
-                  cu[0], cnt, n);
-            CHECK(n > 31 || seen == (int)((1u << n) - 1), "%s: ranks of group %d not 0..%d",
-                  ax_name[ax], cu[0], n - 1);
+            CT_ASSERT_IN(ctx, cnt == n, "%s: group of worker %d has %d claimants, expected %d",
+                         ax_name[ax], cu[0], cnt, n);
+            CT_ASSERT_IN(ctx, n > 31 || seen == (int)((1u << n) - 1),
+                         "%s: ranks of group %d not 0..%d", ax_name[ax], cu[0], n - 1);
         }
         int want_cov = ax == AX_EMB && L->pp > 2 ? W / L->pp * 2 : W;
-        CHECK(covered == want_cov, "%s: %d workers in a group, expected %d", ax_name[ax], covered,
-              want_cov);
+        CT_ASSERT_IN(ctx, covered == want_cov, "%s: %d workers in a group, expected %d",
+                     ax_name[ax], covered, want_cov);
     }
     free(claims);
 }
@@ -233,17 +231,19 @@ static void bad_layouts(ct_comm *world) {
         ct_grid *g = (ct_grid *)1;
         ct_err err = {0};
         ct_status st = ct_grid_create(&g, world, &cases[i].lay, &err);
-        CHECK(st == cases[i].st, "case %zu: status %d (%s)", i, st, err.msg);
-        CHECK(g == NULL, "case %zu: no grid on failure", i);
+        CT_ASSERT_IN(ctx, st == cases[i].st, "case %zu: status %d (%s)", i, st, err.msg);
+        CT_ASSERT_IN(ctx, g == NULL, "case %zu: no grid on failure", i);
         for (int k = 0; k < 3; k++)
-            CHECK(HAS(err.msg, cases[i].needles[k]), "case %zu: \"%s\" not in \"%s\"", i,
-                  cases[i].needles[k], err.msg);
-        if (i == 0) CHECK(HAS(err.msg, num[0]) && HAS(err.msg, num[1]), "numbers: %s", err.msg);
-        if (i == 1) CHECK(HAS(err.msg, num[2]), "numbers: %s", err.msg);
+            CT_ASSERT_IN(ctx, HAS(err.msg, cases[i].needles[k]), "case %zu: \"%s\" not in \"%s\"",
+                         i, cases[i].needles[k], err.msg);
+        if (i == 0)
+            CT_ASSERT_IN(ctx, HAS(err.msg, num[0]) && HAS(err.msg, num[1]), "numbers: %s", err.msg);
+        if (i == 1) CT_ASSERT_IN(ctx, HAS(err.msg, num[2]), "numbers: %s", err.msg);
         /* pure check gives the same */
         ct_err e2 = {0};
-        CHECK(ct_layout_check(&cases[i].lay, W, &e2) == cases[i].st && !strcmp(e2.msg, err.msg),
-              "case %zu: pure check says \"%s\"", i, e2.msg);
+        CT_ASSERT_IN(
+            ctx, ct_layout_check(&cases[i].lay, W, &e2) == cases[i].st && !strcmp(e2.msg, err.msg),
+            "case %zu: pure check says \"%s\"", i, e2.msg);
     }
     if (W > 1) { /* workers that disagree */
         ct_layout a = {.dp = W, .tp = 1, .pp = 1, .zero = 0, .ep = 1};
@@ -253,8 +253,9 @@ static void bad_layouts(ct_comm *world) {
         ct_status st = ct_grid_create(&g, world, w == W - 1 ? &b : &a, &err);
         char want[64];
         snprintf(want, sizeof want, "worker %d passes layout dp 1 x tp %d", W - 1, W);
-        CHECK(st == CT_ERR_MISMATCH && g == NULL, "disagreeing layouts: status %d (%s)", st, err.msg);
-        CHECK(HAS(err.msg, want), "\"%s\" not in \"%s\"", want, err.msg);
+        CT_ASSERT_IN(ctx, st == CT_ERR_MISMATCH && g == NULL, "disagreeing layouts: status %d (%s)",
+                     st, err.msg);
+        CT_ASSERT_IN(ctx, HAS(err.msg, want), "\"%s\" not in \"%s\"", want, err.msg);
     }
 }
 
@@ -267,21 +268,21 @@ static void describe(ct_comm *world, ct_topo *topo) {
     ct_err err = {0};
     char dev[32], *s = NULL;
     snprintf(dev, sizeof dev, "device-%d", w);
-    CHECK(ct_grid_create(&g, world, &L, &err) == CT_OK, "%s", err.msg);
+    CT_ASSERT_IN(ctx, ct_grid_create(&g, world, &L, &err) == CT_OK, "%s", err.msg);
     if (!g) return;
-    CHECK(ct_grid_describe(g, dev, &s) == CT_OK, "%s", ct_comm_errmsg(world));
+    CT_ASSERT_IN(ctx, ct_grid_describe(g, dev, &s) == CT_OK, "%s", ct_comm_errmsg(world));
     const char *p = s;
     for (int r = 0; r < W && p; r++) {
         char head[64], tail[64];
         snprintf(head, sizeof head, "worker %d: dp %d tp 0 pp 0 ep 0 | rank ", r, r);
         snprintf(tail, sizeof tail, " | host %s | device-%d\n", ct_topo_host(topo), r);
         const char *nl = strchr(p, '\n');
-        CHECK(!strncmp(p, head, strlen(head)), "line %d: %.80s", r, p);
+        CT_ASSERT_IN(ctx, !strncmp(p, head, strlen(head)), "line %d: %.80s", r, p);
         const char *at = strstr(p, tail);
-        CHECK(at && nl && at + strlen(tail) == nl + 1, "line %d: %.120s", r, p);
+        CT_ASSERT_IN(ctx, at && nl && at + strlen(tail) == nl + 1, "line %d: %.120s", r, p);
         p = nl ? nl + 1 : NULL;
     }
-    CHECK(p && *p == 0, "exactly %d lines", W);
+    CT_ASSERT_IN(ctx, p && *p == 0, "exactly %d lines", W);
     if (w == 0 && s) printf("%s", s);
     free(s);
     ct_grid_free(g);
@@ -295,7 +296,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err.msg);
         return 2;
     }
-    int W = ct_topo_world_size(topo), rank = ct_topo_rank(topo);
+    ct_test_mpi_begin();
+    int W = ct_topo_world_size(topo);
     ct_layout *lays = malloc(sizeof(ct_layout) * 256);
     int nl = layouts(W, lays);
     double t0 = MPI_Wtime();
@@ -303,12 +305,12 @@ int main(int argc, char **argv) {
     {
         const char *ctx = "setup";
         ct_comm *world = NULL;
-        CHECK(ct_comm_world(topo, omp_get_thread_num(), &world) == CT_OK, "world");
+        CT_ASSERT_IN(ctx, ct_comm_world(topo, omp_get_thread_num(), &world) == CT_OK, "world");
         for (int i = 0; i < nl && world; i++) {
             ct_grid *g = NULL;
             ct_err e = {0};
             ct_status st = ct_grid_create(&g, world, &lays[i], &e);
-            CHECK(st == CT_OK, "layout %d: %s", i, e.msg);
+            CT_ASSERT_IN(ctx, st == CT_OK, "layout %d: %s", i, e.msg);
             if (g) check_grid(world, g, &lays[i]);
             ct_grid_free(g);
         }
@@ -317,7 +319,8 @@ int main(int argc, char **argv) {
             /* a good grid still works after the refusals */
             ct_grid *g = NULL;
             ct_err e = {0};
-            CHECK(ct_grid_create(&g, world, &lays[nl - 1], &e) == CT_OK, "after errors: %s", e.msg);
+            CT_ASSERT_IN(ctx, ct_grid_create(&g, world, &lays[nl - 1], &e) == CT_OK,
+                         "after errors: %s", e.msg);
             if (g) check_grid(world, g, &lays[nl - 1]);
             ct_grid_free(g);
             describe(world, topo);
@@ -325,13 +328,11 @@ int main(int argc, char **argv) {
         ct_grid_free(NULL);
         ct_comm_free(world);
     }
-    int total = 0, checks = 0;
-    MPI_Allreduce(&g_fail, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(&g_checks, &checks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0)
-        printf("test_parallel_grid: %d ranks x %d threads, %d layouts in %.2f s: %d checks, %d failed\n",
-               ct_topo_nranks(topo), D, nl, MPI_Wtime() - t0, checks, total);
+    char name[120];
+    snprintf(name, sizeof name, "test_parallel_grid: %d ranks x %d threads, %d layouts in %.2f s",
+             ct_topo_nranks(topo), D, nl, MPI_Wtime() - t0);
+    int rc = ct_test_mpi_end(name);
     free(lays);
     ct_topo_free(topo);
-    return total ? 1 : 0;
+    return rc;
 }
