@@ -12,7 +12,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     slot_state *ss = &m->st[slot];
     if (!ss->logits_valid || !ss->have_targets)
         return CT_ERR(&m->err, CT_ERR_STATE,
-                      "ct_model_backward: needs a forward with targets first (and only one "
+                      "ct_model_head_backward: needs a forward with targets first (and only one "
                       "backward per forward)");
     int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
     size_t BT = (size_t)B * T, sb = slot_base(m, slot);
