@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "ct_engine_io.h"
-#include "ct_engine_train.h"
+#include "ct_engine_rng.h"
 
 typedef struct data_seg {
     char *path;

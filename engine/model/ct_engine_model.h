@@ -33,6 +33,7 @@
 #include "ct_engine_params.h"
 #include "ct_engine_moe.h"
 #include "ct_engine_tp.h"
+#include "ct_engine_trace.h"
 #include "ct_gpt_config.h"
 
 #ifdef __cplusplus
@@ -244,6 +245,10 @@ ct_status ct_model_forward(ct_model *m, const int *tokens, const int *targets, i
                            float *loss);
 /* Logits (B,T,Vp) of the last forward, to host; valid until the next backward. */
 ct_status ct_model_logits(ct_model *m, float *host, size_t n);
+
+/* Model op groups (attention, MLP, loss) recorded while tracing; the device is waited on at the
+ * end of each group so its time is attributed. NULL detaches. */
+void ct_model_set_trace(ct_model *m, ct_trace *t);
 
 /* ---- where the time goes: in profiling mode every op is followed by a device finish and its
  * wall time is added to its bucket (this slows a step down a little; off by default). */

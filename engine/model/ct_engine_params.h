@@ -198,8 +198,6 @@ ct_status ct_params_get_optimizer(ct_params *P, float *m, float *v, size_t n);
 ct_status ct_params_init_random(ct_params *P, uint64_t seed);
 ct_status ct_params_zero_grads(ct_params *P);
 
-/* Whether AdamW decays tensor i (the table's decay column: the 2-D weight matrices). */
-int ct_gpt_tensor_decays(int i);
 
 #ifdef __cplusplus
 }

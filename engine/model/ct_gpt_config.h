@@ -135,4 +135,27 @@ static inline const char *ct_gpt_tensor_name(int i) {
     return (i >= 0 && i < CT_GPT_NUM_TENSORS) ? names[i] : "?";
 }
 
+/* Whether a worker holds (some of) table tensor i: the blocks' tensors when it holds a block,
+ * wte on the first pipeline stage (the embedding) and on the last (the head's tied copy), wpe on
+ * the first, the final LayerNorm on the last. The one rule ct_params_create lays out and
+ * ct_gpt_worker_params counts. */
+static inline int ct_gpt_stage_holds(int i, int blocks, int first, int last) {
+    if (i == CT_GPT_wte) return first || last;
+    if (i == CT_GPT_wpe) return first;
+    if (i == CT_GPT_lnfw || i == CT_GPT_lnfb) return last;
+    return blocks > 0;
+}
+
+/* Whether AdamW decays tensor i (the table's decay column: the 2-D weight matrices). */
+int ct_gpt_tensor_decays(int i);
+
+/* The parameters one worker holds before ZeRO shards them, from the table alone: `blocks` of
+ * the model's blocks, the embeddings (wte, wpe) when it is the first pipeline stage, the head
+ * (the final LayerNorm and the tied copy of wte) when the last; a tensor split by tensor
+ * parallelism counts 1/tp, an expert tensor 1/ep. experts (NULL: counted in the result)
+ * receives the experts' part apart. What ct_params_create lays out for that worker: the one
+ * count the trainer's memory report and the planner use. */
+double ct_gpt_worker_params(const ct_gpt_config *c, int blocks, int first, int last, int tp,
+                            int ep, double *experts);
+
 #endif /* CT_GPT_CONFIG_H */

@@ -30,3 +30,33 @@ ct_status ct_gpt_config_check(const ct_gpt_config *c, const char *what, ct_err *
                       what, total);
     return CT_OK;
 }
+
+int ct_gpt_tensor_decays(int i) {
+    static const int decays[] = {
+#define CT__GPT_DECAY(name, pl, ex, rows, cols, nd, split, decay, init) decay,
+        CT_GPT_TABLE(CT__GPT_DECAY, (const ct_gpt_config *)0)
+#undef CT__GPT_DECAY
+    };
+    return i >= 0 && i < CT_GPT_NUM_TENSORS && decays[i];
+}
+
+double ct_gpt_worker_params(const ct_gpt_config *c, int blocks, int first, int last, int tp,
+                            int ep, double *experts) {
+    size_t sizes[CT_GPT_NUM_TENSORS];
+    ct_gpt_param_sizes(c, sizes);
+    double n = 0, x = 0;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        ct_gpt_tensor_info ti = ct_gpt_tensor(c, i);
+        double k = 0;
+        if (ti.per_layer)
+            k = (double)(sizes[i] / (size_t)c->layers) * blocks;
+        else if (ct_gpt_stage_holds(i, blocks, first, last))
+            k = (double)sizes[i];
+        double v = k * (ti.split == CT_SPLIT_NONE ? 1.0 : 1.0 / tp);
+        if (ti.expert) v /= ep;
+        if (ti.expert && experts) x += v;
+        else n += v;
+    }
+    if (experts) *experts = x;
+    return n;
+}

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "ct_engine_model.h"
-#include "ct_engine_step.h" /* ct_trace: the op groups a traced step records */
 #include "engine_impl.h"
 
 /* The tensors a block saves for its backward, in slot order. Each is kept in the slot (nb

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "ct_engine_params.h"
-#include "ct_engine_train.h"
+#include "ct_engine_rng.h"
 
 struct ct_params {
     ct_gpt_config cfg;
@@ -55,10 +55,7 @@ static size_t split_len(const ct_gpt_tensor_info *t, int tp) {
 }
 
 static int holds(const ct_params *P, int i) {
-    if (i == CT_GPT_wte) return P->embed || P->head;
-    if (i == CT_GPT_wpe) return P->embed;
-    if (i == CT_GPT_lnfw || i == CT_GPT_lnfb) return P->head;
-    return P->nheld > 0;
+    return ct_gpt_stage_holds(i, P->nheld, P->embed, P->head);
 }
 
 /* How a buffer lays the parameters out: the flat layout, the ZeRO working buffer, or the
@@ -713,13 +710,4 @@ ct_status ct_params_init_random(ct_params *P, uint64_t seed) {
     if (st == CT_OK) st = ct_arena_zero(P->adam_v, 0, P->opt_len * sizeof(float));
     if (st != CT_OK && !P->err.msg[0]) CT_ERR(&P->err, st, "init: %s", ct_device_errmsg(P->dev));
     return st;
-}
-
-int ct_gpt_tensor_decays(int i) {
-    static const int decays[] = {
-#define CT__GPT_DECAY(name, pl, ex, rows, cols, nd, split, decay, init) decay,
-        CT_GPT_TABLE(CT__GPT_DECAY, (const ct_gpt_config *)0)
-#undef CT__GPT_DECAY
-    };
-    return i >= 0 && i < CT_GPT_NUM_TENSORS && decays[i];
 }

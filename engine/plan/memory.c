@@ -39,38 +39,13 @@ ct_status ct_plan_memory(const ct_plan_problem *pb, const ct_plan_layout *l, int
  * them; blocks: the blocks it holds. */
 double ct__plan_stage_params(const ct_plan_problem *pb, const ct_plan_layout *l, const int *split,
                              int q, int *blocks) {
-    const ct_gpt_config *c = &pb->cfg;
-    size_t sizes[CT_GPT_NUM_TENSORS];
-    ct_gpt_param_sizes(c, sizes);
     int nchunks = l->pp * (l->sched == CT_SCHED_INTERLEAVED ? l->virt : 1), held = 0;
     for (int k = q; k < nchunks; k += l->pp) held += split[k];
-    double n = 0;
-    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
-        ct_gpt_tensor_info ti = ct_gpt_tensor(c, i);
-        double k = 0, f = (ti.split == CT_SPLIT_NONE ? 1.0 : 1.0 / l->tp) / (ti.expert ? l->ep : 1);
-        if (i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb)
-            k = (double)(sizes[i] / (size_t)c->layers) * held;
-        else if (i == CT_GPT_wte && (q == 0 || q == l->pp - 1))
-            k = (double)sizes[i];
-        else if (i == CT_GPT_wpe && q == 0)
-            k = (double)sizes[i];
-        else if ((i == CT_GPT_lnfw || i == CT_GPT_lnfb) && q == l->pp - 1)
-            k = (double)sizes[i];
-        n += k * f;
-    }
     if (blocks) *blocks = held;
-    return n;
+    return ct_gpt_worker_params(&pb->cfg, held, q == 0, q == l->pp - 1, l->tp, l->ep, NULL);
 }
 
 /* One block's parameters on a worker (TP-split / tp, experts / ep). */
 double ct__plan_block_params(const ct_plan_problem *pb, int tp, int ep) {
-    const ct_gpt_config *c = &pb->cfg;
-    size_t sizes[CT_GPT_NUM_TENSORS];
-    ct_gpt_param_sizes(c, sizes);
-    double n = 0;
-    for (int i = CT_GPT_ln1w; i <= CT_GPT_fcprojb; i++)
-        n += (double)(sizes[i] / (size_t)c->layers) *
-             (ct_gpt_tensor(c, i).split == CT_SPLIT_NONE ? 1.0 : 1.0 / tp) /
-             (ct_gpt_tensor(c, i).expert ? ep : 1);
-    return n;
+    return ct_gpt_worker_params(&pb->cfg, 1, 0, 0, tp, ep, NULL);
 }

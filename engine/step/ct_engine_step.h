@@ -26,13 +26,13 @@
 #include <stdint.h>
 
 #include "ct_engine_model.h"
+#include "ct_engine_trace.h"
 #include "ct_parallel.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct ct_trace ct_trace; /* trace.c, below */
 
 /* ---------------------------------------------------------------- optimizer (optim.c) */
 
@@ -176,34 +176,6 @@ ct_status ct_state_gather(ct_model *m, ct_comm *world, float *params, float *ada
 ct_status ct_state_mem_gather(ct_device *dev, ct_comm *world, size_t host_comm, uint64_t *out,
                               ct_err *err);
 
-/* ---------------------------------------------------------------- trace (trace.c) */
-
-typedef struct ct_trace ct_trace;
-/* One recorder per worker (pid = MPI rank, tid = worker). Events are kept in host memory. */
-ct_status ct_trace_create(ct_trace **out, int worker, int rank, int thread, ct_err *err);
-void ct_trace_free(ct_trace *t);
-/* Recording on or off (the executor and the model record only while on). */
-void ct_trace_enable(ct_trace *t, int on);
-int ct_trace_on(const ct_trace *t);
-/* Collective over world: a common time origin (a barrier, then now), so ranks line up. */
-ct_status ct_trace_sync(ct_trace *t, ct_comm *world);
-/* Lanes: the worker's own thread, its gradient-communication thread, its ZeRO prefetch thread
- * (each a track in the viewer). */
-enum { CT_TRACE_MAIN = 0, CT_TRACE_COMM = 1, CT_TRACE_PREFETCH = 2 };
-/* A complete event [t0, now] (seconds from ct_time_now) on a lane, category cat ("compute",
- * "comm", "optimizer", "step"), micro-batch mb (-1: none). name and cat must be string literals
- * (kept by pointer). Thread-safe. */
-void ct_trace_event(ct_trace *t, int lane, const char *name, const char *cat, double t0, int mb);
-/* The micro-batch the worker is on: events recorded with mb = CT_TRACE_MB take it (the model's
- * op groups do; the executor sets it). */
-#define CT_TRACE_MB (-2)
-void ct_trace_set_mb(ct_trace *t, int mb);
-/* Collective over world: every worker's events to the leader, which writes Chrome trace JSON
- * (atomically). */
-ct_status ct_trace_write(ct_trace *t, ct_comm *world, const char *path, ct_err *err);
-/* Model op groups (attention, MLP, loss) recorded while tracing; the device is waited on at the
- * end of each group so its time is attributed. NULL detaches. */
-void ct_model_set_trace(ct_model *m, ct_trace *t);
 
 /* ---------------------------------------------------------------- the executor (step.c) */
 

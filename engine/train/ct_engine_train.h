@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "ct_engine_mem.h"
+#include "ct_engine_rng.h"
 #include "ct_gpt_config.h"
 #include "ct_status.h"
 
@@ -276,27 +277,6 @@ ct_status ct_metrics_record(ct_metrics *m, const char *type, const char *fields)
 /* Escape `s` as a JSON string (quotes included) into buf. */
 void ct_json_escape(char *buf, size_t len, const char *s);
 
-/* ---------------------------------------------------------------- RNG and sampling */
-
-/* splitmix64 (Steele, Lea, Flood 2014): ct_mix64 is its output function of x + the golden
- * gamma, a counter-based mixer (initialisation draws value i from ct_mix64(seed' ^ i), the same
- * in every layout); ct_splitmix64_next steps a state and returns the next value. The engine's
- * one definition of it. */
-uint64_t ct_mix64(uint64_t x);
-uint64_t ct_splitmix64_next(uint64_t *state);
-
-/* xoshiro256** seeded through splitmix64: 256 bits of state, saved in checkpoints. */
-typedef struct ct_rng {
-    uint64_t s[4];
-} ct_rng;
-
-void ct_rng_seed(ct_rng *r, uint64_t seed);
-uint64_t ct_rng_u64(ct_rng *r);
-double ct_rng_uniform(ct_rng *r); /* [0, 1) with 53 random bits */
-
-/* Draw a token from logits[0..V): temperature <= 0 is the argmax; otherwise softmax of
- * logits/temperature restricted to the top_k largest (top_k <= 0 or >= V: all). */
-int ct_sample_token(const float *logits, int V, double temperature, int top_k, ct_rng *rng);
 
 /* ---------------------------------------------------------------- generation (sample.c) */
 

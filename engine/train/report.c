@@ -8,34 +8,6 @@
 
 #include "train_impl.h"
 
-/* Parameters one worker holds: its pipeline stage's tensors (its blocks, the embeddings on the
- * first stage, wte and the final LayerNorm on the last: the tied wte on both), each TP-split
- * tensor's 1/tp (the table's split column), replicated ones whole; a mixture of experts' expert
- * tensors apart (*experts: its E / ep experts of each held block). */
-static double worker_params(const ct_train_run *r, int q, int pp, int tp, int ep, double *experts) {
-    size_t sizes[CT_GPT_NUM_TENSORS];
-    ct_gpt_param_sizes(&r->src.cfg, sizes);
-    double n = 0, x = 0;
-    int held = 0;
-    for (int c = q; c < r->pipe.nchunks; c += pp) held += r->pipe.split[c];
-    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
-        ct_gpt_tensor_info ti = ct_gpt_tensor(&r->src.cfg, i);
-        double k = 0, f = ti.split == CT_SPLIT_NONE ? 1.0 : 1.0 / tp;
-        if (i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb)
-            k = (double)(sizes[i] / (size_t)r->src.cfg.layers) * held;
-        else if (i == CT_GPT_wte && (q == 0 || q == pp - 1))
-            k = (double)sizes[i];
-        else if (i == CT_GPT_wpe && q == 0)
-            k = (double)sizes[i];
-        else if ((i == CT_GPT_lnfw || i == CT_GPT_lnfb) && q == pp - 1)
-            k = (double)sizes[i];
-        if (ti.expert) x += k * f / ep;
-        else n += k * f;
-    }
-    if (experts) *experts = x;
-    return n;
-}
-
 /* Model-state bytes per worker the ZeRO formulas give for psi parameters. */
 static double expected_model_state(double psi, int N, int zero) {
     switch (zero) {
@@ -213,7 +185,10 @@ ct_status ct_trainer_report(ct_trainer *t, ct_train_report *o) {
         w->stage = ct_layout_coords(&(ct_layout){p->dp, p->tp, p->pp, p->zero, p->ep}, wi).pp_rank;
         w->slots = t->slots[w->stage];
         /* experts: their share over ep, sharded over the dp / ep workers holding them */
-        w->psi = worker_params(r, w->stage, p->pp, p->tp, p->ep, &w->psi_experts);
+        int held = 0;
+        for (int c = w->stage; c < r->pipe.nchunks; c += p->pp) held += r->pipe.split[c];
+        w->psi = ct_gpt_worker_params(&r->src.cfg, held, w->stage == 0, w->stage == p->pp - 1,
+                                      p->tp, p->ep, &w->psi_experts);
         w->model_state_formula = expected_model_state(w->psi, p->dp, p->zero) +
                                  expected_model_state(w->psi_experts, p->dp / p->ep, p->zero);
         w->model_state = u[CT_MEM_PARAMS] + u[CT_MEM_GRADS] + u[CT_MEM_OPTIMIZER];

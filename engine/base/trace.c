@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ct_engine_io.h"
-#include "ct_engine_step.h"
+#include "ct_engine_trace.h"
+#include "ct_file.h"
 
 typedef struct tev {
     const char *name, *cat;

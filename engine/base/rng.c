@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ct_engine_train.h"
+#include "ct_alloc.h"
+#include "ct_engine_rng.h"
 
 /* ---------------------------------------------------------------- RNG and sampling */
 
