@@ -21,6 +21,7 @@ set(CT_ASAN_TESTS
   test_engine_io                      # shards, llm.c models, checkpoints (every damage), tokenizer
   test_engine_io_train                # the option parser, JSON Lines, schedules
   test_cl_program                     # the kernel cache's files: corrupt and truncated entries
+  test_cl_file                        # atomic writes from several threads, whole-file reads
   test_engine_moe_layout_files        # safetensors written and read, damaged files refused
   test_engine_plan                    # the planner's pure half, the links file
   test_parallel_sched parallel_select test_ct_pipeline  # schedules as data, the selector table
