@@ -597,3 +597,60 @@ done:
     free(h), free(a), free(o), free(da), free(dh), free(dp), free(dl);
     ref_route_free(&r);
 }
+
+/* ---- the Llama family's ops, straight from the formulas */
+
+void ct_ref_rmsnorm_forward(double *out, double *rstd, const double *inp, const double *w, int N,
+                            int C, double eps) {
+    for (int r = 0; r < N; r++) {
+        const double *x = inp + (size_t)r * C;
+        double ss = 0;
+        for (int i = 0; i < C; i++) ss += x[i] * x[i];
+        double s = 1.0 / sqrt(ss / C + eps);
+        for (int i = 0; i < C; i++) out[(size_t)r * C + i] = x[i] * s * w[i];
+        if (rstd) rstd[r] = s;
+    }
+}
+
+void ct_ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const double *inp,
+                             const double *w, int N, int C, double eps) {
+    for (int r = 0; r < N; r++) {
+        const double *x = inp + (size_t)r * C, *dy = dout + (size_t)r * C;
+        double ss = 0, dot = 0;
+        for (int i = 0; i < C; i++) ss += x[i] * x[i], dot += w[i] * dy[i] * x[i];
+        double s = 1.0 / sqrt(ss / C + eps);
+        for (int i = 0; i < C; i++) {
+            /* d/dx_i of x_k s w_k: s w_i dy_i + sum_k x_k w_k dy_k ds/dx_i, ds/dx_i = -s^3 x_i / C */
+            if (dinp) dinp[(size_t)r * C + i] += s * w[i] * dy[i] - s * s * s * x[i] * dot / C;
+            if (dw) dw[i] += dy[i] * x[i] * s;
+        }
+    }
+}
+
+void ct_ref_rope(double *out, const double *inp, int N, int T, int nh, int hd, int stride,
+                 double theta, int dir) {
+    int half = hd / 2;
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < nh; h++)
+            for (int j = 0; j < half; j++) {
+                double ang = (r % T) * pow(theta, -2.0 * j / hd);
+                double c = cos(ang), s = dir * sin(ang);
+                size_t o = (size_t)r * stride + (size_t)h * hd + j;
+                double a = inp[o], b = inp[o + half];
+                out[o] = a * c - b * s;
+                out[o + half] = b * c + a * s;
+            }
+}
+
+void ct_ref_swiglu_forward(double *out, const double *g, const double *u, size_t N) {
+    for (size_t i = 0; i < N; i++) out[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+}
+
+void ct_ref_swiglu_backward(double *dg, double *du, const double *dout, const double *g,
+                            const double *u, size_t N) {
+    for (size_t i = 0; i < N; i++) {
+        double sg = 1.0 / (1.0 + exp(-g[i]));
+        dg[i] += dout[i] * u[i] * sg * (1.0 + g[i] * (1.0 - sg));
+        du[i] += dout[i] * g[i] * sg;
+    }
+}

@@ -85,6 +85,21 @@ void ct_ref_moe_backward(double *dx, double *dwr, double *dfcw, double *dfcb, do
                          const double *fpb, int B, int T, int C, int E, int K, int cap,
                          double aux_scale);
 
+/* The Llama family's ops (ct_engine_ops_llama.h). RMSNorm: out = x / sqrt(mean(x^2) + eps) * w,
+ * rstd per row; backward dinp "+=", dw "+=". */
+void ct_ref_rmsnorm_forward(double *out, double *rstd, const double *inp, const double *w, int N,
+                            int C, double eps);
+void ct_ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const double *inp,
+                             const double *w, int N, int C, double eps);
+/* Rotary embedding of the nh heads (size hd) of each row r at position r % T, heads at
+ * r * stride + h * hd; dir 1: forward, -1: its transpose (the input's gradient). out != inp. */
+void ct_ref_rope(double *out, const double *inp, int N, int T, int nh, int hd, int stride,
+                 double theta, int dir);
+/* SwiGLU: out = silu(g) * u; backward dg "+=", du "+=". */
+void ct_ref_swiglu_forward(double *out, const double *g, const double *u, size_t N);
+void ct_ref_swiglu_backward(double *dg, double *du, const double *dout, const double *g,
+                            const double *u, size_t N);
+
 /* The whole model: parameters in the table order of ct_gpt_config.h. Mean cross-entropy loss.
  * Dense models only (a config with experts gives NaN). */
 double ct_ref_gpt_loss(const ct_gpt_config *cfg, const double *params, const int *tokens,

@@ -2,7 +2,9 @@
  * double-precision reference (tests/ct_ref.c) on awkward shapes (B=3, T=7, C=20, NH=4, V=37,
  * Vp=40, ...), with tensors placed at odd offsets inside their buffers, "=" outputs pre-filled
  * with garbage (they must be overwritten) and "+=" outputs pre-filled with random values (they
- * must be accumulated into). Also: bad shapes give a clear error, not a crash. */
+ * must be accumulated into). Also: bad shapes give a clear error, not a crash. The Llama family's
+ * ops (RMSNorm, rotary embedding, SwiGLU) likewise, their references first checked against central
+ * finite differences and the rotary one against Hugging Face's rotate_half form. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 
 #include "ct_cl.h"
 #include "ct_engine_ops.h"
+#include "ct_engine_ops_llama.h"
 #include "ct_ref.h"
 #include "ct_test.h"
 #include "ct_test_dev.h"
@@ -354,6 +357,184 @@ static void test_bad_input(void) {
     dt_free(&x);
 }
 
+/* ---- the Llama family's ops */
+
+/* The reference's backward against central differences of L = sum(out * dy): a wrong reference
+ * would otherwise carry into the device check. f(x) computes out from x (n_in -> n_out). */
+typedef void (*fwd_fn)(double *out, const double *x, const void *ctx);
+static void fd_check(const char *what, fwd_fn f, const void *ctx, const double *x, size_t n_in,
+                     size_t n_out, const double *dy, const double *grad) {
+    double *xp = malloc(n_in * sizeof(double)), *o = malloc(n_out * sizeof(double));
+    memcpy(xp, x, n_in * sizeof(double));
+    double worst = 0;
+    for (size_t i = 0; i < n_in; i++) {
+        double h = 1e-5, lp = 0, lm = 0;
+        xp[i] = x[i] + h, f(o, xp, ctx);
+        for (size_t k = 0; k < n_out; k++) lp += o[k] * dy[k];
+        xp[i] = x[i] - h, f(o, xp, ctx);
+        for (size_t k = 0; k < n_out; k++) lm += o[k] * dy[k];
+        xp[i] = x[i];
+        double e = fabs((lp - lm) / (2 * h) - grad[i]) / (1e-6 + fabs(grad[i]));
+        if (e > worst) worst = e;
+    }
+    ct_test_checks++;
+    if (!(worst < 1e-5))
+        CT__FAIL("%s: the reference's gradient is off central differences by %.3g (relative)", what,
+                 worst);
+    free(xp), free(o);
+}
+
+typedef struct rms_ctx { const double *w; int N, C; } rms_ctx;
+static void rms_of_x(double *out, const double *x, const void *c) {
+    const rms_ctx *k = c;
+    ct_ref_rmsnorm_forward(out, NULL, x, k->w, k->N, k->C, 1e-5);
+}
+static void rms_of_w(double *out, const double *w, const void *c) {
+    const rms_ctx *k = c;
+    ct_ref_rmsnorm_forward(out, NULL, k->w, w, k->N, k->C, 1e-5); /* k->w holds x here */
+}
+typedef struct rope_ctx { int N, T, nh, hd, stride; } rope_ctx;
+static void rope_of_x(double *out, const double *x, const void *c) {
+    const rope_ctx *k = c;
+    memcpy(out, x, (size_t)k->N * k->stride * sizeof(double));
+    ct_ref_rope(out, x, k->N, k->T, k->nh, k->hd, k->stride, 10000.0, 1);
+}
+typedef struct glu_ctx { const double *other; size_t N; int wrt_up; } glu_ctx;
+static void glu_of(double *out, const double *x, const void *c) {
+    const glu_ctx *k = c;
+    if (k->wrt_up) ct_ref_swiglu_forward(out, k->other, x, k->N);
+    else ct_ref_swiglu_forward(out, x, k->other, k->N);
+}
+
+static void test_rmsnorm(int B, int T, int C) {
+    size_t N = (size_t)B * T, n = N * C;
+    dt x = dt_make(n, 2, 0), w = dt_make(C, 1, 0), y = dt_make(n, 0, 7.0);
+    dt rs = dt_make(N, 0, 7.0);
+    CT_ASSERT_OK(ct_rmsnorm_forward(g_dev, y.v, rs.v, x.v, w.v, B, T, C, 1e-5f),
+                 ct_device_errmsg(g_dev));
+    double *r = calloc(n, sizeof(double)), *rr = calloc(N, sizeof(double));
+    ct_ref_rmsnorm_forward(r, rr, x.d, w.d, (int)N, C, 1e-5);
+    dt_read(&y), dt_read(&rs);
+    close_to("rmsnorm_forward", &y, r, ATOL, RTOL);
+    close_to("rmsnorm_forward rstd", &rs, rr, ATOL, RTOL);
+    /* backward: dinp "=" then "+=", dw "+=" */
+    dt dy = dt_make(n, 1, 0), dx = dt_make(n, 0, 7.0), dw = dt_make(C, 1, 0);
+    memset(dx.d, 0, n * sizeof(double));
+    CT_ASSERT_OK(ct_rmsnorm_backward(g_dev, dx.v, dw.v, dy.v, x.v, w.v, rs.v, B, T, C, 0),
+                 ct_device_errmsg(g_dev));
+    double *gx = calloc(n, sizeof(double)), *gw = calloc(C, sizeof(double));
+    ct_ref_rmsnorm_backward(gx, gw, dy.d, x.d, w.d, (int)N, C, 1e-5);
+    for (size_t i = 0; i < n; i++) dx.d[i] = gx[i];
+    for (int i = 0; i < C; i++) dw.d[i] += gw[i];
+    dt_read(&dx), dt_read(&dw);
+    close_to("rmsnorm_backward dinp", &dx, dx.d, ATOL, RTOL);
+    close_to("rmsnorm_backward dweight", &dw, dw.d, 1e-4, RTOL);
+    CT_ASSERT_OK(
+        ct_rmsnorm_backward(g_dev, dx.v, ct_view_none(), dy.v, x.v, w.v, rs.v, B, T, C, 1),
+        ct_device_errmsg(g_dev));
+    for (size_t i = 0; i < n; i++) dx.d[i] += gx[i];
+    dt_read(&dx);
+    close_to("rmsnorm_backward dinp +=", &dx, dx.d, ATOL, RTOL);
+    /* the reference against differences, on the shape's first rows */
+    int Nf = (int)(N < 3 ? N : 3);
+    rms_ctx cx = {w.d, Nf, C}, cw = {x.d, Nf, C};
+    memset(gx, 0, n * sizeof(double)), memset(gw, 0, C * sizeof(double));
+    ct_ref_rmsnorm_backward(gx, gw, dy.d, x.d, w.d, Nf, C, 1e-5);
+    fd_check("rmsnorm reference dinp", rms_of_x, &cx, x.d, (size_t)Nf * C, (size_t)Nf * C, dy.d,
+             gx);
+    fd_check("rmsnorm reference dweight", rms_of_w, &cw, w.d, C, (size_t)Nf * C, dy.d, gw);
+    free(r), free(rr), free(gx), free(gw);
+    dt_free(&x), dt_free(&w), dt_free(&y), dt_free(&rs), dt_free(&dy), dt_free(&dx), dt_free(&dw);
+}
+
+/* q and k inside a fused (B,T,(nh + 2 nkv) hd) row, as the Llama block holds them */
+static void test_rope(int B, int T, int nh, int nkv, int hd) {
+    int N = B * T, stride = (nh + 2 * nkv) * hd;
+    size_t n = (size_t)N * stride;
+    dt qkv = dt_make(n, 1, 0);
+    double *ref = malloc(n * sizeof(double)), *hf = malloc(n * sizeof(double));
+    memcpy(ref, qkv.d, n * sizeof(double));
+    ct_ref_rope(ref, qkv.d, N, T, nh, hd, stride, 10000.0, 1);                      /* q */
+    ct_ref_rope(ref + (size_t)nh * hd, qkv.d + (size_t)nh * hd, N, T, nkv, hd, stride, 10000.0, 1);
+    /* Hugging Face's form, written apart: x * cos + rotate_half(x) * sin, cos and sin of
+     * position * inv_freq repeated over both halves, inv_freq_i = theta^(-2i/hd) */
+    memcpy(hf, qkv.d, n * sizeof(double));
+    int half = hd / 2;
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < nh + nkv; h++) {
+            const double *x = qkv.d + (size_t)r * stride + (size_t)h * hd;
+            double *o = hf + (size_t)r * stride + (size_t)h * hd;
+            for (int j = 0; j < hd; j++) {
+                double inv = 1.0 / pow(10000.0, (2.0 * (j % half)) / hd), a = (r % T) * inv;
+                double rot = j < half ? -x[j + half] : x[j - half];
+                o[j] = x[j] * cos(a) + rot * sin(a);
+            }
+        }
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(ref[i] - hf[i]));
+    ct_test_checks++;
+    if (!(worst < 1e-12))
+        CT__FAIL("rope reference differs from rotate_half's form by %.3g", worst);
+    /* the device, in place: q, then k; v untouched */
+    CT_ASSERT_OK(ct_rope_forward(g_dev, qkv.v, qkv.v, B, T, nh, hd, stride, 10000.0f),
+                 ct_device_errmsg(g_dev));
+    ct_view k = ct_view_of(qkv.v.mem, qkv.v.off + (size_t)nh * hd);
+    CT_ASSERT_OK(ct_rope_forward(g_dev, k, k, B, T, nkv, hd, stride, 10000.0f),
+                 ct_device_errmsg(g_dev));
+    dt_read(&qkv);
+    close_to("rope_forward (q and k in place, v untouched)", &qkv, ref, ATOL, RTOL);
+    /* backward: the adjoint, checked against differences of the reference and on the device */
+    rope_ctx rc = {N, T, nh, hd, stride};
+    dt dy = dt_make(n, 1, 0), dx = dt_make(n, 0, 7.0);
+    double *g = malloc(n * sizeof(double));
+    memcpy(g, dy.d, n * sizeof(double));
+    ct_ref_rope(g, dy.d, N, T, nh, hd, stride, 10000.0, -1);
+    fd_check("rope reference backward", rope_of_x, &rc, ref, n, n, dy.d, g);
+    memcpy(dx.h, dy.h, n * sizeof(float)); /* heads not rotated pass through: dx starts as dy */
+    CT_ASSERT_OK(ct_buffer_write(dx.b, OFF * sizeof(float), dx.h, n * sizeof(float)),
+                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_rope_backward(g_dev, dx.v, dy.v, B, T, nh, hd, stride, 10000.0f),
+                 ct_device_errmsg(g_dev));
+    dt_read(&dx);
+    close_to("rope_backward", &dx, g, ATOL, RTOL);
+    free(ref), free(hf), free(g);
+    dt_free(&qkv), dt_free(&dy), dt_free(&dx);
+}
+
+static void test_swiglu(size_t N) {
+    dt g = dt_make(N, 4, 0), u = dt_make(N, 2, 0), y = dt_make(N, 0, 7.0);
+    CT_ASSERT_OK(ct_swiglu_forward(g_dev, y.v, g.v, u.v, N), ct_device_errmsg(g_dev));
+    double *r = calloc(N, sizeof(double)), *dg = calloc(N, sizeof(double));
+    double *du = calloc(N, sizeof(double));
+    ct_ref_swiglu_forward(r, g.d, u.d, N);
+    dt_read(&y);
+    close_to("swiglu_forward", &y, r, ATOL, RTOL);
+    dt dy = dt_make(N, 1, 0), dgv = dt_make(N, 0, 7.0), duv = dt_make(N, 0, 7.0);
+    CT_ASSERT_OK(ct_swiglu_backward(g_dev, dgv.v, duv.v, dy.v, g.v, u.v, N),
+                 ct_device_errmsg(g_dev));
+    ct_ref_swiglu_backward(dg, du, dy.d, g.d, u.d, N);
+    dt_read(&dgv), dt_read(&duv);
+    close_to("swiglu_backward dgate", &dgv, dg, ATOL, RTOL);
+    close_to("swiglu_backward dup", &duv, du, ATOL, RTOL);
+    size_t nf = N < 40 ? N : 40;
+    glu_ctx cg = {u.d, nf, 0}, cu = {g.d, nf, 1};
+    fd_check("swiglu reference dgate", glu_of, &cg, g.d, nf, nf, dy.d, dg);
+    fd_check("swiglu reference dup", glu_of, &cu, u.d, nf, nf, dy.d, du);
+    free(r), free(dg), free(du);
+    dt_free(&g), dt_free(&u), dt_free(&y), dt_free(&dy), dt_free(&dgv), dt_free(&duv);
+}
+
+static void test_llama_bad_input(void) {
+    dt x = dt_make(64, 1, 0);
+    CT_ASSERT_EQ_INT(ct_rope_forward(g_dev, x.v, x.v, 1, 2, 2, 5, 10, 10000.0f), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "even");
+    CT_ASSERT_EQ_INT(ct_rope_forward(g_dev, x.v, x.v, 1, 2, 2, 4, 6, 10000.0f), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "row_stride");
+    CT_ASSERT_EQ_INT(ct_rmsnorm_forward(g_dev, x.v, x.v, x.v, x.v, 1, 2, 4, 0.0f), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "eps");
+    dt_free(&x);
+}
+
 int main(void) {
     ct_test_devices ds;
     g_dev = ct_test_device_open(&ds, NULL);
@@ -383,6 +564,13 @@ int main(void) {
     test_optim(10007);
     test_optim(3);
     test_bad_input();
+    test_rmsnorm(3, 7, 20);
+    test_rmsnorm(1, 1, 3);
+    test_rope(3, 7, 4, 2, 6);  /* grouped-query: 4 query heads, 2 kv heads */
+    test_rope(2, 5, 3, 1, 2);  /* multi-query, the smallest head */
+    test_swiglu(3 * 7 * 52);   /* an intermediate size not a multiple of 64 */
+    test_swiglu(5);
+    test_llama_bad_input();
     ct_mem_stats ms;
     ct_device_mem_stats(g_dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);

@@ -1,0 +1,97 @@
+/* llama.cl - the Llama family's ops that GPT-2 has not: RMSNorm, the rotary position embedding
+ * (Hugging Face's rotate_half convention) and the SwiGLU gate. Statistics and rotations in fp32;
+ * one work-item per row (RMSNorm), per (row, head, pair) (rotary) or per element (SwiGLU), and one
+ * per channel for the norm weight's gradient (a fixed order of rows: deterministic). */
+
+/* out (N,C) = x / sqrt(mean(x^2) + eps) * w; rstd (N) = 1 / sqrt(mean(x^2) + eps) */
+__kernel void rmsnorm_forward(__global float *out, ulong out_off, __global float *rstd,
+                              ulong rstd_off, __global const float *inp, ulong inp_off,
+                              __global const float *w, ulong w_off, int N, int C, float eps) {
+    size_t r = get_global_id(0);
+    if (r >= (size_t)N) return;
+    __global const float *x = inp + inp_off + r * C;
+    __global float *y = out + out_off + r * C;
+    float ss = 0.0f;
+    for (int i = 0; i < C; i++) ss += x[i] * x[i];
+    float s = 1.0f / sqrt(ss / (float)C + eps);
+    for (int i = 0; i < C; i++) y[i] = x[i] * s * w[w_off + i];
+    rstd[rstd_off + r] = s;
+}
+
+/* dinp (N,C) = (accumulate ? dinp : 0) + s * w.dy - x s^3 / C * sum_j (w_j dy_j x_j) */
+__kernel void rmsnorm_backward_dinp(__global float *dinp, ulong dinp_off,
+                                    __global const float *dout, ulong dout_off,
+                                    __global const float *inp, ulong inp_off,
+                                    __global const float *w, ulong w_off,
+                                    __global const float *rstd, ulong rstd_off, int N, int C,
+                                    int accumulate) {
+    size_t r = get_global_id(0);
+    if (r >= (size_t)N) return;
+    __global const float *x = inp + inp_off + r * C;
+    __global const float *dy = dout + dout_off + r * C;
+    __global float *dx = dinp + dinp_off + r * C;
+    float s = rstd[rstd_off + r], dot = 0.0f;
+    for (int i = 0; i < C; i++) dot += w[w_off + i] * dy[i] * x[i];
+    float k = s * s * s * dot / (float)C;
+    for (int i = 0; i < C; i++) {
+        float g = s * w[w_off + i] * dy[i] - k * x[i];
+        dx[i] = accumulate ? dx[i] + g : g;
+    }
+}
+
+/* dw (C) += sum_r dout * x * rstd; one work-item per channel */
+__kernel void rmsnorm_backward_dweight(__global float *dw, ulong dw_off,
+                                       __global const float *dout, ulong dout_off,
+                                       __global const float *inp, ulong inp_off,
+                                       __global const float *rstd, ulong rstd_off, int N, int C) {
+    size_t c = get_global_id(0);
+    if (c >= (size_t)C) return;
+    float sw = 0.0f;
+    for (int r = 0; r < N; r++)
+        sw += dout[dout_off + (size_t)r * C + c] * inp[inp_off + (size_t)r * C + c] *
+              rstd[rstd_off + r];
+    dw[dw_off + c] += sw;
+}
+
+/* The rotary embedding of heads of size hd at positions t = row % T: the pair (j, j + hd/2) of a
+ * head turned by the angle t * theta^(-2j/hd). dir 1: forward (out = R x), -1: backward (out =
+ * R^T x, the gradient of the input). A head h of row r is at r * stride + h * hd; in place
+ * (out == inp) is allowed: a work-item reads its pair before it writes it. */
+__kernel void rope_apply(__global float *out, ulong out_off, __global const float *inp,
+                         ulong inp_off, int N, int T, int nh, int hd, int stride, float theta,
+                         int dir) {
+    size_t gid = get_global_id(0);
+    int hh = hd / 2; /* "half" is a type in OpenCL C */
+    size_t per_row = (size_t)nh * hh;
+    if (gid >= (size_t)N * per_row) return;
+    size_t r = gid / per_row;
+    int h = (int)(gid % per_row) / hh, j = (int)(gid % per_row) % hh;
+    int t = (int)(r % (size_t)T);
+    float inv = pow(theta, -2.0f * (float)j / (float)hd);
+    float ang = (float)t * inv, c = cos(ang), s = (float)dir * sin(ang);
+    size_t o = r * (size_t)stride + (size_t)h * hd + j;
+    float a = inp[inp_off + o], b = inp[inp_off + o + hh];
+    out[out_off + o] = a * c - b * s;
+    out[out_off + o + hh] = b * c + a * s;
+}
+
+/* out = silu(gate) * up, silu(g) = g / (1 + exp(-g)) */
+__kernel void swiglu_forward(__global float *out, ulong out_off, __global const float *gate,
+                             ulong gate_off, __global const float *up, ulong up_off, int N) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)N) return;
+    float g = gate[gate_off + i], sg = 1.0f / (1.0f + exp(-g));
+    out[out_off + i] = g * sg * up[up_off + i];
+}
+
+/* dgate = dout * up * sigma(g) (1 + g (1 - sigma(g))), dup = dout * silu(g) (both overwritten) */
+__kernel void swiglu_backward(__global float *dgate, ulong dgate_off, __global float *dup,
+                              ulong dup_off, __global const float *dout, ulong dout_off,
+                              __global const float *gate, ulong gate_off,
+                              __global const float *up, ulong up_off, int N) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)N) return;
+    float g = gate[gate_off + i], sg = 1.0f / (1.0f + exp(-g)), d = dout[dout_off + i];
+    dgate[dgate_off + i] = d * up[up_off + i] * sg * (1.0f + g * (1.0f - sg));
+    dup[dup_off + i] = d * g * sg;
+}

@@ -1,0 +1,76 @@
+/* ops_llama.c - host wrappers of the Llama family's ops (ct_engine_ops_llama.h, kernels in
+ * llama.cl): argument checks and launches, through the launch helpers of ops.c. */
+#include "ct_engine_ops_llama.h"
+#include "ops_impl.h"
+
+static int has(ct_view v) { return v.mem != NULL; }
+
+ct_status ct_rmsnorm_forward(ct_device *dev, ct_view out, ct_view rstd, ct_view inp,
+                             ct_view weight, int B, int T, int C, float eps) {
+    NEED(dims_ok(B, T, C), "ct_rmsnorm_forward", "B, T and C must be positive");
+    NEED(has(out) && has(rstd) && has(inp) && has(weight), "ct_rmsnorm_forward",
+         "out, rstd, inp and weight are required");
+    NEED(eps > 0 && isfinite(eps), "ct_rmsnorm_forward", "eps must be positive");
+    karg a[] = {KMEM(out), KMEM(rstd), KMEM(inp), KMEM(weight), KINT(B * T), KINT(C), KF(eps)};
+    return ct__ops_launch(dev, "llama", "rmsnorm_forward", (size_t)B * T, 64, a, NARGS(a));
+}
+
+ct_status ct_rmsnorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_view dout,
+                              ct_view inp, ct_view weight, ct_view rstd, int B, int T, int C,
+                              int accumulate_dinp) {
+    NEED(dims_ok(B, T, C), "ct_rmsnorm_backward", "B, T and C must be positive");
+    NEED(has(dout) && has(inp) && has(rstd), "ct_rmsnorm_backward",
+         "dout, inp and rstd are required");
+    NEED(!has(dinp) || has(weight), "ct_rmsnorm_backward", "dinp needs the weight");
+    ct_status st = CT_OK;
+    if (has(dinp)) {
+        karg a[] = {KMEM(dinp), KMEM(dout),  KMEM(inp),  KMEM(weight),
+                    KMEM(rstd), KINT(B * T), KINT(C), KINT(accumulate_dinp != 0)};
+        st = ct__ops_launch(dev, "llama", "rmsnorm_backward_dinp", (size_t)B * T, 64, a, NARGS(a));
+    }
+    if (st == CT_OK && has(dweight)) {
+        karg a[] = {KMEM(dweight), KMEM(dout), KMEM(inp), KMEM(rstd), KINT(B * T), KINT(C)};
+        st = ct__ops_launch(dev, "llama", "rmsnorm_backward_dweight", (size_t)C, 64, a, NARGS(a));
+    }
+    return st;
+}
+
+static ct_status rope(ct_device *dev, const char *op, ct_view out, ct_view inp, int B, int T,
+                      int nh, int hd, int row_stride, float theta, int dir) {
+    NEED(dims_ok(B, T, nh) && hd > 0 && hd % 2 == 0, op,
+         "B, T and the heads must be positive, the head size positive and even");
+    NEED(row_stride >= nh * hd, op, "row_stride must hold the row's heads");
+    NEED(dims_ok(B, T, row_stride), op, "B x T x row_stride too large");
+    NEED(theta > 1 && isfinite(theta), op, "theta must be above 1");
+    NEED(has(out) && has(inp), op, "out and inp are required");
+    karg a[] = {KMEM(out), KMEM(inp),        KINT(B * T), KINT(T),   KINT(nh),
+                KINT(hd),  KINT(row_stride), KF(theta),   KINT(dir)};
+    return ct__ops_launch(dev, "llama", "rope_apply", (size_t)B * T * nh * (hd / 2), 256, a,
+                          NARGS(a));
+}
+
+ct_status ct_rope_forward(ct_device *dev, ct_view out, ct_view inp, int B, int T, int nh, int hd,
+                          int row_stride, float theta) {
+    return rope(dev, "ct_rope_forward", out, inp, B, T, nh, hd, row_stride, theta, 1);
+}
+
+ct_status ct_rope_backward(ct_device *dev, ct_view dinp, ct_view dout, int B, int T, int nh,
+                           int hd, int row_stride, float theta) {
+    return rope(dev, "ct_rope_backward", dinp, dout, B, T, nh, hd, row_stride, theta, -1);
+}
+
+ct_status ct_swiglu_forward(ct_device *dev, ct_view out, ct_view gate, ct_view up, size_t N) {
+    NEED(N < (size_t)INT_MAX, "ct_swiglu_forward", "N too large");
+    NEED(has(out) && has(gate) && has(up), "ct_swiglu_forward", "out, gate and up are required");
+    karg a[] = {KMEM(out), KMEM(gate), KMEM(up), KINT(N)};
+    return ct__ops_launch(dev, "llama", "swiglu_forward", N, 256, a, NARGS(a));
+}
+
+ct_status ct_swiglu_backward(ct_device *dev, ct_view dgate, ct_view dup, ct_view dout,
+                             ct_view gate, ct_view up, size_t N) {
+    NEED(N < (size_t)INT_MAX, "ct_swiglu_backward", "N too large");
+    NEED(has(dgate) && has(dup) && has(dout) && has(gate) && has(up), "ct_swiglu_backward",
+         "dgate, dup, dout, gate and up are required");
+    karg a[] = {KMEM(dgate), KMEM(dup), KMEM(dout), KMEM(gate), KMEM(up), KINT(N)};
+    return ct__ops_launch(dev, "llama", "swiglu_backward", N, 256, a, NARGS(a));
+}
