@@ -11,7 +11,8 @@
 #   devices    ct_devices -v (the device, its largest single allocation)
 #   mma        issue 28: test_cl_gemm_bf16 on the GPU (every bf16 path, the mma probe, against
 #              the double reference), then bench_gemm --paths clblast,portable,mma --csv (the
-#              tensor-core kernel's rate against CLBlast's fp32 on the engine's shapes)
+#              tensor-core kernel's rate against CLBlast's fp32 on the engine's shapes), and
+#              bench_gemm_torch.py: the same rows against torch.matmul fp32 and bf16 (CUDA)
 #   recompute  issue 14: bench_train --recompute all at the 124m shape, T 1024, B 4, on the GEMM
 #              and the fused attention paths: each mode's step time and activation memory
 #              against none's (target: attention mode <= 1.10x the time for >= 2x less memory)
@@ -152,8 +153,16 @@ for s in $SECTIONS; do
         fi ;;
     mma)
         run mma 300 test_cl_gemm_bf16
-        if [ "$Q" = 1 ]; then run mma 120 bench_gemm --quick --no-tune --paths clblast,portable,mma
-        else run mma 300 bench_gemm --csv --paths clblast,portable,mma; fi ;;
+        if [ "$Q" = 1 ]; then run mma 120 bench_gemm --quick --no-tune --csv --paths clblast,portable,mma
+        else run mma 300 bench_gemm --csv --paths clblast,portable,mma; fi
+        # the same rows beside torch.matmul (fp32 TF32 off, bf16) on the same GPU
+        awk '/^shape,m,n,k,/ { on = 1 } on && /,/ && !/^#/' "$OUT/mma.txt" >"$OUT/gemm_paths.csv"
+        if $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+            run mma 300 $PY bench/bench_gemm_torch.py --csv "$OUT/gemm_paths.csv" --device cuda \
+                >/dev/null
+        else
+            echo "no PyTorch with CUDA here: torch.matmul was not run" >>"$OUT/mma.txt"
+        fi ;;
     gemm)
         if [ "$Q" = 1 ]; then run gemm 120 bench_gemm --quick --no-tune
         else run gemm 300 bench_gemm --csv; fi ;;
