@@ -15,6 +15,7 @@
 #include "ct_gpt_config.h"
 #include "ct_engine_ops.h"
 #include "ct_engine_ops_llama.h"
+#include "ct_engine_gemm.h"
 #include "ct_engine_params.h"
 #include "ct_engine_tp.h"
 #include "ct_engine_moe.h"

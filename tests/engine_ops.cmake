@@ -12,3 +12,5 @@ foreach(part hs64 blocks search)
 endforeach()
 # The memory model against the bytes allocated, and the recompute modes' per-layer formula.
 ct_add_test(NAME test_engine_mem SOURCES test_engine_mem.c LIBS ct_engine LABELS opencl)
+ct_add_test(NAME test_engine_gemm_select SOURCES test_engine_gemm_select.c LIBS ct_engine
+            LABELS opencl)
