@@ -62,6 +62,7 @@ set(CT_ASAN_TESTS
 )
 
 set(CT_SLOW_TESTS
+  test_engine_loss_chunk_big          # one step of 49152 tokens x V 50257 (minutes on 2 cores)
   # searches and sweeps
   test_cl_tune                        # ct_tune's candidate search (the text form: fuzz_replay_tune)
   test_engine_attention_search        # the fused attention's block search

@@ -78,7 +78,7 @@ size_t ct__model_arena_part_list(const arena_plan *a, int slots, size_t **parts,
  * over the EP group (block mode recomputes the block up to ln2, the MoE layer's input). */
 void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, int nbw,
                           int head, ct_attn_path attn, int B, int T, int split, ct_recompute rc,
-                          size_t lmoe, size_t xmoe) {
+                          size_t lmoe, size_t xmoe, int loss_chunk) {
     size_t nb = (size_t)nbw, C = (size_t)c->channels, N = (size_t)Nw;
     size_t NHl = (size_t)c->heads / N;
     size_t BT = (size_t)B * T, BTC = BT * C;
@@ -151,7 +151,7 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
     SREG(lnf, h * rowC, "the final LayerNorm");
     SREG(lnfm, h * BTl, "the final LayerNorm's means");
     SREG(lnfr, h * BTl, "the final LayerNorm's deviations");
-    SREG(logits, h * BT * Vl, "the logits");
+    SREG(logits, h * ct__head_rows(loss_chunk, B, T) * Vl, "the logits");
     SREG(losses, h * BT, "the losses");
     SREG(lse, h * BT, "the log-sum-exp");
     SREG(loss, 1, "the loss");
@@ -277,7 +277,18 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                       "%s: batch %d, sequence %d and slots %d must be positive, "
                       "sequence <= max_seq %d",
                       max_B, max_T, plan->slots, cfg->max_seq);
-    if ((double)max_B * max_T * cfg->padded_vocab >= 2147483647.0 ||
+    if (plan->loss_chunk < 0 || (plan->loss_chunk > 0 && plan->loss_chunk < max_T))
+        return PFAIL(CT_ERR_ARG,
+                     "%s: a loss chunk of %d rows (0: none; else at least the sequence, %d, so a "
+                     "forward without targets keeps a row's logits whole)",
+                     plan->loss_chunk, max_T);
+    if (plan->loss_chunk > 0 && plan->sp && layout->tp > 1)
+        return PFAIL(CT_ERR_UNSUPPORTED,
+                     "%s: the head in chunks (loss chunk %d) with sequence parallelism is not "
+                     "built (its logits' product gathers the rows first)%s",
+                     plan->loss_chunk, "; drop --sequence-parallel or --loss-chunk");
+    if ((double)ct__head_rows(plan->loss_chunk, max_B, max_T) * cfg->padded_vocab >=
+            2147483647.0 ||
         (double)max_B * max_T * 4 * cfg->channels >= 2147483647.0 ||
         (plan->attention == CT_ATTN_GEMM &&
          (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0))
@@ -357,7 +368,7 @@ ct_status ct__model_arena_plan(const ct_gpt_config *cfg, const ct_params *P,
     if ((st = ct__model_moe_config(cfg, lay, plan, nb, &mc, &lmoe, &xmoe, err)) != CT_OK) return st;
     arena_plan a;
     ct__model_plan_arena(&a, cfg, N, N > 1 && plan->sp, nb, ct_params_has_head(P), attn, plan->max_B,
-               plan->max_T, plan->split_backward, plan->recompute, lmoe, xmoe);
+               plan->max_T, plan->split_backward, plan->recompute, lmoe, xmoe, plan->loss_chunk);
     out->moe_staging = cfg->experts > 0 ? ct_moe_staging_floats(&mc, lay->ep) : 0;
     out->slot = a.s.total, out->scratch = a.x.total;
     out->layer = (a.s.lnf - a.s.blk[0]) / (size_t)(nb ? nb : 1);

@@ -10,17 +10,42 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     ct_status st = CT_OK;
     if ((st = check_slot(m, slot, "ct_model_head_backward")) != CT_OK) return st;
     slot_state *ss = &m->st[slot];
-    if (!ss->logits_valid || !ss->have_targets)
+    int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
+    size_t BT = (size_t)B * T, sb = slot_base(m, slot);
+    size_t rows = ct__head_rows(m->plan.loss_chunk, B, T); /* < BT: the head runs in chunks */
+    if ((!ss->logits_valid && rows == BT) || !ss->have_targets)
         return CT_ERR(&m->err, CT_ERR_STATE,
                       "ct_model_head_backward: needs a forward with targets first (and only one "
                       "backward per forward)");
-    int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
-    size_t BT = (size_t)B * T, sb = slot_base(m, slot);
     row_shape(m, B, T, &rb, &rt);
     ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     ss->logits_valid = 0; /* the logits become their gradient */
     ss->loss_scale = loss_scale;
     double tg_ = ct_time_now();
+    if (rows < BT) {
+        ss->have_targets = 0; /* one backward per forward */
+        /* each chunk's logits again (the forward kept none), their gradient in place, and its
+         * products: the rows' part of dlnf, wte's gradient accumulated chunk by chunk */
+        for (size_t r0 = 0; r0 < BT; r0 += rows) {
+            int n = (int)(BT - r0 < rows ? BT - r0 : rows);
+            ct_view x = ct_view_at(SV(lnf), r0 * C), dx = ct_view_at(XV(dA), r0 * C);
+            RUN(CT_PROF_recompute,
+                ct_tp_col_forward(m->dev, m->tp, SV(logits), x, XV(xfull), PV(wte, 0),
+                                  ct_view_none(), 1, n, C, Vp / m->N));
+            RUN(CT_PROF_crossentropy_bwd,
+                ct_tp_crossentropy_backward(m->dev, m->tp, SV(logits), ct_view_at(SV(lse), r0),
+                                            ct_view_at(SV(targets), r0), loss_scale / (float)BT,
+                                            1, n, m->cfg.vocab, Vp));
+            RUN(CT_PROF_matmul_logits_bwd,
+                ct_tp_col_backward(m->dev, m->tp, dx, GV(wte, 0), ct_view_none(), SV(logits), x,
+                                   XV(xfull), dx, PV(wte, 0), 1, n, C, Vp / m->N));
+        }
+        RUN(CT_PROF_layernorm_bwd,
+            ct_layernorm_backward(m->dev, XV(dres), GV(lnfw, 0), GV(lnfb, 0), XV(dA), last,
+                                  PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C, 0));
+        GROUP("logits and loss backward");
+        goto cleanup;
+    }
     RUN(CT_PROF_crossentropy_bwd,
         ct_tp_crossentropy_backward(m->dev, m->tp, SV(logits), SV(lse), SV(targets),
                                     loss_scale / (float)BT, B, T, m->cfg.vocab, Vp));

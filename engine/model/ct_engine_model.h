@@ -97,6 +97,12 @@ typedef struct ct_model_plan {
     double moe_capacity, moe_aux;
     ct_comm *ep;
     ct_recompute recompute; /* what blocks drop and recompute (default none) */
+    /* The head in chunks of loss_chunk rows (0: all rows at once): the logits of one chunk at a
+     * time (chunk x Vp/tp floats instead of B x T x Vp/tp), their loss and, in the backward, their
+     * gradient from the same chunk's logits computed again (one more logits product). Needs
+     * loss_chunk >= max_T (a forward without targets, sampling's, keeps one row's logits whole);
+     * not built with sequence parallelism. */
+    int loss_chunk;
 } ct_model_plan;
 
 /* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T

@@ -213,6 +213,33 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
         RUN(CT_PROF_upload, ct_model_view_write(m, SV(targets), targets, BT * sizeof(int)));
     RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SV(lnf), SV(lnfm), SV(lnfr), last,
                                                PV(lnfw, 0), PV(lnfb, 0), rb, rt, C));
+    size_t rows = ct__head_rows(m->plan.loss_chunk, B, T);
+    if (rows < BT) {
+        if (!targets) {
+            st = CT_ERR(&m->err, CT_ERR_ARG,
+                        "ct_model_head_forward: logits of %zu rows without targets, above the "
+                        "loss chunk of %zu rows (the head keeps one chunk's logits)",
+                        BT, rows);
+            goto cleanup;
+        }
+        /* in chunks of rows: each chunk's logits, then its losses (the logits are not kept) */
+        for (size_t r0 = 0; r0 < BT; r0 += rows) {
+            int n = (int)(BT - r0 < rows ? BT - r0 : rows);
+            RUN(CT_PROF_matmul_logits_fwd,
+                ct_tp_col_forward(m->dev, m->tp, SV(logits), ct_view_at(SV(lnf), r0 * C),
+                                  XV(xfull), PV(wte, 0), ct_view_none(), 1, n, C, Vp / m->N));
+            RUN(CT_PROF_crossentropy_fwd,
+                ct_tp_crossentropy_forward(m->dev, m->tp, ct_view_at(SV(losses), r0),
+                                           ct_view_at(SV(lse), r0), XV(stats), SV(logits),
+                                           ct_view_at(SV(targets), r0), 1, n, m->cfg.vocab, Vp));
+        }
+        ss->have_targets = 1;
+        ss->logits_valid = 0;
+        RUN(CT_PROF_crossentropy_fwd, ct_mean_forward(m->dev, SV(loss), SV(losses), BT));
+        if (loss) RUN(CT_PROF_readback, ct_model_view_read(m, SV(loss), loss, sizeof *loss));
+        GROUP("logits and loss");
+        goto cleanup;
+    }
     /* the logits: column-parallel over the vocabulary (this worker's Vp/N columns) */
     RUN(CT_PROF_matmul_logits_fwd, ct_tp_col_forward(m->dev, m->tp, SV(logits), SV(lnf), XV(xfull),
                                                 PV(wte, 0), ct_view_none(), B, T, C, Vp / m->N));

@@ -95,7 +95,7 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     size_t lmoe, xmoe;
     if ((st = ct__model_moe_config(cfg, layout, plan, m->nb, &mc, &lmoe, &xmoe, err)) != CT_OK) goto cleanup;
     ct__model_plan_arena(&m->ar, cfg, N, m->sp, m->nb, ct_params_has_head(m->P), m->attn, max_B, max_T,
-               plan->split_backward, plan->recompute, lmoe, xmoe);
+               plan->split_backward, plan->recompute, lmoe, xmoe, plan->loss_chunk);
     size_t total = m->ar.x.total + (size_t)plan->slots * m->ar.s.total;
     size_t *parts = NULL, np = 0;
     const char **names = NULL;

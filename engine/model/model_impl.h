@@ -179,7 +179,12 @@ ct_status ct__model_block_run(ct_model *m, int slot, int l, int recompute);
 /* ---- arena.c: the arena plan, a pure function shared with the memory model */
 void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, int nbw,
                           int head, ct_attn_path attn, int B, int T, int split, ct_recompute rc,
-                          size_t lmoe, size_t xmoe);
+                          size_t lmoe, size_t xmoe, int loss_chunk);
+/* Rows of the logits the head holds at once: loss_chunk, or every row of the micro-batch. */
+static inline size_t ct__head_rows(int loss_chunk, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return loss_chunk > 0 && (size_t)loss_chunk < BT ? (size_t)loss_chunk : BT;
+}
 /* The arena's indivisible parts as byte offsets into malloc'd arrays (the caller frees both);
  * 0 when out of host memory. */
 size_t ct__model_arena_part_list(const arena_plan *a, int slots, size_t **parts,

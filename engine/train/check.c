@@ -136,6 +136,13 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
                           p->schedule, m);
         }
     }
+    NEED(p->loss_chunk == 0 || p->loss_chunk >= p->seq,
+         "--loss-chunk %d: 0 (no chunks) or at least --seq %d (a forward without targets, "
+         "sampling's, keeps one row's logits whole)",
+         p->loss_chunk, p->seq);
+    NEED(!(p->loss_chunk > 0 && p->sequence_parallel && p->tp > 1),
+         "--loss-chunk with --sequence-parallel is not built (the logits' product gathers the "
+         "rows first); drop one of them");
     NEED(!(p->pp > 1 && p->zero >= 2 && (kind == CT_SCHED_INTERLEAVED || kind == CT_SCHED_ZB1)),
          "--zero %d with --schedule %s: ZeRO-2 and 3 send each block's gradient to its DP group "
          "after every backward, through a gradient working buffer of two blocks; the interleaved "

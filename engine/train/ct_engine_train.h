@@ -179,7 +179,11 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "activation recomputation: none | attention (drop the (B,NH,T,T) probabilities and the "   \
       "LayerNorm and GELU outputs, recompute them before each block's backward) | block (keep "   \
       "only each block's input, run its forward again before its backward); same losses, less "  \
-      "activation memory, more time")
+      "activation memory, more time")                                                           \
+    X(INT, loss_chunk, "loss-chunk", "0",                                                        \
+      "the head and its loss in chunks of N rows (tokens) of a worker's micro-batch: the logits "  \
+      "of one chunk at a time (N x V floats instead of batch x seq x V), computed again in the "   \
+      "backward; 0 = all rows at once; at least --seq; not with --sequence-parallel")
 
 #define CT__TP_INT int
 #define CT__TP_FLOAT double

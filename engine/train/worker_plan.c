@@ -79,6 +79,7 @@ ct_status ct_train_worker_plan(const ct_train_params *p, const ct_gpt_config *cf
     plan->sp = p->sequence_parallel;
     ct_tp_comm_parse(p->tp_comm, &plan->tp_comm, NULL); /* checked by ct_train_params_check */
     ct_recompute_parse(p->recompute, &plan->recompute);
+    plan->loss_chunk = p->loss_chunk;
     plan->moe_capacity = p->capacity_factor;
     plan->moe_aux = p->aux_loss;
     if (p->pp > 1) {
