@@ -7,7 +7,8 @@
 #    off, small buckets (several per step): the 10 losses match the single-device run within
 #    1e-5 relative.
 # 2. The "memory" records (one per worker) give model-state bytes within 5 % of the ZeRO
-#    formulas (16 Psi; 8 Psi + 8 Psi / N; 4 Psi + 12 Psi / N; 16 Psi / N).
+#    formulas (16 Psi; 8 Psi + 8 Psi / N; 4 Psi + 12 Psi / N; 16 Psi / N); the "train" records'
+#    comm_dp_bytes the traffic formulas (bytescheck).
 # 3. A checkpoint written under one layout (2 threads, ZeRO-1) resumes under another (3 ranks,
 #    ZeRO-0; 2x2 ZeRO-2; 1 device), and one written by 2 ranks with ZeRO-3 resumes on 1 device,
 #    continuing the single-device loss curve. Under ZeRO-3 sampling, evaluation and --save-model
@@ -49,19 +50,46 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# bytescheck FILE N ZERO: the leader's "comm_dp_bytes" in every train record within 2 % of the
+# formula for N workers, P parameters, M = 2 micro-steps and 2 layers (P (N-1)/N units: DDP and
+# ZeRO-1 2, ZeRO-2 M + 1 (every micro-step's reduce-scatter), ZeRO-3 2M (reduce-scatter and the
+# forward's gathers; with two layers the backward finds both blocks in their slots)); no other
+# group's field on a DP-only layout. test_engine_zero_bytes checks the exact counts.
+bytescheck() {
+    if $PY - "$1" "$2" "$3" <<'EOF'; then :; else fail "bytes in $1"; fi
+import json, sys
+path, n, zero = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+recs = [json.loads(l) for l in open(path)]
+psi = [r for r in recs if r.get("type") == "memory"][0]["num_params"]
+M = 2
+units = {0: 2, 1: 2, 2: M + 1, 3: 2 * M}[zero]
+want = units * psi * (n - 1) / n * 4
+tr = [r for r in recs if r.get("type") == "train"]
+got = [r.get("comm_dp_bytes", -1) for r in tr]
+ok = len(tr) > 0 and all(abs(g - want) <= 0.02 * want for g in got)
+ok &= not any(k in r for r in tr for k in ("comm_tp_bytes", "comm_ep_bytes", "comm_emb_bytes"))
+print("%s: bytes N=%d ZeRO-%d: comm_dp_bytes %s vs formula %.0f (%d x P(N-1)/N)" %
+      ("ok" if ok else "FAIL", n, zero, sorted(set(got)), want, units))
+sys.exit(0 if ok else 1)
+EOF
+}
+
 if want threads; then
     need_ref
     train t2 1 2 --dp 2 && compare "$D/ref.jsonl" "$D/t2.jsonl" "threads 1x2 ZeRO-0" &&
-        memcheck "$D/t2.jsonl" 2 0
+        memcheck "$D/t2.jsonl" 2 0 && bytescheck "$D/t2.jsonl" 2 0
     train t2z 1 2 --dp 2 --zero 1 --overlap 0 &&
         compare "$D/ref.jsonl" "$D/t2z.jsonl" "threads 1x2 ZeRO-1 no overlap" &&
-        memcheck "$D/t2z.jsonl" 2 1
+        memcheck "$D/t2z.jsonl" 2 1 && bytescheck "$D/t2z.jsonl" 2 1
     train t3z 1 3 --dp 3 --zero 1 &&
-        compare "$D/ref.jsonl" "$D/t3z.jsonl" "threads 1x3 ZeRO-1" && memcheck "$D/t3z.jsonl" 3 1
+        compare "$D/ref.jsonl" "$D/t3z.jsonl" "threads 1x3 ZeRO-1" && memcheck "$D/t3z.jsonl" 3 1 &&
+        bytescheck "$D/t3z.jsonl" 3 1
     train t2z2 1 2 --dp 2 --zero 2 &&
-        compare "$D/ref.jsonl" "$D/t2z2.jsonl" "threads 1x2 ZeRO-2" && memcheck "$D/t2z2.jsonl" 2 2
+        compare "$D/ref.jsonl" "$D/t2z2.jsonl" "threads 1x2 ZeRO-2" && memcheck "$D/t2z2.jsonl" 2 2 &&
+        bytescheck "$D/t2z2.jsonl" 2 2
     train t2z3 1 2 --dp 2 --zero 3 &&
-        compare "$D/ref.jsonl" "$D/t2z3.jsonl" "threads 1x2 ZeRO-3" && memcheck "$D/t2z3.jsonl" 2 3
+        compare "$D/ref.jsonl" "$D/t2z3.jsonl" "threads 1x2 ZeRO-3" && memcheck "$D/t2z3.jsonl" 2 3 &&
+        bytescheck "$D/t2z3.jsonl" 2 3
 fi
 if want ranks; then
     need_ref
