@@ -2,7 +2,7 @@
 # and mixed layouts against the single-device losses, memory records, resume under another
 # layout, refused layouts. One script, registered per part so each stays short.
 if(TARGET train_gpt)
-  foreach(part threads ranks mixed zero3 resume refuse)
+  foreach(part threads axes ranks mixed zero3 resume refuse)
     add_test(NAME test_engine_dp_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_dp.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})

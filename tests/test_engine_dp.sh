@@ -14,7 +14,9 @@
 #    continuing the single-device loss curve. Under ZeRO-3 sampling, evaluation and --save-model
 #    (collective there) run without hanging.
 # 4. Impossible layouts are refused with status 2 and a message before any work.
-# part: "all" (default), "threads" (ZeRO 0-3 over 2 and 3 threads), "ranks" (the same over
+# 5. Each group's bytes per step apart (dp x pp: DP and the tied wte's group; dp (ep): DP, the
+#    experts' DP group, EP) against the formulas.
+# part: "all" (default), "threads" (ZeRO 0-3 over 2 and 3 threads), "axes" (5.), "ranks" (the same over
 # ranks: a transport repeat, tests/suites.cmake labels it slow), "mixed" (ZeRO 0-2 over 2 x 2),
 # "zero3" (ZeRO-3 over 2 x 2 with sampling, evaluation and --save-model, and its checkpoint
 # written by 2 ranks resumed on one device: DP's one layout in the sanitizer pass), "resume",
@@ -145,6 +147,43 @@ if want zero3; then
         train res3z 1 1 --resume "$D/ck3/ckpt_00000005.bin" &&
             compare "$D/ref.jsonl" "$D/res3z.jsonl" "resume 2x1 ZeRO-3 -> 1 device" 5
     fi
+fi
+if want axes; then
+    # each group's bytes apart, against the formulas (ZeRO-1, exact up to the step's scalars and
+    # the shards' padding): dp 2 x pp 2 (the first stage's DP share 2 P_stage (N-1)/N, the tied
+    # wte's all-reduce over the embedding group Vp C) and dp 4 (ep 2) with experts (the
+    # experts' share over their expert-data-parallel group of 2: 2 P_experts (2-1)/2; the dense
+    # share over DP 2 P_dense (N-1)/N; the all-to-alls over EP counted)
+    need_ref
+    train ax_pp 1 4 --dp 2 --pp 2 --zero 1 &&
+        compare "$D/ref.jsonl" "$D/ax_pp.jsonl" "threads dp 2 x pp 2 ZeRO-1"
+    train ax_ep 1 4 --dp 4 --ep 2 --experts 4 --top-k 2 --zero 1
+    if $PY - "$D/ax_pp.jsonl" "$D/ax_ep.jsonl" <<'EOF'; then :; else fail "bytes per axis"; fi
+import json, sys
+def load(path):
+    recs = [json.loads(l) for l in open(path)]
+    cfg = [r for r in recs if r.get("type") == "config"][0]
+    mem = [r for r in recs if r.get("type") == "memory" and r["worker"] == 0][0]
+    return cfg, mem, [r for r in recs if r.get("type") == "train"]
+ok, said = True, set()
+def near(what, got, want):  # every record checked, the first (and any failure) printed
+    global ok
+    good = abs(got - want) <= 32 + 1e-3 * want
+    ok &= good
+    if not good or what not in said:
+        print("%s: %s %d bytes vs formula %.0f" % ("ok" if good else "FAIL", what, got, want))
+    said.add(what)
+cfg, mem, tr = load(sys.argv[1])
+for r in tr:
+    near("dp 2 x pp 2 comm_dp_bytes", r.get("comm_dp_bytes", -1), 2 * mem["stage_params"] * 0.5 * 4)
+    near("dp 2 x pp 2 comm_emb_bytes", r.get("comm_emb_bytes", -1), cfg["vocab"] * cfg["dim"] * 4)
+cfg, mem, tr = load(sys.argv[2])
+for r in tr:
+    near("dp 4 (ep 2) comm_dp_bytes", r.get("comm_dp_bytes", -1), 2 * mem["psi_tp"] * 0.75 * 4)
+    near("dp 4 (ep 2) comm_edp_bytes", r.get("comm_edp_bytes", -1), 2 * mem["psi_experts"] * 0.5 * 4)
+    ok &= r.get("comm_ep_bytes", 0) > 0 and "comm_emb_bytes" not in r
+sys.exit(0 if ok and tr else 1)
+EOF
 fi
 if want refuse; then
     refused "N not dividing the rows" "--dp 5 does not divide --batch 12" 1 2 --dp 5
