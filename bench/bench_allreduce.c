@@ -266,7 +266,8 @@ int main(int argc, char **argv) {
         else if (ARG("--trials")) g.trials = atoi(v);
         else if (ARG("-c")) {
             if (ct_coll_parse(v, &g.coll) || g.coll == CT_COLL_ALLTOALLV || g.coll == CT_COLL_BCAST ||
-                g.coll == CT_COLL_BARRIER) {
+                g.coll == CT_COLL_BARRIER || g.coll == CT_COLL_REDUCESCATTERV ||
+                g.coll == CT_COLL_ALLGATHERV) {
                 fprintf(stderr, "unknown collective \"%s\"\n", v);
                 usage();
                 return 2;

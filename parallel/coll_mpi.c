@@ -80,6 +80,57 @@ ct_status ct__alltoallv_mpi(ct_comm *c, const void *send, const size_t *sc, cons
     return rc == MPI_SUCCESS ? CT_OK : ct__mpi_err(c, rc, "MPI_Alltoallv");
 }
 
+/* counts as ints (MPI's), v[0..n), and their running sum v[n..2n); CT_ERR_UNSUPPORTED past
+ * INT_MAX. *v is malloc'd. */
+static ct_status int_counts(ct_comm *c, const size_t *counts, int **v) {
+    int n = c->size;
+    size_t at = 0;
+    *v = ct_malloc(sizeof(int) * 2 * (size_t)n);
+    if (!*v) return CT_ERR(&c->err, CT_ERR_NOMEM, "out of host memory (counts)");
+    for (int i = 0; i < n; i++) {
+        if (counts[i] > INT_MAX || at > INT_MAX) {
+            free(*v);
+            *v = NULL;
+            return too_big(c, (size_t)INT_MAX + 1);
+        }
+        (*v)[i] = (int)counts[i];
+        (*v)[n + i] = (int)at;
+        at += counts[i];
+    }
+    return at > INT_MAX ? (free(*v), *v = NULL, too_big(c, at)) : CT_OK;
+}
+
+ct_status ct__reducescatterv_mpi(ct_comm *c, const void *send, void *recv, const size_t *counts,
+                                 ct_dtype dt, ct_op op) {
+    ct_status st;
+    int *v = NULL;
+    void *tmp = NULL;
+    if ((st = ct__need_mpi_comm(c, "mpi")) || (st = int_counts(c, counts, &v))) return st;
+    /* MPI's result goes to a buffer of its own: recv may lie inside send */
+    size_t bytes = counts[c->rank] * ct_dtype_size(dt);
+    if ((st = ct__scratch(c, bytes + 1, &tmp)) != CT_OK) {
+        free(v);
+        return st;
+    }
+    int rc = MPI_Reduce_scatter(send, tmp, v, ct__mpi_type(dt), ct__mpi_op(op), c->g->mpi);
+    free(v);
+    if (rc != MPI_SUCCESS) return ct__mpi_err(c, rc, "MPI_Reduce_scatter");
+    if (bytes) memcpy(recv, tmp, bytes);
+    return CT_OK;
+}
+
+ct_status ct__allgatherv_mpi(ct_comm *c, const void *send, void *recv, const size_t *counts,
+                             ct_dtype dt) {
+    ct_status st;
+    int *v = NULL, n = c->size;
+    if ((st = ct__need_mpi_comm(c, "mpi")) || (st = int_counts(c, counts, &v))) return st;
+    int inplace = send == (const char *)recv + (size_t)v[n + c->rank] * ct_dtype_size(dt);
+    int rc = MPI_Allgatherv(inplace ? MPI_IN_PLACE : send, v[c->rank], ct__mpi_type(dt), recv, v,
+                            v + n, ct__mpi_type(dt), c->g->mpi);
+    free(v);
+    return rc == MPI_SUCCESS ? CT_OK : ct__mpi_err(c, rc, "MPI_Allgatherv");
+}
+
 ct_status ct__bcast_mpi(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root) {
     ct_status st;
     if ((st = ct__need_mpi_comm(c, "mpi")) || (st = too_big(c, count))) return st;

@@ -278,9 +278,9 @@ ct_topo *ct_comm_topo(ct_comm *c) { return c->topo; }
 
 /* ------------------------------------------------------------------ check mode */
 
-enum { H_COLL, H_COUNT, H_DT, H_OP, H_ROOT, H_KIND, H_ALGO, H_ERR, H__N };
+enum { H_COLL, H_COUNT, H_DT, H_OP, H_ROOT, H_KIND, H_ALGO, H_COUNTS, H_ERR, H__N };
 static const char *hname[H__N] = {"collective", "count", "type", "op", "root", "buffer kind",
-                                  "algorithm", "error"};
+                                  "algorithm", "per-rank counts (hash)", "error"};
 
 /* Exchange the header; every worker sees every header, so all fail or none do. */
 static ct_status check_exchange(ct_comm *c, int64_t h[H__N], ct_status local) {
@@ -328,10 +328,11 @@ static ct_status check_exchange(ct_comm *c, int64_t h[H__N], ct_status local) {
     return CT_OK;
 }
 
-/* Local checks, header exchange (check mode), algorithm resolution. */
-static ct_status coll_begin(ct_comm *c, ct_coll coll, size_t count, ct_dtype dt, ct_op op,
-                            int root, int kind, const char *algo, int null_buf,
-                            const ct__algo **a) {
+/* Local checks, header exchange (check mode), algorithm resolution. counts_hash: the v forms'
+ * per-rank counts, hashed, so workers that disagree on any count all fail alike. */
+static ct_status coll_begin_v(ct_comm *c, ct_coll coll, size_t count, ct_dtype dt, ct_op op,
+                              int root, int kind, const char *algo, int null_buf,
+                              int64_t counts_hash, const ct__algo **a) {
     ct_status st = CT_OK;
     *a = NULL;
     size_t es = ct_dtype_size(dt);
@@ -342,7 +343,8 @@ static ct_status coll_begin(ct_comm *c, ct_coll coll, size_t count, ct_dtype dt,
                       c->g->broken == 2 ? "timeout (CT_COMM_TIMEOUT)" : "size mismatch");
     if ((unsigned)dt >= CT_DTYPE__COUNT)
         st = CT_ERR(&c->err, CT_ERR_ARG, "%s: unknown data type %d", ct_coll_str(coll), (int)dt);
-    else if ((coll == CT_COLL_ALLREDUCE || coll == CT_COLL_REDUCESCATTER) &&
+    else if ((coll == CT_COLL_ALLREDUCE || coll == CT_COLL_REDUCESCATTER ||
+              coll == CT_COLL_REDUCESCATTERV) &&
              (unsigned)op >= CT_OP__COUNT)
         st = CT_ERR(&c->err, CT_ERR_ARG, "%s: unknown op %d (sum, avg, max)", ct_coll_str(coll),
                     (int)op);
@@ -358,8 +360,10 @@ static ct_status coll_begin(ct_comm *c, ct_coll coll, size_t count, ct_dtype dt,
         st = ct__algo_resolve(c, coll, algo, count * es, a);
     if (c->check && c->size > 1) {
         int64_t h[H__N] = {coll, (int64_t)count, dt, op, root, kind, *a ? ct__algo_index(*a) : -1,
-                           st};
-        if (coll != CT_COLL_ALLREDUCE && coll != CT_COLL_REDUCESCATTER) h[H_OP] = 0;
+                           counts_hash, st};
+        if (coll != CT_COLL_ALLREDUCE && coll != CT_COLL_REDUCESCATTER &&
+            coll != CT_COLL_REDUCESCATTERV)
+            h[H_OP] = 0;
         if (coll != CT_COLL_BCAST) h[H_ROOT] = 0;
         ct_status s2 = check_exchange(c, h, st);
         if (s2) return s2;
@@ -367,6 +371,17 @@ static ct_status coll_begin(ct_comm *c, ct_coll coll, size_t count, ct_dtype dt,
     if (*a) snprintf(c->op, sizeof c->op, "%s (%s)", ct_coll_str(coll), (*a)->name);
     return st;
 }
+static ct_status coll_begin(ct_comm *c, ct_coll coll, size_t count, ct_dtype dt, ct_op op,
+                            int root, int kind, const char *algo, int null_buf,
+                            const ct__algo **a) {
+    return coll_begin_v(c, coll, count, dt, op, root, kind, algo, null_buf, 0, a);
+}
+
+/* ct_comm_bytes: elements times their size added to the handle's count. */
+static void count_bytes(ct_comm *c, double elems, ct_dtype dt) {
+    c->bytes += (uint64_t)(elems * (double)ct_dtype_size(dt) + 0.5);
+}
+uint64_t ct_comm_bytes(const ct_comm *c) { return c ? c->bytes : 0; }
 
 /* ------------------------------------------------------------------ split */
 
@@ -451,6 +466,7 @@ ct_status ct_comm_allreduce(ct_comm *c, const void *send, void *recv, size_t cou
     if (!count) return CT_OK;
     st = ((ct__allreduce_fn)a->fn)(c, send, recv, count, dt, op == CT_OP_MAX ? CT_OP_MAX : CT_OP_SUM);
     if (!st && op == CT_OP_AVG) ct__finish_avg(dt, recv, count, c->size);
+    if (!st) count_bytes(c, 2.0 * (double)count * (c->size - 1) / c->size, dt);
     return st;
 }
 
@@ -466,6 +482,7 @@ ct_status ct_comm_reduce_scatter(ct_comm *c, const void *send, void *recv, size_
     st = ((ct__reducescatter_fn)a->fn)(c, send, recv, count, dt,
                                        op == CT_OP_MAX ? CT_OP_MAX : CT_OP_SUM);
     if (!st && op == CT_OP_AVG) ct__finish_avg(dt, recv, count, c->size);
+    if (!st) count_bytes(c, (double)count * (c->size - 1), dt);
     return st;
 }
 
@@ -478,7 +495,56 @@ ct_status ct_comm_allgather(ct_comm *c, const void *send, void *recv, size_t cou
                          count && (!send || !recv), &a)))
         return st;
     if (!count) return CT_OK;
-    return ((ct__allgather_fn)a->fn)(c, send, recv, count, dt);
+    st = ((ct__allgather_fn)a->fn)(c, send, recv, count, dt);
+    if (!st) count_bytes(c, (double)count * (c->size - 1), dt);
+    return st;
+}
+
+/* The v forms' counts: their sum, this rank's, and a hash for check mode. */
+static int64_t counts_sum(const ct_comm *c, const size_t *counts, size_t *total) {
+    uint64_t h = 1469598103934665603ull;
+    *total = 0;
+    for (int i = 0; counts && i < c->size; i++) {
+        *total += counts[i];
+        h = (h ^ (uint64_t)counts[i]) * 1099511628211ull;
+    }
+    return (int64_t)(h >> 2);
+}
+
+ct_status ct_comm_reduce_scatterv(ct_comm *c, const void *send, void *recv, const size_t *counts,
+                                  ct_dtype dt, ct_op op, const char *algo) {
+    ct_status st;
+    const ct__algo *a;
+    size_t total = 0;
+    if (!c) return CT_ERR_ARG;
+    int64_t hash = counts_sum(c, counts, &total);
+    size_t mine = counts ? counts[c->rank] : 0;
+    if ((st = coll_begin_v(c, CT_COLL_REDUCESCATTERV, total, dt, op, 0, 0, algo,
+                           !counts || (total && !send) || (mine && !recv), hash, &a)))
+        return st;
+    if (!total) return CT_OK;
+    st = ((ct__reducescatterv_fn)a->fn)(c, send, recv, counts, dt,
+                                        op == CT_OP_MAX ? CT_OP_MAX : CT_OP_SUM);
+    if (!st && op == CT_OP_AVG) ct__finish_avg(dt, recv, mine, c->size);
+    if (!st) count_bytes(c, (double)(total - mine), dt);
+    return st;
+}
+
+ct_status ct_comm_allgatherv(ct_comm *c, const void *send, void *recv, const size_t *counts,
+                             ct_dtype dt, const char *algo) {
+    ct_status st;
+    const ct__algo *a;
+    size_t total = 0;
+    if (!c) return CT_ERR_ARG;
+    int64_t hash = counts_sum(c, counts, &total);
+    size_t mine = counts ? counts[c->rank] : 0;
+    if ((st = coll_begin_v(c, CT_COLL_ALLGATHERV, total, dt, 0, 0, 0, algo,
+                           !counts || (total && !recv) || (mine && !send), hash, &a)))
+        return st;
+    if (!total) return CT_OK;
+    st = ((ct__allgatherv_fn)a->fn)(c, send, recv, counts, dt);
+    if (!st) count_bytes(c, (double)(total - mine), dt);
+    return st;
 }
 
 ct_status ct_comm_alltoall(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
@@ -490,7 +556,9 @@ ct_status ct_comm_alltoall(ct_comm *c, const void *send, void *recv, size_t coun
                          count && (!send || !recv), &a)))
         return st;
     if (!count) return CT_OK;
-    return ((ct__alltoall_fn)a->fn)(c, send, recv, count, dt);
+    st = ((ct__alltoall_fn)a->fn)(c, send, recv, count, dt);
+    if (!st) count_bytes(c, (double)count * (c->size - 1), dt);
+    return st;
 }
 
 ct_status ct_comm_alltoallv(ct_comm *c, const void *send, const size_t *scounts,
@@ -529,7 +597,13 @@ ct_status ct_comm_alltoallv(ct_comm *c, const void *send, const size_t *scounts,
             return CT_ERR_MISMATCH;
         }
     }
-    return ((ct__alltoallv_fn)a->fn)(c, send, scounts, sdispls, recv, rcounts, rdispls, dt);
+    st = ((ct__alltoallv_fn)a->fn)(c, send, scounts, sdispls, recv, rcounts, rdispls, dt);
+    if (!st) {
+        size_t out = 0;
+        for (int i = 0; i < c->size; i++) out += i == c->rank ? 0 : scounts[i];
+        count_bytes(c, (double)out, dt);
+    }
+    return st;
 }
 
 ct_status ct_comm_bcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root,
@@ -540,7 +614,9 @@ ct_status ct_comm_bcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int ro
     if ((st = coll_begin(c, CT_COLL_BCAST, count, dt, 0, root, 0, algo, count && !buf, &a)))
         return st;
     if (!count) return CT_OK;
-    return ((ct__bcast_fn)a->fn)(c, buf, count, dt, root);
+    st = ((ct__bcast_fn)a->fn)(c, buf, count, dt, root);
+    if (!st) count_bytes(c, (double)count, dt);
+    return st;
 }
 
 ct_status ct_comm_barrier(ct_comm *c, const char *algo) {

@@ -57,6 +57,8 @@ typedef enum ct_coll {
     CT_COLL_ALLTOALLV,
     CT_COLL_BCAST,
     CT_COLL_BARRIER,
+    CT_COLL_REDUCESCATTERV, /* per-rank counts */
+    CT_COLL_ALLGATHERV,
     CT_COLL__COUNT
 } ct_coll;
 
@@ -65,7 +67,7 @@ typedef enum ct_coll {
 const char *ct_dtype_str(ct_dtype t); /* "float", "int32" */
 size_t ct_dtype_size(ct_dtype t);
 const char *ct_op_str(ct_op op);     /* "sum", "avg", "max" */
-const char *ct_coll_str(ct_coll c);  /* "allreduce", "reducescatter", ... */
+const char *ct_coll_str(ct_coll c);  /* "allreduce", "reducescatter", "reducescatterv", ... */
 ct_status ct_coll_parse(const char *s, ct_coll *out);
 
 /* ---------------------------------------------------------------- layouts */
@@ -219,6 +221,26 @@ ct_status ct_comm_alltoallv(ct_comm *c, const void *send, const size_t *scounts,
 ct_status ct_comm_bcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root,
                         const char *algo);
 ct_status ct_comm_barrier(ct_comm *c, const char *algo);
+/* Per-rank counts, one per rank (any may be 0), the same on every worker; block r is counts[r]
+ * elements and the blocks lie one after another in rank order (displacements: the running sum).
+ * Reduce-scatter (MPI_Reduce_scatter's meaning): send holds every block, recv gets this rank's
+ * block of the reduction (counts[rank] elements; recv may point into send, at its own block).
+ * All-gather (MPI_Allgatherv's meaning, displacements as above): send holds counts[rank]
+ * elements, recv every block, block r from rank r (in place: send == recv + this rank's
+ * displacement). */
+ct_status ct_comm_reduce_scatterv(ct_comm *c, const void *send, void *recv, const size_t *counts,
+                                  ct_dtype dt, ct_op op, const char *algo);
+ct_status ct_comm_allgatherv(ct_comm *c, const void *send, void *recv, const size_t *counts,
+                             ct_dtype dt, const char *algo);
+
+/* Bytes this handle's collectives have moved for this worker since it was made: the beta term
+ * of each collective's bandwidth-optimal cost, whatever algorithm ran (all-reduce 2n(N-1)/N
+ * elements; reduce-scatter(v) and all-gather(v) the whole buffer less this rank's block;
+ * all-to-all(v) what this worker sends to the others; bcast n; N the group size), so a caller
+ * counts the traffic a design needs, not an algorithm's overheads. Host-memory collectives
+ * only: check-mode headers, splits, point-to-point messages and the *_buf forms are not
+ * counted. */
+uint64_t ct_comm_bytes(const ct_comm *c);
 
 /* ---------------------------------------------------------------- collectives (device buffers) */
 

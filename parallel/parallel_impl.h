@@ -167,6 +167,7 @@ struct ct_comm {
     void *scratch2;
     size_t scratch2_cap;
     char op[64];      /* what the handle is doing, for a timeout's message: "allreduce (ring)" */
+    uint64_t bytes;   /* ct_comm_bytes: the collectives' bandwidth terms, summed */
     ct_err err;
 };
 
@@ -227,6 +228,11 @@ typedef ct_status (*ct__alltoall_fn)(ct_comm *c, const void *send, void *recv, s
 typedef ct_status (*ct__alltoallv_fn)(ct_comm *c, const void *send, const size_t *scounts,
                                       const size_t *sdispls, void *recv, const size_t *rcounts,
                                       const size_t *rdispls, ct_dtype dt);
+/* Per-rank counts (counts[r] elements in block r, blocks one after another in rank order). */
+typedef ct_status (*ct__reducescatterv_fn)(ct_comm *c, const void *send, void *recv,
+                                           const size_t *counts, ct_dtype dt, ct_op op);
+typedef ct_status (*ct__allgatherv_fn)(ct_comm *c, const void *send, void *recv,
+                                       const size_t *counts, ct_dtype dt);
 typedef ct_status (*ct__bcast_fn)(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root);
 typedef ct_status (*ct__barrier_fn)(ct_comm *c);
 
@@ -251,6 +257,13 @@ ct_status ct__alltoallv_pairwise(ct_comm *, const void *, const size_t *, const 
                                  const size_t *, const size_t *, ct_dtype);
 ct_status ct__alltoallv_mpi(ct_comm *, const void *, const size_t *, const size_t *, void *,
                             const size_t *, const size_t *, ct_dtype);
+ct_status ct__reducescatterv_ring(ct_comm *, const void *, void *, const size_t *, ct_dtype, ct_op);
+ct_status ct__reducescatterv_rechalving(ct_comm *, const void *, void *, const size_t *, ct_dtype,
+                                        ct_op);
+ct_status ct__reducescatterv_mpi(ct_comm *, const void *, void *, const size_t *, ct_dtype, ct_op);
+ct_status ct__allgatherv_ring(ct_comm *, const void *, void *, const size_t *, ct_dtype);
+ct_status ct__allgatherv_recdbl(ct_comm *, const void *, void *, const size_t *, ct_dtype);
+ct_status ct__allgatherv_mpi(ct_comm *, const void *, void *, const size_t *, ct_dtype);
 ct_status ct__bcast_binomial(ct_comm *, void *, size_t, ct_dtype, int);
 ct_status ct__bcast_mpi(ct_comm *, void *, size_t, ct_dtype, int);
 ct_status ct__barrier_dissemination(ct_comm *);

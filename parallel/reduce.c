@@ -16,7 +16,8 @@ const char *ct_op_str(ct_op op) {
 }
 
 static const char *coll_names[CT_COLL__COUNT] = {"allreduce", "reducescatter", "allgather",
-                                                 "alltoall", "alltoallv", "bcast", "barrier"};
+                                                 "alltoall", "alltoallv", "bcast", "barrier",
+                                                 "reducescatterv", "allgatherv"};
 const char *ct_coll_str(ct_coll c) { return (unsigned)c < CT_COLL__COUNT ? coll_names[c] : "?"; }
 ct_status ct_coll_parse(const char *s, ct_coll *out) {
     for (int i = 0; s && i < CT_COLL__COUNT; i++)

@@ -40,6 +40,16 @@ const ct__algo ct__algos[] = {
     {CT_COLL_ALLGATHER, "ring", F(ct__allgather_ring), 0, "(n-1) alpha + (n-1)/n beta N"},
     {CT_COLL_ALLGATHER, "recdbl", F(ct__allgather_recdbl), 0, "lg n alpha + (n-1)/n beta N"},
     {CT_COLL_ALLGATHER, "mpi", F(ct__allgather_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Allgather"},
+    {CT_COLL_REDUCESCATTERV, "ring", F(ct__reducescatterv_ring), 0,
+     "(n-1) alpha + beta (S - c_r) + gamma (S - c_r-1), S = sum of counts"},
+    {CT_COLL_REDUCESCATTERV, "rechalving", F(ct__reducescatterv_rechalving), 0,
+     "lg n alpha + about (n-1)/n beta S + (n-1)/n gamma S for balanced counts"},
+    {CT_COLL_REDUCESCATTERV, "mpi", F(ct__reducescatterv_mpi), CT__ALGO_ONE_PER_RANK,
+     "MPI_Reduce_scatter"},
+    {CT_COLL_ALLGATHERV, "ring", F(ct__allgatherv_ring), 0, "(n-1) alpha + beta (S - c_r+1)"},
+    {CT_COLL_ALLGATHERV, "recdbl", F(ct__allgatherv_recdbl), 0,
+     "lg n alpha + about (n-1)/n beta S for balanced counts"},
+    {CT_COLL_ALLGATHERV, "mpi", F(ct__allgatherv_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Allgatherv"},
     {CT_COLL_ALLTOALL, "pairwise", F(ct__alltoall_pairwise), 0, "(n-1) alpha + (n-1)/n beta N"},
     {CT_COLL_ALLTOALL, "mpi", F(ct__alltoall_mpi), CT__ALGO_ONE_PER_RANK, "MPI_Alltoall"},
     {CT_COLL_ALLTOALLV, "pairwise", F(ct__alltoallv_pairwise), 0, "(n-1) alpha + beta sum"},
@@ -90,6 +100,10 @@ static const char *default_table =
     "reducescatter 1 0 -1 0 ring\n"
     "allgather 1 0 -1 65536 recdbl\n"
     "allgather 1 0 -1 0 ring\n"
+    "reducescatterv 1 0 -1 65536 rechalving\n"
+    "reducescatterv 1 0 -1 0 ring\n"
+    "allgatherv 1 0 -1 65536 recdbl\n"
+    "allgatherv 1 0 -1 0 ring\n"
     "alltoall 1 0 -1 0 pairwise\n"
     "alltoallv 1 0 -1 0 pairwise\n"
     "bcast 1 0 -1 0 binomial\n"

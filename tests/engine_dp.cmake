@@ -2,7 +2,7 @@
 # and mixed layouts against the single-device losses, memory records, resume under another
 # layout, refused layouts. One script, registered per part so each stays short.
 if(TARGET train_gpt)
-  foreach(part threads ranks mixed zero3 resume refuse)
+  foreach(part threads axes ranks mixed zero3 resume refuse)
     add_test(NAME test_engine_dp_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_dp.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})
@@ -33,4 +33,20 @@ if(TARGET train_gpt)
                    ${MPIEXEC_EXECUTABLE})
   set_tests_properties(test_engine_trace PROPERTIES LABELS "mpi;opencl"
                        ENVIRONMENT "OMP_WAIT_POLICY=passive")
+endif()
+# ZeRO's traffic: the per-step byte counters against the formulas at dp 2 (threads) and dp 4
+# (2 ranks x 2 threads), ZeRO 0-3, one and two micro-steps.
+if(TARGET ct_engine)
+  add_executable(test_engine_zero_bytes test_engine_zero_bytes.c)
+  target_include_directories(test_engine_zero_bytes PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_link_libraries(test_engine_zero_bytes PRIVATE ct_engine m)
+  foreach(shape "1x2;1;2" "2x2;2;2")
+    list(GET shape 0 nm)
+    list(GET shape 1 nr)
+    list(GET shape 2 nt)
+    add_test(NAME test_engine_zero_bytes_${nm}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nr} $<TARGET_FILE:test_engine_zero_bytes> ${nt})
+    set_tests_properties(test_engine_zero_bytes_${nm} PROPERTIES LABELS "mpi;opencl"
+      ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=pthread pthread")
+  endforeach()
 endif()

@@ -7,13 +7,16 @@
 #    off, small buckets (several per step): the 10 losses match the single-device run within
 #    1e-5 relative.
 # 2. The "memory" records (one per worker) give model-state bytes within 5 % of the ZeRO
-#    formulas (16 Psi; 8 Psi + 8 Psi / N; 4 Psi + 12 Psi / N; 16 Psi / N).
+#    formulas (16 Psi; 8 Psi + 8 Psi / N; 4 Psi + 12 Psi / N; 16 Psi / N); the "train" records'
+#    comm_dp_bytes the traffic formulas (bytescheck).
 # 3. A checkpoint written under one layout (2 threads, ZeRO-1) resumes under another (3 ranks,
 #    ZeRO-0; 2x2 ZeRO-2; 1 device), and one written by 2 ranks with ZeRO-3 resumes on 1 device,
 #    continuing the single-device loss curve. Under ZeRO-3 sampling, evaluation and --save-model
 #    (collective there) run without hanging.
 # 4. Impossible layouts are refused with status 2 and a message before any work.
-# part: "all" (default), "threads" (ZeRO 0-3 over 2 and 3 threads), "ranks" (the same over
+# 5. Each group's bytes per step apart (dp x pp: DP and the tied wte's group; dp (ep): DP, the
+#    experts' DP group, EP) against the formulas.
+# part: "all" (default), "threads" (ZeRO 0-3 over 2 and 3 threads), "axes" (5.), "ranks" (the same over
 # ranks: a transport repeat, tests/suites.cmake labels it slow), "mixed" (ZeRO 0-2 over 2 x 2),
 # "zero3" (ZeRO-3 over 2 x 2 with sampling, evaluation and --save-model, and its checkpoint
 # written by 2 ranks resumed on one device: DP's one layout in the sanitizer pass), "resume",
@@ -49,19 +52,46 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# bytescheck FILE N ZERO: the leader's "comm_dp_bytes" in every train record within 2 % of the
+# formula for N workers, P parameters, M = 2 micro-steps and 2 layers (P (N-1)/N units: DDP and
+# ZeRO-1 2, ZeRO-2 M + 1 (every micro-step's reduce-scatter), ZeRO-3 2M (reduce-scatter and the
+# forward's gathers; with two layers the backward finds both blocks in their slots)); no other
+# group's field on a DP-only layout. test_engine_zero_bytes checks the exact counts.
+bytescheck() {
+    if $PY - "$1" "$2" "$3" <<'EOF'; then :; else fail "bytes in $1"; fi
+import json, sys
+path, n, zero = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+recs = [json.loads(l) for l in open(path)]
+psi = [r for r in recs if r.get("type") == "memory"][0]["num_params"]
+M = 2
+units = {0: 2, 1: 2, 2: M + 1, 3: 2 * M}[zero]
+want = units * psi * (n - 1) / n * 4
+tr = [r for r in recs if r.get("type") == "train"]
+got = [r.get("comm_dp_bytes", -1) for r in tr]
+ok = len(tr) > 0 and all(abs(g - want) <= 0.02 * want for g in got)
+ok &= not any(k in r for r in tr for k in ("comm_tp_bytes", "comm_ep_bytes", "comm_emb_bytes"))
+print("%s: bytes N=%d ZeRO-%d: comm_dp_bytes %s vs formula %.0f (%d x P(N-1)/N)" %
+      ("ok" if ok else "FAIL", n, zero, sorted(set(got)), want, units))
+sys.exit(0 if ok else 1)
+EOF
+}
+
 if want threads; then
     need_ref
     train t2 1 2 --dp 2 && compare "$D/ref.jsonl" "$D/t2.jsonl" "threads 1x2 ZeRO-0" &&
-        memcheck "$D/t2.jsonl" 2 0
+        memcheck "$D/t2.jsonl" 2 0 && bytescheck "$D/t2.jsonl" 2 0
     train t2z 1 2 --dp 2 --zero 1 --overlap 0 &&
         compare "$D/ref.jsonl" "$D/t2z.jsonl" "threads 1x2 ZeRO-1 no overlap" &&
-        memcheck "$D/t2z.jsonl" 2 1
+        memcheck "$D/t2z.jsonl" 2 1 && bytescheck "$D/t2z.jsonl" 2 1
     train t3z 1 3 --dp 3 --zero 1 &&
-        compare "$D/ref.jsonl" "$D/t3z.jsonl" "threads 1x3 ZeRO-1" && memcheck "$D/t3z.jsonl" 3 1
+        compare "$D/ref.jsonl" "$D/t3z.jsonl" "threads 1x3 ZeRO-1" && memcheck "$D/t3z.jsonl" 3 1 &&
+        bytescheck "$D/t3z.jsonl" 3 1
     train t2z2 1 2 --dp 2 --zero 2 &&
-        compare "$D/ref.jsonl" "$D/t2z2.jsonl" "threads 1x2 ZeRO-2" && memcheck "$D/t2z2.jsonl" 2 2
+        compare "$D/ref.jsonl" "$D/t2z2.jsonl" "threads 1x2 ZeRO-2" && memcheck "$D/t2z2.jsonl" 2 2 &&
+        bytescheck "$D/t2z2.jsonl" 2 2
     train t2z3 1 2 --dp 2 --zero 3 &&
-        compare "$D/ref.jsonl" "$D/t2z3.jsonl" "threads 1x2 ZeRO-3" && memcheck "$D/t2z3.jsonl" 2 3
+        compare "$D/ref.jsonl" "$D/t2z3.jsonl" "threads 1x2 ZeRO-3" && memcheck "$D/t2z3.jsonl" 2 3 &&
+        bytescheck "$D/t2z3.jsonl" 2 3
 fi
 if want ranks; then
     need_ref
@@ -117,6 +147,43 @@ if want zero3; then
         train res3z 1 1 --resume "$D/ck3/ckpt_00000005.bin" &&
             compare "$D/ref.jsonl" "$D/res3z.jsonl" "resume 2x1 ZeRO-3 -> 1 device" 5
     fi
+fi
+if want axes; then
+    # each group's bytes apart, against the formulas (ZeRO-1, exact up to the step's scalars and
+    # the shards' padding): dp 2 x pp 2 (the first stage's DP share 2 P_stage (N-1)/N, the tied
+    # wte's all-reduce over the embedding group Vp C) and dp 4 (ep 2) with experts (the
+    # experts' share over their expert-data-parallel group of 2: 2 P_experts (2-1)/2; the dense
+    # share over DP 2 P_dense (N-1)/N; the all-to-alls over EP counted)
+    need_ref
+    train ax_pp 1 4 --dp 2 --pp 2 --zero 1 &&
+        compare "$D/ref.jsonl" "$D/ax_pp.jsonl" "threads dp 2 x pp 2 ZeRO-1"
+    train ax_ep 1 4 --dp 4 --ep 2 --experts 4 --top-k 2 --zero 1
+    if $PY - "$D/ax_pp.jsonl" "$D/ax_ep.jsonl" <<'EOF'; then :; else fail "bytes per axis"; fi
+import json, sys
+def load(path):
+    recs = [json.loads(l) for l in open(path)]
+    cfg = [r for r in recs if r.get("type") == "config"][0]
+    mem = [r for r in recs if r.get("type") == "memory" and r["worker"] == 0][0]
+    return cfg, mem, [r for r in recs if r.get("type") == "train"]
+ok, said = True, set()
+def near(what, got, want):  # every record checked, the first (and any failure) printed
+    global ok
+    good = abs(got - want) <= 32 + 1e-3 * want
+    ok &= good
+    if not good or what not in said:
+        print("%s: %s %d bytes vs formula %.0f" % ("ok" if good else "FAIL", what, got, want))
+    said.add(what)
+cfg, mem, tr = load(sys.argv[1])
+for r in tr:
+    near("dp 2 x pp 2 comm_dp_bytes", r.get("comm_dp_bytes", -1), 2 * mem["stage_params"] * 0.5 * 4)
+    near("dp 2 x pp 2 comm_emb_bytes", r.get("comm_emb_bytes", -1), cfg["vocab"] * cfg["dim"] * 4)
+cfg, mem, tr = load(sys.argv[2])
+for r in tr:
+    near("dp 4 (ep 2) comm_dp_bytes", r.get("comm_dp_bytes", -1), 2 * mem["psi_tp"] * 0.75 * 4)
+    near("dp 4 (ep 2) comm_edp_bytes", r.get("comm_edp_bytes", -1), 2 * mem["psi_experts"] * 0.5 * 4)
+    ok &= r.get("comm_ep_bytes", 0) > 0 and "comm_emb_bytes" not in r
+sys.exit(0 if ok and tr else 1)
+EOF
 fi
 if want refuse; then
     refused "N not dividing the rows" "--dp 5 does not divide --batch 12" 1 2 --dp 5

@@ -153,6 +153,76 @@ static void suite(ct_comm *c, const char *name, const opts *o) {
                              "result differs from the reference");
             }
         }
+        /* ---- reduce-scatter and all-gather with per-rank counts: block q has cv(q) elements,
+         * some empty, one after another (the "mpi" algorithm is MPI_Reduce_scatter and
+         * MPI_Allgatherv themselves, held to the same reference) */
+        {
+            size_t vc[64], vo[65];
+#define CVV(q) (((size_t)(q) * 5 + cnt) % 3 == 0 ? 0 : cnt + (size_t)(q) % 3)
+            vo[0] = 0;
+            for (int q = 0; q < n; q++) vc[q] = CVV(q), vo[q + 1] = vo[q] + vc[q];
+            for (int ai = 0; ct_coll_algo_name(CT_COLL_REDUCESCATTERV, ai); ai++) {
+                const char *al = ct_coll_algo_name(CT_COLL_REDUCESCATTERV, ai);
+                for (int d = 0; d < nd; d += (nd > 1 ? 2 : 1))
+                    for (int inpl = 0; inpl < 2; inpl++) {
+                        ct_dtype dt = dops[d].dt;
+                        ct_op op = dops[d].op;
+                        snprintf(ctx, sizeof ctx, "%s n=%d r=%d reducescatterv %s %s %s count=%zu%s",
+                                 name, n, r, al, ct_dtype_str(dt), ct_op_str(op), cnt,
+                                 inpl ? " inplace" : "");
+                        seed++;
+                        fill(sb, dt, vo[n], r, seed, 0);
+                        char *dst = rb;
+                        if (inpl) memcpy(rb, sb, vo[n] * 4), dst = rb + vo[r] * 4;
+                        else poison(rb, vc[r] * 4 + 4);
+                        st = ct_comm_reduce_scatterv(c, inpl ? rb : sb, dst, vc, dt, op, al);
+                        if (*ct_comm_algo_restriction(c, CT_COLL_REDUCESCATTERV, al)) {
+                            CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                         "expected CT_ERR_UNSUPPORTED, got %d", st);
+                            continue;
+                        }
+                        CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                        ref_reduce(ref, dt, op, vc[r], n, seed, vo[r]);
+                        CT_ASSERT_IN(ctx, memcmp(ref, dst, vc[r] * 4) == 0,
+                                     "result differs from the reference");
+                        if (!inpl) {
+                            uint32_t tail;
+                            memcpy(&tail, rb + vc[r] * 4, 4);
+                            CT_ASSERT_IN(ctx, tail == 0xffffffffu, "wrote past the end");
+                        }
+                    }
+            }
+            for (int ai = 0; ct_coll_algo_name(CT_COLL_ALLGATHERV, ai); ai++) {
+                const char *al = ct_coll_algo_name(CT_COLL_ALLGATHERV, ai);
+                for (int inpl = 0; inpl < 2; inpl++) {
+                    snprintf(ctx, sizeof ctx, "%s n=%d r=%d allgatherv %s count=%zu%s", name, n, r,
+                             al, cnt, inpl ? " inplace" : "");
+                    seed++;
+                    poison(rb, vo[n] * 4 + 4);
+                    char *src = inpl ? rb + vo[r] * 4 : sb;
+                    fill(src, CT_F32, vc[r], r, seed, vo[r]);
+                    uint64_t b0 = ct_comm_bytes(c);
+                    st = ct_comm_allgatherv(c, src, rb, vc, CT_F32, al);
+                    if (*ct_comm_algo_restriction(c, CT_COLL_ALLGATHERV, al)) {
+                        CT_ASSERT_IN(ctx, st == CT_ERR_UNSUPPORTED,
+                                     "expected CT_ERR_UNSUPPORTED, got %d", st);
+                        continue;
+                    }
+                    CT_ASSERT_IN(ctx, st == CT_OK, "status %d: %s", st, ct_comm_errmsg(c));
+                    for (int q = 0; q < n; q++) fill(ref + vo[q] * 4, CT_F32, vc[q], q, seed, vo[q]);
+                    CT_ASSERT_IN(ctx, memcmp(ref, rb, vo[n] * 4) == 0,
+                                 "result differs from the reference");
+                    uint32_t tail;
+                    memcpy(&tail, rb + vo[n] * 4, 4);
+                    CT_ASSERT_IN(ctx, tail == 0xffffffffu, "wrote past the end");
+                    /* the byte count: the whole output less this rank's block */
+                    CT_ASSERT_IN(ctx, ct_comm_bytes(c) - b0 == (vo[n] - vc[r]) * 4,
+                                 "counted %llu bytes, expected %zu",
+                                 (unsigned long long)(ct_comm_bytes(c) - b0), (vo[n] - vc[r]) * 4);
+                }
+            }
+#undef CVV
+        }
         /* ---- all-to-all: block j of worker q is val(q*n + j, i) */
         for (int ai = 0; ct_coll_algo_name(CT_COLL_ALLTOALL, ai); ai++) {
             const char *al = ct_coll_algo_name(CT_COLL_ALLTOALL, ai);

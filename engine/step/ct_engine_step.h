@@ -122,10 +122,15 @@ ct_status ct_grads_begin(ct_grads *g, int last);
  * head, each block, the embedding): buckets inside it leave (overlap: staged behind those
  * commands and reduced by the communication thread). */
 ct_status ct_grads_ready(ct_grads *g, size_t ready_from);
-/* After the last backward: every bucket reduced and written back (ZeRO-2: the averaged shard to
- * the device). sumsq (may be NULL) receives, under ZeRO-2, the global sum of squares of the
- * gradient (over the DP group); else 0. Collective over the ranges' groups. */
+/* After the last backward: every bucket reduced and written back (ZeRO-1: this worker's shard
+ * reduced, the rest of the buffer stale; ZeRO-2: the averaged shard to the device). sumsq (may
+ * be NULL) receives, when ct_grads_sharded, the global sum of squares of the gradient (the
+ * shards', summed over the DP group; a range's norm_skip left out); else 0. Collective over the
+ * ranges' groups. */
 ct_status ct_grads_finish(ct_grads *g, double *sumsq);
+/* 1: ZeRO >= 1 over a DP group: buckets are reduce-scattered (each worker gets its shard's part
+ * only) and ct_grads_finish gives the global sum of squares. */
+int ct_grads_sharded(const ct_grads *g);
 typedef struct ct_grads_times {
     double exposed_ms; /* the worker waited for gradient communication */
     double busy_ms;    /* time inside reductions and staging (the communication thread's too) */
@@ -159,6 +164,8 @@ ct_status ct_zero_begin_pass(ct_zero *z);
 ct_status ct_zero_need_block(ct_zero *z, int l, int next);
 size_t ct_zero_host_bytes(const ct_zero *z);
 double ct_zero_gather_ms(const ct_zero *z); /* time the worker waited for gathers */
+/* ZeRO-3: bytes the parameter gathers moved so far (ct_comm_bytes of their handle; else 0). */
+uint64_t ct_zero_gather_bytes(const ct_zero *z);
 void ct_zero_times_reset(ct_zero *z);
 /* Record gathers (waits on the worker's lane, prefetches on the prefetch lane). */
 void ct_zero_set_trace(ct_zero *z, ct_trace *t);
@@ -289,6 +296,22 @@ typedef struct ct_exec_times {
 } ct_exec_times;
 void ct_exec_times_get(const ct_exec *x, ct_exec_times *out);
 void ct_exec_times_reset(ct_exec *x);
+
+/* The last step's communication, this worker's bytes per group: ct_comm_bytes (the beta term of
+ * each collective's bandwidth-optimal cost, whatever algorithm ran) over the step; -1 where the
+ * layout has no such group. Pipeline transfers (point-to-point) are not collectives: not here.
+ * For N workers and P parameters (the flat layout, padded to N shards) with one micro-step:
+ * DDP 2P(N-1)/N elements (all-reduce), ZeRO-1 and 2 the same (reduce-scatter, all-gather of the
+ * updated shards), ZeRO-3 up to 3P(N-1)/N (reduce-scatter, the forward's gathers, the
+ * backward's, less the two blocks still in their slots when backward starts). */
+typedef struct ct_exec_bytes {
+    int64_t dp;  /* DP: gradient reductions, ZeRO's gathers, the step's loss and norm */
+    int64_t tp;  /* TP: tensor parallelism's collectives, SP's LayerNorm gradients */
+    int64_t ep;  /* EP: the experts' all-to-alls */
+    int64_t edp; /* expert-data-parallel: the experts' gradients and shards */
+    int64_t emb; /* the first and last pipeline stage: the tied wte's gradient */
+} ct_exec_bytes;
+void ct_exec_bytes_last(const ct_exec *x, ct_exec_bytes *out);
 
 #ifdef __cplusplus
 }

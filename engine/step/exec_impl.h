@@ -69,6 +69,8 @@ struct ct_exec {
     double tl_last_compute, tl_last_makespan;
     ct_exec_timeline tl;
     ct_exec_times times;
+    uint64_t bytes0[5];        /* ct_comm_bytes per group (dp, tp, ep, edp, emb) at step start */
+    ct_exec_bytes bytes_last;  /* the last step's */
     int poison_t; /* test hook (ct_engine_step_test.h): the step whose backward gets an
                      infinite loss scale */
     ct_err err;

@@ -10,6 +10,14 @@
  * last bucket and writes the results back with one write. Without overlap the same buckets go
  * one by one in ct_grads_finish: read, reduce, write.
  *
+ * ZeRO >= 1: a bucket is reduce-scattered over its first group with per-rank counts (each
+ * rank's part of the bucket is what lies in its shard, possibly nothing), so a worker receives
+ * only its part: (N-1)/N of the bucket on the wire instead of an all-reduce's 2(N-1)/N. A range
+ * with a second group (a pipeline's tied wte, SP's LayerNorms) is first all-reduced over it, whole
+ * (its members' shards need not line up). The rest of the staged bucket is stale: ZeRO-1
+ * writes it back unreduced (nothing reads gradients outside the shard), and the global norm comes
+ * from the shards' sums of squares, summed over the group in ct_grads_finish.
+ *
  * ZeRO-2: one bucket per backward stage (the head's LayerNorm, each block, the embeddings), read
  * from the gradient WORKING buffer (params.c) and the slot zeroed behind the read (so block
  * l - 2 can reuse it); every micro-step's buckets leave (the full gradient is never kept), and
@@ -43,6 +51,13 @@ struct ct_grads {
     float *stage; /* overlap: local floats (bucket k at stage + b[k].lo); else one bucket */
     size_t stage_floats;
     float *acc;   /* ZeRO-2: this worker's averaged shard, summed over micro-steps */
+    /* ZeRO >= 1: the shards of a range's first group, rank k's [base + k len, base + (k+1) len):
+     * the dense tensors' over DP (base: the experts' region's end), the experts' over their
+     * expert-data-parallel group (base 0) */
+    size_t dbase, dlen, xend, xlen;
+    size_t *counts; /* [the largest first group] a reduce-scatter's per-rank counts */
+    double ss;      /* ZeRO-1: sum of squares of this worker's reduced parts (not norm_skip) */
+    ct_comm *ssg;   /* the group the shards' sums of squares are summed over (DP) */
     int armed, next_issue;
     int last;   /* the micro-step running is the step's last */
     int *order; /* [nb] the buckets in the order posted this micro-step (ZeRO-2 skips some) */
@@ -74,11 +89,47 @@ size_t ct_grads_host_bytes(const ct_grads *g) {
     return (g->stage_floats + (g->acc ? g->hi - g->lo : 0)) * sizeof(float);
 }
 
+/* This worker's part [*a, *e) of flat range [lo, hi) (empty: *a == *e) under its first group's
+ * shards, and every rank's count of it. */
+static void shard_part(ct_grads *g, ct_comm *c, size_t lo, size_t hi, size_t *a, size_t *e) {
+    int n = ct_comm_size(c), me = ct_comm_rank(c);
+    int ex = lo < g->xend;
+    size_t base = ex ? 0 : g->dbase, len = ex ? g->xlen : g->dlen;
+    for (int k = 0; k < n; k++) {
+        size_t s0 = base + (size_t)k * len, s1 = s0 + len;
+        size_t x0 = lo > s0 ? lo : s0, x1 = hi < s1 ? hi : s1;
+        g->counts[k] = x1 > x0 ? x1 - x0 : 0;
+        if (k == me) *a = x1 > x0 ? x0 : lo, *e = x1 > x0 ? x1 : lo;
+    }
+}
+
 /* Reduce staged bucket k over its range's groups (in place on host memory). */
 static ct_status reduce_bucket(ct_grads *g, int k, ct_err *err) {
     const bucket *bk = &g->b[k];
     const ct_grad_range *r = &g->ranges[bk->range];
     float *p = g->stage + (g->overlap ? bk->lo : 0);
+    if (g->zero >= 1 && r->groups[0]) {
+        /* the second group first, whole; then the shards' reduce-scatter over the first */
+        ct_comm *c1 = r->groups[1], *c0 = r->groups[0];
+        ct_status st = CT_OK;
+        size_t a = bk->lo, e = bk->lo, n = bk->hi - bk->lo;
+        if (c1 && (st = ct_comm_allreduce(c1, p, p, n, CT_F32, r->ops[1], NULL)) != CT_OK)
+            return CT_ERR(err, st, "gradient reduction of [%zu, %zu): %s", bk->lo, bk->hi,
+                          ct_comm_errmsg(c1));
+        shard_part(g, c0, bk->lo, bk->hi, &a, &e);
+        st = ct_comm_reduce_scatterv(c0, p, p + (a - bk->lo), g->counts, CT_F32, r->ops[0], NULL);
+        if (st != CT_OK)
+            return CT_ERR(err, st, "gradient reduce-scatter of [%zu, %zu): %s", bk->lo, bk->hi,
+                          ct_comm_errmsg(c0));
+        if (g->acc) { /* ZeRO-2: keep this worker's part */
+            for (size_t i = a; i < e; i++) g->acc[i - g->lo] += p[i - bk->lo];
+        } else if (!r->norm_skip) {
+            double ss = 0;
+            for (size_t i = a; i < e; i++) ss += (double)p[i - bk->lo] * p[i - bk->lo];
+            g->ss += ss;
+        }
+        return CT_OK;
+    }
     for (int i = 0; i < 2; i++) {
         if (!r->groups[i]) continue;
         ct_status st = ct_comm_allreduce(r->groups[i], p, p, bk->hi - bk->lo, CT_F32, r->ops[i],
@@ -259,6 +310,23 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
         return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory");
     }
     memcpy(g->ranges, ranges, sizeof *g->ranges * (size_t)n);
+    int nmax = 1;
+    for (int r = 0; r < n; r++)
+        if (ranges[r].groups[0] && ct_comm_size(ranges[r].groups[0]) > nmax)
+            nmax = ct_comm_size(ranges[r].groups[0]);
+    if (g->zero >= 1) {
+        size_t x0, x1, slo[2], shi[2];
+        ct_params_expert_range(g->P, &x0, &x1);
+        if (ct_params_shards(g->P, slo, shi) == 2) g->xend = x1, g->xlen = shi[0] - slo[0];
+        g->dlen = g->hi - g->lo;
+        g->dbase = g->lo - g->dlen * (size_t)ct_params_coords(g->P)->dp_rank;
+        g->ssg = ranges[n - 1].groups[0];
+    }
+    g->counts = ct_malloc(sizeof *g->counts * (size_t)nmax);
+    if (!g->counts) {
+        ct_grads_free(g);
+        return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory");
+    }
     g->all_bucketed = 1;
     for (int r = 0; r < n; r++)
         if (!ranges[r].groups[0] && !ranges[r].groups[1]) g->all_bucketed = 0;
@@ -309,6 +377,7 @@ void ct_grads_free(ct_grads *g) {
     free(g->order);
     free(g->stage);
     free(g->acc);
+    free(g->counts);
     free(g);
 }
 
@@ -402,7 +471,7 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
             if (st != CT_OK)
                 CT_ERR(&g->err, st, "writing the gradient shard: %s", ct_device_errmsg(g->dev));
             memset(g->acc, 0, sh * sizeof(float));
-            ct_comm *dp = g->ranges[0].groups[0];
+            ct_comm *dp = g->ssg;
             if (st == CT_OK && dp) {
                 st = ct_comm_allreduce(dp, &fs, &fs, 1, CT_F32, CT_OP_SUM, NULL);
                 if (st != CT_OK)
@@ -434,6 +503,16 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
         }
         g->times.busy_ms += 1e3 * (ct_time_now() - t0);
     }
+    if (g->zero == 1 && g->ssg) { /* the shards' sums of squares over the group */
+        float fs = (float)g->ss;
+        g->ss = 0;
+        ct_status s2 = st == CT_OK ? ct_comm_allreduce(g->ssg, &fs, &fs, 1, CT_F32, CT_OP_SUM,
+                                                       NULL)
+                                   : st;
+        if (st == CT_OK && s2 != CT_OK)
+            st = CT_ERR(&g->err, s2, "gradient norm over the group: %s", ct_comm_errmsg(g->ssg));
+        if (sumsq) *sumsq = fs;
+    }
     g->armed = 0;
     g->next_issue = 0;
     g->times.exposed_ms += 1e3 * (ct_time_now() - t0);
@@ -441,4 +520,5 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
 }
 
 void ct_grads_times_get(const ct_grads *g, ct_grads_times *out) { *out = g->times; }
+int ct_grads_sharded(const ct_grads *g) { return g && g->zero >= 1 && g->ssg; }
 void ct_grads_times_reset(ct_grads *g) { memset(&g->times, 0, sizeof g->times); }

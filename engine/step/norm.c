@@ -101,10 +101,10 @@ int ct_exec_moe_get(const ct_exec *x, ct_exec_moe *out) {
 }
 
 ct_status ct__exec_global_norm(ct_exec *x, double sumsq, float *given, int *have) {
-    /* each stage's part (the last leaves out its wte copy), summed over the pipeline; ZeRO-2's
-     * from the shards (summed over DP by the reducer) */
+    /* each stage's part (the last leaves out its wte copy), summed over the pipeline; ZeRO-1's
+     * and 2's from the shards (summed over DP by the reducer) */
     ct_status st;
-    int z2 = ct_params_grad_shard(x->P) != NULL;
+    int z2 = ct_params_grad_shard(x->P) != NULL || ct_grads_sharded(x->g);
     double ss = sumsq;
     *have = z2;
     if (owned_norm_needed(x)) {

@@ -344,6 +344,17 @@ static ct_status action_done(ct_exec *x, step_run *r, int i, double t_act, doubl
     return ct__xfer_pump(x, 0);
 }
 
+/* Every group's ct_comm_bytes now: dp (both handles), tp (both), ep, edp, emb. */
+static void bytes_now(const ct_exec *x, uint64_t v[5]) {
+    v[0] = ct_comm_bytes(x->dp) + ct_zero_gather_bytes(x->z);
+    v[1] = ct_comm_bytes(x->tp) + ct_comm_bytes(x->tpg);
+    v[2] = ct_comm_bytes(x->ep);
+    v[3] = ct_comm_bytes(x->edp);
+    v[4] = ct_comm_bytes(x->emb);
+}
+
+void ct_exec_bytes_last(const ct_exec *x, ct_exec_bytes *out) { *out = x->bytes_last; }
+
 /* The step's results and times, once every action ran. */
 static ct_status step_end(ct_exec *x, step_run *r) {
     ct_status st;
@@ -383,6 +394,13 @@ static ct_status step_end(ct_exec *x, step_run *r) {
     x->times.tp_comm_ms += tp_comm;
     x->times.tp_overlap_ms += tp_over;
     x->times.compute_ms += 1e3 * r->compute_t - gms - (tp_comm - tp_over);
+    uint64_t v[5];
+    bytes_now(x, v);
+    const ct_comm *g[5] = {x->dp, x->tp, x->ep, x->edp, x->emb};
+    int64_t d[5];
+    for (int k = 0; k < 5; k++) d[k] = multi(g[k]) ? (int64_t)(v[k] - x->bytes0[k]) : -1;
+    ct_exec_bytes eb = {d[0], d[1], d[2], d[3], d[4]};
+    x->bytes_last = eb;
     if (ct_trace_on(x->tr)) ct_trace_event(x->tr, CT_TRACE_MAIN, "step", "step", r->t_step, -1);
     return CT_OK;
 }
@@ -395,6 +413,7 @@ ct_status ct_exec_step(ct_exec *x, const ct_schedule *s, const int *tokens, cons
     r.hp = hp, r.t = t, r.out = out;
     r.t_step = ct_time_now();
     ct_tp_stats_get(ct_model_tp(x->m), &r.ts0);
+    bytes_now(x, x->bytes0);
     if (ct_model_moe(x->m)) ct_moe_stats_reset(ct_model_moe(x->m));
     if (out) out->aux_loss = out->drop_frac = out->max_load = 0;
     ct_status st = step_begin(x, &r);

@@ -7,14 +7,14 @@
  *
  * Stage 3: the parameters are stored as the shard only; before the model uses a block the
  * executor asks for it here, and it is gathered into that block's slot of the parameter working
- * buffer (params.c): every worker puts its shard's part into a zero-filled range and the range is
- * all-reduced (sum) over a second handle on the group, so the gradient thread (grads.c) can use
- * the first at the same time. Exact: every other contribution is 0. The shard is read into a host
- * mirror once per pass (it changes only in the optimizer). The next block of the pass is gathered
- * on a prefetch thread while the device computes, into a double buffer, and written to its slot
- * with a non-blocking write that the in-order queue puts after the kernels that used the slot
- * before. Blocks still in their slot (the last two of forward, the first of backward) are not
- * gathered again. */
+ * buffer (params.c): an all-gather with per-rank counts over a second handle on the group (rank
+ * k gives the part of the range its shard holds, possibly nothing; (N-1)/N of the range on the
+ * wire), so the gradient thread (grads.c) can use the first at the same time. The shard is read
+ * into a host mirror once per pass (it changes only in the optimizer). The next block of the pass
+ * is gathered on a prefetch thread while the device computes, into a double buffer, and written
+ * to its slot with a non-blocking write that the in-order queue puts after the kernels that used
+ * the slot before. Blocks still in their slot (the last two of forward, the first two of
+ * backward) are not gathered again. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +36,7 @@ struct ct_zero {
     float *mirror;   /* stage 3: host copy of the shard */
     float *ptmp;     /* stage 3: one gathered range (synchronous gathers) */
     float *pf_buf;   /* stage 3: two halves of `local` floats, block parity's half */
+    size_t *counts;  /* stage 3: [2N] per-rank counts of a gather (the worker's, the prefetch's) */
     ct_event *ev_ptmp, *ev_pf[2]; /* slot writes still reading ptmp / pf_buf halves */
     int hold_l[2];   /* stage 3: block in each working slot (-1 none) */
     pthread_t pth;
@@ -72,6 +73,7 @@ size_t ct__zero_host_bytes_plan(const ct_params *P) {
     }
 }
 double ct_zero_gather_ms(const ct_zero *z) { return z->gather_ms; }
+uint64_t ct_zero_gather_bytes(const ct_zero *z) { return z ? ct_comm_bytes(z->pc) : 0; }
 void ct_zero_times_reset(ct_zero *z) { z->gather_ms = 0; }
 
 static ct_status comm_fail(ct_zero *z, ct_comm *c, ct_status st, const char *what, ct_err *err) {
@@ -83,13 +85,20 @@ static ct_status dev_fail(ct_zero *z, ct_status st, const char *what) {
     return st;
 }
 
-/* Flat parameters [a, b) into buf: this worker's part from the mirror, the rest summed in. */
-static ct_status gather_host(ct_zero *z, ct_comm *c, size_t a, size_t b, float *buf,
+/* Flat parameters [a, b) into buf: rank k's part is what its shard [base + k sh, base + (k+1) sh)
+ * holds of it, this worker's from the mirror. `half`: which half of the counts (0 the worker's
+ * gathers, 1 the prefetch thread's). */
+static ct_status gather_host(ct_zero *z, ct_comm *c, size_t a, size_t b, float *buf, int half,
                              ct_err *err) {
-    size_t n = b - a, x0 = a > z->lo ? a : z->lo, x1 = b < z->hi ? b : z->hi;
-    memset(buf, 0, n * sizeof(float));
-    if (x0 < x1) memcpy(buf + (x0 - a), z->mirror + (x0 - z->lo), (x1 - x0) * sizeof(float));
-    return comm_fail(z, c, ct_comm_allreduce(c, buf, buf, n, CT_F32, CT_OP_SUM, NULL),
+    size_t sh = z->hi - z->lo, base = z->lo - sh * (size_t)z->rank, *cnt = z->counts + half * z->N;
+    for (int k = 0; k < z->N; k++) {
+        size_t s0 = base + (size_t)k * sh, s1 = s0 + sh;
+        size_t x0 = a > s0 ? a : s0, x1 = b < s1 ? b : s1;
+        cnt[k] = x1 > x0 ? x1 - x0 : 0;
+    }
+    size_t x0 = a > z->lo ? a : z->lo;
+    const float *mine = cnt[z->rank] ? z->mirror + (x0 - z->lo) : z->mirror;
+    return comm_fail(z, c, ct_comm_allgatherv(c, mine, buf, cnt, CT_F32, NULL),
                      "parameter gather", err);
 }
 
@@ -108,7 +117,7 @@ static ct_status gather_range(ct_zero *z, size_t a, size_t b, size_t work) {
     ct_status st = ct_event_wait_release(z->ev_ptmp);
     z->ev_ptmp = NULL;
     if (st != CT_OK) return dev_fail(z, st, "writing gathered parameters");
-    if ((st = gather_host(z, z->pc, a, b, z->ptmp, &z->err)) != CT_OK) return st;
+    if ((st = gather_host(z, z->pc, a, b, z->ptmp, 0, &z->err)) != CT_OK) return st;
     return write_slot(z, work, z->ptmp, b - a, &z->ev_ptmp);
 }
 
@@ -122,7 +131,7 @@ static void *prefetch_main(void *arg) {
         float *buf = z->pf_buf + (size_t)(z->pf_block % 2) * z->local;
         pthread_mutex_unlock(&z->mu);
         double t0 = ct_time_now();
-        ct_status st = gather_host(z, z->pc, a, b, buf, &z->pf_err);
+        ct_status st = gather_host(z, z->pc, a, b, buf, 1, &z->pf_err);
         ct_trace_event(z->tr, CT_TRACE_PREFETCH, "parameter prefetch", "comm", t0, -1);
         pthread_mutex_lock(&z->mu);
         z->pf_st = st;
@@ -191,7 +200,8 @@ ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *edp, 
                    ct_comm_errmsg(from));
         else if (!(z->ptmp = ct_malloc(z->local * sizeof(float))) ||
                  !(z->pf_buf = ct_malloc(2 * z->local * sizeof(float))) ||
-                 !(z->mirror = ct_malloc((z->hi - z->lo) * sizeof(float))))
+                 !(z->mirror = ct_malloc((z->hi - z->lo) * sizeof(float))) ||
+                 !(z->counts = ct_malloc(2 * (size_t)z->N * sizeof(size_t))))
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory for gathers");
         else if (pthread_create(&z->pth, NULL, prefetch_main, z) != 0)
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: cannot start the prefetch thread");
@@ -225,6 +235,7 @@ void ct_zero_free(ct_zero *z) {
     free(z->mirror);
     free(z->ptmp);
     free(z->pf_buf);
+    free(z->counts);
     free(z);
 }
 
