@@ -118,13 +118,16 @@ ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_
                 double blk = ct__plan_block_params(pb, l->tp, l->ep) * 4;
                 int nb = 0;
                 ct__plan_stage_params(pb, l, split, q, &nb);
-                bad |= add_link(nd, pb, CT_COLL_ALLREDUCE, l->dp, l->tp, all < bucket ? all : bucket);
+                /* ZeRO reduce-scatters its buckets (each worker keeps its shard's sum) */
+                int red = l->zero >= 1 ? CT_COLL_REDUCESCATTER : CT_COLL_ALLREDUCE;
+                bad |= add_link(nd, pb, red, l->dp, l->tp, all < bucket ? all : bucket);
                 if (l->zero >= 2) /* a bucket per block, and the rest (embeddings, head) */
-                    bad |= add_link(nd, pb, CT_COLL_ALLREDUCE, l->dp, l->tp, blk) ||
-                           add_link(nd, pb, CT_COLL_ALLREDUCE, l->dp, l->tp, all - nb * blk);
+                    bad |= add_link(nd, pb, red, l->dp, l->tp, blk) ||
+                           add_link(nd, pb, red, l->dp, l->tp, all - nb * blk);
                 if (l->zero >= 1) bad |= add_link(nd, pb, CT_COLL_ALLGATHER, l->dp, l->tp, all);
-                if (l->zero >= 3) /* the embeddings' gathers */
-                    bad |= add_link(nd, pb, CT_COLL_ALLREDUCE, l->dp, l->tp,
+                if (l->zero >= 3) /* the blocks' and the embeddings' gathers */
+                    bad |= add_link(nd, pb, CT_COLL_ALLGATHER, l->dp, l->tp, blk) ||
+                           add_link(nd, pb, CT_COLL_ALLGATHER, l->dp, l->tp,
                                     ((double)c->padded_vocab / l->tp + c->max_seq) * C * 4);
                 if (all > nd->copy_hi) nd->copy_hi = all;
             }

@@ -93,12 +93,13 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
      * beside the previous block's compute); the embeddings at every forward */
     double z3_blk_f = 0, z3_blk_b = 0, z3_emb = 0;
     if (l->zero >= 3) {
-        double g = staged(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, ct__plan_block_params(pb, l->tp, l->ep) * 4,
-                          ct__plan_block_params(pb, l->tp, l->ep) * 4, ct__plan_block_params(pb, l->tp, l->ep) * 4);
+        /* an all-gather of the shards: each worker sends its 1/dp, receives the whole */
+        double blk = ct__plan_block_params(pb, l->tp, l->ep) * 4;
+        double g = staged(&x, CT_COLL_ALLGATHER, l->dp, l->tp, blk, blk / l->dp, blk);
         z3_blk_f = exposed(c, g, k->block_fwd);
         z3_blk_b = exposed(c, g, k->block_bwd);
         double e = ((double)cfg->padded_vocab / l->tp + cfg->max_seq) * C * 4;
-        z3_emb = staged(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, e, e, e);
+        z3_emb = staged(&x, CT_COLL_ALLGATHER, l->dp, l->tp, e, e / l->dp, e);
     }
     /* 2b. EP: per MoE block and micro-batch, the dispatch and the combine in the forward and again
      * in the backward, each an all-to-all of up to K b T C floats staged through the host (the
@@ -173,28 +174,29 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
         double dp_ms = 0, dp_bytes = 0, after = 0;
         double all = psi[q] * 4, bucket = pb->bucket_mb * 1048576.0;
         if (l->dp > 1) {
+            /* ZeRO reduce-scatters the buckets: each worker keeps (and writes back) its shard */
+            int red = l->zero >= 1 ? CT_COLL_REDUCESCATTER : CT_COLL_ALLREDUCE;
+            double dpn = l->dp, kept = l->zero >= 1 ? all / dpn : all;
             int nbk = (int)ceil(all / bucket);
             double one = 0;
             for (int j = 0; j < nbk; j++) {
                 double bb = j < nbk - 1 ? bucket : all - bucket * (nbk - 1);
-                one += c->copy_alpha + c->copy_beta * bb + link_ms(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, bb);
+                one += c->copy_alpha + c->copy_beta * bb + link_ms(&x, red, l->dp, l->tp, bb);
             }
-            one += c->copy_alpha + c->copy_beta * all; /* written back */
-            double dpn = l->dp;
+            one += c->copy_alpha + c->copy_beta * kept; /* written back */
             if (l->zero >= 2) {
                 /* ZeRO-2/3: a bucket per block (and one for the rest: embeddings, head) leaves
                  * at every micro-step, beside every backward; the shard is written at the end */
                 double blk = ct__plan_block_params(pb, l->tp, l->ep) * 4, rest = all - blocks[q] * blk;
                 double per = blocks[q] * (c->copy_alpha + c->copy_beta * blk +
-                                          link_ms(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, blk));
+                                          link_ms(&x, red, l->dp, l->tp, blk));
                 if (rest > 0)
-                    per += c->copy_alpha + c->copy_beta * rest +
-                           link_ms(&x, CT_COLL_ALLREDUCE, l->dp, l->tp, rest);
+                    per += c->copy_alpha + c->copy_beta * rest + link_ms(&x, red, l->dp, l->tp, rest);
                 dp_ms = exposed(c, m * per, m * bwd_stage[q]) + c->copy_alpha + c->copy_beta * all / dpn;
-                dp_bytes = m * 2 * (dpn - 1) / dpn * all;
+                dp_bytes = m * (dpn - 1) / dpn * all;
             } else {
                 dp_ms = pb->overlap ? exposed(c, one, bwd_stage[q]) : one;
-                dp_bytes = 2 * (dpn - 1) / dpn * all;
+                dp_bytes = (l->zero >= 1 ? 1 : 2) * (dpn - 1) / dpn * all;
             }
             if (l->zero >= 1) {
                 after = staged(&x, CT_COLL_ALLGATHER, l->dp, l->tp, all, all / dpn, all);
