@@ -38,6 +38,7 @@
 #include <stddef.h>
 
 #include "ct_alloc.h"
+#include "ct_bf16.h"
 #include "ct_file.h"
 #include "ct_status.h"
 
@@ -362,12 +363,7 @@ ct_status ct_gemm_strided_batched(ct_device *dev, int ta, int tb, size_t m, size
 
 /* ---------------------------------------------------------------- bf16 */
 
-/* bf16 is the upper half of an IEEE fp32, held as uint16_t (ushort in OpenCL C): it needs no
- * OpenCL extension. fp32 -> bf16 rounds to nearest, ties to even; past bf16's largest finite
- * value it rounds to infinity; infinities stay; a NaN stays a NaN of the same sign (made quiet).
- * bf16 -> fp32 is exact. The kernels use the same rule (cl/kernels/bf16.clh). */
-uint16_t ct_bf16_from_f32(float x);
-float ct_bf16_to_f32(uint16_t h);
+/* The host pair, ct_bf16_from_f32 and ct_bf16_to_f32, and the format's rules: ct_bf16.h. */
 /* The same on the device for n values: src fp32 -> dst bf16 and src bf16 -> dst fp32, offsets in
  * elements of each buffer's type. Enqueued; `ev` as everywhere. */
 ct_status ct_bf16_from_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, cl_mem dst,

@@ -383,8 +383,8 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
     if (p.save_model[0]) {
         if (ct_trainer_save_model(t) != CT_OK) die(1, "model not written: %s", ct_trainer_errmsg(t));
         if (leader)
-            printf("saved model %s (%s, fp32)\n", p.save_model,
-                   ct_model_file_is_safetensors(p.save_model) ? "safetensors" : "llm.c GPT-2 format");
+            printf("saved model %s (%s, %s)\n", p.save_model,
+                   ct_model_file_format_name(p.save_model), p.save_dtype);
     }
     if (sampler && p.sample_len > 0) print_sample(t, &p, p.steps);
     if (ct_trainer_finish(t) != CT_OK) die(1, "%s", ct_trainer_errmsg(t));

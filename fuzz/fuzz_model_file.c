@@ -1,8 +1,8 @@
 /* fuzz_model_file.c - fuzz target: model files (engine/io_model.c, io_safetensors.c): llm.c's
- * GPT-2 format or safetensors, told apart by the content. Any bytes: either a refusal with a
- * message, or a config that passes ct_gpt_config_check with every parameter (an llm.c file:
- * exactly header + parameters; safetensors: the data inside the file), which writes back in the
- * same format and reads again to the same parameters. */
+ * GPT-2 format (fp32 or bf16) or safetensors (F32, BF16 or F16), told apart by the content. Any
+ * bytes: either a refusal with a message, or a config that passes ct_gpt_config_check with every
+ * parameter (an llm.c file: exactly header + parameters; safetensors: the data inside the file),
+ * which writes back in the same format (fp32) and reads again to the same parameters. */
 #include "ct_engine_io.h"
 #include "fuzz_util.h"
 
@@ -26,7 +26,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t sizes[CT_GPT_NUM_TENSORS];
     CT_FUZZ_REQUIRE(n == ct_gpt_param_sizes(&cfg, sizes));
     int safetensors = ct_safetensors_sniff(data, size);
-    CT_FUZZ_REQUIRE(safetensors ? size >= 8 + 4 * n : size == 1024 + 4 * n);
+    int32_t version = 0;
+    if (size >= 8) memcpy(&version, data + 4, 4);
+    CT_FUZZ_REQUIRE(safetensors ? size >= 8 + 2 * n : size == 1024 + (version == 5 ? 2 : 4) * n);
     char out[600];
     snprintf(out, sizeof out, "%s.out%s", path, safetensors ? ".safetensors" : "");
     CT_FUZZ_REQUIRE(ct_model_file_write(out, &cfg, p, &err) == CT_OK);

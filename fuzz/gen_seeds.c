@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "ct_engine_io.h"
+#include "fuzz_hf.h"
 
 static void die(const char *what, const ct_err *err) {
     fprintf(stderr, "gen_seeds: %s: %s\n", what, err ? err->msg : "");
@@ -128,10 +129,73 @@ int main(int argc, char **argv) {
     b = slurp(tmp, &n);
     put(dir, "v1.bin", b, n);
     free(b);
+    /* Hugging Face: config.json as the engine writes it and as transformers writes GPT-2's
+     * (fields the reader ignores included); the tiny model's model.safetensors (F32, BF16); an
+     * index over the two shards fuzz_hf_index.c provides */
+    sub(dir, sizeof dir, root, "hf_config");
+    ct_gpt_config hc = ct_fuzz_hf_config();
+    char *text = ct_hf_config_format(&hc, CT_FILE_F32);
+    put(dir, "tiny.json", text, strlen(text));
+    free(text);
+    static const char gpt2[] =
+        "{\n  \"activation_function\": \"gelu_new\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+        "  \"attn_pdrop\": 0.1,\n  \"bos_token_id\": 50256,\n  \"embd_pdrop\": 0.1,\n"
+        "  \"eos_token_id\": 50256,\n  \"initializer_range\": 0.02,\n"
+        "  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n  \"n_ctx\": 1024,\n"
+        "  \"n_embd\": 768,\n  \"n_head\": 12,\n  \"n_layer\": 12,\n  \"n_positions\": 1024,\n"
+        "  \"resid_pdrop\": 0.1,\n  \"summary_activation\": null,\n"
+        "  \"summary_first_dropout\": 0.1,\n  \"summary_proj_to_labels\": true,\n"
+        "  \"summary_type\": \"cls_index\",\n  \"summary_use_proj\": true,\n"
+        "  \"task_specific_params\": {\"text-generation\": {\"do_sample\": true, \"max_length\": 50}},\n"
+        "  \"vocab_size\": 50257\n}\n";
+    put(dir, "gpt2.json", gpt2, strlen(gpt2));
+    sub(dir, sizeof dir, root, "hf_model");
+    size_t nh = 0;
+    float *ph = ct_fuzz_hf_params(&nh);
+    char hfdir[1100], hfile[1200];
+    snprintf(hfdir, sizeof hfdir, "%s/.gen_seeds.hf/", root);
+    snprintf(hfile, sizeof hfile, "%smodel.safetensors", hfdir);
+    if (ct_model_file_write_as(hfdir, &hc, ph, CT_FILE_F32, &err)) die("hf", &err);
+    b = slurp(hfile, &n);
+    put(dir, "tiny_f32.safetensors", b, n);
+    free(b);
+    if (ct_model_file_write_as(hfdir, &hc, ph, CT_FILE_BF16, &err)) die("hf", &err);
+    b = slurp(hfile, &n);
+    put(dir, "tiny_bf16.safetensors", b, n);
+    free(b);
+    free(ph);
+    sub(dir, sizeof dir, root, "hf_index");
+    {
+        char idx[4096];
+        size_t at = (size_t)snprintf(idx, sizeof idx, "{\"metadata\": {\"total_size\": 1}, "
+                                                      "\"weight_map\": {");
+        const char *names[] = {"wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.ln_1.bias",
+                               "h.0.attn.c_attn.weight", "h.0.attn.c_attn.bias",
+                               "h.0.attn.c_proj.weight", "h.0.attn.c_proj.bias", "h.0.ln_2.weight",
+                               "h.0.ln_2.bias", "h.0.mlp.c_fc.weight", "h.0.mlp.c_fc.bias",
+                               "h.0.mlp.c_proj.weight", "h.0.mlp.c_proj.bias", "ln_f.weight",
+                               "ln_f.bias"};
+        for (int k = 0; k < 16; k++)
+            at += (size_t)snprintf(idx + at, sizeof idx - at, "%s\"transformer.%s\": \"%s\"",
+                                   k ? ", " : "", names[k],
+                                   k < 8 ? "model.safetensors" : "other.safetensors");
+        at += (size_t)snprintf(idx + at, sizeof idx - at, "}}\n");
+        put(dir, "two_shards.json", idx, at);
+        /* the same with every tensor in model.safetensors */
+        for (char *q = strstr(idx, "other"); q; q = strstr(q, "other")) memcpy(q, "model", 5);
+        put(dir, "one_shard.json", idx, at);
+    }
+    snprintf(hfile, sizeof hfile, "%s/.gen_seeds.hf/model.safetensors", root);
+    remove(hfile);
+    snprintf(hfile, sizeof hfile, "%s/.gen_seeds.hf/config.json", root);
+    remove(hfile);
+    snprintf(hfile, sizeof hfile, "%s/.gen_seeds.hf", root);
+    rmdir(hfile);
     remove(tmp);
     free(p);
     free(m);
     free(v);
-    printf("gen_seeds: wrote model_file, checkpoint, shards, tokenizer seeds under %s\n", root);
+    printf("gen_seeds: wrote model_file, checkpoint, shards, tokenizer, hf_config, hf_model, "
+           "hf_index seeds under %s\n", root);
     return 0;
 }

@@ -22,3 +22,12 @@ if(TARGET train_gpt AND TARGET sample_gpt)
                    $<TARGET_FILE:sample_gpt>)
   set_tests_properties(test_train_cli PROPERTIES LABELS opencl)
 endif()
+# bf16 model files and Hugging Face GPT-2 directories, host only (references written in the test).
+ct_add_test(NAME test_engine_io_hf SOURCES test_engine_io_hf.c ${CT_IO_HOST_SRC}
+            LIBS ct_cl m LABELS unit)
+target_include_directories(test_engine_io_hf PRIVATE ${CT_ENGINE_INC} ${CMAKE_SOURCE_DIR}/parallel)
+if(TARGET train_gpt)
+  add_test(NAME test_train_files
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_train_files.sh $<TARGET_FILE:train_gpt>)
+  set_tests_properties(test_train_files PROPERTIES LABELS opencl)
+endif()

@@ -18,7 +18,9 @@ set(CT_ASAN_TESTS
   # every reader of outside bytes: the fuzz targets' corpora and the inputs the fuzzers found
   fuzz_replay_model_file fuzz_replay_shards fuzz_replay_checkpoint fuzz_replay_tokenizer
   fuzz_replay_tune fuzz_replay_select
+  fuzz_replay_hf_config fuzz_replay_hf_model fuzz_replay_hf_index  # Hugging Face directories
   test_engine_io                      # shards, llm.c models, checkpoints (every damage), tokenizer
+  test_engine_io_hf                   # bf16 files, Hugging Face directories written, refusals
   test_engine_io_train                # the option parser, JSON Lines, schedules
   test_cl_program                     # the kernel cache's files: corrupt and truncated entries
   test_cl_file                        # atomic writes from several threads, whole-file reads

@@ -307,7 +307,8 @@ static void test_model_file(void) {
         const char *msg;
     } cases[] = {
         {"magic", 0, 20240327, 0, "bad magic"},
-        {"bf16", 1, 5, 0, "version 5"},
+        {"version 4", 1, 4, 0, "version 4 is not supported"},
+        {"bf16 size", 1, 5, 0, "trailing data"}, /* version 5: 2 bytes a parameter */
         {"heads", 5, 3, 0, "do not divide"},
         {"zero L", 4, 0, 0, "positive"},
         {"Vp<V", 7, 32, 0, "padded vocabulary"},

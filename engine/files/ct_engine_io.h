@@ -1,6 +1,7 @@
 /* ct_engine_io.h - files and data of the engine: llm.c token shards and plain text, the batch
- * loader, llm.c's GPT-2 model file, the own checkpoint format, llm.c's GPT-2 tokenizer, and the
- * CRC-32 the checkpoints use. Whole-file reads and atomic writes are cl/'s (ct_file.h, included
+ * loader, model files (llm.c's GPT-2 file in fp32 or bf16, safetensors, Hugging Face GPT-2
+ * directories), the own checkpoint format, llm.c's GPT-2 tokenizer, and the CRC-32 the
+ * checkpoints use. Whole-file reads and atomic writes are cl/'s (ct_file.h, included
  * here). Pure host code: nothing here touches a device, so every part is testable without OpenCL.
  *
  *     ct_err err = {0};
@@ -106,37 +107,89 @@ size_t ct_loader_window_start(ct_loader *ld, int64_t step);
 int64_t ct_loader_windows(const ct_loader *ld);
 
 /* ---------------------------------------------------------------- model files (io_model.c,
- * io_safetensors.c): llm.c's GPT-2 file, or safetensors */
+ * io_safetensors.c, io_hf.c): llm.c's GPT-2 file, safetensors, a Hugging Face GPT-2 directory */
 
 #define CT_MODEL_MAGIC 20240326
 #define CT_MODEL_VERSION_FP32 3
+#define CT_MODEL_VERSION_BF16 5
 
-/* Read only the header: the config, validated. llm.c or safetensors, by the content. */
+/* How a file stores the parameters; the engine always gets and gives fp32. */
+typedef enum ct_file_dtype { CT_FILE_F32 = 0, CT_FILE_BF16 } ct_file_dtype;
+/* "fp32" or "bf16" (train_gpt's --save-dtype); -1 for anything else. */
+int ct_file_dtype_parse(const char *s, ct_file_dtype *out);
+
+/* Read only the header: the config, validated. Any of the formats below, by the content (a
+ * directory, or a safetensors file without cltrain's metadata, is Hugging Face's). */
 ct_status ct_model_file_read_config(const char *path, ct_gpt_config *cfg, ct_err *err);
-/* Read the config and all parameters (malloc'd, *nparams floats in ct_gpt_config.h order), from
- * an llm.c file (exactly header + params) or a safetensors file (chosen by the content). */
+/* Read the config and all parameters (malloc'd, *nparams floats in ct_gpt_config.h order, fp32
+ * whatever the file stores): an llm.c file (exactly header + params; version 3 = fp32, 5 = bf16),
+ * a cltrain safetensors file (F32, BF16 or F16 tensors), or a Hugging Face GPT-2 directory (a
+ * directory, its model.safetensors, or its model.safetensors.index.json; io_hf.c). */
 ct_status ct_model_file_read(const char *path, ct_gpt_config *cfg, float **params,
                              size_t *nparams, ct_err *err);
-/* Write the model atomically: safetensors when the name ends in ".safetensors", else llm.c's
- * format (which refuses a model with experts, naming the suffix to use). */
+/* Write the model atomically in fp32: ct_model_file_write_as(..., CT_FILE_F32, ...). */
 ct_status ct_model_file_write(const char *path, const ct_gpt_config *cfg, const float *params,
                               ct_err *err);
+/* Write the model atomically, by the name: a name ending in '/' is a Hugging Face directory
+ * (created if missing: config.json + model.safetensors), "*.safetensors" cltrain's safetensors,
+ * else llm.c's format (version 3 for fp32, 5 for bf16; no place for experts: refused, naming the
+ * suffix to use). bf16 rounds each value to nearest even. */
+ct_status ct_model_file_write_as(const char *path, const ct_gpt_config *cfg, const float *params,
+                                 ct_file_dtype dtype, ct_err *err);
 int ct_model_file_is_safetensors(const char *path);
+/* The name of the format ct_model_file_write_as picks for `path` ("llm.c GPT-2 format", ...). */
+const char *ct_model_file_format_name(const char *path);
 
 /* safetensors (io_safetensors.c): 8-byte little-endian header length, the JSON header (tensor ->
- * {dtype F32, shape, data_offsets}; "__metadata__": format "cltrain-gpt", max_seq, vocab,
+ * {dtype, shape, data_offsets}; "__metadata__": format "cltrain-gpt", max_seq, vocab,
  * padded_vocab, layers, heads, channels, experts, top_k as strings), the raw data. Tensor names
  * and shapes are the table's: (L,) (E,) then (rows, cols) or (rows*cols) for vectors; tensors
- * with no elements (a dense model's routerw) absent. Reading refuses, naming the tensor or field:
- * a header that is not valid JSON, missing or malformed metadata, a missing, unexpected or
- * misshapen tensor, a dtype other than F32, data_offsets out of the data or overlapping. */
+ * with no elements (a dense model's routerw) absent. Written as F32 or BF16; read from F32, BF16
+ * or F16. Reading refuses, naming the tensor or field: a header that is not valid JSON, missing
+ * or malformed metadata, a missing, unexpected or misshapen tensor, another dtype, data_offsets
+ * out of the data, not matching the shape, or overlapping. */
 ct_status ct_safetensors_write(const char *path, const ct_gpt_config *cfg, const float *params,
-                               ct_err *err);
+                               ct_file_dtype dtype, ct_err *err);
 ct_status ct_safetensors_read(const char *path, ct_gpt_config *cfg, float **params,
                               size_t *nparams, ct_err *err);
 ct_status ct_safetensors_read_config(const char *path, ct_gpt_config *cfg, ct_err *err);
 /* 1 when the first n bytes look like a safetensors file (a plausible length, then '{'). */
 int ct_safetensors_sniff(const unsigned char *head, size_t n);
+/* 0 when `path` is a well-formed safetensors file without cltrain's metadata (format
+ * "cltrain-gpt"): Hugging Face's; 1 otherwise (cltrain's, or broken: its reader says how). */
+int ct_safetensors_is_cltrain(const char *path);
+
+/* Hugging Face GPT2LMHeadModel directories (io_hf.c, io_hf_config.c). `path` is the directory,
+ * DIR/model.safetensors (or another *.safetensors in it) or DIR/model.safetensors.index.json.
+ * config.json gives the shape: n_layer, n_head, n_embd, vocab_size, n_positions (padded_vocab is
+ * vocab_size rounded up to 128, as llm.c pads); a field the engine does not implement is refused
+ * naming it (CT_ERR_UNSUPPORTED: activation_function other than gelu_new, layer_norm_epsilon
+ * other than 1e-5, n_inner other than 4 n_embd, scale_attn_weights false,
+ * scale_attn_by_inverse_layer_idx, add_cross_attention, untied embeddings, a model_type or
+ * architecture other than GPT-2's, a field not known to the reader); dropout probabilities are
+ * not applied (the engine has no dropout). The weights: model.safetensors, or the shards
+ * model.safetensors.index.json's weight_map names (file names in DIR only); names
+ * transformer.wte/wpe, transformer.h.N.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
+ * mlp.c_proj}.{weight, bias}, transformer.ln_f (the "transformer." prefix may be absent), Conv1D
+ * weights (in, out), transposed to the engine's (out, in); F32, BF16 or F16. lm_head.weight, if
+ * present, must equal wte (refused if it differs); the attention's causal-mask buffers
+ * (h.N.attn.bias, h.N.attn.masked_bias) are ignored. A tensor missing, repeated, unexpected, or
+ * of a shape config.json does not give is refused naming it. */
+ct_status ct_hf_read_config(const char *path, ct_gpt_config *cfg, ct_err *err);
+ct_status ct_hf_read(const char *path, ct_gpt_config *cfg, float **params, size_t *nparams,
+                     ct_err *err);
+/* Write `dir` (created if its parent exists): config.json and model.safetensors ("transformer."
+ * names, Conv1D layout, the V real rows of wte, lm_head tied so not stored), each atomically. A
+ * model with experts is refused. */
+ct_status ct_hf_write(const char *dir, const ct_gpt_config *cfg, const float *params,
+                      ct_file_dtype dtype, ct_err *err);
+/* Parse config.json's text into a config (the rules above); `what` names it in messages. */
+ct_status ct_hf_config_parse(const char *text, size_t n, const char *what, ct_gpt_config *cfg,
+                             ct_err *err);
+/* config.json's text for cfg (malloc'd, NUL-ended); NULL when out of memory. */
+char *ct_hf_config_format(const ct_gpt_config *cfg, ct_file_dtype dtype);
+/* 1 when `path` names a Hugging Face directory to write (it ends in '/'). */
+int ct_model_file_is_hf_dir(const char *path);
 
 /* ---------------------------------------------------------------- checkpoints (io_checkpoint.c) */
 

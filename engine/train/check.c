@@ -12,6 +12,8 @@ static ct_status check_out_dir(const char *path, const char *flag, ct_err *err) 
     if (!path || !path[0]) return CT_OK;
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", path);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') dir[--n] = 0; /* DIR/: a directory the writer makes */
     char *slash = strrchr(dir, '/');
     if (!slash) return CT_OK;
     if (slash == dir) slash[1] = 0;
@@ -163,6 +165,9 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(p->bucket_mb > 0, "--bucket-mb must be positive (got %g)", p->bucket_mb);
     NEED(p->overlap == 0 || p->overlap == 1, "--overlap must be 0 or 1 (got %d)", p->overlap);
     NEED(!(p->data[0] && p->text[0]), "--data and --text are exclusive: give one");
+    ct_file_dtype save_dtype;
+    NEED(ct_file_dtype_parse(p->save_dtype, &save_dtype) == 0,
+         "--save-dtype must be fp32 or bf16 (got '%s')", p->save_dtype);
     NEED(!(p->init[0] && p->resume[0]),
          "--init and --resume are exclusive (a checkpoint already holds the model)");
     long long bt = (long long)p->batch * p->seq;

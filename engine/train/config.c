@@ -106,8 +106,9 @@ ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg,
                       "all-to-alls in one piece, not split in two halves); use gpipe, 1f1b or "
                       "interleaved");
     if (p->save_model[0] && !ct_model_file_is_safetensors(p->save_model)) {
-        snprintf(m, sizeof m, "--save-model %s: llm.c's model format has no place for experts; "
-                              "name the file *.safetensors",
+        snprintf(m, sizeof m, "--save-model %s: llm.c's model format has no place for experts "
+                              "(nor has a Hugging Face GPT-2 directory); name the file "
+                              "*.safetensors",
                  p->save_model);
         return CT_ERR(err, CT_ERR_ARG, "%s", m);
     }

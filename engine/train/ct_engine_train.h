@@ -83,7 +83,8 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "weight alpha of the load-balancing loss added to the objective (the logged loss stays the " \
       "cross-entropy)")                                                                         \
     X(STR, init, "init", "",                                                                    \
-      "start from this model file (llm.c's GPT-2 format or .safetensors) instead of random init") \
+      "start from this model file (llm.c's GPT-2 format, fp32 or bf16; .safetensors; a Hugging " \
+      "Face GPT-2 directory or its model.safetensors) instead of random init")                  \
     X(STR, data, "data", "", "llm.c token shards (glob, sorted, concatenated)")                 \
     X(STR, text, "text", "", "a plain text file, trained on as bytes (vocabulary 256)")         \
     X(STR, val_data, "val-data", "", "validation token shards (glob); default: a held-out tail") \
@@ -122,8 +123,12 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "keep only the newest N checkpoints in --save DIR (never the one DIR/latest names); 0 = all") \
     X(STR, resume, "resume", "", "resume from a checkpoint directory or file")                 \
     X(STR, save_model, "save-model", "",                                                        \
-      "write the final model: safetensors for a *.safetensors name, else llm.c's GPT-2 format "  \
+      "write the final model: a Hugging Face GPT-2 directory for a name ending in / (config.json " \
+      "+ model.safetensors), safetensors for a *.safetensors name, else llm.c's GPT-2 format "  \
       "(dense models only)")                                                                    \
+    X(STR, save_dtype, "save-dtype", "fp32",                                                    \
+      "how --save-model stores the parameters: fp32, or bf16 (rounded to nearest even; llm.c's " \
+      "version 5, BF16 tensors)")                                                               \
     X(STR, metrics, "metrics", "", "write JSON Lines metrics (one object per step) here")      \
     X(STR, device, "device", "", "OpenCL device: auto, an index, P:D, gpu, cpu or a name part; default $CT_DEVICE or auto") \
     X(FLOAT, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU; 0 = measure the device's GEMM rate at start") \
@@ -460,7 +465,8 @@ int ct_trainer_sample_collective(const ct_trainer *t);
  * DIR/ckpt_<step>.bin and DIR/latest, path receives the file's name there; with --keep-last N
  * it then removes all but the newest N checkpoints and the one DIR/latest names). */
 ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len);
-/* Collective: the model as an llm.c file (--save-model; the leader writes). */
+/* Collective: the model as --save-model names it, stored as --save-dtype says (the leader
+ * writes). */
 ct_status ct_trainer_save_model(ct_trainer *t);
 /* A pipelined run's bubble: measured from the executed timeline, and simulated with the measured
  * action costs of each stage (ct_sched_simulate_stages) and at unit costs; and the last timed

@@ -508,7 +508,10 @@ ct_status ct_trainer_save_model(ct_trainer *t) {
     ct_status st = ct_exec_gather_state(t->x, host, NULL, NULL);
     if (st != CT_OK) st = ct__trainer_fail(t, NULL, st, "%s", ct_exec_errmsg(t->x));
     if (st == CT_OK && t->leader && !host) st = ct__trainer_fail(t, NULL, CT_ERR_NOMEM, "no memory to save the model");
-    if (st == CT_OK && t->leader) st = ct_model_file_write(t->p.save_model, &t->r->src.cfg, host, &t->err);
+    ct_file_dtype dt = CT_FILE_F32;
+    ct_file_dtype_parse(t->p.save_dtype, &dt); /* checked by ct_train_params_check */
+    if (st == CT_OK && t->leader)
+        st = ct_model_file_write_as(t->p.save_model, &t->r->src.cfg, host, dt, &t->err);
     free(host);
     return st;
 }
