@@ -1,4 +1,5 @@
-/* sample_gpt - generate from a saved model: an llm.c GPT-2 model file (--model) or a cltrain
+/* sample_gpt - generate from a saved model: an llm.c GPT-2 model file, a safetensors file or a
+ * Hugging Face GPT-2 directory (--model), or a cltrain
  * checkpoint (--checkpoint, a file or a --save directory). Prints the prompt and what follows
  * it as bytes (byte vocabulary), as text through an llm.c tokenizer (--tokenizer), or as token
  * ids. Exit status 2 on bad input (flags, files, prompt), 1 on a device failure. */
@@ -20,7 +21,8 @@ typedef struct sample_params {
 } sample_params;
 
 static const ct_opt opts[] = {
-    {"model", CT_OPT_STR, offsetof(sample_params, model), "", "llm.c GPT-2 model file"},
+    {"model", CT_OPT_STR, offsetof(sample_params, model), "",
+     "a model: llm.c GPT-2 file (fp32 or bf16), .safetensors, or a Hugging Face GPT-2 directory"},
     {"checkpoint", CT_OPT_STR, offsetof(sample_params, checkpoint), "",
      "cltrain checkpoint file or --save directory (instead of --model)"},
     {"prompt", CT_OPT_STR, offsetof(sample_params, prompt), "",
