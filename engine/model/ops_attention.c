@@ -15,7 +15,7 @@
  * for the bug's sake. */
 static ct_status transpose_square(ct_device *dev, size_t T, ct_view a, size_t BNH) {
     karg args[] = {KMEM(a), KINT(BNH), KINT(T)};
-    return ct__ops_launch2(dev, "attention", "transpose_square_inplace", T, BNH * T, 64, args,
+    return ct__ops_launch2(dev, "attention", "transpose_square_inplace", 0, T, BNH * T, 64, args,
                    NARGS(args));
 }
 
@@ -61,6 +61,7 @@ ct_status ct_attention_probs(ct_device *dev, ct_view att, ct_view qkvr, int B, i
                              int NH) {
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_probs", "B, T, C, NH must be positive with NH dividing C");
+    NO_BF16_YET("ct_attention_probs", VIEWS(NV(att), NV(qkvr)), NO_VIEWS);
     int hs = C / NH;
     size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
@@ -71,22 +72,24 @@ ct_status ct_attention_probs(ct_device *dev, ct_view att, ct_view qkvr, int B, i
     float scale = 1.0f / sqrtf((float)hs);
     karg a[] = {KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
     if (ct_device_row_groups(dev))
-        return ct__ops_launch_groups(dev, "attention", "softmax_causal_forward_rows", BNH * T, a,
+        return ct__ops_launch_groups(dev, "attention", "softmax_causal_forward_rows", 0, BNH * T, a,
                              NARGS(a));
-    return ct__ops_launch(dev, "attention", "softmax_causal_forward", BNH * T, 64, a, NARGS(a));
+    return ct__ops_launch(dev, "attention", "softmax_causal_forward", 0, BNH * T, 64, a, NARGS(a));
 }
 
 ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_view att, ct_view inp,
                                ct_view vaccum, int B, int T, int C, int NH) {
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_forward", "B, T, C, NH must be positive with NH dividing C");
+    NO_BF16_YET("ct_attention_forward", VIEWS(NV(out), NV(qkvr), NV(att), NV(inp), NV(vaccum)),
+                NO_VIEWS);
     int hs = C / NH;
     size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
     ct_status st;
     {
         karg a[] = {KMEM(qkvr), KMEM(inp), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-        st = ct__ops_launch2(dev, "attention", "qkv_to_heads", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+        st = ct__ops_launch2(dev, "attention", "qkv_to_heads", 0, (size_t)C, (size_t)B * T, 256, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     if ((st = ct_attention_probs(dev, att, qkvr, B, T, C, NH)) != CT_OK) return st;
@@ -95,7 +98,7 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_vie
                      vaccum, BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(out), KMEM(vaccum), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-    return ct__ops_launch2(dev, "attention", "heads_to_seq", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+    return ct__ops_launch2(dev, "attention", "heads_to_seq", 0, (size_t)C, (size_t)B * T, 256, a, NARGS(a));
 }
 
 ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_view datt,
@@ -103,13 +106,16 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
                                 int T, int C, int NH) {
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_backward", "B, T, C, NH must be positive with NH dividing C");
+    NO_BF16_YET("ct_attention_backward",
+                VIEWS(NV(dinp), NV(dqkvr), NV(datt), NV(dvaccum), NV(dout), NV(qkvr), NV(att)),
+                NO_VIEWS);
     int hs = C / NH;
     size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C;
     ct_status st;
     {
         karg a[] = {KMEM(dvaccum), KMEM(dout), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-        st = ct__ops_launch2(dev, "attention", "seq_to_heads", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+        st = ct__ops_launch2(dev, "attention", "seq_to_heads", 0, (size_t)C, (size_t)B * T, 256, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     /* datt (T,T) = dvaccum (T,hs) . v^T */
@@ -120,9 +126,9 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
         float scale = 1.0f / sqrtf((float)hs);
         karg a[] = {KMEM(datt), KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
         st = ct_device_row_groups(dev)
-                 ? ct__ops_launch_groups(dev, "attention", "softmax_causal_backward_rows", BNH * T, a,
+                 ? ct__ops_launch_groups(dev, "attention", "softmax_causal_backward_rows", 0, BNH * T, a,
                                  NARGS(a))
-                 : ct__ops_launch(dev, "attention", "softmax_causal_backward", BNH * T, 64, a, NARGS(a));
+                 : ct__ops_launch(dev, "attention", "softmax_causal_backward", 0, BNH * T, 64, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     /* dv (T,hs) = att^T (T,T) . dvaccum (T,hs): after the softmax backward, the last reader of
@@ -141,7 +147,7 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
                      ct_view_at(dqkvr, part), BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(dinp), KMEM(dqkvr), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-    return ct__ops_launch2(dev, "attention", "heads_to_qkv", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+    return ct__ops_launch2(dev, "attention", "heads_to_qkv", 0, (size_t)C, (size_t)B * T, 256, a, NARGS(a));
 }
 
 /* ------------------------------------------------------------------ fused attention */
@@ -229,7 +235,7 @@ ct_attn_cfg ct_attn_cfg_default(const ct_device_info *info, int hs) {
 
 /* The fused kernel `name` built for head size hs and block shape k (one program per shape). */
 static ct_status fused_kernel(ct_device *dev, int hs, const ct_attn_blocks *k, int backward,
-                              const char *name, cl_kernel *out) {
+                              int bf16, const char *name, cl_kernel *out) {
     char why[200];
     if (ct_attn_blocks_check(ct_device_get_info(dev), hs, k, backward, why, sizeof why))
         return CT_ERR(ct_device_err(dev), CT_ERR_ARG, "fused attention (%s): %s", name, why);
@@ -239,9 +245,9 @@ static ct_status fused_kernel(ct_device *dev, int hs, const ct_attn_blocks *k, i
                       "engine kernel source 'attention_fused.cl' is not embedded (build problem)");
     int sc, oc;
     fused_split(hs, k, &sc, &oc);
-    char opt[160];
-    snprintf(opt, sizeof opt, "-D HS=%d -D BQ=%d -D BK=%d -D NT=%d -D VW=%d -D SC=%d -D OC=%d", hs,
-             k->bq, k->bk, k->nt, k->vw, sc, oc);
+    char opt[200];
+    snprintf(opt, sizeof opt, "-D HS=%d -D BQ=%d -D BK=%d -D NT=%d -D VW=%d -D SC=%d -D OC=%d%s%s",
+             hs, k->bq, k->bk, k->nt, k->vw, sc, oc, bf16 ? " " : "", bf16 ? CT__BF16_OPTS : "");
     ct_status st = ct_kernel_get(dev, src, opt, name, out);
     if (st != CT_OK) return st;
     size_t wg = 1;
@@ -254,10 +260,10 @@ static ct_status fused_kernel(ct_device *dev, int hs, const ct_attn_blocks *k, i
 }
 
 static ct_status fused_launch(ct_device *dev, int hs, const ct_attn_blocks *k, int backward,
-                              const char *name, size_t groups, size_t BNH, const karg *args,
-                              int nargs) {
+                              int bf16, const char *name, size_t groups, size_t BNH,
+                              const karg *args, int nargs) {
     cl_kernel kern = NULL;
-    ct_status st = fused_kernel(dev, hs, k, backward, name, &kern);
+    ct_status st = fused_kernel(dev, hs, k, backward, bf16, name, &kern);
     for (int i = 0; st == CT_OK && i < nargs; i++)
         st = ct_kernel_set_arg(dev, kern, (cl_uint)i, args[i].size, args[i].p);
     if (st != CT_OK) return st;
@@ -265,12 +271,18 @@ static ct_status fused_launch(ct_device *dev, int hs, const ct_attn_blocks *k, i
     return ct_kernel_launch(dev, kern, 2, global, local, NULL);
 }
 
-ct_status ct_attention_fused_warmup(ct_device *dev, const ct_attn_cfg *cfg, int hs) {
+ct_status ct_attention_fused_warmup_store(ct_device *dev, const ct_attn_cfg *cfg, int hs,
+                                          ct_store store) {
     cl_kernel k = NULL;
-    ct_status st = fused_kernel(dev, hs, &cfg->fwd, 0, "attn_fused_forward", &k);
-    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, "attn_fused_backward_dkv", &k);
-    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, "attn_fused_backward_dq", &k);
+    int bf = store == CT_STORE_BF16;
+    ct_status st = fused_kernel(dev, hs, &cfg->fwd, 0, bf, "attn_fused_forward", &k);
+    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, bf, "attn_fused_backward_dkv", &k);
+    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, bf, "attn_fused_backward_dq", &k);
     return st;
+}
+
+ct_status ct_attention_fused_warmup(ct_device *dev, const ct_attn_cfg *cfg, int hs) {
+    return ct_attention_fused_warmup_store(dev, cfg, hs, CT_STORE_F32);
 }
 
 #define FUSED_DIMS_OK                                                                              \
@@ -280,12 +292,14 @@ ct_status ct_attention_fused_forward(ct_device *dev, const ct_attn_cfg *cfg, ct_
                                      ct_view lse, ct_view inp, int B, int T, int C, int NH) {
     NEED(FUSED_DIMS_OK, "ct_attention_fused_forward",
          "B, T, C, NH must be positive with NH dividing C");
+    int bf;
+    VARIANT("ct_attention_fused_forward", &bf, VIEWS(NV(out), NV(inp)), VIEWS(NV(lse)));
     int hs = C / NH;
     ct_attn_cfg c = cfg ? *cfg : ct_attn_cfg_default(ct_device_get_info(dev), hs);
     float scale = 1.0f / sqrtf((float)hs);
     size_t nqb = ((size_t)T + c.fwd.bq - 1) / c.fwd.bq;
     karg a[] = {KMEM(out), KMEM(lse), KMEM(inp), KINT(T), KINT(NH), KF(scale)};
-    return fused_launch(dev, hs, &c.fwd, 0, "attn_fused_forward", nqb, (size_t)B * NH, a,
+    return fused_launch(dev, hs, &c.fwd, 0, bf, "attn_fused_forward", nqb, (size_t)B * NH, a,
                         NARGS(a));
 }
 
@@ -294,6 +308,9 @@ ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg, ct
                                       ct_view lse, int B, int T, int C, int NH) {
     NEED(FUSED_DIMS_OK, "ct_attention_fused_backward",
          "B, T, C, NH must be positive with NH dividing C");
+    int bf;
+    VARIANT("ct_attention_fused_backward", &bf, VIEWS(NV(dinp), NV(dout), NV(inp), NV(out)),
+            VIEWS(NV(dsum), NV(lse)));
     int hs = C / NH;
     ct_attn_cfg c = cfg ? *cfg : ct_attn_cfg_default(ct_device_get_info(dev), hs);
     float scale = 1.0f / sqrtf((float)hs);
@@ -302,7 +319,7 @@ ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg, ct
     {
         cl_kernel k = NULL;
         karg a[] = {KMEM(dsum), KMEM(dout), KMEM(out), KINT(B), KINT(T), KINT(NH)};
-        st = fused_kernel(dev, hs, &c.bwd, 1, "attn_fused_dot", &k);
+        st = fused_kernel(dev, hs, &c.bwd, 1, bf, "attn_fused_dot", &k);
         for (int i = 0; st == CT_OK && i < NARGS(a); i++)
             st = ct_kernel_set_arg(dev, k, (cl_uint)i, a[i].size, a[i].p);
         size_t wg = 1;
@@ -317,12 +334,12 @@ ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg, ct
         size_t nkb = ((size_t)T + c.bwd.bk - 1) / c.bwd.bk;
         karg a[] = {KMEM(dinp), KMEM(dout), KMEM(inp), KMEM(lse), KMEM(dsum),
                     KINT(T),    KINT(NH),   KF(scale)};
-        st = fused_launch(dev, hs, &c.bwd, 1, "attn_fused_backward_dkv", nkb, BNH, a, NARGS(a));
+        st = fused_launch(dev, hs, &c.bwd, 1, bf, "attn_fused_backward_dkv", nkb, BNH, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     size_t nqb = ((size_t)T + c.bwd.bq - 1) / c.bwd.bq;
     karg a[] = {KMEM(dinp), KMEM(dout), KMEM(inp), KMEM(lse), KMEM(dsum),
                 KINT(T),    KINT(NH),   KF(scale)};
-    return fused_launch(dev, hs, &c.bwd, 1, "attn_fused_backward_dq", nqb, BNH, a, NARGS(a));
+    return fused_launch(dev, hs, &c.bwd, 1, bf, "attn_fused_backward_dq", nqb, BNH, a, NARGS(a));
 }
 
