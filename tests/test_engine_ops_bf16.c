@@ -540,6 +540,111 @@ static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg 
     bt_free(&inp); bt_free(&out); bt_free(&lse); bt_free(&dout); bt_free(&dinp); bt_free(&dsum);
 }
 
+/* ------------------------------------------------------------------ GEMM attention */
+
+/* The GEMM path in bf16: P (att) and dS kept in bf16, the scores and dP in fp32 (ops_attention.c).
+ * Forward: p off relatively by rel = 2 Es + 4 (T + 16) u32 (Es: the scores' fp32 error, as in the
+ * fused test; the softmax's max, T exponentials and the sum), then stored: att within
+ * u p + rel p. out = fl_bf16(sum_j fl_bf16(p_j) v_j): M = sum_j p_j |v_j| (u (1 + rel) + rel +
+ * gamma(T + 1)) (the stored P's rounding is part of the design's error, counted here).
+ * Backward, from the stored P (the reference is given the same bf16 P): dS_ij =
+ * scale P_ij (dp_ij - dot_i) with S_ij = scale P_ij (|dp_ij| + |dot_i| + sum_d |dO_id| |v_jd| +
+ * sum_j' P_ij' sum_d |dO_id| |v_j'd|), stored in bf16: off by (u + gamma(T + hs + 4)) S_ij; then
+ * dq_i = sum_j dS_ij k_j and dk_j = sum_i dS_ij q_i carry that plus gamma(T + 1) of their own
+ * sums; dv_j = sum_i P_ij dO_i: gamma(T + 1) sum P |dO|. */
+static void test_attention_gemm(int B, int T, int C, int NH) {
+    size_t BTC = (size_t)B * T * C, A = (size_t)B * NH * T * T;
+    int hs = C / NH;
+    double sc = 1.0 / sqrt((double)hs);
+    bt inp = bt_make(3 * BTC, 1, 1.5, 0), out = bt_make(BTC, 1, 0, 7.0);
+    bt qkvr = bt_make(3 * BTC, 1, 0, 7.0), att = bt_make(A, 1, 0, 7.0), vacc = bt_make(BTC, 1, 0, 7.0);
+    CT_ASSERT_OK(ct_attention_forward(g_dev, out.v, qkvr.v, att.v, inp.v, vacc.v, B, T, C, NH),
+                 ct_device_errmsg(g_dev));
+    double *ro = dalloc(BTC), *ra = dalloc(A), *mo = dalloc(BTC), *ma = dalloc(A);
+    ct_ref_attention_forward(ro, ra, inp.d, B, T, C, NH);
+    double es = 0, mx = 0;
+    for (size_t i = 0; i < inp.n; i++) mx = fmax(mx, fabs(inp.d[i]));
+    es = gam(hs + 2) * hs * mx * mx * sc;
+    double rel = 2 * es + 4 * (T + 16.0) * U32;
+    for (size_t i = 0; i < A; i++) ma[i] = rel * ra[i];
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < hs; d++) {
+                    double m = 0;
+                    for (int j = 0; j <= t; j++)
+                        m += ra[(((size_t)b * NH + h) * T + t) * T + j] *
+                             fabs(inp.d[((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs + d]);
+                    mo[((size_t)b * T + t) * C + (size_t)h * hs + d] =
+                        m * (U * (1 + rel) + rel + gam(T + 1));
+                }
+    bt_read(&out); bt_read(&att);
+    check("attention_forward (gemm) att (bf16, exact zeros above the diagonal)", &att, ra, ma, 0);
+    check("attention_forward (gemm) out (bf16)", &out, ro, mo, 0);
+    /* the backward on the stored P */
+    double *P = dalloc(A);
+    for (size_t i = 0; i < A; i++) P[i] = att.h[i];
+    bt dout = bt_make(BTC, 1, 1, 0), dinp = bt_make(3 * BTC, 1, 0, 7.0);
+    bt dqkvr = bt_make(3 * BTC, 1, 0, 7.0), datt = bt_make(2 * A, 1, 0, 7.0);
+    bt dvacc = bt_make(BTC, 1, 0, 7.0);
+    CT_ASSERT_OK(ct_attention_backward(g_dev, dinp.v, dqkvr.v, datt.v, dvacc.v, dout.v, qkvr.v,
+                                       att.v, B, T, C, NH),
+                 ct_device_errmsg(g_dev));
+    memset(dinp.d, 0, dinp.n * sizeof(double));
+    ct_ref_attention_backward(dinp.d, dout.d, inp.d, P, B, T, C, NH);
+    double *eb = dalloc(dinp.n), *S = dalloc((size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double *p = P + (((size_t)b * NH + h) * T + i) * T;
+                const double *dO = dout.d + ((size_t)b * T + i) * C + (size_t)h * hs;
+                const double *q = inp.d + ((size_t)b * T + i) * 3 * C + (size_t)h * hs;
+                double dot = 0, avg = 0;
+                double *dps = dalloc((size_t)T), *dOv = dalloc((size_t)T);
+                for (int j = 0; j <= i; j++) {
+                    const double *v = inp.d + ((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs;
+                    for (int d = 0; d < hs; d++) dps[j] += dO[d] * v[d], dOv[j] += fabs(dO[d] * v[d]);
+                    dot += p[j] * dps[j];
+                    avg += p[j] * dOv[j];
+                }
+                for (int j = 0; j <= i; j++)
+                    S[j] = sc * p[j] * (fabs(dps[j]) + fabs(dot) + dOv[j] + avg) *
+                           (U + gam(T + hs + 4));
+                double *edq = eb + ((size_t)b * T + i) * 3 * C + (size_t)h * hs;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = inp.d + ((size_t)b * T + j) * 3 * C + C + (size_t)h * hs;
+                    double *edk = eb + ((size_t)b * T + j) * 3 * C + C + (size_t)h * hs;
+                    double *edv = edk + C;
+                    double sabs = sc * p[j] * (fabs(dps[j] - dot));
+                    for (int d = 0; d < hs; d++) {
+                        edq[d] += S[j] * fabs(k[d]) + gam(T + 1) * sabs * fabs(k[d]);
+                        edk[d] += S[j] * fabs(q[d]) + gam(T + 1) * sabs * fabs(q[d]);
+                        edv[d] += gam(T + 1) * p[j] * fabs(dO[d]);
+                    }
+                }
+                free(dps); free(dOv);
+            }
+    bt_read(&dinp);
+    check("attention_backward (gemm) dinp (bf16)", &dinp, dinp.d, eb, 0);
+    bt_read(&datt);
+    size_t beyond = 0;
+    for (size_t i = A; i < 2 * A; i++) beyond += datt.h[i] != 7.0f;
+    CT_ASSERT_EQ_INT(beyond, 0);
+    float *before = malloc(A * sizeof(float));
+    memcpy(before, att.h, A * sizeof(float));
+    bt_read(&att); /* att comes back as its transpose: the same bits */
+    size_t moved = 0;
+    for (size_t m = 0; m < (size_t)B * NH; m++)
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++)
+                moved += att.h[(m * T + i) * T + j] != before[(m * T + j) * T + i];
+    CT_ASSERT_EQ_INT(moved, 0);
+    free(before); free(P); free(eb); free(S);
+    free(ro); free(ra); free(mo); free(ma);
+    bt_free(&inp); bt_free(&out); bt_free(&qkvr); bt_free(&att); bt_free(&vacc);
+    bt_free(&dout); bt_free(&dinp); bt_free(&dqkvr); bt_free(&datt); bt_free(&dvacc);
+}
+
 /* ------------------------------------------------------------------ conversions */
 
 /* Every bf16 bit pattern through a device op that is an exact copy in fp32 (x + -0 = x for every
@@ -623,8 +728,7 @@ static void test_refusals(void) {
                      CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "params is bf16");
     /* ops without a bf16 variant yet say so */
-    CT_ASSERT_EQ_INT(ct_attention_forward(g_dev, h.v, h.v, h.v, h.v, h.v, 1, 2, 4, 2),
-                     CT_ERR_UNSUPPORTED);
+    CT_ASSERT_EQ_INT(ct_attention_probs(g_dev, h.v, h.v, 1, 2, 4, 2), CT_ERR_UNSUPPORTED);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "no bf16 variant");
     CT_ASSERT_EQ_INT(ct_combine(g_dev, h.v, h.v, h.v, 8, 0), CT_ERR_UNSUPPORTED);
     /* an unknown storage value */
@@ -665,6 +769,9 @@ int main(void) {
     /* vectors of 4 lanes per work-item (the CPU shapes): the lane-by-lane bf16 stores */
     const ct_attn_cfg vec4 = {{16, 16, 16, 4}, {16, 16, 16, 4}};
     test_attention_fused(2, 37, 16, 2, &vec4);
+    test_attention_gemm(3, 7, 20, 4);
+    test_attention_gemm(1, 33, 24, 3);
+    test_attention_gemm(1, 130, 16, 2); /* several row blocks of scores in the scratch */
     /* the other row-reduction kernels (a work-group per row on GPUs, a work-item per row on
      * CPUs): both against the reference on every device, rows longer than a work-group */
     const ct_device_info *info = &ds.list[ds.pick[0]];

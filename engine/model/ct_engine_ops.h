@@ -112,7 +112,7 @@ extern const int ct_engine_kernels_count;
 /* Compile every engine kernel program now (so later calls only enqueue): the fp32 variants. */
 ct_status ct_ops_warmup(ct_device *dev);
 /* The same for one storage: CT_STORE_BF16 builds the bf16 variants of the sources that have one
- * (encoder, elementwise, layernorm, loss; the fused attention's per shape:
+ * (encoder, elementwise, layernorm, loss, attention; the fused attention's per shape:
  * ct_attention_fused_warmup_store). The bf16 matmul runs on the portable GEMM path, which the
  * caller checks once at setup: ct_gemm_path_check(dev, CT_GEMM_PORTABLE). */
 ct_status ct_ops_warmup_store(ct_device *dev, ct_store store);
@@ -155,7 +155,11 @@ ct_status ct_matmul_backward(ct_device *dev, ct_view dinp /* (B,T,C) = */,
 
 /* ---- causal multi-head self-attention on fused qkv, scale 1/sqrt(C/NH).
  * Saved for backward: qkvr (the q, k, v in head-major layout) and att (the softmax).
- * Scratch: vaccum (B,NH,T,hs). */
+ * Scratch: vaccum (B,NH,T,hs).
+ * In bf16 (every view bf16) att holds P and the backward's datt dS in bf16, while the scores and
+ * dP are computed in fp32 a block of rows at a time in the scratch (vaccum in the forward, dqkvr
+ * in the backward) and never rounded; ct_attention_probs has no bf16 variant yet (it has no
+ * scratch: recompute in bf16 will need one). */
 ct_status ct_attention_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
                                ct_view qkvr /* (3,B,NH,T,hs) = */, ct_view att /* (B,NH,T,T) = */,
                                ct_view inp /* (B,T,3C) */, ct_view vaccum /* (B,NH,T,hs) scratch */,

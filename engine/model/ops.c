@@ -142,7 +142,7 @@ static int warmed(const ct_cl_source *src) { return strcmp(src->name, "attention
 /* The sources with a bf16 variant (store.clh) that the warm-up builds; the fused attention's
  * are built per shape (ct_attention_fused_warmup_store). */
 static int has_bf16(const ct_cl_source *src) {
-    static const char *const names[] = {"encoder", "elementwise", "layernorm", "loss"};
+    static const char *const names[] = {"encoder", "elementwise", "layernorm", "loss", "attention"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(src->name, names[i])) return 1;
     return 0;
