@@ -540,6 +540,128 @@ static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg 
     bt_free(&inp); bt_free(&out); bt_free(&lse); bt_free(&dout); bt_free(&dinp); bt_free(&dsum);
 }
 
+/* ------------------------------------------------------------------ vocabulary-parallel */
+
+/* Two workers' halves of the vocabulary-parallel embedding and cross-entropy (tensor
+ * parallelism), combined as tp.c does, against the whole op's reference: the embedding halves
+ * (one holds wpe) sum exactly (one of the two is zero per element), so the result is the
+ * encoder's, one bf16 rounding of a single fp32 add; the losses and lse are the cross-entropy's
+ * with the max and the sums combined in fp32 (the bounds of test_crossentropy, the sums' two
+ * halves adding one u32); the logits' gradient halves are the whole one's columns. */
+static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int split) {
+    size_t N = (size_t)B * T;
+    int lo[2] = {0, split}, Vl[2] = {split, Vp - split}, nreal[2];
+    for (int w = 0; w < 2; w++) nreal[w] = V - lo[w] < 0 ? 0 : V - lo[w] > Vl[w] ? Vl[w] : V - lo[w];
+    bt tok = bt_ints(N, 0, V), wte = bt_make((size_t)Vp * C, 1, 1, 0), wpe = bt_make((size_t)T * C, 1, 1, 0);
+    bt wpart[2], out[2], dwte[2];
+    bt dout = bt_make(N * C, 1, 1, 0), dwpe = bt_make(wpe.n, 0, 1, 0);
+    double *r = dalloc(N * C), *m = dalloc(N * C), *aw = dabs(wte.d, wte.n), *ap = dabs(wpe.d, wpe.n);
+    double *rdwte = dalloc(wte.n), *rdwpe = dalloc(wpe.n), *mdwte = dalloc(wte.n),
+           *mdwpe = dalloc(wpe.n), *adout = dabs(dout.d, dout.n);
+    for (int w = 0; w < 2; w++) {
+        wpart[w] = bt_make((size_t)Vl[w] * C, 1, 0, 0);
+        for (size_t i = 0; i < wpart[w].n; i++) bt_set(&wpart[w], i, wte.d[(size_t)lo[w] * C + i]);
+        bt_upload(&wpart[w]);
+        out[w] = bt_make(N * C, 1, 0, 7.0);
+        dwte[w] = bt_make((size_t)Vl[w] * C, 0, 1, 0);
+        CT_ASSERT_OK(ct_encoder_forward_vp(g_dev, out[w].v, tok.v, wpart[w].v, wpe.v, B, T, C,
+                                           lo[w], Vl[w], w == 0),
+                     ct_device_errmsg(g_dev));
+    }
+    CT_ASSERT_OK(ct_combine(g_dev, out[0].v, out[0].v, out[1].v, N * C, 0), ct_device_errmsg(g_dev));
+    ct_ref_encoder_forward(r, (int *)tok.h, wte.d, wpe.d, B, T, C);
+    ct_ref_encoder_forward(m, (int *)tok.h, aw, ap, B, T, C);
+    for (size_t i = 0; i < N * C; i++) m[i] *= gam(1);
+    bt_read(&out[0]);
+    check("encoder_forward_vp + combine (bf16)", &out[0], r, m, 0);
+    /* backward: each worker's dwte rows; dwpe from worker 0 */
+    memcpy(rdwpe, dwpe.d, wpe.n * sizeof(double));
+    for (size_t i = 0; i < wpe.n; i++) mdwpe[i] = fabs(dwpe.d[i]);
+    for (int w = 0; w < 2; w++)
+        for (size_t i = 0; i < dwte[w].n; i++) {
+            rdwte[(size_t)lo[w] * C + i] = dwte[w].d[i];
+            mdwte[(size_t)lo[w] * C + i] = fabs(dwte[w].d[i]);
+        }
+    ct_ref_encoder_backward(rdwte, rdwpe, dout.d, (int *)tok.h, B, T, C);
+    ct_ref_encoder_backward(mdwte, mdwpe, adout, (int *)tok.h, B, T, C);
+    CT_ASSERT_OK(ct_encoder_backward_vp(g_dev, dwte[0].v, dwpe.v, dout.v, tok.v, B, T, C, lo[0], Vl[0]),
+                 ct_device_errmsg(g_dev));
+    bt spare = bt_make(wpe.n, 0, 1, 0);
+    CT_ASSERT_OK(ct_encoder_backward_vp(g_dev, dwte[1].v, spare.v, dout.v, tok.v, B, T, C, lo[1], Vl[1]),
+                 ct_device_errmsg(g_dev));
+    for (int w = 0; w < 2; w++) {
+        bt_read(&dwte[w]);
+        double *e = dalloc(dwte[w].n);
+        for (size_t i = 0; i < dwte[w].n; i++) e[i] = gam((double)N + 1) * mdwte[(size_t)lo[w] * C + i];
+        check("encoder_backward_vp dwte (fp32 +=)", &dwte[w], rdwte + (size_t)lo[w] * C, e, 0);
+        free(e);
+    }
+    for (size_t i = 0; i < wpe.n; i++) mdwpe[i] *= gam(B + 1);
+    bt_read(&dwpe);
+    check("encoder_backward_vp dwpe (fp32 +=)", &dwpe, rdwpe, mdwpe, 0);
+    /* cross-entropy over the two halves of bf16 logits */
+    bt logits = bt_make(N * Vp, 1, 5, 0), tg = bt_ints(N, 0, V), L[2];
+    for (int w = 0; w < 2; w++) {
+        L[w] = bt_make(N * Vl[w], 1, 0, 0);
+        for (size_t rr = 0; rr < N; rr++)
+            for (int v = 0; v < Vl[w]; v++)
+                bt_set(&L[w], rr * Vl[w] + v, logits.d[rr * Vp + lo[w] + v]);
+        bt_upload(&L[w]);
+    }
+    bt mx[2] = {bt_make(N, 0, 0, 7.0), bt_make(N, 0, 0, 7.0)};
+    bt sums[2] = {bt_make(2 * N, 0, 0, 7.0), bt_make(2 * N, 0, 0, 7.0)};
+    bt losses = bt_make(N, 0, 0, 7.0), lse = bt_make(N, 0, 0, 7.0);
+    for (int w = 0; w < 2; w++)
+        CT_ASSERT_OK(ct_crossentropy_vp_max(g_dev, mx[w].v, L[w].v, B, T, Vl[w], nreal[w]),
+                     ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_combine(g_dev, mx[0].v, mx[0].v, mx[1].v, N, 1), ct_device_errmsg(g_dev));
+    for (int w = 0; w < 2; w++)
+        CT_ASSERT_OK(ct_crossentropy_vp_sums(g_dev, sums[w].v, L[w].v, mx[0].v, tg.v, B, T, Vl[w],
+                                             nreal[w], lo[w]),
+                     ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_combine(g_dev, sums[0].v, sums[0].v, sums[1].v, 2 * N, 0), ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_crossentropy_vp_finish(g_dev, losses.v, lse.v, mx[0].v, sums[0].v, B, T),
+                 ct_device_errmsg(g_dev));
+    double *rl = dalloc(N), *rz = dalloc(N), *el = dalloc(N);
+    ct_ref_crossentropy_forward(rl, logits.d, (int *)tg.h, B, T, V, Vp);
+    for (size_t rr = 0; rr < N; rr++) {
+        int t = ((int *)tg.h)[rr];
+        rz[rr] = rl[rr] + logits.d[rr * Vp + t];
+        el[rr] = 4 * U32 * (fabs(rz[rr]) + fabs(logits.d[rr * Vp + t])) + gam(V + 9) * 2;
+    }
+    bt_read(&losses); bt_read(&lse);
+    check("crossentropy_vp losses (fp32, bf16 logits)", &losses, rl, el, 0);
+    check("crossentropy_vp lse (fp32)", &lse, rz, el, 0);
+    double dloss = 1.0 / (double)N;
+    double *rd = dalloc(logits.n);
+    ct_ref_crossentropy_backward(rd, logits.d, (int *)tg.h, dloss, B, T, V, Vp);
+    for (int w = 0; w < 2; w++) {
+        CT_ASSERT_OK(ct_crossentropy_vp_backward(g_dev, L[w].v, lse.v, tg.v, (float)dloss, B, T,
+                                                 Vl[w], nreal[w], lo[w]),
+                     ct_device_errmsg(g_dev));
+        bt_read(&L[w]);
+        double *ref = dalloc(L[w].n), *e = dalloc(L[w].n);
+        for (size_t rr = 0; rr < N; rr++)
+            for (int v = 0; v < Vl[w]; v++) {
+                double l = logits.d[rr * Vp + lo[w] + v];
+                ref[rr * Vl[w] + v] = rd[rr * Vp + lo[w] + v];
+                e[rr * Vl[w] + v] = lo[w] + v < V ? exp(l - rz[rr]) * dloss *
+                                                        (2 * el[rr] + 8 * U32 * (fabs(l) + fabs(rz[rr]) + 1))
+                                                  : 0;
+            }
+        check("crossentropy_vp_backward (bf16, in place)", &L[w], ref, e, 0);
+        free(ref); free(e);
+    }
+    free(r); free(m); free(aw); free(ap); free(rdwte); free(rdwpe); free(mdwte); free(mdwpe);
+    free(adout); free(rl); free(rz); free(el); free(rd);
+    for (int w = 0; w < 2; w++) {
+        bt_free(&wpart[w]); bt_free(&out[w]); bt_free(&dwte[w]); bt_free(&L[w]);
+        bt_free(&mx[w]); bt_free(&sums[w]);
+    }
+    bt_free(&tok); bt_free(&wte); bt_free(&wpe); bt_free(&dout); bt_free(&dwpe); bt_free(&spare);
+    bt_free(&logits); bt_free(&tg); bt_free(&losses); bt_free(&lse);
+}
+
 /* ------------------------------------------------------------------ GEMM attention */
 
 /* The GEMM path in bf16: P (att) and dS kept in bf16, the scores and dP in fp32 (ops_attention.c).
@@ -730,7 +852,7 @@ static void test_refusals(void) {
     /* ops without a bf16 variant yet say so */
     CT_ASSERT_EQ_INT(ct_attention_probs(g_dev, h.v, h.v, 1, 2, 4, 2), CT_ERR_UNSUPPORTED);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "no bf16 variant");
-    CT_ASSERT_EQ_INT(ct_combine(g_dev, h.v, h.v, h.v, 8, 0), CT_ERR_UNSUPPORTED);
+    CT_ASSERT_EQ_INT(ct_moe_prob_mean(g_dev, h.v, h.v, 1, 2, 4), CT_ERR_UNSUPPORTED);
     /* an unknown storage value */
     ct_view odd = h.v;
     odd.store = (ct_store)7;
@@ -769,6 +891,8 @@ int main(void) {
     /* vectors of 4 lanes per work-item (the CPU shapes): the lane-by-lane bf16 stores */
     const ct_attn_cfg vec4 = {{16, 16, 16, 4}, {16, 16, 16, 4}};
     test_attention_fused(2, 37, 16, 2, &vec4);
+    test_vocab_parallel(3, 7, 20, 37, 40, 24); /* the second half holds 13 real columns + padding */
+    test_vocab_parallel(2, 5, 8, 11, 16, 12);  /* the second half is all padding */
     test_attention_gemm(3, 7, 20, 4);
     test_attention_gemm(1, 33, 24, 3);
     test_attention_gemm(1, 130, 16, 2); /* several row blocks of scores in the scratch */
@@ -794,6 +918,7 @@ int main(void) {
     test_layernorm(2, 3, 1000);
     test_crossentropy(3, 7, 37, 40);
     test_crossentropy(2, 3, 3000, 3072);
+    test_vocab_parallel(2, 3, 8, 2900, 3072, 1536);
     ct_device_mem_stats(g_dev, &ms);
     CT_ASSERT_EQ_INT(ms.live_buffers, 0);
     ct_device_free(g_dev);

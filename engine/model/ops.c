@@ -142,7 +142,7 @@ static int warmed(const ct_cl_source *src) { return strcmp(src->name, "attention
 /* The sources with a bf16 variant (store.clh) that the warm-up builds; the fused attention's
  * are built per shape (ct_attention_fused_warmup_store). */
 static int has_bf16(const ct_cl_source *src) {
-    static const char *const names[] = {"encoder", "elementwise", "layernorm", "loss", "attention"};
+    static const char *const names[] = {"encoder", "elementwise", "layernorm", "loss", "attention", "tp"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(src->name, names[i])) return 1;
     return 0;
@@ -442,55 +442,62 @@ ct_status ct_encoder_forward_vp(ct_device *dev, ct_view out, ct_view inp, ct_vie
                                 int B, int T, int C, int lo, int Vl, int add_wpe) {
     NEED(dims_ok(B, T, C) && Vl > 0 && lo >= 0, "ct_encoder_forward_vp",
          "B, T, C, Vl must be positive and lo >= 0");
-    NO_BF16_YET("ct_encoder_forward_vp", VIEWS(NV(out), NV(wte), NV(wpe)), VIEWS(NV(inp)));
+    int bf;
+    VARIANT("ct_encoder_forward_vp", &bf, VIEWS(NV(out), NV(wte), NV(wpe)), VIEWS(NV(inp)));
     karg a[] = {KMEM(out), KMEM(inp), KMEM(wte), KMEM(wpe), KINT(B * T), KINT(T),
                 KINT(C),   KINT(lo),  KINT(Vl),  KINT(add_wpe != 0)};
-    return ct__ops_launch2(dev, "tp", "encoder_forward_vp", 0, (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+    return ct__ops_launch2(dev, "tp", "encoder_forward_vp", bf, (size_t)C, (size_t)B * T, 256, a, NARGS(a));
 }
 
 ct_status ct_encoder_backward_vp(ct_device *dev, ct_view dwte, ct_view dwpe, ct_view dout,
                                  ct_view inp, int B, int T, int C, int lo, int Vl) {
     NEED(dims_ok(B, T, C) && Vl > 0 && lo >= 0, "ct_encoder_backward_vp",
          "B, T, C, Vl must be positive and lo >= 0");
-    NO_BF16_YET("ct_encoder_backward_vp", VIEWS(NV(dout)), VIEWS(NV(dwte), NV(dwpe), NV(inp)));
+    int bf;
+    VARIANT("ct_encoder_backward_vp", &bf, VIEWS(NV(dout)), VIEWS(NV(dwte), NV(dwpe), NV(inp)));
     ct_status st;
     {
         karg a[] = {KMEM(dwte), KMEM(dout), KMEM(inp), KINT(B * T), KINT(C), KINT(lo), KINT(Vl)};
-        st = ct__ops_launch(dev, "tp", "encoder_backward_wte_vp", 0, (size_t)C, 64, a, NARGS(a));
+        st = ct__ops_launch(dev, "tp", "encoder_backward_wte_vp", bf, (size_t)C, 64, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     karg a[] = {KMEM(dwpe), KMEM(dout), KINT(B), KINT(T), KINT(C)};
-    return ct__ops_launch(dev, "encoder", "encoder_backward_wpe", 0, (size_t)T * C, 256, a, NARGS(a));
+    return ct__ops_launch(dev, "encoder", "encoder_backward_wpe", bf, (size_t)T * C, 256, a,
+                          NARGS(a));
 }
 
 ct_status ct_combine(ct_device *dev, ct_view dst, ct_view a, ct_view b, size_t n, int max_op) {
     NEED(dst.mem && a.mem && b.mem, "ct_combine", "dst, a and b are needed");
-    NO_BF16_YET("ct_combine", VIEWS(NV(dst), NV(a), NV(b)), NO_VIEWS);
+    int bf;
+    VARIANT("ct_combine", &bf, VIEWS(NV(dst), NV(a), NV(b)), NO_VIEWS);
     karg k[] = {KMEM(dst), KMEM(a), KMEM(b), KUL(n), KINT(max_op != 0)};
-    return ct__ops_launch(dev, "tp", "tp_combine", 0, n, 256, k, NARGS(k));
+    return ct__ops_launch(dev, "tp", "tp_combine", bf, n, 256, k, NARGS(k));
 }
 
 ct_status ct_crossentropy_vp_max(ct_device *dev, ct_view mx, ct_view logits, int B, int T, int Vl,
                                  int nreal) {
     NEED(dims_ok(B, T, Vl) && nreal >= 0 && nreal <= Vl, "ct_crossentropy_vp_max",
          "B, T, Vl must be positive and 0 <= nreal <= Vl");
-    NO_BF16_YET("ct_crossentropy_vp_max", VIEWS(NV(logits)), VIEWS(NV(mx)));
+    int bf;
+    VARIANT("ct_crossentropy_vp_max", &bf, VIEWS(NV(logits)), VIEWS(NV(mx)));
     karg a[] = {KMEM(mx), KMEM(logits), KINT(B * T), KINT(Vl), KINT(nreal)};
     if (ct_device_row_groups(dev))
-        return ct__ops_launch_groups(dev, "tp", "crossentropy_vp_max_rows", 0, (size_t)B * T, a, NARGS(a));
-    return ct__ops_launch(dev, "tp", "crossentropy_vp_max", 0, (size_t)B * T, 64, a, NARGS(a));
+        return ct__ops_launch_groups(dev, "tp", "crossentropy_vp_max_rows", bf, (size_t)B * T, a, NARGS(a));
+    return ct__ops_launch(dev, "tp", "crossentropy_vp_max", bf, (size_t)B * T, 64, a, NARGS(a));
 }
 
 ct_status ct_crossentropy_vp_sums(ct_device *dev, ct_view sums, ct_view logits, ct_view mx,
                                   ct_view targets, int B, int T, int Vl, int nreal, int lo) {
     NEED(dims_ok(B, T, Vl) && nreal >= 0 && nreal <= Vl && lo >= 0, "ct_crossentropy_vp_sums",
          "B, T, Vl must be positive, 0 <= nreal <= Vl, lo >= 0");
-    NO_BF16_YET("ct_crossentropy_vp_sums", VIEWS(NV(logits)), VIEWS(NV(sums), NV(mx), NV(targets)));
+    int bf;
+    VARIANT("ct_crossentropy_vp_sums", &bf, VIEWS(NV(logits)),
+            VIEWS(NV(sums), NV(mx), NV(targets)));
     karg a[] = {KMEM(sums), KMEM(logits), KMEM(mx), KMEM(targets), KINT(B * T),
                 KINT(Vl),   KINT(nreal),  KINT(lo)};
     if (ct_device_row_groups(dev))
-        return ct__ops_launch_groups(dev, "tp", "crossentropy_vp_sums_rows", 0, (size_t)B * T, a, NARGS(a));
-    return ct__ops_launch(dev, "tp", "crossentropy_vp_sums", 0, (size_t)B * T, 64, a, NARGS(a));
+        return ct__ops_launch_groups(dev, "tp", "crossentropy_vp_sums_rows", bf, (size_t)B * T, a, NARGS(a));
+    return ct__ops_launch(dev, "tp", "crossentropy_vp_sums", bf, (size_t)B * T, 64, a, NARGS(a));
 }
 
 ct_status ct_crossentropy_vp_finish(ct_device *dev, ct_view losses, ct_view lse, ct_view mx,
@@ -506,10 +513,11 @@ ct_status ct_crossentropy_vp_backward(ct_device *dev, ct_view dlogits, ct_view l
                                       int nreal, int lo) {
     NEED(dims_ok(B, T, Vl) && nreal >= 0 && nreal <= Vl && lo >= 0,
          "ct_crossentropy_vp_backward", "B, T, Vl must be positive, 0 <= nreal <= Vl, lo >= 0");
-    NO_BF16_YET("ct_crossentropy_vp_backward", VIEWS(NV(dlogits)), VIEWS(NV(lse), NV(targets)));
+    int bf;
+    VARIANT("ct_crossentropy_vp_backward", &bf, VIEWS(NV(dlogits)), VIEWS(NV(lse), NV(targets)));
     karg a[] = {KMEM(dlogits), KMEM(lse), KMEM(targets), KINT(B * T), KINT(Vl),
                 KINT(nreal),   KINT(lo),  KF(dloss)};
-    return ct__ops_launch2(dev, "tp", "crossentropy_vp_backward_inplace", 0, (size_t)Vl, (size_t)B * T, 256,
+    return ct__ops_launch2(dev, "tp", "crossentropy_vp_backward_inplace", bf, (size_t)Vl, (size_t)B * T, 256,
                    a, NARGS(a));
 }
 
