@@ -6,7 +6,8 @@
 # In a .cl file (only: other embedded files, the corpus text, are taken as they are), a line
 # `#include "name.clh"` is replaced by the text of name.clh from the same folder, else from the
 # first folder of the list CT_EMBED_CLH_DIRS that has it (set by the caller: engine/ reads
-# cl/kernels/bf16.clh so); one level: a .clh includes nothing. So OpenCL C helpers shared by several .cl files live once
+# cl/kernels/bf16.clh so); one level: a .clh includes nothing. So OpenCL C helpers shared by
+# several .cl files live once
 # while every embedded program stays one self-contained string (the program cache's key hashes
 # that whole text). Offline compilers read the same files with -I <folder>.
 function(ct_embed_files OUT_C SYMBOL)

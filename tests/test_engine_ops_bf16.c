@@ -56,7 +56,8 @@ typedef struct bt {
 static void bt_upload(bt *t) {
     if (t->bf) {
         uint16_t *u = malloc((t->n ? t->n : 1) * sizeof *u);
-        for (size_t i = 0; i < t->n; i++) u[i] = ct_bf16_from_f32(t->h[i]);
+        for (size_t i = 0; i < t->n; i++)
+            u[i] = ct_bf16_from_f32(t->h[i]);
         CT_ASSERT_OK(ct_buffer_write(t->b, OFF * 2, u, t->n * 2), ct_device_errmsg(g_dev));
         free(u);
     } else {
@@ -104,7 +105,8 @@ static void bt_read(bt *t) {
     if (t->bf) {
         uint16_t *u = malloc((t->n ? t->n : 1) * sizeof *u);
         CT_ASSERT_OK(ct_buffer_read(t->b, OFF * 2, u, t->n * 2), ct_device_errmsg(g_dev));
-        for (size_t i = 0; i < t->n; i++) t->h[i] = ct_bf16_to_f32(u[i]);
+        for (size_t i = 0; i < t->n; i++)
+            t->h[i] = ct_bf16_to_f32(u[i]);
         free(u);
     } else {
         CT_ASSERT_OK(ct_buffer_read(t->b, OFF * 4, t->h, t->n * 4), ct_device_errmsg(g_dev));
@@ -121,7 +123,8 @@ static void bt_free(bt *t) {
 static double *dalloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
 static double *dabs(const double *x, size_t n) {
     double *a = dalloc(n);
-    for (size_t i = 0; i < n; i++) a[i] = fabs(x[i]);
+    for (size_t i = 0; i < n; i++)
+        a[i] = fabs(x[i]);
     return a;
 }
 
@@ -160,24 +163,40 @@ static void test_encoder(int B, int T, int C, int V, int Vp, int maxT) {
     double *awte = dabs(wte.d, wte.n), *awpe = dabs(wpe.d, wpe.n);
     ct_ref_encoder_forward(r, (int *)inp.h, wte.d, wpe.d, B, T, C);
     ct_ref_encoder_forward(m, (int *)inp.h, awte, awpe, B, T, C);
-    for (size_t i = 0; i < out.n; i++) m[i] *= gam(1); /* one fp32 add */
+    for (size_t i = 0; i < out.n; i++)
+        m[i] *= gam(1); /* one fp32 add */
     check("encoder_forward (bf16 out)", &out, r, m, 0);
     /* backward: dwte, dwpe fp32 "+=" of sums of up to B*T bf16 terms */
-    bt dout = bt_make(out.n, 1, 1, 0), dwte = bt_make(wte.n, 0, 1, 0), dwpe = bt_make(wpe.n, 0, 1, 0);
-    double *mwte = dabs(dwte.d, dwte.n), *mwpe = dabs(dwpe.d, dwpe.n), *adout = dabs(dout.d, dout.n);
+    bt dout = bt_make(out.n, 1, 1, 0), dwte = bt_make(wte.n, 0, 1, 0),
+       dwpe = bt_make(wpe.n, 0, 1, 0);
+    double *mwte = dabs(dwte.d, dwte.n), *mwpe = dabs(dwpe.d, dwpe.n),
+           *adout = dabs(dout.d, dout.n);
     CT_ASSERT_OK(ct_encoder_backward(g_dev, dwte.v, dwpe.v, dout.v, inp.v, B, T, C, Vp),
                  ct_device_errmsg(g_dev));
     ct_ref_encoder_backward(dwte.d, dwpe.d, dout.d, (int *)inp.h, B, T, C);
     ct_ref_encoder_backward(mwte, mwpe, adout, (int *)inp.h, B, T, C);
-    for (size_t i = 0; i < dwte.n; i++) mwte[i] *= gam((double)BT + 1);
-    for (size_t i = 0; i < dwpe.n; i++) mwpe[i] *= gam((double)B + 1);
+    for (size_t i = 0; i < dwte.n; i++)
+        mwte[i] *= gam((double)BT + 1);
+    for (size_t i = 0; i < dwpe.n; i++)
+        mwpe[i] *= gam((double)B + 1);
     bt_read(&dwte);
     bt_read(&dwpe);
     check("encoder_backward dwte (fp32 +=)", &dwte, dwte.d, mwte, 0);
     check("encoder_backward dwpe (fp32 +=)", &dwpe, dwpe.d, mwpe, 0);
-    free(r); free(m); free(awte); free(awpe); free(mwte); free(mwpe); free(adout);
-    bt_free(&inp); bt_free(&wte); bt_free(&wpe); bt_free(&out);
-    bt_free(&dout); bt_free(&dwte); bt_free(&dwpe);
+    free(r);
+    free(m);
+    free(awte);
+    free(awpe);
+    free(mwte);
+    free(mwpe);
+    free(adout);
+    bt_free(&inp);
+    bt_free(&wte);
+    bt_free(&wpe);
+    bt_free(&out);
+    bt_free(&dout);
+    bt_free(&dwte);
+    bt_free(&dwpe);
 }
 
 /* ------------------------------------------------------------------ layernorm */
@@ -185,7 +204,8 @@ static void test_encoder(int B, int T, int C, int V, int Vp, int maxT) {
 static void test_layernorm(int B, int T, int C) {
     size_t N = (size_t)B * T, n = N * C;
     bt inp = bt_make(n, 1, 2, 0), w = bt_make(C, 1, 1, 0), b = bt_make(C, 1, 1, 0);
-    for (size_t i = 0; i < n; i++) bt_set(&inp, i, inp.d[i] + (double)(i / C % 5) - 2.0);
+    for (size_t i = 0; i < n; i++)
+        bt_set(&inp, i, inp.d[i] + (double)(i / C % 5) - 2.0);
     bt_upload(&inp);
     bt out = bt_make(n, 1, 0, 7.0), mean = bt_make(N, 0, 0, 7.0), rstd = bt_make(N, 0, 0, 7.0);
     CT_ASSERT_OK(ct_layernorm_forward(g_dev, out.v, mean.v, rstd.v, inp.v, w.v, b.v, B, T, C),
@@ -200,17 +220,21 @@ static void test_layernorm(int B, int T, int C) {
     double *em = dalloc(N), *er = dalloc(N), *eo = dalloc(n);
     for (size_t r = 0; r < N; r++) {
         double ax = 0, ax2 = 0;
-        for (int i = 0; i < C; i++) ax += fabs(inp.d[r * C + i]) / C;
-        for (int i = 0; i < C; i++) ax2 += inp.d[r * C + i] * inp.d[r * C + i] / C;
+        for (int i = 0; i < C; i++)
+            ax += fabs(inp.d[r * C + i]) / C;
+        for (int i = 0; i < C; i++)
+            ax2 += inp.d[r * C + i] * inp.d[r * C + i] / C;
         double var = 1.0 / (rr[r] * rr[r]);
         em[r] = gam(C + 2) * ax;
         er[r] = 2 * gam(2 * C + 8) * (1 + ax2 / var) * rr[r];
         for (int i = 0; i < C; i++)
-            eo[r * C + i] = gam(2 * C + 12) * (1 + ax2 / var) *
-                            ((fabs(inp.d[r * C + i]) + fabs(rm[r])) * rr[r] * fabs(w.d[i]) +
-                             fabs(b.d[i]));
+            eo[r * C + i] =
+                gam(2 * C + 12) * (1 + ax2 / var) *
+                ((fabs(inp.d[r * C + i]) + fabs(rm[r])) * rr[r] * fabs(w.d[i]) + fabs(b.d[i]));
     }
-    bt_read(&out); bt_read(&mean); bt_read(&rstd);
+    bt_read(&out);
+    bt_read(&mean);
+    bt_read(&rstd);
     check("layernorm_forward out (bf16)", &out, ro, eo, 0);
     check("layernorm_forward mean (fp32)", &mean, rm, em, 0);
     check("layernorm_forward rstd (fp32)", &rstd, rr, er, 0);
@@ -225,7 +249,8 @@ static void test_layernorm(int B, int T, int C) {
          * M = |dw| + sum |dy| (|x| + |m|) s and |db| + sum |dy| at gamma(N + 8) (1 + ...). */
         for (size_t r = 0; r < N; r++) {
             double ax2 = 0, a1 = 0, a2 = 0;
-            for (int i = 0; i < C; i++) ax2 += inp.d[r * C + i] * inp.d[r * C + i] / C;
+            for (int i = 0; i < C; i++)
+                ax2 += inp.d[r * C + i] * inp.d[r * C + i] / C;
             double k = 1 + ax2 * rr[r] * rr[r];
             for (int i = 0; i < C; i++) {
                 double nn = (inp.d[r * C + i] - rm[r]) * rr[r], wd = w.d[i] * dout.d[r * C + i];
@@ -241,29 +266,49 @@ static void test_layernorm(int B, int T, int C) {
                 eb[i] += gam(N + 1) * fabs(dout.d[r * C + i]);
             }
         }
-        for (int i = 0; i < C; i++) ew[i] += gam(N + 8) * fabs(dw.d[i]);
-        for (int i = 0; i < C; i++) eb[i] += gam(N + 1) * fabs(db.d[i]);
+        for (int i = 0; i < C; i++)
+            ew[i] += gam(N + 8) * fabs(dw.d[i]);
+        for (int i = 0; i < C; i++)
+            eb[i] += gam(N + 1) * fabs(db.d[i]);
         CT_ASSERT_OK(ct_layernorm_backward(g_dev, dinp.v, dw.v, db.v, dout.v, inp.v, w.v, mean.v,
                                            rstd.v, B, T, C, acc),
                      ct_device_errmsg(g_dev));
         ct_ref_layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, rm, rr, B, T, C);
-        bt_read(&dinp); bt_read(&dw); bt_read(&db);
-        check(acc ? "layernorm_backward dinp (bf16 +=)" : "layernorm_backward dinp (bf16 =)",
-              &dinp, dinp.d, ed, 0);
+        bt_read(&dinp);
+        bt_read(&dw);
+        bt_read(&db);
+        check(acc ? "layernorm_backward dinp (bf16 +=)" : "layernorm_backward dinp (bf16 =)", &dinp,
+              dinp.d, ed, 0);
         check("layernorm_backward dweight (fp32 +=)", &dw, dw.d, ew, 0);
         check("layernorm_backward dbias (fp32 +=)", &db, db.d, eb, 0);
-        free(ed); free(ew); free(eb);
-        bt_free(&dout); bt_free(&dinp); bt_free(&dw); bt_free(&db);
+        free(ed);
+        free(ew);
+        free(eb);
+        bt_free(&dout);
+        bt_free(&dinp);
+        bt_free(&dw);
+        bt_free(&db);
     }
-    free(ro); free(rm); free(rr); free(em); free(er); free(eo);
-    bt_free(&inp); bt_free(&w); bt_free(&b); bt_free(&out); bt_free(&mean); bt_free(&rstd);
+    free(ro);
+    free(rm);
+    free(rr);
+    free(em);
+    free(er);
+    free(eo);
+    bt_free(&inp);
+    bt_free(&w);
+    bt_free(&b);
+    bt_free(&out);
+    bt_free(&mean);
+    bt_free(&rstd);
 }
 
 /* ------------------------------------------------------------------ matmul */
 
 static void test_matmul(int B, int T, int C, int OC, int with_bias) {
     size_t N = (size_t)B * T;
-    bt inp = bt_make(N * C, 1, 1, 0), w = bt_make((size_t)OC * C, 1, 1, 0), b = bt_make(OC, 1, 1, 0);
+    bt inp = bt_make(N * C, 1, 1, 0), w = bt_make((size_t)OC * C, 1, 1, 0),
+       b = bt_make(OC, 1, 1, 0);
     bt out = bt_make(N * OC, 1, 0, 7.0);
     ct_view bias = with_bias ? b.v : ct_view_none();
     CT_ASSERT_OK(ct_matmul_forward(g_dev, out.v, inp.v, w.v, bias, B, T, C, OC),
@@ -273,7 +318,8 @@ static void test_matmul(int B, int T, int C, int OC, int with_bias) {
     ct_ref_matmul_forward(r, inp.d, w.d, with_bias ? b.d : NULL, B, T, C, OC);
     /* out = fl_bf16(bias + sum of C exact products, accumulated in fp32): one rounding */
     ct_ref_matmul_forward(m, ainp, aw, with_bias ? ab : NULL, B, T, C, OC);
-    for (size_t i = 0; i < out.n; i++) m[i] *= gam(C + 1);
+    for (size_t i = 0; i < out.n; i++)
+        m[i] *= gam(C + 1);
     bt_read(&out);
     check(with_bias ? "matmul_forward (bf16, bias)" : "matmul_forward (bf16)", &out, r, m, 0);
     bt dout = bt_make(N * OC, 1, 1, 0), dinp = bt_make(N * C, 1, 0, 7.0);
@@ -287,17 +333,36 @@ static void test_matmul(int B, int T, int C, int OC, int with_bias) {
     ct_ref_matmul_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, inp.d, w.d, B, T, C, OC);
     /* dinp: OC terms; dweight, dbias: the old value and N terms, fp32 */
     ct_ref_matmul_backward(mi, mw, with_bias ? mb : NULL, adout, ainp, aw, B, T, C, OC);
-    for (size_t i = 0; i < dinp.n; i++) mi[i] *= gam(OC);
-    for (size_t i = 0; i < dw.n; i++) mw[i] *= gam((double)N + 1);
-    for (size_t i = 0; i < db.n; i++) mb[i] *= gam((double)N + 1);
-    bt_read(&dinp); bt_read(&dw); bt_read(&db);
+    for (size_t i = 0; i < dinp.n; i++)
+        mi[i] *= gam(OC);
+    for (size_t i = 0; i < dw.n; i++)
+        mw[i] *= gam((double)N + 1);
+    for (size_t i = 0; i < db.n; i++)
+        mb[i] *= gam((double)N + 1);
+    bt_read(&dinp);
+    bt_read(&dw);
+    bt_read(&db);
     check("matmul_backward dinp (bf16)", &dinp, dinp.d, mi, 0);
     check("matmul_backward dweight (fp32 +=)", &dw, dw.d, mw, 0);
     check(with_bias ? "matmul_backward dbias (fp32 +=)" : "matmul_backward dbias untouched", &db,
           db.d, mb, 0);
-    free(r); free(m); free(ainp); free(aw); free(ab); free(adout); free(mi); free(mw); free(mb);
-    bt_free(&inp); bt_free(&w); bt_free(&b); bt_free(&out);
-    bt_free(&dout); bt_free(&dinp); bt_free(&dw); bt_free(&db);
+    free(r);
+    free(m);
+    free(ainp);
+    free(aw);
+    free(ab);
+    free(adout);
+    free(mi);
+    free(mw);
+    free(mb);
+    bt_free(&inp);
+    bt_free(&w);
+    bt_free(&b);
+    bt_free(&out);
+    bt_free(&dout);
+    bt_free(&dinp);
+    bt_free(&dw);
+    bt_free(&db);
 }
 
 /* ------------------------------------------------------------------ elementwise */
@@ -323,8 +388,9 @@ static void test_elementwise(size_t N, int OC) {
      * (1 + |u|)), at 16 u32 (a dozen operations and tanh) */
     for (size_t i = 0; i < N; i++) {
         double a = fabs(x.d[i]);
-        m[i] = 16 * U32 * fabs(dout.d[i]) *
-               (1 + a * (1 + 3 * 0.044715 * a * a) * (1 + 0.7978845608 * (a + 0.044715 * a * a * a)));
+        m[i] =
+            16 * U32 * fabs(dout.d[i]) *
+            (1 + a * (1 + 3 * 0.044715 * a * a) * (1 + 0.7978845608 * (a + 0.044715 * a * a * a)));
     }
     bt_read(&dinp);
     check("gelu_backward (bf16)", &dinp, dinp.d, m, 0);
@@ -332,7 +398,8 @@ static void test_elementwise(size_t N, int OC) {
     bt a = bt_make(N, 1, 1, 0), b = bt_make(N, 1, 1, 0), o = bt_make(N, 1, 0, 7.0);
     CT_ASSERT_OK(ct_residual_forward(g_dev, o.v, a.v, b.v, N), ct_device_errmsg(g_dev));
     ct_ref_residual_forward(r, a.d, b.d, N);
-    for (size_t i = 0; i < N; i++) m[i] = U32 * (fabs(a.d[i]) + fabs(b.d[i]));
+    for (size_t i = 0; i < N; i++)
+        m[i] = U32 * (fabs(a.d[i]) + fabs(b.d[i]));
     bt_read(&o);
     check("residual_forward (bf16)", &o, r, m, 0);
     double *ma = dalloc(N), *mb = dalloc(N);
@@ -342,15 +409,18 @@ static void test_elementwise(size_t N, int OC) {
     }
     CT_ASSERT_OK(ct_residual_backward(g_dev, a.v, b.v, dout.v, N), ct_device_errmsg(g_dev));
     ct_ref_residual_backward(a.d, b.d, dout.d, N);
-    bt_read(&a); bt_read(&b);
+    bt_read(&a);
+    bt_read(&b);
     check("residual_backward da (bf16 +=)", &a, a.d, ma, 0);
     check("residual_backward db (bf16 +=)", &b, b.d, mb, 0);
     /* bias over (N/OC rows, OC): out += bias (bf16, one add), dbias (fp32) += rows of dout */
     size_t rows = N / OC;
     bt bias = bt_make(OC, 1, 1, 0), mm = bt_make(rows * OC, 1, 1, 0), dbias = bt_make(OC, 0, 1, 0);
-    for (size_t i = 0; i < rows * OC; i++) m[i] = U32 * (fabs(mm.d[i]) + fabs(bias.d[i % OC]));
+    for (size_t i = 0; i < rows * OC; i++)
+        m[i] = U32 * (fabs(mm.d[i]) + fabs(bias.d[i % OC]));
     CT_ASSERT_OK(ct_bias_forward(g_dev, mm.v, bias.v, rows, OC), ct_device_errmsg(g_dev));
-    for (size_t i = 0; i < rows * OC; i++) mm.d[i] += bias.d[i % OC];
+    for (size_t i = 0; i < rows * OC; i++)
+        mm.d[i] += bias.d[i % OC];
     bt_read(&mm);
     check("bias_forward (bf16 +=)", &mm, mm.d, m, 0);
     double *md = dabs(dbias.d, OC);
@@ -359,12 +429,25 @@ static void test_elementwise(size_t N, int OC) {
         dbias.d[i % OC] += dout.d[i];
         md[i % OC] += fabs(dout.d[i]);
     }
-    for (int i = 0; i < OC; i++) md[i] *= gam((double)rows + 1);
+    for (int i = 0; i < OC; i++)
+        md[i] *= gam((double)rows + 1);
     bt_read(&dbias);
     check("bias_backward (fp32 +=)", &dbias, dbias.d, md, 0);
-    free(r); free(m); free(ma); free(mb); free(md);
-    bt_free(&x); bt_free(&y); bt_free(&dout); bt_free(&dinp); bt_free(&a); bt_free(&b);
-    bt_free(&o); bt_free(&bias); bt_free(&mm); bt_free(&dbias);
+    free(r);
+    free(m);
+    free(ma);
+    free(mb);
+    free(md);
+    bt_free(&x);
+    bt_free(&y);
+    bt_free(&dout);
+    bt_free(&dinp);
+    bt_free(&a);
+    bt_free(&b);
+    bt_free(&o);
+    bt_free(&bias);
+    bt_free(&mm);
+    bt_free(&dbias);
 }
 
 /* ------------------------------------------------------------------ loss */
@@ -373,7 +456,8 @@ static void test_crossentropy(int B, int T, int V, int Vp) {
     size_t N = (size_t)B * T;
     bt logits = bt_make(N * Vp, 1, 5, 0), tg = bt_ints(N, 0, V);
     for (size_t r = 0; r < N; r++) /* big padding: must not leak into the softmax */
-        for (int v = V; v < Vp; v++) bt_set(&logits, r * Vp + v, 50.0);
+        for (int v = V; v < Vp; v++)
+            bt_set(&logits, r * Vp + v, 50.0);
     bt_upload(&logits);
     bt losses = bt_make(N, 0, 0, 7.0), lse = bt_make(N, 0, 0, 7.0), mean = bt_make(1, 0, 0, 7.0);
     CT_ASSERT_OK(ct_crossentropy_forward(g_dev, losses.v, lse.v, logits.v, tg.v, B, T, V, Vp),
@@ -391,7 +475,9 @@ static void test_crossentropy(int B, int T, int V, int Vp) {
         rmean += rl[r] / (double)N;
         emean += (el[r] + gam((double)N + 2) * fabs(rl[r])) / (double)N;
     }
-    bt_read(&losses); bt_read(&mean); bt_read(&lse);
+    bt_read(&losses);
+    bt_read(&mean);
+    bt_read(&lse);
     check("crossentropy_forward losses (fp32, bf16 logits)", &losses, rl, el, 0);
     check("crossentropy_forward lse (fp32)", &lse, rz, el, 0);
     check("mean_forward", &mean, &rmean, NULL, emean);
@@ -403,21 +489,31 @@ static void test_crossentropy(int B, int T, int V, int Vp) {
     for (size_t r = 0; r < N; r++)
         for (int v = 0; v < V; v++) {
             double p = exp(logits.d[r * Vp + v] - rz[r]);
-            ed[r * Vp + v] = p * dloss * (2 * el[r] + 8 * U32 * (fabs(logits.d[r * Vp + v]) + fabs(rz[r]) + 1));
+            ed[r * Vp + v] =
+                p * dloss * (2 * el[r] + 8 * U32 * (fabs(logits.d[r * Vp + v]) + fabs(rz[r]) + 1));
         }
     bt dl = bt_make(logits.n, 1, 0, 7.0);
-    CT_ASSERT_OK(ct_crossentropy_backward(g_dev, dl.v, logits.v, lse.v, tg.v, (float)dloss, B, T,
-                                          V, Vp),
-                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(
+        ct_crossentropy_backward(g_dev, dl.v, logits.v, lse.v, tg.v, (float)dloss, B, T, V, Vp),
+        ct_device_errmsg(g_dev));
     bt_read(&dl);
     check("crossentropy_backward (bf16)", &dl, rd, ed, 0);
-    CT_ASSERT_OK(ct_crossentropy_backward(g_dev, logits.v, logits.v, lse.v, tg.v, (float)dloss, B,
-                                          T, V, Vp),
-                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(
+        ct_crossentropy_backward(g_dev, logits.v, logits.v, lse.v, tg.v, (float)dloss, B, T, V, Vp),
+        ct_device_errmsg(g_dev));
     bt_read(&logits);
     check("crossentropy_backward in place (bf16)", &logits, rd, ed, 0);
-    free(rl); free(rz); free(el); free(rd); free(ed);
-    bt_free(&logits); bt_free(&tg); bt_free(&losses); bt_free(&lse); bt_free(&mean); bt_free(&dl);
+    free(rl);
+    free(rz);
+    free(el);
+    free(rd);
+    free(ed);
+    bt_free(&logits);
+    bt_free(&tg);
+    bt_free(&losses);
+    bt_free(&lse);
+    bt_free(&mean);
+    bt_free(&dl);
 }
 
 /* ------------------------------------------------------------------ fused attention */
@@ -445,7 +541,8 @@ static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg 
                 for (int t2 = 0; t2 <= t; t2++) {
                     const double *k = inp.d + ((size_t)b * T + t2) * 3 * C + C + (size_t)h * hs;
                     double s = 0;
-                    for (int d = 0; d < hs; d++) s += fabs(q[d] * k[d]);
+                    for (int d = 0; d < hs; d++)
+                        s += fabs(q[d] * k[d]);
                     if (s > es) es = s;
                 }
             }
@@ -460,23 +557,28 @@ static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg 
                 for (int t2 = 0; t2 <= t; t2++) {
                     const double *k = inp.d + ((size_t)b * T + t2) * 3 * C + C + (size_t)h * hs;
                     double s = 0;
-                    for (int d = 0; d < hs; d++) s += q[d] * k[d];
+                    for (int d = 0; d < hs; d++)
+                        s += q[d] * k[d];
                     sc[t2] = s / sqrt((double)hs);
                     if (sc[t2] > mx) mx = sc[t2];
                 }
-                for (int t2 = 0; t2 <= t; t2++) z += exp(sc[t2] - mx);
+                for (int t2 = 0; t2 <= t; t2++)
+                    z += exp(sc[t2] - mx);
                 size_t li = ((size_t)b * NH + h) * T + t;
                 rl[li] = mx + log(z);
                 el[li] = es + gam(T + 8) + 4 * U32 * fabs(rl[li]);
                 for (int d = 0; d < hs; d++) {
                     double sv = 0;
                     for (int t2 = 0; t2 <= t; t2++)
-                        sv += p[t2] * fabs(inp.d[((size_t)b * T + t2) * 3 * C + 2 * C + (size_t)h * hs + d]);
+                        sv +=
+                            p[t2] *
+                            fabs(inp.d[((size_t)b * T + t2) * 3 * C + 2 * C + (size_t)h * hs + d]);
                     mo[((size_t)b * T + t) * C + (size_t)h * hs + d] =
                         sv * (2 * es + (5.0 * T + 16) * U32);
                 }
             }
-    bt_read(&out); bt_read(&lse);
+    bt_read(&out);
+    bt_read(&lse);
     check("attention_fused_forward out (bf16)", &out, ro, mo, 0);
     check("attention_fused_forward lse (fp32)", &lse, rl, el, 0);
     /* The backward's inputs are dout, inp, the stored (bf16) out and lse. It uses
@@ -522,7 +624,8 @@ static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg 
                     double *edk = eb + rj * 3 * C + C + (size_t)h * hs;
                     double *edv = eb + rj * 3 * C + 2 * C + (size_t)h * hs;
                     double dp = 0, dOv = 0;
-                    for (int d = 0; d < hs; d++) dp += dO[d] * v[d], dOv += fabs(dO[d] * v[d]);
+                    for (int d = 0; d < hs; d++)
+                        dp += dO[d] * v[d], dOv += fabs(dO[d] * v[d]);
                     double S = p[j] * (fabs(dp) + fabs(D) + dOv + dOo);
                     for (int d = 0; d < hs; d++) {
                         dq[d] -= sc * dD * p[j] * k[d];
@@ -536,8 +639,17 @@ static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg 
     bt_read(&dinp);
     check("attention_fused_backward dinp (bf16)", &dinp, dinp.d, eb, 0);
     free(eb);
-    free(ro); free(ra); free(mo); free(rl); free(el);
-    bt_free(&inp); bt_free(&out); bt_free(&lse); bt_free(&dout); bt_free(&dinp); bt_free(&dsum);
+    free(ro);
+    free(ra);
+    free(mo);
+    free(rl);
+    free(el);
+    bt_free(&inp);
+    bt_free(&out);
+    bt_free(&lse);
+    bt_free(&dout);
+    bt_free(&dinp);
+    bt_free(&dsum);
 }
 
 /* ------------------------------------------------------------------ vocabulary-parallel */
@@ -551,16 +663,20 @@ static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg 
 static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int split) {
     size_t N = (size_t)B * T;
     int lo[2] = {0, split}, Vl[2] = {split, Vp - split}, nreal[2];
-    for (int w = 0; w < 2; w++) nreal[w] = V - lo[w] < 0 ? 0 : V - lo[w] > Vl[w] ? Vl[w] : V - lo[w];
-    bt tok = bt_ints(N, 0, V), wte = bt_make((size_t)Vp * C, 1, 1, 0), wpe = bt_make((size_t)T * C, 1, 1, 0);
+    for (int w = 0; w < 2; w++)
+        nreal[w] = V - lo[w] < 0 ? 0 : V - lo[w] > Vl[w] ? Vl[w] : V - lo[w];
+    bt tok = bt_ints(N, 0, V), wte = bt_make((size_t)Vp * C, 1, 1, 0),
+       wpe = bt_make((size_t)T * C, 1, 1, 0);
     bt wpart[2], out[2], dwte[2];
     bt dout = bt_make(N * C, 1, 1, 0), dwpe = bt_make(wpe.n, 0, 1, 0);
-    double *r = dalloc(N * C), *m = dalloc(N * C), *aw = dabs(wte.d, wte.n), *ap = dabs(wpe.d, wpe.n);
+    double *r = dalloc(N * C), *m = dalloc(N * C), *aw = dabs(wte.d, wte.n),
+           *ap = dabs(wpe.d, wpe.n);
     double *rdwte = dalloc(wte.n), *rdwpe = dalloc(wpe.n), *mdwte = dalloc(wte.n),
            *mdwpe = dalloc(wpe.n), *adout = dabs(dout.d, dout.n);
     for (int w = 0; w < 2; w++) {
         wpart[w] = bt_make((size_t)Vl[w] * C, 1, 0, 0);
-        for (size_t i = 0; i < wpart[w].n; i++) bt_set(&wpart[w], i, wte.d[(size_t)lo[w] * C + i]);
+        for (size_t i = 0; i < wpart[w].n; i++)
+            bt_set(&wpart[w], i, wte.d[(size_t)lo[w] * C + i]);
         bt_upload(&wpart[w]);
         out[w] = bt_make(N * C, 1, 0, 7.0);
         dwte[w] = bt_make((size_t)Vl[w] * C, 0, 1, 0);
@@ -568,15 +684,18 @@ static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int split) {
                                            lo[w], Vl[w], w == 0),
                      ct_device_errmsg(g_dev));
     }
-    CT_ASSERT_OK(ct_combine(g_dev, out[0].v, out[0].v, out[1].v, N * C, 0), ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_combine(g_dev, out[0].v, out[0].v, out[1].v, N * C, 0),
+                 ct_device_errmsg(g_dev));
     ct_ref_encoder_forward(r, (int *)tok.h, wte.d, wpe.d, B, T, C);
     ct_ref_encoder_forward(m, (int *)tok.h, aw, ap, B, T, C);
-    for (size_t i = 0; i < N * C; i++) m[i] *= gam(1);
+    for (size_t i = 0; i < N * C; i++)
+        m[i] *= gam(1);
     bt_read(&out[0]);
     check("encoder_forward_vp + combine (bf16)", &out[0], r, m, 0);
     /* backward: each worker's dwte rows; dwpe from worker 0 */
     memcpy(rdwpe, dwpe.d, wpe.n * sizeof(double));
-    for (size_t i = 0; i < wpe.n; i++) mdwpe[i] = fabs(dwpe.d[i]);
+    for (size_t i = 0; i < wpe.n; i++)
+        mdwpe[i] = fabs(dwpe.d[i]);
     for (int w = 0; w < 2; w++)
         for (size_t i = 0; i < dwte[w].n; i++) {
             rdwte[(size_t)lo[w] * C + i] = dwte[w].d[i];
@@ -584,19 +703,23 @@ static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int split) {
         }
     ct_ref_encoder_backward(rdwte, rdwpe, dout.d, (int *)tok.h, B, T, C);
     ct_ref_encoder_backward(mdwte, mdwpe, adout, (int *)tok.h, B, T, C);
-    CT_ASSERT_OK(ct_encoder_backward_vp(g_dev, dwte[0].v, dwpe.v, dout.v, tok.v, B, T, C, lo[0], Vl[0]),
-                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(
+        ct_encoder_backward_vp(g_dev, dwte[0].v, dwpe.v, dout.v, tok.v, B, T, C, lo[0], Vl[0]),
+        ct_device_errmsg(g_dev));
     bt spare = bt_make(wpe.n, 0, 1, 0);
-    CT_ASSERT_OK(ct_encoder_backward_vp(g_dev, dwte[1].v, spare.v, dout.v, tok.v, B, T, C, lo[1], Vl[1]),
-                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(
+        ct_encoder_backward_vp(g_dev, dwte[1].v, spare.v, dout.v, tok.v, B, T, C, lo[1], Vl[1]),
+        ct_device_errmsg(g_dev));
     for (int w = 0; w < 2; w++) {
         bt_read(&dwte[w]);
         double *e = dalloc(dwte[w].n);
-        for (size_t i = 0; i < dwte[w].n; i++) e[i] = gam((double)N + 1) * mdwte[(size_t)lo[w] * C + i];
+        for (size_t i = 0; i < dwte[w].n; i++)
+            e[i] = gam((double)N + 1) * mdwte[(size_t)lo[w] * C + i];
         check("encoder_backward_vp dwte (fp32 +=)", &dwte[w], rdwte + (size_t)lo[w] * C, e, 0);
         free(e);
     }
-    for (size_t i = 0; i < wpe.n; i++) mdwpe[i] *= gam(B + 1);
+    for (size_t i = 0; i < wpe.n; i++)
+        mdwpe[i] *= gam(B + 1);
     bt_read(&dwpe);
     check("encoder_backward_vp dwpe (fp32 +=)", &dwpe, rdwpe, mdwpe, 0);
     /* cross-entropy over the two halves of bf16 logits */
@@ -619,7 +742,8 @@ static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int split) {
         CT_ASSERT_OK(ct_crossentropy_vp_sums(g_dev, sums[w].v, L[w].v, mx[0].v, tg.v, B, T, Vl[w],
                                              nreal[w], lo[w]),
                      ct_device_errmsg(g_dev));
-    CT_ASSERT_OK(ct_combine(g_dev, sums[0].v, sums[0].v, sums[1].v, 2 * N, 0), ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_combine(g_dev, sums[0].v, sums[0].v, sums[1].v, 2 * N, 0),
+                 ct_device_errmsg(g_dev));
     CT_ASSERT_OK(ct_crossentropy_vp_finish(g_dev, losses.v, lse.v, mx[0].v, sums[0].v, B, T),
                  ct_device_errmsg(g_dev));
     double *rl = dalloc(N), *rz = dalloc(N), *el = dalloc(N);
@@ -629,7 +753,8 @@ static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int split) {
         rz[rr] = rl[rr] + logits.d[rr * Vp + t];
         el[rr] = 4 * U32 * (fabs(rz[rr]) + fabs(logits.d[rr * Vp + t])) + gam(V + 9) * 2;
     }
-    bt_read(&losses); bt_read(&lse);
+    bt_read(&losses);
+    bt_read(&lse);
     check("crossentropy_vp losses (fp32, bf16 logits)", &losses, rl, el, 0);
     check("crossentropy_vp lse (fp32)", &lse, rz, el, 0);
     double dloss = 1.0 / (double)N;
@@ -645,21 +770,46 @@ static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int split) {
             for (int v = 0; v < Vl[w]; v++) {
                 double l = logits.d[rr * Vp + lo[w] + v];
                 ref[rr * Vl[w] + v] = rd[rr * Vp + lo[w] + v];
-                e[rr * Vl[w] + v] = lo[w] + v < V ? exp(l - rz[rr]) * dloss *
-                                                        (2 * el[rr] + 8 * U32 * (fabs(l) + fabs(rz[rr]) + 1))
-                                                  : 0;
+                e[rr * Vl[w] + v] = lo[w] + v < V
+                                        ? exp(l - rz[rr]) * dloss *
+                                              (2 * el[rr] + 8 * U32 * (fabs(l) + fabs(rz[rr]) + 1))
+                                        : 0;
             }
         check("crossentropy_vp_backward (bf16, in place)", &L[w], ref, e, 0);
-        free(ref); free(e);
+        free(ref);
+        free(e);
     }
-    free(r); free(m); free(aw); free(ap); free(rdwte); free(rdwpe); free(mdwte); free(mdwpe);
-    free(adout); free(rl); free(rz); free(el); free(rd);
+    free(r);
+    free(m);
+    free(aw);
+    free(ap);
+    free(rdwte);
+    free(rdwpe);
+    free(mdwte);
+    free(mdwpe);
+    free(adout);
+    free(rl);
+    free(rz);
+    free(el);
+    free(rd);
     for (int w = 0; w < 2; w++) {
-        bt_free(&wpart[w]); bt_free(&out[w]); bt_free(&dwte[w]); bt_free(&L[w]);
-        bt_free(&mx[w]); bt_free(&sums[w]);
+        bt_free(&wpart[w]);
+        bt_free(&out[w]);
+        bt_free(&dwte[w]);
+        bt_free(&L[w]);
+        bt_free(&mx[w]);
+        bt_free(&sums[w]);
     }
-    bt_free(&tok); bt_free(&wte); bt_free(&wpe); bt_free(&dout); bt_free(&dwpe); bt_free(&spare);
-    bt_free(&logits); bt_free(&tg); bt_free(&losses); bt_free(&lse);
+    bt_free(&tok);
+    bt_free(&wte);
+    bt_free(&wpe);
+    bt_free(&dout);
+    bt_free(&dwpe);
+    bt_free(&spare);
+    bt_free(&logits);
+    bt_free(&tg);
+    bt_free(&losses);
+    bt_free(&lse);
 }
 
 /* ------------------------------------------------------------------ GEMM attention */
@@ -679,16 +829,19 @@ static void test_attention_gemm(int B, int T, int C, int NH) {
     int hs = C / NH;
     double sc = 1.0 / sqrt((double)hs);
     bt inp = bt_make(3 * BTC, 1, 1.5, 0), out = bt_make(BTC, 1, 0, 7.0);
-    bt qkvr = bt_make(3 * BTC, 1, 0, 7.0), att = bt_make(A, 1, 0, 7.0), vacc = bt_make(BTC, 1, 0, 7.0);
+    bt qkvr = bt_make(3 * BTC, 1, 0, 7.0), att = bt_make(A, 1, 0, 7.0),
+       vacc = bt_make(BTC, 1, 0, 7.0);
     CT_ASSERT_OK(ct_attention_forward(g_dev, out.v, qkvr.v, att.v, inp.v, vacc.v, B, T, C, NH),
                  ct_device_errmsg(g_dev));
     double *ro = dalloc(BTC), *ra = dalloc(A), *mo = dalloc(BTC), *ma = dalloc(A);
     ct_ref_attention_forward(ro, ra, inp.d, B, T, C, NH);
     double es = 0, mx = 0;
-    for (size_t i = 0; i < inp.n; i++) mx = fmax(mx, fabs(inp.d[i]));
+    for (size_t i = 0; i < inp.n; i++)
+        mx = fmax(mx, fabs(inp.d[i]));
     es = gam(hs + 2) * hs * mx * mx * sc;
     double rel = 2 * es + 4 * (T + 16.0) * U32;
-    for (size_t i = 0; i < A; i++) ma[i] = rel * ra[i];
+    for (size_t i = 0; i < A; i++)
+        ma[i] = rel * ra[i];
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++)
@@ -700,12 +853,14 @@ static void test_attention_gemm(int B, int T, int C, int NH) {
                     mo[((size_t)b * T + t) * C + (size_t)h * hs + d] =
                         m * (U * (1 + rel) + rel + gam(T + 1));
                 }
-    bt_read(&out); bt_read(&att);
+    bt_read(&out);
+    bt_read(&att);
     check("attention_forward (gemm) att (bf16, exact zeros above the diagonal)", &att, ra, ma, 0);
     check("attention_forward (gemm) out (bf16)", &out, ro, mo, 0);
     /* the backward on the stored P */
     double *P = dalloc(A);
-    for (size_t i = 0; i < A; i++) P[i] = att.h[i];
+    for (size_t i = 0; i < A; i++)
+        P[i] = att.h[i];
     bt dout = bt_make(BTC, 1, 1, 0), dinp = bt_make(3 * BTC, 1, 0, 7.0);
     bt dqkvr = bt_make(3 * BTC, 1, 0, 7.0), datt = bt_make(2 * A, 1, 0, 7.0);
     bt dvacc = bt_make(BTC, 1, 0, 7.0);
@@ -725,7 +880,8 @@ static void test_attention_gemm(int B, int T, int C, int NH) {
                 double *dps = dalloc((size_t)T), *dOv = dalloc((size_t)T);
                 for (int j = 0; j <= i; j++) {
                     const double *v = inp.d + ((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs;
-                    for (int d = 0; d < hs; d++) dps[j] += dO[d] * v[d], dOv[j] += fabs(dO[d] * v[d]);
+                    for (int d = 0; d < hs; d++)
+                        dps[j] += dO[d] * v[d], dOv[j] += fabs(dO[d] * v[d]);
                     dot += p[j] * dps[j];
                     avg += p[j] * dOv[j];
                 }
@@ -744,13 +900,15 @@ static void test_attention_gemm(int B, int T, int C, int NH) {
                         edv[d] += gam(T + 1) * p[j] * fabs(dO[d]);
                     }
                 }
-                free(dps); free(dOv);
+                free(dps);
+                free(dOv);
             }
     bt_read(&dinp);
     check("attention_backward (gemm) dinp (bf16)", &dinp, dinp.d, eb, 0);
     bt_read(&datt);
     size_t beyond = 0;
-    for (size_t i = A; i < 2 * A; i++) beyond += datt.h[i] != 7.0f;
+    for (size_t i = A; i < 2 * A; i++)
+        beyond += datt.h[i] != 7.0f;
     CT_ASSERT_EQ_INT(beyond, 0);
     float *before = malloc(A * sizeof(float));
     memcpy(before, att.h, A * sizeof(float));
@@ -761,10 +919,24 @@ static void test_attention_gemm(int B, int T, int C, int NH) {
             for (int j = 0; j < T; j++)
                 moved += att.h[(m * T + i) * T + j] != before[(m * T + j) * T + i];
     CT_ASSERT_EQ_INT(moved, 0);
-    free(before); free(P); free(eb); free(S);
-    free(ro); free(ra); free(mo); free(ma);
-    bt_free(&inp); bt_free(&out); bt_free(&qkvr); bt_free(&att); bt_free(&vacc);
-    bt_free(&dout); bt_free(&dinp); bt_free(&dqkvr); bt_free(&datt); bt_free(&dvacc);
+    free(before);
+    free(P);
+    free(eb);
+    free(S);
+    free(ro);
+    free(ra);
+    free(mo);
+    free(ma);
+    bt_free(&inp);
+    bt_free(&out);
+    bt_free(&qkvr);
+    bt_free(&att);
+    bt_free(&vacc);
+    bt_free(&dout);
+    bt_free(&dinp);
+    bt_free(&dqkvr);
+    bt_free(&datt);
+    bt_free(&dvacc);
 }
 
 /* ------------------------------------------------------------------ conversions */
@@ -778,7 +950,8 @@ static void test_conversions(void) {
     size_t n = 65536;
     bt a = bt_make(n, 1, 0, 0), z = bt_make(n, 1, 0, -0.0), o = bt_make(n, 1, 0, 7.0);
     uint16_t *u = malloc(n * 2), *back = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) u[i] = (uint16_t)i;
+    for (size_t i = 0; i < n; i++)
+        u[i] = (uint16_t)i;
     CT_ASSERT_OK(ct_buffer_write(a.b, OFF * 2, u, n * 2), ct_device_errmsg(g_dev));
     CT_ASSERT_OK(ct_residual_forward(g_dev, o.v, a.v, z.v, n), ct_device_errmsg(g_dev));
     CT_ASSERT_OK(ct_device_finish(g_dev), ct_device_errmsg(g_dev));
@@ -792,13 +965,16 @@ static void test_conversions(void) {
         else
             bad += back[i] != u[i];
         uint16_t h = ct_bf16_from_f32(ct_bf16_to_f32(u[i]));
-        host_bad += isnan_ ? !((h & 0x7fff) > 0x7f80 && (h & 0x8000) == (u[i] & 0x8000)) : h != u[i];
+        host_bad +=
+            isnan_ ? !((h & 0x7fff) > 0x7f80 && (h & 0x8000) == (u[i] & 0x8000)) : h != u[i];
     }
     CT_ASSERT_EQ_INT((long long)nans, 2 * 127);
     CT_ASSERT_EQ_INT((long long)bad, 0);
     CT_ASSERT_EQ_INT((long long)host_bad, 0);
     /* ties and near-ties, as sums the device rounds: (a, b, expected bits of a + b) */
-    static const struct { uint16_t a, b, want; } ties[] = {
+    static const struct {
+        uint16_t a, b, want;
+    } ties[] = {
         {0x3f80, 0x3b80, 0x3f80}, /* 1 + 2^-8: tie, down to even 0x3f80 */
         {0x3f81, 0x3b80, 0x3f82}, /* (1 + 2^-7) + 2^-8: tie, up to even 0x3f82 */
         {0xbf80, 0xbb80, 0xbf80}, /* negative tie: magnitude to even */
@@ -809,7 +985,8 @@ static void test_conversions(void) {
     size_t nt = sizeof ties / sizeof ties[0];
     bt ta = bt_make(nt, 1, 0, 0), tb = bt_make(nt, 1, 0, 0), to = bt_make(nt, 1, 0, 7.0);
     uint16_t ua[8], ub[8], uo[8];
-    for (size_t i = 0; i < nt; i++) ua[i] = ties[i].a, ub[i] = ties[i].b;
+    for (size_t i = 0; i < nt; i++)
+        ua[i] = ties[i].a, ub[i] = ties[i].b;
     CT_ASSERT_OK(ct_buffer_write(ta.b, OFF * 2, ua, nt * 2), ct_device_errmsg(g_dev));
     CT_ASSERT_OK(ct_buffer_write(tb.b, OFF * 2, ub, nt * 2), ct_device_errmsg(g_dev));
     CT_ASSERT_OK(ct_residual_forward(g_dev, to.v, ta.v, tb.v, nt), ct_device_errmsg(g_dev));
@@ -821,8 +998,14 @@ static void test_conversions(void) {
         CT_ASSERT_EQ_INT(uo[i], ties[i].want);
         CT_ASSERT_EQ_INT(ct_bf16_from_f32(s), ties[i].want);
     }
-    free(u); free(back);
-    bt_free(&a); bt_free(&z); bt_free(&o); bt_free(&ta); bt_free(&tb); bt_free(&to);
+    free(u);
+    free(back);
+    bt_free(&a);
+    bt_free(&z);
+    bt_free(&o);
+    bt_free(&ta);
+    bt_free(&tb);
+    bt_free(&to);
 }
 
 /* ------------------------------------------------------------------ refusals */
@@ -836,7 +1019,8 @@ static void test_refusals(void) {
                      CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "weight is fp32");
     /* the always-fp32 classes given bf16 */
-    CT_ASSERT_EQ_INT(ct_layernorm_forward(g_dev, h.v, h.v, x.v, h.v, h.v, h.v, 1, 2, 4), CT_ERR_ARG);
+    CT_ASSERT_EQ_INT(ct_layernorm_forward(g_dev, h.v, h.v, x.v, h.v, h.v, h.v, 1, 2, 4),
+                     CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "ct_layernorm_forward: mean is bf16");
     CT_ASSERT_EQ_INT(ct_matmul_backward(g_dev, h.v, h.v, ct_view_none(), h.v, h.v, h.v, 1, 2, 2, 2),
                      CT_ERR_ARG);
