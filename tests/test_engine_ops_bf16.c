@@ -812,6 +812,184 @@ static void test_vocab_parallel(int B, int T, int C, int V, int Vp, int split) {
     bt_free(&lse);
 }
 
+/* ------------------------------------------------------------------ mixture of experts */
+
+/* The MoE layer's routing and token movement with bf16 tokens and router logits (p, gate,
+ * dgate fp32; index tensors int32). References in double on the same inputs (the device's own
+ * fp32 p, gate, dgate where an op takes them), per op:
+ *   route: p = softmax of the bf16 logits (fp32: E exponentials and a sum, gamma(4 E + 16) p);
+ *          idx, gate = ct_ref_moe_route's (the same top-K, exactly)
+ *   dispatch: xs[pos] = x[token] bit for bit; pos = off[b, idx] + slot
+ *   combine: y = fl_bf16(sum_k gate_k ys_k): gamma(2K + 1) sum |gate| |ys|
+ *   gate backward (fp32): dot of C exact bf16 products: gamma(C) sum |dy| |ys|
+ *   combine backward: fl_bf16(scale gate dy): two fp32 products, 2 u32 |ref|
+ *   router backward: fl_bf16(p (dp - sum p dp)): gamma(E + K + 4) p (|dp| + sum p |dp|)
+ *   dispatch backward: fl_bf16(dxr + unscale sum_k dxs): gamma(K + 2) (|dxr| + sum |dxs|) */
+static void test_moe(int B, int T, int C, int E, int K, int cap) {
+    int N = B * T, NK = N * K;
+    bt lg = bt_make((size_t)N * E, 1, 3, 0), p = bt_make((size_t)N * E, 0, 0, 7.0);
+    bt idx = bt_make(NK, 0, 0, 0), gate = bt_make(NK, 0, 0, 7.0);
+    CT_ASSERT_OK(ct_moe_route_forward(g_dev, p.v, idx.v, gate.v, lg.v, N, E, K),
+                 ct_device_errmsg(g_dev));
+    double *rp = dalloc((size_t)N * E), *rg = dalloc(NK), *ep = dalloc((size_t)N * E);
+    int *ri = calloc(NK, sizeof(int));
+    ct_ref_moe_route(rp, ri, rg, lg.d, N, E, K);
+    for (int i = 0; i < N * E; i++)
+        ep[i] = gam(4 * E + 16) * rp[i];
+    bt_read(&p);
+    bt_read(&gate);
+    bt_read(&idx);
+    check("moe_route p (fp32, bf16 logits)", &p, rp, ep, 0);
+    int *di = (int *)idx.h, same = 1;
+    for (int i = 0; i < NK; i++)
+        same &= di[i] == ri[i];
+    CT_ASSERT_EQ_INT(same, 1);
+    for (int i = 0; i < NK; i++)
+        ep[i] = gam(4 * E + 16) * rg[i];
+    check("moe_route gate (fp32)", &gate, rg, ep, 0);
+    CT_ASSERT_OK(ct_buffer_write(idx.b, OFF * 4, di, (size_t)NK * 4), ct_device_errmsg(g_dev));
+    /* capacity and offsets (int32 ops), then the bf16 movement */
+    bt slot = bt_make(NK, 0, 0, 0), kept = bt_make((size_t)B * E, 0, 0, 0);
+    bt routed = bt_make((size_t)B * E, 0, 0, 0), off = bt_make((size_t)B * E, 0, 0, 0);
+    bt pos = bt_make(NK, 0, 0, 0);
+    CT_ASSERT_OK(ct_moe_capacity(g_dev, slot.v, kept.v, routed.v, idx.v, B, T, E, K, cap),
+                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(ct_moe_offsets(g_dev, off.v, kept.v, B, E), ct_device_errmsg(g_dev));
+    bt x = bt_make((size_t)N * C, 1, 1, 0), xs = bt_make((size_t)NK * C, 1, 0, 7.0);
+    CT_ASSERT_OK(ct_moe_dispatch(g_dev, xs.v, pos.v, x.v, idx.v, slot.v, off.v, B, T, C, E, K),
+                 ct_device_errmsg(g_dev));
+    bt_read(&slot);
+    bt_read(&off);
+    bt_read(&pos);
+    bt_read(&xs);
+    bt_read(&routed);
+    int *ds = (int *)slot.h, *doff = (int *)off.h, *dpos = (int *)pos.h, *drt = (int *)routed.h;
+    int nkept = 0, posok = 1, moved = 0;
+    for (int i = 0; i < NK; i++) {
+        int n = i / K, b = n / T, q = ds[i] < 0 ? -1 : doff[b * E + di[i]] + ds[i];
+        posok &= dpos[i] == q;
+        if (q < 0) continue;
+        nkept++;
+        for (int c = 0; c < C; c++)
+            moved += xs.h[(size_t)q * C + c] != x.h[(size_t)n * C + c];
+    }
+    CT_ASSERT_EQ_INT(posok, 1);
+    CT_ASSERT_EQ_INT(moved, 0);
+    CT_ASSERT(nkept > 0);
+    /* combine forward and backward */
+    bt ys = bt_make((size_t)NK * C, 1, 1, 0), y = bt_make((size_t)N * C, 1, 0, 7.0);
+    bt dy = bt_make((size_t)N * C, 1, 1, 0), dys = bt_make((size_t)NK * C, 1, 0, 7.0);
+    bt dgate = bt_make(NK, 0, 0, 7.0);
+    float scale = 0.75f;
+    CT_ASSERT_OK(ct_moe_combine_forward(g_dev, y.v, ys.v, gate.v, pos.v, N, C, K),
+                 ct_device_errmsg(g_dev));
+    CT_ASSERT_OK(
+        ct_moe_combine_backward(g_dev, dys.v, dgate.v, dy.v, ys.v, gate.v, pos.v, N, C, K, scale),
+        ct_device_errmsg(g_dev));
+    double *ry = dalloc(y.n), *ey = dalloc(y.n), *rdg = dalloc(NK), *edg = dalloc(NK);
+    double *rdys = dalloc(dys.n), *edys = dalloc(dys.n);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            int i = n * K + k, q = dpos[i];
+            if (q < 0) continue;
+            for (int c = 0; c < C; c++) {
+                double g = gate.h[i], v = ys.d[(size_t)q * C + c], d = dy.d[(size_t)n * C + c];
+                ry[(size_t)n * C + c] += g * v;
+                ey[(size_t)n * C + c] += gam(2 * K + 1) * fabs(g * v);
+                rdg[i] += d * v;
+                edg[i] += gam(C) * fabs(d * v);
+                rdys[(size_t)q * C + c] = scale * g * d;
+                edys[(size_t)q * C + c] = 2 * U32 * fabs(scale * g * d);
+            }
+        }
+    bt_read(&y);
+    bt_read(&dgate);
+    bt_read(&dys);
+    check("moe_combine_forward (bf16)", &y, ry, ey, 0);
+    check("moe_combine_backward dgate (fp32)", &dgate, rdg, edg, 0);
+    bt dys_kept = dys;
+    dys_kept.n = (size_t)nkept * C; /* the kept rows: every one written once */
+    check("moe_combine_backward dys (bf16)", &dys_kept, rdys, edys, 0);
+    /* router backward on the device's p and dgate */
+    bt dl = bt_make((size_t)N * E, 1, 0, 7.0);
+    float aux = 0.01f;
+    CT_ASSERT_OK(
+        ct_moe_router_backward(g_dev, dl.v, p.v, idx.v, pos.v, dgate.v, routed.v, aux, B, T, E, K),
+        ct_device_errmsg(g_dev));
+    double *rdl = dalloc(dl.n), *edl = dalloc(dl.n), *dp = dalloc(E);
+    for (int n = 0; n < N; n++) {
+        int b = n / T;
+        double sdp = 0, sabs = 0;
+        for (int e = 0; e < E; e++) {
+            dp[e] = (double)aux * drt[b * E + e];
+            for (int k = 0; k < K; k++)
+                if (dpos[n * K + k] >= 0 && di[n * K + k] == e) dp[e] += dgate.h[n * K + k];
+            sdp += p.h[n * E + e] * dp[e];
+            sabs += p.h[n * E + e] * fabs(dp[e]);
+        }
+        for (int e = 0; e < E; e++) {
+            rdl[n * E + e] = p.h[n * E + e] * (dp[e] - sdp);
+            edl[n * E + e] = gam(E + K + 4) * p.h[n * E + e] * (fabs(dp[e]) + sabs);
+        }
+    }
+    bt_read(&dl);
+    check("moe_router_backward (bf16)", &dl, rdl, edl, 0);
+    /* dispatch backward */
+    bt dxr = bt_make((size_t)N * C, 1, 1, 0), dxs = bt_make((size_t)NK * C, 1, 1, 0);
+    bt dx = bt_make((size_t)N * C, 1, 0, 7.0);
+    float unscale = 1.5f;
+    CT_ASSERT_OK(ct_moe_dispatch_backward(g_dev, dx.v, dxr.v, dxs.v, pos.v, N, C, K, unscale),
+                 ct_device_errmsg(g_dev));
+    double *rdx = dalloc(dx.n), *edx = dalloc(dx.n);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double sum = 0, sa = 0;
+            for (int k = 0; k < K; k++) {
+                int q = dpos[n * K + k];
+                if (q >= 0) sum += dxs.d[(size_t)q * C + c], sa += fabs(dxs.d[(size_t)q * C + c]);
+            }
+            rdx[(size_t)n * C + c] = dxr.d[(size_t)n * C + c] + unscale * sum;
+            edx[(size_t)n * C + c] = gam(K + 2) * (fabs(dxr.d[(size_t)n * C + c]) + unscale * sa);
+        }
+    bt_read(&dx);
+    check("moe_dispatch_backward (bf16)", &dx, rdx, edx, 0);
+    free(rp);
+    free(rg);
+    free(ep);
+    free(ri);
+    free(ry);
+    free(ey);
+    free(rdg);
+    free(edg);
+    free(rdys);
+    free(edys);
+    free(rdl);
+    free(edl);
+    free(dp);
+    free(rdx);
+    free(edx);
+    bt_free(&lg);
+    bt_free(&p);
+    bt_free(&idx);
+    bt_free(&gate);
+    bt_free(&slot);
+    bt_free(&kept);
+    bt_free(&routed);
+    bt_free(&off);
+    bt_free(&pos);
+    bt_free(&x);
+    bt_free(&xs);
+    bt_free(&ys);
+    bt_free(&y);
+    bt_free(&dy);
+    bt_free(&dys);
+    bt_free(&dgate);
+    bt_free(&dl);
+    bt_free(&dxr);
+    bt_free(&dxs);
+    bt_free(&dx);
+}
+
 /* ------------------------------------------------------------------ GEMM attention */
 
 /* The GEMM path in bf16: P (att) and dS kept in bf16, the scores and dP in fp32 (ops_attention.c).
@@ -1036,7 +1214,7 @@ static void test_refusals(void) {
     /* ops without a bf16 variant yet say so */
     CT_ASSERT_EQ_INT(ct_attention_probs(g_dev, h.v, h.v, 1, 2, 4, 2), CT_ERR_UNSUPPORTED);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "no bf16 variant");
-    CT_ASSERT_EQ_INT(ct_moe_prob_mean(g_dev, h.v, h.v, 1, 2, 4), CT_ERR_UNSUPPORTED);
+    CT_ASSERT_EQ_INT(ct_moe_prob_mean(g_dev, x.v, h.v, 1, 2, 4), CT_ERR_ARG);
     /* an unknown storage value */
     ct_view odd = h.v;
     odd.store = (ct_store)7;
@@ -1077,6 +1255,8 @@ int main(void) {
     test_attention_fused(2, 37, 16, 2, &vec4);
     test_vocab_parallel(3, 7, 20, 37, 40, 24); /* the second half holds 13 real columns + padding */
     test_vocab_parallel(2, 5, 8, 11, 16, 12);  /* the second half is all padding */
+    test_moe(3, 7, 20, 5, 2, 4);               /* capacity 4 of 14 choices per row: some dropped */
+    test_moe(2, 5, 8, 3, 1, 5);
     test_attention_gemm(3, 7, 20, 4);
     test_attention_gemm(1, 33, 24, 3);
     test_attention_gemm(1, 130, 16, 2); /* several row blocks of scores in the scratch */

@@ -112,7 +112,7 @@ extern const int ct_engine_kernels_count;
 /* Compile every engine kernel program now (so later calls only enqueue): the fp32 variants. */
 ct_status ct_ops_warmup(ct_device *dev);
 /* The same for one storage: CT_STORE_BF16 builds the bf16 variants of the sources that have one
- * (encoder, elementwise, layernorm, loss, attention, tp; the fused attention's per shape:
+ * (every source but optim; the fused attention's per shape:
  * ct_attention_fused_warmup_store). The bf16 matmul runs on the portable GEMM path, which the
  * caller checks once at setup: ct_gemm_path_check(dev, CT_GEMM_PORTABLE). */
 ct_status ct_ops_warmup_store(ct_device *dev, ct_store store);

@@ -142,7 +142,7 @@ static int warmed(const ct_cl_source *src) { return strcmp(src->name, "attention
 /* The sources with a bf16 variant (store.clh) that the warm-up builds; the fused attention's
  * are built per shape (ct_attention_fused_warmup_store). */
 static int has_bf16(const ct_cl_source *src) {
-    static const char *const names[] = {"encoder", "elementwise", "layernorm", "loss", "attention", "tp"};
+    static const char *const names[] = {"encoder", "elementwise", "layernorm", "loss", "attention", "tp", "moe"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(src->name, names[i])) return 1;
     return 0;
@@ -590,9 +590,10 @@ ct_status ct_moe_route_forward(ct_device *dev, ct_view p, ct_view idx, ct_view g
                                ct_view logits, int N, int E, int K) {
     NEED(dims_ok(N, E, 1) && K >= 1 && K <= E, "ct_moe_route_forward",
          "N, E must be positive and 1 <= K <= E");
-    NO_BF16_YET("ct_moe_route_forward", VIEWS(NV(p), NV(gate), NV(logits)), VIEWS(NV(idx)));
+    int bf;
+    VARIANT("ct_moe_route_forward", &bf, VIEWS(NV(logits)), VIEWS(NV(p), NV(gate), NV(idx)));
     karg a[] = {KMEM(p), KMEM(idx), KMEM(gate), KMEM(logits), KINT(N), KINT(E), KINT(K)};
-    return ct__ops_launch(dev, "moe", "moe_route", 0, (size_t)N, 64, a, NARGS(a));
+    return ct__ops_launch(dev, "moe", "moe_route", bf, (size_t)N, 64, a, NARGS(a));
 }
 
 ct_status ct_moe_capacity(ct_device *dev, ct_view slot, ct_view kept, ct_view routed, ct_view idx,
@@ -614,7 +615,7 @@ ct_status ct_moe_offsets(ct_device *dev, ct_view off, ct_view kept, int B, int E
 
 ct_status ct_moe_prob_mean(ct_device *dev, ct_view pmean, ct_view p, int B, int T, int E) {
     NEED(dims_ok(B, T, E), "ct_moe_prob_mean", "B, T, E must be positive");
-    NO_BF16_YET("ct_moe_prob_mean", VIEWS(NV(pmean), NV(p)), NO_VIEWS);
+    NO_BF16_YET("ct_moe_prob_mean", NO_VIEWS, VIEWS(NV(pmean), NV(p)));
     karg a[] = {KMEM(pmean), KMEM(p), KINT(B), KINT(T), KINT(E)};
     return ct__ops_launch(dev, "moe", "moe_prob_mean", 0, (size_t)B * E, 64, a, NARGS(a));
 }
@@ -623,32 +624,37 @@ ct_status ct_moe_dispatch(ct_device *dev, ct_view xs, ct_view pos, ct_view x, ct
                           ct_view slot, ct_view off, int B, int T, int C, int E, int K) {
     NEED(dims_ok(B, T, (long long)C * K) && K <= E, "ct_moe_dispatch",
          "B, T, C must be positive and 1 <= K <= E");
-    NO_BF16_YET("ct_moe_dispatch", VIEWS(NV(xs), NV(x)), VIEWS(NV(pos), NV(idx), NV(slot), NV(off)));
+    int bf;
+    VARIANT("ct_moe_dispatch", &bf, VIEWS(NV(xs), NV(x)),
+            VIEWS(NV(pos), NV(idx), NV(slot), NV(off)));
     karg a[] = {KMEM(xs), KMEM(pos), KMEM(x), KMEM(idx), KMEM(slot), KMEM(off),
                 KINT((long long)B * T * K), KINT(T), KINT(C), KINT(E), KINT(K)};
-    return ct__ops_launch2(dev, "moe", "moe_dispatch", 0, (size_t)C, (size_t)B * T * K, 256, a, NARGS(a));
+    return ct__ops_launch2(dev, "moe", "moe_dispatch", bf, (size_t)C, (size_t)B * T * K, 256, a, NARGS(a));
 }
 
 ct_status ct_moe_combine_forward(ct_device *dev, ct_view y, ct_view ys, ct_view gate, ct_view pos,
                                  size_t N, int C, int K) {
     NEED(dims_ok((long long)N, C, K), "ct_moe_combine_forward", "N, C, K must be positive");
-    NO_BF16_YET("ct_moe_combine_forward", VIEWS(NV(y), NV(ys), NV(gate)), VIEWS(NV(pos)));
+    int bf;
+    VARIANT("ct_moe_combine_forward", &bf, VIEWS(NV(y), NV(ys)), VIEWS(NV(gate), NV(pos)));
     karg a[] = {KMEM(y), KMEM(ys), KMEM(gate), KMEM(pos), KINT(N), KINT(C), KINT(K)};
-    return ct__ops_launch2(dev, "moe", "moe_combine", 0, (size_t)C, N, 256, a, NARGS(a));
+    return ct__ops_launch2(dev, "moe", "moe_combine", bf, (size_t)C, N, 256, a, NARGS(a));
 }
 
 ct_status ct_moe_combine_backward(ct_device *dev, ct_view dys, ct_view dgate, ct_view dy,
                                   ct_view ys, ct_view gate, ct_view pos, size_t N, int C, int K,
                                   float scale) {
     NEED(dims_ok((long long)N, C, K), "ct_moe_combine_backward", "N, C, K must be positive");
-    NO_BF16_YET("ct_moe_combine_backward", VIEWS(NV(dys), NV(dgate), NV(dy), NV(ys), NV(gate)), VIEWS(NV(pos)));
+    int bf;
+    VARIANT("ct_moe_combine_backward", &bf, VIEWS(NV(dys), NV(dy), NV(ys)),
+            VIEWS(NV(dgate), NV(gate), NV(pos)));
     karg g[] = {KMEM(dgate), KMEM(dy), KMEM(ys), KMEM(pos), KINT(N * (size_t)K), KINT(C),
                 KINT(K)};
-    ct_status st = ct__ops_launch(dev, "moe", "moe_gate_backward", 0, N * (size_t)K, 64, g, NARGS(g));
+    ct_status st = ct__ops_launch(dev, "moe", "moe_gate_backward", bf, N * (size_t)K, 64, g, NARGS(g));
     if (st != CT_OK) return st;
     karg a[] = {KMEM(dys), KMEM(dy),  KMEM(gate), KMEM(pos), KINT(N * (size_t)K),
                 KINT(C),   KINT(K),   KF(scale)};
-    return ct__ops_launch2(dev, "moe", "moe_combine_backward", 0, (size_t)C, N * (size_t)K, 256, a, NARGS(a));
+    return ct__ops_launch2(dev, "moe", "moe_combine_backward", bf, (size_t)C, N * (size_t)K, 256, a, NARGS(a));
 }
 
 ct_status ct_moe_router_backward(ct_device *dev, ct_view dlogits, ct_view p, ct_view idx,
@@ -656,16 +662,19 @@ ct_status ct_moe_router_backward(ct_device *dev, ct_view dlogits, ct_view p, ct_
                                  int T, int E, int K) {
     NEED(dims_ok(B, T, (long long)E * K) && K <= E, "ct_moe_router_backward",
          "B, T, E must be positive and 1 <= K <= E");
-    NO_BF16_YET("ct_moe_router_backward", VIEWS(NV(dlogits), NV(p), NV(dgate)), VIEWS(NV(idx), NV(pos), NV(routed)));
+    int bf;
+    VARIANT("ct_moe_router_backward", &bf, VIEWS(NV(dlogits)),
+            VIEWS(NV(p), NV(dgate), NV(idx), NV(pos), NV(routed)));
     karg a[] = {KMEM(dlogits), KMEM(p), KMEM(idx), KMEM(pos), KMEM(dgate), KMEM(routed),
                 KF(aux), KINT((long long)B * T), KINT(T), KINT(E), KINT(K)};
-    return ct__ops_launch(dev, "moe", "moe_router_backward", 0, (size_t)B * T, 64, a, NARGS(a));
+    return ct__ops_launch(dev, "moe", "moe_router_backward", bf, (size_t)B * T, 64, a, NARGS(a));
 }
 
 ct_status ct_moe_dispatch_backward(ct_device *dev, ct_view dx, ct_view dxr, ct_view dxs,
                                    ct_view pos, size_t N, int C, int K, float unscale) {
     NEED(dims_ok((long long)N, C, K), "ct_moe_dispatch_backward", "N, C, K must be positive");
-    NO_BF16_YET("ct_moe_dispatch_backward", VIEWS(NV(dx), NV(dxr), NV(dxs)), VIEWS(NV(pos)));
+    int bf;
+    VARIANT("ct_moe_dispatch_backward", &bf, VIEWS(NV(dx), NV(dxr), NV(dxs)), VIEWS(NV(pos)));
     karg a[] = {KMEM(dx), KMEM(dxr), KMEM(dxs), KMEM(pos), KINT(N), KINT(C), KINT(K), KF(unscale)};
-    return ct__ops_launch2(dev, "moe", "moe_dispatch_backward", 0, (size_t)C, N, 256, a, NARGS(a));
+    return ct__ops_launch2(dev, "moe", "moe_dispatch_backward", bf, (size_t)C, N, 256, a, NARGS(a));
 }
