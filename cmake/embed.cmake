@@ -4,8 +4,10 @@
 # CMake alone does the work (hex dump), so the build needs no Python. Re-run when a file changes.
 #
 # In a .cl file (only: other embedded files, the corpus text, are taken as they are), a line
-# `#include "name.clh"` is replaced by the text of name.clh from the same folder (one level: a
-# .clh includes nothing), so OpenCL C helpers shared by several .cl files live once
+# `#include "name.clh"` is replaced by the text of name.clh from the same folder, else from the
+# first folder of the list CT_EMBED_CLH_DIRS that has it (set by the caller: engine/ reads
+# cl/kernels/bf16.clh so); one level: a .clh includes nothing. So OpenCL C helpers shared by
+# several .cl files live once
 # while every embedded program stays one self-contained string (the program cache's key hashes
 # that whole text). Offline compilers read the same files with -I <folder>.
 function(ct_embed_files OUT_C SYMBOL)
@@ -26,12 +28,18 @@ function(ct_embed_files OUT_C SYMBOL)
       get_filename_component(dir ${f} DIRECTORY)
       foreach(inc IN LISTS incs)
         string(REGEX REPLACE "#include \"([A-Za-z0-9_]+\\.clh)\"" "\\1" hname "${inc}")
-        if(NOT EXISTS ${dir}/${hname})
-          message(FATAL_ERROR "${f}: ${inc}: no ${dir}/${hname}")
+        set(hpath "")
+        foreach(hdir IN ITEMS ${dir} ${CT_EMBED_CLH_DIRS})
+          if(NOT hpath AND EXISTS ${hdir}/${hname})
+            set(hpath ${hdir}/${hname})
+          endif()
+        endforeach()
+        if(NOT hpath)
+          message(FATAL_ERROR "${f}: ${inc}: no ${hname} in ${dir} ${CT_EMBED_CLH_DIRS}")
         endif()
-        file(READ ${dir}/${hname} htext)
+        file(READ ${hpath} htext)
         string(REPLACE "${inc}" "${htext}" text "${text}")
-        list(APPEND deps ${dir}/${hname})
+        list(APPEND deps ${hpath})
       endforeach()
       # the expanded text, hex-dumped as the plain files are (and there to read when a build
       # log's line numbers need it)

@@ -14,3 +14,6 @@ endforeach()
 ct_add_test(NAME test_engine_mem SOURCES test_engine_mem.c LIBS ct_engine LABELS opencl)
 ct_add_test(NAME test_engine_gemm_select SOURCES test_engine_gemm_select.c LIBS ct_engine
             LABELS opencl)
+# The same ops with bf16 storage against the double reference on bf16-rounded inputs (tolerances
+# derived in the file), the conversions' round trip and ties, and the storage refusals.
+ct_add_test(NAME test_engine_ops_bf16 SOURCES test_engine_ops_bf16.c LIBS ct_test_ref LABELS opencl)

@@ -24,30 +24,58 @@
 extern "C" {
 #endif
 
-/* A tensor on the device: buffer + offset in elements (floats; int32 for token tensors). A view
- * with mem == NULL is "absent" where an argument is documented as optional. */
+/* How a view's elements are stored. Zero is 4-byte elements (fp32; int32 for token tensors), so
+ * a view made without saying is what every view was before bf16. */
+typedef enum ct_store {
+    CT_STORE_F32 = 0, /* 4 bytes per element: fp32 (int32 for token tensors) */
+    CT_STORE_BF16 = 1 /* 2 bytes per element: the upper half of an fp32 (ct_bf16_from_f32) */
+} ct_store;
+
+/* A tensor on the device: buffer + offset in elements of its storage (floats, int32 for token
+ * tensors, or bf16 halves when store is CT_STORE_BF16). A view with mem == NULL is "absent" where
+ * an argument is documented as optional.
+ *
+ * Storage classes of the ops' arguments: the activations, the activation gradients and the
+ * parameters' working copy are all fp32 or all bf16 (the op runs its bf16 kernels when they are
+ * bf16); parameter gradients, LayerNorm statistics, losses, log-sum-exp and token ids are always
+ * 4-byte. An op given another mix returns CT_ERR_ARG naming the argument. */
 typedef struct ct_view {
     cl_mem mem;
-    size_t off;
+    size_t off;     /* in elements of `store` */
+    ct_store store; /* zero: fp32 */
 } ct_view;
 
 static inline ct_view ct_view_of(cl_mem mem, size_t off) {
-    ct_view v = {mem, off};
+    ct_view v = {mem, off, CT_STORE_F32};
+    return v;
+}
+/* A bf16 view: `off` counts bf16 elements (2 bytes) from the start of mem. */
+static inline ct_view ct_view_bf16(cl_mem mem, size_t off) {
+    ct_view v = {mem, off, CT_STORE_BF16};
     return v;
 }
 static inline ct_view ct_view_at(ct_view v, size_t off) {
     v.off += off;
     return v;
 }
+/* Bytes per element of the view's storage: 4 or 2. */
+static inline size_t ct_view_elem_bytes(ct_view v) { return v.store == CT_STORE_BF16 ? 2 : 4; }
 /* Float `off` of an arena (cl/) as a view: the piece holding it, the offset in that piece. */
 static inline ct_view ct_arena_view(const ct_arena *a, size_t off) {
     size_t in = 0;
     ct_buffer *b = ct_arena_at(a, off * sizeof(float), &in);
-    ct_view v = {b ? ct_buffer_mem(b) : NULL, in / sizeof(float)};
+    ct_view v = {b ? ct_buffer_mem(b) : NULL, in / sizeof(float), CT_STORE_F32};
+    return v;
+}
+/* bf16 element `off` of an arena as a bf16 view (an arena of bf16 tensors: 2 bytes each). */
+static inline ct_view ct_arena_view_bf16(const ct_arena *a, size_t off) {
+    size_t in = 0;
+    ct_buffer *b = ct_arena_at(a, off * 2, &in);
+    ct_view v = {b ? ct_buffer_mem(b) : NULL, in / 2, CT_STORE_BF16};
     return v;
 }
 static inline ct_view ct_view_none(void) {
-    ct_view v = {NULL, 0};
+    ct_view v = {NULL, 0, CT_STORE_F32};
     return v;
 }
 
@@ -81,8 +109,13 @@ const char *ct_profile_name(int bucket); /* "matmul_fc_fwd" */
 extern const ct_cl_source ct_engine_kernels[];
 extern const int ct_engine_kernels_count;
 
-/* Compile every engine kernel program now (so later calls only enqueue). */
+/* Compile every engine kernel program now (so later calls only enqueue): the fp32 variants. */
 ct_status ct_ops_warmup(ct_device *dev);
+/* The same for one storage: CT_STORE_BF16 builds the bf16 variants of the sources that have one
+ * (every source but optim; the fused attention's per shape:
+ * ct_attention_fused_warmup_store). The bf16 matmul runs on the portable GEMM path, which the
+ * caller checks once at setup: ct_gemm_path_check(dev, CT_GEMM_PORTABLE). */
+ct_status ct_ops_warmup_store(ct_device *dev, ct_store store);
 /* How many programs ct_ops_warmup builds (the engine's kernels but the fused attention's, which
  * is built per head size and block shape on first use). */
 int ct_ops_program_count(void);
@@ -122,7 +155,11 @@ ct_status ct_matmul_backward(ct_device *dev, ct_view dinp /* (B,T,C) = */,
 
 /* ---- causal multi-head self-attention on fused qkv, scale 1/sqrt(C/NH).
  * Saved for backward: qkvr (the q, k, v in head-major layout) and att (the softmax).
- * Scratch: vaccum (B,NH,T,hs). */
+ * Scratch: vaccum (B,NH,T,hs).
+ * In bf16 (every view bf16) att holds P and the backward's datt dS in bf16, while the scores and
+ * dP are computed in fp32 a block of rows at a time in the scratch (vaccum in the forward, dqkvr
+ * in the backward) and never rounded; ct_attention_probs has no bf16 variant yet (it has no
+ * scratch: recompute in bf16 will need one). */
 ct_status ct_attention_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
                                ct_view qkvr /* (3,B,NH,T,hs) = */, ct_view att /* (B,NH,T,T) = */,
                                ct_view inp /* (B,T,3C) */, ct_view vaccum /* (B,NH,T,hs) scratch */,
@@ -170,6 +207,9 @@ ct_attn_cfg ct_attn_cfg_default(const ct_device_info *info, int hs);
 
 /* Compile the programs cfg needs at head size hs now (so the step only enqueues). */
 ct_status ct_attention_fused_warmup(ct_device *dev, const ct_attn_cfg *cfg, int hs);
+/* The same for the kernels of one storage (CT_STORE_BF16: the bf16 variant). */
+ct_status ct_attention_fused_warmup_store(ct_device *dev, const ct_attn_cfg *cfg, int hs,
+                                          ct_store store);
 
 ct_status ct_attention_fused_forward(ct_device *dev, const ct_attn_cfg *cfg,
                                      ct_view out /* (B,T,C) = */, ct_view lse /* (B,NH,T) = */,

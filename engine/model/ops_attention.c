@@ -15,8 +15,8 @@
  * for the bug's sake. */
 static ct_status transpose_square(ct_device *dev, size_t T, ct_view a, size_t BNH) {
     karg args[] = {KMEM(a), KINT(BNH), KINT(T)};
-    return ct__ops_launch2(dev, "attention", "transpose_square_inplace", T, BNH * T, 64, args,
-                   NARGS(args));
+    return ct__ops_launch2(dev, "attention", "transpose_square_inplace", a.store == CT_STORE_BF16,
+                           T, BNH * T, 64, args, NARGS(args));
 }
 
 /* Causal attention multiplies only what the mask keeps. Each (T,T) product is cut into row
@@ -48,9 +48,59 @@ static ct_status gemm_causal(ct_device *dev, causal_kind kind, size_t T, size_t 
             tb = 1, n = r1, k = hs, ao = r0 * hs, lda = hs, sa = T * hs, ldc = T, sc = T * T;
         else if (kind == CAUSAL_UPPER)
             k = T - r0, ao = r0 * T + r0, bo = r0 * hs;
-        st = ct_gemm_strided_batched(dev, 0, tb, r1 - r0, n, k, 1.0f, a.mem, a.off + ao, lda, sa,
-                                     b.mem, b.off + bo, hs, T * hs, 0.0f, c.mem, c.off + r0 * ldc,
-                                     ldc, sc, BNH, NULL);
+        if (a.store == CT_STORE_BF16) { /* the bf16 path: every operand and C bf16 */
+            ct_gemm_desc g = {.tb = tb, .m = r1 - r0, .n = n, .k = k, .batch = BNH, .alpha = 1.0f,
+                              .a = a.mem, .a_off = a.off + ao, .lda = lda, .a_stride = sa,
+                              .b = b.mem, .b_off = b.off + bo, .ldb = hs, .b_stride = T * hs,
+                              .c = c.mem, .c_off = c.off + r0 * ldc, .ldc = ldc, .c_stride = sc,
+                              .c_bf16 = 1};
+            st = ct_gemm_run(dev, CT__BF16_GEMM, &g, NULL);
+        } else {
+            st = ct_gemm_strided_batched(dev, 0, tb, r1 - r0, n, k, 1.0f, a.mem, a.off + ao, lda,
+                                         sa, b.mem, b.off + bo, hs, T * hs, 0.0f, c.mem,
+                                         c.off + r0 * ldc, ldc, sc, BNH, NULL);
+        }
+    }
+    return st;
+}
+
+/* The bf16 path's scores (or dP) in fp32, a block of R rows of every (b,h) at a time, and the
+ * softmax (or its backward) of each block into the bf16 att (or datt): the scores are never
+ * rounded to bf16, only the probabilities and dS are. The fp32 block lives in `scratch`, a bf16
+ * view the op may overwrite (vaccum in the forward, dqkvr in the backward: both written only
+ * after the last block), of n bf16 elements, used from its first 4-byte-aligned element: R is
+ * as many rows of (BNH, T) floats as fit (hs / 2 - 1 or more of T for vaccum). Block [r0, r1):
+ * C[lr, j] = A[r0 + lr, :] . B[j, :] for j < r1 (the causal cut), then the kernel. */
+static ct_status scores_bf16(ct_device *dev, int backward, size_t T, size_t hs, ct_view a,
+                             ct_view b, ct_view att, ct_view datt, ct_view scratch, size_t n,
+                             size_t BNH, const char *op) {
+    size_t f0 = (scratch.off + 1) / 2, f1 = (scratch.off + n) / 2; /* whole floats inside */
+    size_t R = f1 > f0 ? (f1 - f0) / (BNH * T) : 0;
+    if (R > T) R = T;
+    if (R < 1)
+        return CT_ERR(ct_device_err(dev), CT_ERR_ARG,
+                      "%s: the scratch of %zu bf16 elements holds no row of fp32 scores (%zu x %zu)",
+                      op, n, BNH, T);
+    float scale = 1.0f / sqrtf((float)hs);
+    ct_status st = CT_OK;
+    for (size_t r0 = 0; st == CT_OK && r0 < T; r0 += R) {
+        size_t r1 = r0 + R < T ? r0 + R : T;
+        ct_gemm_desc g = {.tb = 1, .m = r1 - r0, .n = r1, .k = hs, .batch = BNH, .alpha = 1.0f,
+                          .a = a.mem, .a_off = a.off + r0 * hs, .lda = hs, .a_stride = T * hs,
+                          .b = b.mem, .b_off = b.off, .ldb = hs, .b_stride = T * hs,
+                          .c = scratch.mem, .c_off = f0, .ldc = T, .c_stride = R * T};
+        if ((st = ct_gemm_run(dev, CT__BF16_GEMM, &g, NULL)) != CT_OK) return st;
+        ct_view sc = ct_view_of(scratch.mem, f0);
+        if (backward) {
+            karg k[] = {KMEM(datt), KMEM(att), KMEM(sc), KINT(BNH), KINT(T), KINT(r0), KINT(R),
+                        KF(scale)};
+            st = ct__ops_launch(dev, "attention", "softmax_causal_block_backward", 1, BNH * R, 64,
+                                k, NARGS(k));
+        } else {
+            karg k[] = {KMEM(att), KMEM(sc), KINT(BNH), KINT(T), KINT(r0), KINT(R), KF(scale)};
+            st = ct__ops_launch(dev, "attention", "softmax_causal_block_forward", 1, BNH * R, 64,
+                                k, NARGS(k));
+        }
     }
     return st;
 }
@@ -61,6 +111,7 @@ ct_status ct_attention_probs(ct_device *dev, ct_view att, ct_view qkvr, int B, i
                              int NH) {
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_probs", "B, T, C, NH must be positive with NH dividing C");
+    NO_BF16_YET("ct_attention_probs", VIEWS(NV(att), NV(qkvr)), NO_VIEWS);
     int hs = C / NH;
     size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
@@ -71,31 +122,40 @@ ct_status ct_attention_probs(ct_device *dev, ct_view att, ct_view qkvr, int B, i
     float scale = 1.0f / sqrtf((float)hs);
     karg a[] = {KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
     if (ct_device_row_groups(dev))
-        return ct__ops_launch_groups(dev, "attention", "softmax_causal_forward_rows", BNH * T, a,
+        return ct__ops_launch_groups(dev, "attention", "softmax_causal_forward_rows", 0, BNH * T, a,
                              NARGS(a));
-    return ct__ops_launch(dev, "attention", "softmax_causal_forward", BNH * T, 64, a, NARGS(a));
+    return ct__ops_launch(dev, "attention", "softmax_causal_forward", 0, BNH * T, 64, a, NARGS(a));
 }
 
 ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_view att, ct_view inp,
                                ct_view vaccum, int B, int T, int C, int NH) {
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_forward", "B, T, C, NH must be positive with NH dividing C");
+    int bf;
+    VARIANT("ct_attention_forward", &bf, VIEWS(NV(out), NV(qkvr), NV(att), NV(inp), NV(vaccum)),
+            NO_VIEWS);
     int hs = C / NH;
     size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
     ct_status st;
     {
         karg a[] = {KMEM(qkvr), KMEM(inp), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-        st = ct__ops_launch2(dev, "attention", "qkv_to_heads", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+        st = ct__ops_launch2(dev, "attention", "qkv_to_heads", bf, (size_t)C, (size_t)B * T, 256,
+                             a, NARGS(a));
         if (st != CT_OK) return st;
     }
-    if ((st = ct_attention_probs(dev, att, qkvr, B, T, C, NH)) != CT_OK) return st;
+    if (bf) /* fp32 scores in blocks of vaccum (scratch until the P.V product below) */
+        st = scores_bf16(dev, 0, (size_t)T, (size_t)hs, qkvr, ct_view_at(qkvr, part), att,
+                         ct_view_none(), vaccum, part, BNH, "ct_attention_forward");
+    else
+        st = ct_attention_probs(dev, att, qkvr, B, T, C, NH);
+    if (st != CT_OK) return st;
     /* vaccum (T,hs) = att (T,T) . v (T,hs) per (b,h) */
     st = gemm_causal(dev, CAUSAL_LOWER, (size_t)T, (size_t)hs, att, ct_view_at(qkvr, 2 * part),
                      vaccum, BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(out), KMEM(vaccum), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-    return ct__ops_launch2(dev, "attention", "heads_to_seq", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+    return ct__ops_launch2(dev, "attention", "heads_to_seq", bf, (size_t)C, (size_t)B * T, 256, a, NARGS(a));
 }
 
 ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_view datt,
@@ -103,26 +163,34 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
                                 int T, int C, int NH) {
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_backward", "B, T, C, NH must be positive with NH dividing C");
+    int bf;
+    VARIANT("ct_attention_backward", &bf,
+            VIEWS(NV(dinp), NV(dqkvr), NV(datt), NV(dvaccum), NV(dout), NV(qkvr), NV(att)),
+            NO_VIEWS);
     int hs = C / NH;
     size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C;
     ct_status st;
     {
         karg a[] = {KMEM(dvaccum), KMEM(dout), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-        st = ct__ops_launch2(dev, "attention", "seq_to_heads", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+        st = ct__ops_launch2(dev, "attention", "seq_to_heads", bf, (size_t)C, (size_t)B * T, 256, a, NARGS(a));
         if (st != CT_OK) return st;
     }
-    /* datt (T,T) = dvaccum (T,hs) . v^T */
-    st = gemm_causal(dev, CAUSAL_SCORES, (size_t)T, (size_t)hs, dvaccum,
-                     ct_view_at(qkvr, 2 * part), datt, BNH);
-    if (st != CT_OK) return st;
-    {
+    if (bf) { /* dP in fp32 blocks of dqkvr (scratch until dv below), dS into datt in bf16 */
+        st = scores_bf16(dev, 1, (size_t)T, (size_t)hs, dvaccum, ct_view_at(qkvr, 2 * part), att,
+                         datt, dqkvr, 3 * part, BNH, "ct_attention_backward");
+        if (st != CT_OK) return st;
+    } else {
+        /* datt (T,T) = dvaccum (T,hs) . v^T */
+        st = gemm_causal(dev, CAUSAL_SCORES, (size_t)T, (size_t)hs, dvaccum,
+                         ct_view_at(qkvr, 2 * part), datt, BNH);
+        if (st != CT_OK) return st;
         float scale = 1.0f / sqrtf((float)hs);
         karg a[] = {KMEM(datt), KMEM(att), KINT(BNH * T), KINT(T), KF(scale)};
         st = ct_device_row_groups(dev)
-                 ? ct__ops_launch_groups(dev, "attention", "softmax_causal_backward_rows", BNH * T, a,
+                 ? ct__ops_launch_groups(dev, "attention", "softmax_causal_backward_rows", 0, BNH * T, a,
                                  NARGS(a))
-                 : ct__ops_launch(dev, "attention", "softmax_causal_backward", BNH * T, 64, a, NARGS(a));
+                 : ct__ops_launch(dev, "attention", "softmax_causal_backward", 0, BNH * T, 64, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     /* dv (T,hs) = att^T (T,T) . dvaccum (T,hs): after the softmax backward, the last reader of
@@ -141,7 +209,8 @@ ct_status ct_attention_backward(ct_device *dev, ct_view dinp, ct_view dqkvr, ct_
                      ct_view_at(dqkvr, part), BNH);
     if (st != CT_OK) return st;
     karg a[] = {KMEM(dinp), KMEM(dqkvr), KINT(B), KINT(T), KINT(NH), KINT(hs)};
-    return ct__ops_launch2(dev, "attention", "heads_to_qkv", (size_t)C, (size_t)B * T, 256, a, NARGS(a));
+    return ct__ops_launch2(dev, "attention", "heads_to_qkv", bf, (size_t)C, (size_t)B * T, 256, a,
+                           NARGS(a));
 }
 
 /* ------------------------------------------------------------------ fused attention */
@@ -229,7 +298,7 @@ ct_attn_cfg ct_attn_cfg_default(const ct_device_info *info, int hs) {
 
 /* The fused kernel `name` built for head size hs and block shape k (one program per shape). */
 static ct_status fused_kernel(ct_device *dev, int hs, const ct_attn_blocks *k, int backward,
-                              const char *name, cl_kernel *out) {
+                              int bf16, const char *name, cl_kernel *out) {
     char why[200];
     if (ct_attn_blocks_check(ct_device_get_info(dev), hs, k, backward, why, sizeof why))
         return CT_ERR(ct_device_err(dev), CT_ERR_ARG, "fused attention (%s): %s", name, why);
@@ -239,9 +308,9 @@ static ct_status fused_kernel(ct_device *dev, int hs, const ct_attn_blocks *k, i
                       "engine kernel source 'attention_fused.cl' is not embedded (build problem)");
     int sc, oc;
     fused_split(hs, k, &sc, &oc);
-    char opt[160];
-    snprintf(opt, sizeof opt, "-D HS=%d -D BQ=%d -D BK=%d -D NT=%d -D VW=%d -D SC=%d -D OC=%d", hs,
-             k->bq, k->bk, k->nt, k->vw, sc, oc);
+    char opt[200];
+    snprintf(opt, sizeof opt, "-D HS=%d -D BQ=%d -D BK=%d -D NT=%d -D VW=%d -D SC=%d -D OC=%d%s%s",
+             hs, k->bq, k->bk, k->nt, k->vw, sc, oc, bf16 ? " " : "", bf16 ? CT__BF16_OPTS : "");
     ct_status st = ct_kernel_get(dev, src, opt, name, out);
     if (st != CT_OK) return st;
     size_t wg = 1;
@@ -254,10 +323,10 @@ static ct_status fused_kernel(ct_device *dev, int hs, const ct_attn_blocks *k, i
 }
 
 static ct_status fused_launch(ct_device *dev, int hs, const ct_attn_blocks *k, int backward,
-                              const char *name, size_t groups, size_t BNH, const karg *args,
-                              int nargs) {
+                              int bf16, const char *name, size_t groups, size_t BNH,
+                              const karg *args, int nargs) {
     cl_kernel kern = NULL;
-    ct_status st = fused_kernel(dev, hs, k, backward, name, &kern);
+    ct_status st = fused_kernel(dev, hs, k, backward, bf16, name, &kern);
     for (int i = 0; st == CT_OK && i < nargs; i++)
         st = ct_kernel_set_arg(dev, kern, (cl_uint)i, args[i].size, args[i].p);
     if (st != CT_OK) return st;
@@ -265,12 +334,18 @@ static ct_status fused_launch(ct_device *dev, int hs, const ct_attn_blocks *k, i
     return ct_kernel_launch(dev, kern, 2, global, local, NULL);
 }
 
-ct_status ct_attention_fused_warmup(ct_device *dev, const ct_attn_cfg *cfg, int hs) {
+ct_status ct_attention_fused_warmup_store(ct_device *dev, const ct_attn_cfg *cfg, int hs,
+                                          ct_store store) {
     cl_kernel k = NULL;
-    ct_status st = fused_kernel(dev, hs, &cfg->fwd, 0, "attn_fused_forward", &k);
-    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, "attn_fused_backward_dkv", &k);
-    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, "attn_fused_backward_dq", &k);
+    int bf = store == CT_STORE_BF16;
+    ct_status st = fused_kernel(dev, hs, &cfg->fwd, 0, bf, "attn_fused_forward", &k);
+    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, bf, "attn_fused_backward_dkv", &k);
+    if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, bf, "attn_fused_backward_dq", &k);
     return st;
+}
+
+ct_status ct_attention_fused_warmup(ct_device *dev, const ct_attn_cfg *cfg, int hs) {
+    return ct_attention_fused_warmup_store(dev, cfg, hs, CT_STORE_F32);
 }
 
 #define FUSED_DIMS_OK                                                                              \
@@ -280,12 +355,14 @@ ct_status ct_attention_fused_forward(ct_device *dev, const ct_attn_cfg *cfg, ct_
                                      ct_view lse, ct_view inp, int B, int T, int C, int NH) {
     NEED(FUSED_DIMS_OK, "ct_attention_fused_forward",
          "B, T, C, NH must be positive with NH dividing C");
+    int bf;
+    VARIANT("ct_attention_fused_forward", &bf, VIEWS(NV(out), NV(inp)), VIEWS(NV(lse)));
     int hs = C / NH;
     ct_attn_cfg c = cfg ? *cfg : ct_attn_cfg_default(ct_device_get_info(dev), hs);
     float scale = 1.0f / sqrtf((float)hs);
     size_t nqb = ((size_t)T + c.fwd.bq - 1) / c.fwd.bq;
     karg a[] = {KMEM(out), KMEM(lse), KMEM(inp), KINT(T), KINT(NH), KF(scale)};
-    return fused_launch(dev, hs, &c.fwd, 0, "attn_fused_forward", nqb, (size_t)B * NH, a,
+    return fused_launch(dev, hs, &c.fwd, 0, bf, "attn_fused_forward", nqb, (size_t)B * NH, a,
                         NARGS(a));
 }
 
@@ -294,6 +371,9 @@ ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg, ct
                                       ct_view lse, int B, int T, int C, int NH) {
     NEED(FUSED_DIMS_OK, "ct_attention_fused_backward",
          "B, T, C, NH must be positive with NH dividing C");
+    int bf;
+    VARIANT("ct_attention_fused_backward", &bf, VIEWS(NV(dinp), NV(dout), NV(inp), NV(out)),
+            VIEWS(NV(dsum), NV(lse)));
     int hs = C / NH;
     ct_attn_cfg c = cfg ? *cfg : ct_attn_cfg_default(ct_device_get_info(dev), hs);
     float scale = 1.0f / sqrtf((float)hs);
@@ -302,7 +382,7 @@ ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg, ct
     {
         cl_kernel k = NULL;
         karg a[] = {KMEM(dsum), KMEM(dout), KMEM(out), KINT(B), KINT(T), KINT(NH)};
-        st = fused_kernel(dev, hs, &c.bwd, 1, "attn_fused_dot", &k);
+        st = fused_kernel(dev, hs, &c.bwd, 1, bf, "attn_fused_dot", &k);
         for (int i = 0; st == CT_OK && i < NARGS(a); i++)
             st = ct_kernel_set_arg(dev, k, (cl_uint)i, a[i].size, a[i].p);
         size_t wg = 1;
@@ -317,12 +397,12 @@ ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg, ct
         size_t nkb = ((size_t)T + c.bwd.bk - 1) / c.bwd.bk;
         karg a[] = {KMEM(dinp), KMEM(dout), KMEM(inp), KMEM(lse), KMEM(dsum),
                     KINT(T),    KINT(NH),   KF(scale)};
-        st = fused_launch(dev, hs, &c.bwd, 1, "attn_fused_backward_dkv", nkb, BNH, a, NARGS(a));
+        st = fused_launch(dev, hs, &c.bwd, 1, bf, "attn_fused_backward_dkv", nkb, BNH, a, NARGS(a));
         if (st != CT_OK) return st;
     }
     size_t nqb = ((size_t)T + c.bwd.bq - 1) / c.bwd.bq;
     karg a[] = {KMEM(dinp), KMEM(dout), KMEM(inp), KMEM(lse), KMEM(dsum),
                 KINT(T),    KINT(NH),   KF(scale)};
-    return fused_launch(dev, hs, &c.bwd, 1, "attn_fused_backward_dq", nqb, BNH, a, NARGS(a));
+    return fused_launch(dev, hs, &c.bwd, 1, bf, "attn_fused_backward_dq", nqb, BNH, a, NARGS(a));
 }
 

@@ -24,19 +24,62 @@ typedef struct karg {
 
 /* The embedded engine source `file` (no ".cl"), or NULL. */
 const ct_cl_source *ct__ops_find_source(const char *file);
-/* A kernel of the embedded engine sources by (file, kernel name), from the device's cache. */
-ct_status ct__ops_get_kernel(ct_device *dev, const char *file, const char *name, cl_kernel *k);
-/* Launch `name` from `file` over n work-items (1-D), work-group size `pref` or less. */
-ct_status ct__ops_launch(ct_device *dev, const char *file, const char *name, size_t n, size_t pref,
-                         const karg *args, int nargs);
+/* The build options of an engine source's bf16 variant (store.clh); the fp32 variant has none. */
+#define CT__BF16_OPTS "-D CT_BF16"
+/* The GEMM path of the bf16 ops (the portable kernel: any device). The caller checks it once at
+ * setup (ct_gemm_path_check); a path chosen per device and shape is the matrix-unit work's. */
+#define CT__BF16_GEMM CT_GEMM_PORTABLE
+
+/* A kernel of the embedded engine sources by (file, kernel name) and variant (bf16 != 0: the
+ * file built with CT__BF16_OPTS), from the device's cache. */
+ct_status ct__ops_get_kernel(ct_device *dev, const char *file, const char *name, int bf16,
+                             cl_kernel *k);
+/* Launch `name` from `file` (variant bf16) over n work-items (1-D), work-group size `pref` or
+ * less. */
+ct_status ct__ops_launch(ct_device *dev, const char *file, const char *name, int bf16, size_t n,
+                         size_t pref, const karg *args, int nargs);
 /* 2-D launch: n0 x n1 work-items, work-groups of (<= pref0) x 1. */
-ct_status ct__ops_launch2(ct_device *dev, const char *file, const char *name, size_t n0,
+ct_status ct__ops_launch2(ct_device *dev, const char *file, const char *name, int bf16, size_t n0,
                           size_t n1, size_t pref0, const karg *args, int nargs);
 /* A work-group per row (or per chunk): ngroups groups of a power-of-two size <= 256. */
-ct_status ct__ops_launch_groups(ct_device *dev, const char *file, const char *name,
+ct_status ct__ops_launch_groups(ct_device *dev, const char *file, const char *name, int bf16,
                                 size_t ngroups, const karg *args, int nargs);
 /* CT_ERR_ARG "op: what" on the device's error record. */
 ct_status ct__ops_bad(ct_device *dev, const char *op, const char *what);
+
+/* A view with its argument's name, for the storage check. */
+typedef struct ct__named_view {
+    const char *name;
+    ct_view v;
+} ct__named_view;
+#define NV(v) {#v, (v)}
+/* The one place an op's kernel variant is decided, from its views: every present view of `act`
+ * (activations, their gradients, the working weights) must have the first one's storage, every
+ * present view of `f32` (parameter gradients, statistics, losses, token ids) must be 4-byte:
+ * else CT_ERR_ARG naming the argument. *bf16 = 1 when the act views are bf16; an op without a
+ * bf16 variant (has_bf16 0) refuses them with CT_ERR_UNSUPPORTED. */
+ct_status ct__ops_variant(ct_device *dev, const char *op, const ct__named_view *act, int nact,
+                          const ct__named_view *f32, int nf32, int has_bf16, int *bf16);
+/* VARIANT(op, &bf, VIEWS(act views), VIEWS(f32 views)) in a wrapper: decide, or return the
+ * refusal. NO_BF16_YET: the same for an op with fp32 kernels only (its act views refused when
+ * bf16, CT_ERR_UNSUPPORTED). NO_VIEWS: an empty class. */
+#define VARIANT(op, bf, ACT, F32)                                                                  \
+    do {                                                                                           \
+        const ct__named_view act_[] = ACT, f32_[] = F32;                                           \
+        ct_status vst_ =                                                                           \
+            ct__ops_variant(dev, (op), act_, NARGS(act_), f32_, NARGS(f32_), 1, (bf));             \
+        if (vst_ != CT_OK) return vst_;                                                            \
+    } while (0)
+#define NO_BF16_YET(op, ACT, F32)                                                                  \
+    do {                                                                                           \
+        int bf_;                                                                                   \
+        const ct__named_view act_[] = ACT, f32_[] = F32;                                           \
+        ct_status vst_ =                                                                           \
+            ct__ops_variant(dev, (op), act_, NARGS(act_), f32_, NARGS(f32_), 0, &bf_);             \
+        if (vst_ != CT_OK) return vst_;                                                            \
+    } while (0)
+#define NO_VIEWS {{"", {NULL, 0, CT_STORE_F32}}}
+#define VIEWS(...) {__VA_ARGS__}
 
 /* Shapes must be positive and every index the kernels compute must fit an int where they use one. */
 static inline int dims_ok(long long a, long long b, long long c) {

@@ -11,8 +11,9 @@ ct_status ct_rmsnorm_forward(ct_device *dev, ct_view out, ct_view rstd, ct_view 
     NEED(has(out) && has(rstd) && has(inp) && has(weight), "ct_rmsnorm_forward",
          "out, rstd, inp and weight are required");
     NEED(eps > 0 && isfinite(eps), "ct_rmsnorm_forward", "eps must be positive");
+    NO_BF16_YET("ct_rmsnorm_forward", VIEWS(NV(out), NV(inp), NV(weight)), VIEWS(NV(rstd)));
     karg a[] = {KMEM(out), KMEM(rstd), KMEM(inp), KMEM(weight), KINT(B * T), KINT(C), KF(eps)};
-    return ct__ops_launch(dev, "llama", "rmsnorm_forward", (size_t)B * T, 64, a, NARGS(a));
+    return ct__ops_launch(dev, "llama", "rmsnorm_forward", 0, (size_t)B * T, 64, a, NARGS(a));
 }
 
 ct_status ct_rmsnorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_view dout,
@@ -22,15 +23,19 @@ ct_status ct_rmsnorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_
     NEED(has(dout) && has(inp) && has(rstd), "ct_rmsnorm_backward",
          "dout, inp and rstd are required");
     NEED(!has(dinp) || has(weight), "ct_rmsnorm_backward", "dinp needs the weight");
+    NO_BF16_YET("ct_rmsnorm_backward", VIEWS(NV(dinp), NV(dout), NV(inp), NV(weight)),
+                VIEWS(NV(dweight), NV(rstd)));
     ct_status st = CT_OK;
     if (has(dinp)) {
         karg a[] = {KMEM(dinp), KMEM(dout),  KMEM(inp),  KMEM(weight),
                     KMEM(rstd), KINT(B * T), KINT(C), KINT(accumulate_dinp != 0)};
-        st = ct__ops_launch(dev, "llama", "rmsnorm_backward_dinp", (size_t)B * T, 64, a, NARGS(a));
+        st = ct__ops_launch(dev, "llama", "rmsnorm_backward_dinp", 0, (size_t)B * T, 64, a,
+                            NARGS(a));
     }
     if (st == CT_OK && has(dweight)) {
         karg a[] = {KMEM(dweight), KMEM(dout), KMEM(inp), KMEM(rstd), KINT(B * T), KINT(C)};
-        st = ct__ops_launch(dev, "llama", "rmsnorm_backward_dweight", (size_t)C, 64, a, NARGS(a));
+        st = ct__ops_launch(dev, "llama", "rmsnorm_backward_dweight", 0, (size_t)C, 64, a,
+                            NARGS(a));
     }
     return st;
 }
@@ -43,9 +48,10 @@ static ct_status rope(ct_device *dev, const char *op, ct_view out, ct_view inp, 
     NEED(dims_ok(B, T, row_stride), op, "B x T x row_stride too large");
     NEED(theta > 1 && isfinite(theta), op, "theta must be above 1");
     NEED(has(out) && has(inp), op, "out and inp are required");
+    NO_BF16_YET(op, VIEWS(NV(out), NV(inp)), NO_VIEWS);
     karg a[] = {KMEM(out), KMEM(inp),        KINT(B * T), KINT(T),   KINT(nh),
                 KINT(hd),  KINT(row_stride), KF(theta),   KINT(dir)};
-    return ct__ops_launch(dev, "llama", "rope_apply", (size_t)B * T * nh * (hd / 2), 256, a,
+    return ct__ops_launch(dev, "llama", "rope_apply", 0, (size_t)B * T * nh * (hd / 2), 256, a,
                           NARGS(a));
 }
 
@@ -62,8 +68,9 @@ ct_status ct_rope_backward(ct_device *dev, ct_view dinp, ct_view dout, int B, in
 ct_status ct_swiglu_forward(ct_device *dev, ct_view out, ct_view gate, ct_view up, size_t N) {
     NEED(N < (size_t)INT_MAX, "ct_swiglu_forward", "N too large");
     NEED(has(out) && has(gate) && has(up), "ct_swiglu_forward", "out, gate and up are required");
+    NO_BF16_YET("ct_swiglu_forward", VIEWS(NV(out), NV(gate), NV(up)), NO_VIEWS);
     karg a[] = {KMEM(out), KMEM(gate), KMEM(up), KINT(N)};
-    return ct__ops_launch(dev, "llama", "swiglu_forward", N, 256, a, NARGS(a));
+    return ct__ops_launch(dev, "llama", "swiglu_forward", 0, N, 256, a, NARGS(a));
 }
 
 ct_status ct_swiglu_backward(ct_device *dev, ct_view dgate, ct_view dup, ct_view dout,
@@ -71,6 +78,8 @@ ct_status ct_swiglu_backward(ct_device *dev, ct_view dgate, ct_view dup, ct_view
     NEED(N < (size_t)INT_MAX, "ct_swiglu_backward", "N too large");
     NEED(has(dgate) && has(dup) && has(dout) && has(gate) && has(up), "ct_swiglu_backward",
          "dgate, dup, dout, gate and up are required");
+    NO_BF16_YET("ct_swiglu_backward", VIEWS(NV(dgate), NV(dup), NV(dout), NV(gate), NV(up)),
+                NO_VIEWS);
     karg a[] = {KMEM(dgate), KMEM(dup), KMEM(dout), KMEM(gate), KMEM(up), KINT(N)};
-    return ct__ops_launch(dev, "llama", "swiglu_backward", N, 256, a, NARGS(a));
+    return ct__ops_launch(dev, "llama", "swiglu_backward", 0, N, 256, a, NARGS(a));
 }

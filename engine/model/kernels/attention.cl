@@ -2,13 +2,20 @@
  * Layouts: qkv (B,T,3,NH,hs) as the QKV projection writes it; "heads" (3,B,NH,T,hs) so each
  * (b,h) matrix is contiguous for the strided batched GEMMs; y (B,NH,T,hs) <-> (B,T,NH,hs).
  * The scores att (B,NH,T,T) are softmax-ed in place, with the scale and the causal mask folded in;
- * masked entries are written as exact zeros so the P.V GEMM may read whole rows. */
+ * masked entries are written as exact zeros so the P.V GEMM may read whole rows.
+ *
+ * Storage (store.clh): the layout changes and the transpose move act_t elements (exact copies in
+ * either storage). The in-place softmaxes are the fp32 path's. The bf16 path (-D CT_BF16) keeps P
+ * and dS in bf16 but computes the scores and dP in fp32 in row blocks of scratch: the *_block
+ * kernels read the block's fp32 rows and write the bf16 rows of att or datt, all sums in fp32. */
+#include "bf16.clh"
+#include "store.clh"
 
 /* The four layout changes run on a 2-D range: dimension 0 the channel c = h*hs + d in [0, C),
  * dimension 1 the position bt = b*T + t in [0, B*T); 32-bit index math (the host checks sizes). */
 
 /* heads (3,B,NH,T,hs) <- qkv (B,T,3C) */
-__kernel void qkv_to_heads(__global float *heads, ulong heads_off, __global const float *qkv,
+__kernel void qkv_to_heads(__global act_t *heads, ulong heads_off, __global const act_t *qkv,
                            ulong qkv_off, int B, int T, int NH, int hs) {
     uint c = (uint)get_global_id(0), bt = (uint)get_global_id(1);
     uint C = (uint)(NH * hs);
@@ -20,7 +27,7 @@ __kernel void qkv_to_heads(__global float *heads, ulong heads_off, __global cons
 }
 
 /* dqkv (B,T,3C) <- dheads (3,B,NH,T,hs) (overwrites) */
-__kernel void heads_to_qkv(__global float *qkv, ulong qkv_off, __global const float *heads,
+__kernel void heads_to_qkv(__global act_t *qkv, ulong qkv_off, __global const act_t *heads,
                            ulong heads_off, int B, int T, int NH, int hs) {
     uint c = (uint)get_global_id(0), bt = (uint)get_global_id(1);
     uint C = (uint)(NH * hs);
@@ -32,7 +39,7 @@ __kernel void heads_to_qkv(__global float *qkv, ulong qkv_off, __global const fl
 }
 
 /* out (B,T,NH,hs) <- y (B,NH,T,hs) */
-__kernel void heads_to_seq(__global float *out, ulong out_off, __global const float *y,
+__kernel void heads_to_seq(__global act_t *out, ulong out_off, __global const act_t *y,
                            ulong y_off, int B, int T, int NH, int hs) {
     uint c = (uint)get_global_id(0), bt = (uint)get_global_id(1);
     uint C = (uint)(NH * hs);
@@ -42,7 +49,7 @@ __kernel void heads_to_seq(__global float *out, ulong out_off, __global const fl
 }
 
 /* y (B,NH,T,hs) <- out (B,T,NH,hs) */
-__kernel void seq_to_heads(__global float *y, ulong y_off, __global const float *out,
+__kernel void seq_to_heads(__global act_t *y, ulong y_off, __global const act_t *out,
                            ulong out_off, int B, int T, int NH, int hs) {
     uint c = (uint)get_global_id(0), bt = (uint)get_global_id(1);
     uint C = (uint)(NH * hs);
@@ -180,14 +187,58 @@ __kernel void softmax_causal_backward_rows(__global float *datt, ulong datt_off,
 /* Each (T,T) matrix of buf (BNH of them) transposed in place; 2-D range (column c, row
  * bh*T + r): the work-item above the diagonal (c > r) swaps its element with its mirror, the others
  * do nothing, so every pair is swapped once. */
-__kernel void transpose_square_inplace(__global float *buf, ulong off, int BNH, int T) {
+__kernel void transpose_square_inplace(__global act_t *buf, ulong off, int BNH, int T) {
     uint c = (uint)get_global_id(0), row = (uint)get_global_id(1);
     if (c >= (uint)T || row >= (uint)(BNH * T)) return;
     uint bh = row / (uint)T, r = row - bh * (uint)T;
     if (c <= r) return;
     size_t base = off + (size_t)bh * T * T;
     size_t up = base + (size_t)r * T + c, lo = base + (size_t)c * T + r;
-    float x = buf[up];
+    act_t x = buf[up];
     buf[up] = buf[lo];
     buf[lo] = x;
+}
+
+/* ---- the bf16 path's softmaxes over a block of rows [r0, r0 + R) of every (b,h): the fp32
+ * scores (or dP) of local row lr of matrix bh at sc[bh * R * T + lr * T + j], j <= t = r0 + lr
+ * (nothing else of the row is read). One work-item per row (rows = BNH * R, those with t >= T
+ * idle); sums in fp32 in index order. */
+
+/* att row (bh, t) = softmax over j <= t of scale * sc, zeros for j > t. */
+__kernel void softmax_causal_block_forward(__global act_t *att, ulong att_off,
+                                           __global const float *sc, ulong sc_off, int BNH, int T,
+                                           int r0, int R, float scale) {
+    size_t g = get_global_id(0);
+    if (g >= (size_t)BNH * R) return;
+    int bh = (int)(g / (size_t)R), lr = (int)(g % (size_t)R), t = r0 + lr;
+    if (t >= T) return;
+    __global const float *s = sc + sc_off + g * T;
+    __global act_t *a = att + att_off + ((size_t)bh * T + t) * T;
+    float mx = -INFINITY;
+    for (int j = 0; j <= t; j++) mx = fmax(mx, scale * s[j]);
+    float sum = 0.0f;
+    for (int j = 0; j <= t; j++) sum += exp(scale * s[j] - mx);
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= t; j++) ACT_ST(a, j, exp(scale * s[j] - mx) * inv);
+    for (int j = t + 1; j < T; j++) ACT_ST(a, j, 0.0f);
+}
+
+/* datt row (bh, t) = d loss / d (q.k) = scale * P * (dP - sum_j P dP), from P (att) and the fp32
+ * dP block; zeros for j > t. */
+__kernel void softmax_causal_block_backward(__global act_t *datt, ulong datt_off,
+                                            __global const act_t *att, ulong att_off,
+                                            __global const float *dp, ulong dp_off, int BNH,
+                                            int T, int r0, int R, float scale) {
+    size_t g = get_global_id(0);
+    if (g >= (size_t)BNH * R) return;
+    int bh = (int)(g / (size_t)R), lr = (int)(g % (size_t)R), t = r0 + lr;
+    if (t >= T) return;
+    __global const float *d = dp + dp_off + g * T;
+    size_t row = ((size_t)bh * T + t) * T;
+    __global const act_t *a = att + att_off + row;
+    __global act_t *da = datt + datt_off + row;
+    float dot = 0.0f;
+    for (int j = 0; j <= t; j++) dot += ACT_LD(a, j) * d[j];
+    for (int j = 0; j <= t; j++) ACT_ST(da, j, scale * ACT_LD(a, j) * (d[j] - dot));
+    for (int j = t + 1; j < T; j++) ACT_ST(da, j, 0.0f);
 }

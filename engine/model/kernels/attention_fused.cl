@@ -16,7 +16,13 @@
  * (or + a*OR, oc + c*OC); in both, consecutive work-items take consecutive columns, so loads from
  * local memory are contiguous across them (GPU banks, CPU vector lanes) and the row operand is
  * the same for a run of work-items. Local arrays have one float of padding per row (BKP, HSP)
- * against bank conflicts on transposed stores. Work-groups are launched as (NT * blocks, B*NH). */
+ * against bank conflicts on transposed stores. Work-groups are launched as (NT * blocks, B*NH).
+ *
+ * Storage (store.clh): qkv, out, dout, dqkv are act_t (bf16 under CT_BF16: converted to fp32 as
+ * they enter local memory, rounded once as they leave); lse and D fp32; the scores, the online
+ * softmax and every accumulator fp32. */
+#include "bf16.clh"
+#include "store.clh"
 
 #ifndef VW
 #define VW 1
@@ -72,6 +78,17 @@ typedef CAT(float, VW) vf;
 #endif
 #endif
 #define HMAX4(x) fmax(fmax((x).s0, (x).s1), fmax((x).s2, (x).s3))
+/* Store VW floats x at p (global, act_t): a vector store, or lane by lane rounded to bf16. */
+#ifdef CT_BF16
+#define GSTORE(p, x)                                                                               \
+    do {                                                                                           \
+        float g_[VW];                                                                              \
+        VSTORE(g_, (x));                                                                           \
+        for (int l_ = 0; l_ < VW; l_++) ACT_ST((p), l_, g_[l_]);                                   \
+    } while (0)
+#else
+#define GSTORE(p, x) VSTORE(p, x)
+#endif
 #define HSUM4(x) (((x).s0 + (x).s1) + ((x).s2 + (x).s3))
 
 /* Keys [k0, k0+BK) of head h in rows of `base` (row t at base + t*3C): K transposed into kt
@@ -82,8 +99,8 @@ typedef CAT(float, VW) vf;
         int j_ = i_ / HS, d_ = i_ - j_ * HS, t_ = k0 + j_;                                         \
         float kv_ = 0.0f, vv_ = 0.0f;                                                              \
         if (t_ < T) {                                                                              \
-            kv_ = base[(size_t)t_ * C3 + C + d_];                                                  \
-            vv_ = base[(size_t)t_ * C3 + 2 * C + d_];                                              \
+            kv_ = ACT_LD(base, (size_t)t_ * C3 + C + d_);                                                  \
+            vv_ = ACT_LD(base, (size_t)t_ * C3 + 2 * C + d_);                                              \
         }                                                                                          \
         (kt)[d_ * BKP + j_] = kv_;                                                                 \
         if (VT) (vt)[d_ * BKP + j_] = vv_;                                                         \
@@ -93,20 +110,20 @@ typedef CAT(float, VW) vf;
 /* Forward: one work-group per (query block, b*NH + h). out (B,T,C) =, lse (B,NH,T) =. The query
  * blocks are taken longest first (they see the most keys). */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void
-attn_fused_forward(__global float *out, ulong out_off, __global float *lse, ulong lse_off,
-                   __global const float *qkv, ulong qkv_off, int T, int NH, float scale) {
+attn_fused_forward(__global act_t *out, ulong out_off, __global float *lse, ulong lse_off,
+                   __global const act_t *qkv, ulong qkv_off, int T, int NH, float scale) {
     __local float Qs[BQ * HSP], Kt[HS * BKP], Vs[BK * HSP], Ps[BQ * BKP];
     __local float Ms[BQ], Ls[BQ], As[BQ];
     const int lid = (int)get_local_id(0);
     const int nqb = (T + BQ - 1) / BQ, q0 = (nqb - 1 - (int)get_group_id(0)) * BQ;
     const int bh = (int)get_group_id(1), b = bh / NH, h = bh - b * NH;
     const int C = NH * HS, C3 = 3 * C;
-    __global const float *base = qkv + qkv_off + (size_t)b * T * C3 + (size_t)h * HS;
+    __global const act_t *base = qkv + qkv_off + (size_t)b * T * C3 + (size_t)h * HS;
     const int sc = lid % SC, sr = lid / SC, oc = lid % OC, orow = lid / OC;
 
     for (int i = lid; i < BQ * HS; i += NT) { /* Q, pre-scaled */
         int r = i / HS, d = i - r * HS, t = q0 + r;
-        Qs[r * HSP + d] = t < T ? base[(size_t)t * C3 + d] * scale : 0.0f;
+        Qs[r * HSP + d] = t < T ? ACT_LD(base, (size_t)t * C3 + d) * scale : 0.0f;
     }
     for (int r = lid; r < BQ; r += NT) {
         Ms[r] = -INFINITY;
@@ -177,8 +194,8 @@ attn_fused_forward(__global float *out, ulong out_off, __global float *lse, ulon
         int r = orow + a * OR, t = q0 + r;
         if (t >= T) continue;
         vf inv = (vf)(1.0f / Ls[r]);
-        __global float *o = out + out_off + ((size_t)b * T + t) * C + (size_t)h * HS;
-        for (int c = 0; c < ODN; c++) VSTORE(o + (oc + c * OC) * VW, acc[a][c] * inv);
+        __global act_t *o = out + out_off + ((size_t)b * T + t) * C + (size_t)h * HS;
+        for (int c = 0; c < ODN; c++) GSTORE(o + (oc + c * OC) * VW, acc[a][c] * inv);
     }
     for (int r = lid; r < BQ; r += NT)
         if (q0 + r < T) lse[lse_off + (size_t)bh * T + q0 + r] = Ms[r] + log(Ls[r]);
@@ -186,15 +203,15 @@ attn_fused_forward(__global float *out, ulong out_off, __global float *lse, ulon
 
 /* D (B,NH,T) = rowsum(dout * out) per head: the softmax backward's correction term. 2-D range
  * (h, b*T + t). */
-__kernel void attn_fused_dot(__global float *D, ulong D_off, __global const float *dout,
-                             ulong dout_off, __global const float *out, ulong out_off, int B, int T,
+__kernel void attn_fused_dot(__global float *D, ulong D_off, __global const act_t *dout,
+                             ulong dout_off, __global const act_t *out, ulong out_off, int B, int T,
                              int NH) {
     int h = (int)get_global_id(0), bt = (int)get_global_id(1);
     if (h >= NH || bt >= B * T) return;
     int b = bt / T, t = bt - b * T;
     size_t o = (size_t)bt * NH * HS + (size_t)h * HS;
     float s = 0.0f;
-    for (int d = 0; d < HS; d++) s = fma(dout[dout_off + o + d], out[out_off + o + d], s);
+    for (int d = 0; d < HS; d++) s = fma(ACT_LD(dout, dout_off + o + d), ACT_LD(out, out_off + o + d), s);
     D[D_off + ((size_t)b * NH + h) * T + t] = s;
 }
 
@@ -235,8 +252,8 @@ __kernel void attn_fused_dot(__global float *D, ulong D_off, __global const floa
 #define LOAD_Q()                                                                                   \
     for (int i_ = lid; i_ < BQ * HS; i_ += NT) {                                                   \
         int r_ = i_ / HS, d_ = i_ - r_ * HS, t_ = q0 + r_;                                         \
-        Qs[r_ * HSP + d_] = t_ < T ? base[(size_t)t_ * C3 + d_] : 0.0f;                            \
-        dOs[r_ * HSP + d_] = t_ < T ? gbase[(size_t)t_ * C + d_] : 0.0f;                           \
+        Qs[r_ * HSP + d_] = t_ < T ? ACT_LD(base, (size_t)t_ * C3 + d_) : 0.0f;                    \
+        dOs[r_ * HSP + d_] = t_ < T ? ACT_LD(gbase, (size_t)t_ * C + d_) : 0.0f;                   \
     }                                                                                              \
     for (int r_ = lid; r_ < BQ; r_ += NT) {                                                        \
         int t_ = q0 + r_;                                                                          \
@@ -250,8 +267,8 @@ __kernel void attn_fused_dot(__global float *D, ulong D_off, __global const floa
 #error "attention_fused.cl: OR must divide BK"
 #endif
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void
-attn_fused_backward_dkv(__global float *dqkv, ulong dqkv_off, __global const float *dout,
-                        ulong dout_off, __global const float *qkv, ulong qkv_off,
+attn_fused_backward_dkv(__global act_t *dqkv, ulong dqkv_off, __global const act_t *dout,
+                        ulong dout_off, __global const act_t *qkv, ulong qkv_off,
                         __global const float *lse, ulong lse_off, __global const float *D,
                         ulong D_off, int T, int NH, float scale) {
     __local float Kt[HS * BKP], Vt[HS * BKP], Qs[BQ * HSP], dOs[BQ * HSP];
@@ -260,8 +277,8 @@ attn_fused_backward_dkv(__global float *dqkv, ulong dqkv_off, __global const flo
     const int k0 = (int)get_group_id(0) * BK;
     const int bh = (int)get_group_id(1), b = bh / NH, h = bh - b * NH;
     const int C = NH * HS, C3 = 3 * C;
-    __global const float *base = qkv + qkv_off + (size_t)b * T * C3 + (size_t)h * HS;
-    __global const float *gbase = dout + dout_off + (size_t)b * T * C + (size_t)h * HS;
+    __global const act_t *base = qkv + qkv_off + (size_t)b * T * C3 + (size_t)h * HS;
+    __global const act_t *gbase = dout + dout_off + (size_t)b * T * C + (size_t)h * HS;
     const int sc = lid % SC, sr = lid / SC, oc = lid % OC, orow = lid / OC;
     LOAD_KV(Kt, 1, Vt, 0, Vt);
     vf dk[KRN][ODN], dv[KRN][ODN];
@@ -292,10 +309,10 @@ attn_fused_backward_dkv(__global float *dqkv, ulong dqkv_off, __global const flo
     for (int a = 0; a < KRN; a++) {
         int t = k0 + orow + a * OR;
         if (t >= T) continue;
-        __global float *o = dqkv + dqkv_off + ((size_t)b * T + t) * C3 + (size_t)h * HS;
+        __global act_t *o = dqkv + dqkv_off + ((size_t)b * T + t) * C3 + (size_t)h * HS;
         for (int c = 0; c < ODN; c++) {
-            VSTORE(o + C + (oc + c * OC) * VW, dk[a][c] * (vf)scale);
-            VSTORE(o + 2 * C + (oc + c * OC) * VW, dv[a][c]);
+            GSTORE(o + C + (oc + c * OC) * VW, dk[a][c] * (vf)scale);
+            GSTORE(o + 2 * C + (oc + c * OC) * VW, dv[a][c]);
         }
     }
 }
@@ -303,8 +320,8 @@ attn_fused_backward_dkv(__global float *dqkv, ulong dqkv_off, __global const flo
 /* Backward, dQ: one work-group per (query block, b*NH + h), looping over the key blocks it sees
  * in order; dQ (scaled) written once into dqkv's q part. */
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1))) void
-attn_fused_backward_dq(__global float *dqkv, ulong dqkv_off, __global const float *dout,
-                       ulong dout_off, __global const float *qkv, ulong qkv_off,
+attn_fused_backward_dq(__global act_t *dqkv, ulong dqkv_off, __global const act_t *dout,
+                       ulong dout_off, __global const act_t *qkv, ulong qkv_off,
                        __global const float *lse, ulong lse_off, __global const float *D,
                        ulong D_off, int T, int NH, float scale) {
     __local float Kt[HS * BKP], Vt[HS * BKP], Ks[BK * HSP], Qs[BQ * HSP], dOs[BQ * HSP];
@@ -313,8 +330,8 @@ attn_fused_backward_dq(__global float *dqkv, ulong dqkv_off, __global const floa
     const int nqb = (T + BQ - 1) / BQ, q0 = (nqb - 1 - (int)get_group_id(0)) * BQ;
     const int bh = (int)get_group_id(1), b = bh / NH, h = bh - b * NH;
     const int C = NH * HS, C3 = 3 * C;
-    __global const float *base = qkv + qkv_off + (size_t)b * T * C3 + (size_t)h * HS;
-    __global const float *gbase = dout + dout_off + (size_t)b * T * C + (size_t)h * HS;
+    __global const act_t *base = qkv + qkv_off + (size_t)b * T * C3 + (size_t)h * HS;
+    __global const act_t *gbase = dout + dout_off + (size_t)b * T * C + (size_t)h * HS;
     const int sc = lid % SC, sr = lid / SC, oc = lid % OC, orow = lid / OC;
     LOAD_Q();
     vf dq[ORN][ODN];
@@ -327,8 +344,8 @@ attn_fused_backward_dq(__global float *dqkv, ulong dqkv_off, __global const floa
             int j = i / HS, d = i - j * HS, t = k0 + j;
             float kv = 0.0f, vv = 0.0f;
             if (t < T) {
-                kv = base[(size_t)t * C3 + C + d];
-                vv = base[(size_t)t * C3 + 2 * C + d];
+                kv = ACT_LD(base, (size_t)t * C3 + C + d);
+                vv = ACT_LD(base, (size_t)t * C3 + 2 * C + d);
             }
             Kt[d * BKP + j] = kv;
             Ks[j * HSP + d] = kv;
@@ -349,7 +366,7 @@ attn_fused_backward_dq(__global float *dqkv, ulong dqkv_off, __global const floa
     for (int a = 0; a < ORN; a++) {
         int t = q0 + orow + a * OR;
         if (t >= T) continue;
-        __global float *o = dqkv + dqkv_off + ((size_t)b * T + t) * C3 + (size_t)h * HS;
-        for (int c = 0; c < ODN; c++) VSTORE(o + (oc + c * OC) * VW, dq[a][c] * (vf)scale);
+        __global act_t *o = dqkv + dqkv_off + ((size_t)b * T + t) * C3 + (size_t)h * HS;
+        for (int c = 0; c < ODN; c++) GSTORE(o + (oc + c * OC) * VW, dq[a][c] * (vf)scale);
     }
 }

@@ -1,66 +1,70 @@
 /* layernorm.cl - LayerNorm over the last dimension (eps 1e-5), forward and backward.
  * Forward saves the per-row mean and 1/std for the backward pass. One work-item per row for the
- * row passes, one per channel for the parameter-gradient reduction (deterministic order). */
+ * row passes, one per channel for the parameter-gradient reduction (deterministic order).
+ * Storage (store.clh): out, inp, w, b, dinp, dout are act_t; mean, rstd (statistics) and dw, db
+ * (parameter gradients) fp32; every sum in fp32. */
+#include "bf16.clh"
+#include "store.clh"
 
-__kernel void layernorm_forward(__global float *out, ulong out_off, __global float *mean,
+__kernel void layernorm_forward(__global act_t *out, ulong out_off, __global float *mean,
                                 ulong mean_off, __global float *rstd, ulong rstd_off,
-                                __global const float *inp, ulong inp_off,
-                                __global const float *w, ulong w_off, __global const float *b,
+                                __global const act_t *inp, ulong inp_off,
+                                __global const act_t *w, ulong w_off, __global const act_t *b,
                                 ulong b_off, int N, int C) {
     size_t r = get_global_id(0);
     if (r >= (size_t)N) return;
-    __global const float *x = inp + inp_off + r * C;
-    __global float *y = out + out_off + r * C;
+    __global const act_t *x = inp + inp_off + r * C;
+    __global act_t *y = out + out_off + r * C;
     float m = 0.0f;
-    for (int i = 0; i < C; i++) m += x[i];
+    for (int i = 0; i < C; i++) m += ACT_LD(x, i);
     m /= (float)C;
     float v = 0.0f;
     for (int i = 0; i < C; i++) {
-        float d = x[i] - m;
+        float d = ACT_LD(x, i) - m;
         v += d * d;
     }
     v /= (float)C;
     float s = 1.0f / sqrt(v + 1e-5f);
-    for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * w[w_off + i] + b[b_off + i];
+    for (int i = 0; i < C; i++) ACT_ST(y, i, (ACT_LD(x, i) - m) * s * ACT_LD(w, w_off + i) + ACT_LD(b, b_off + i));
     mean[mean_off + r] = m;
     rstd[rstd_off + r] = s;
 }
 
 /* dinp (N,C) = (accumulate ? dinp : 0) + d LayerNorm / d inp . dout */
-__kernel void layernorm_backward_dinp(__global float *dinp, ulong dinp_off,
-                                      __global const float *dout, ulong dout_off,
-                                      __global const float *inp, ulong inp_off,
-                                      __global const float *w, ulong w_off,
+__kernel void layernorm_backward_dinp(__global act_t *dinp, ulong dinp_off,
+                                      __global const act_t *dout, ulong dout_off,
+                                      __global const act_t *inp, ulong inp_off,
+                                      __global const act_t *w, ulong w_off,
                                       __global const float *mean, ulong mean_off,
                                       __global const float *rstd, ulong rstd_off, int N, int C,
                                       int accumulate) {
     size_t r = get_global_id(0);
     if (r >= (size_t)N) return;
-    __global const float *x = inp + inp_off + r * C;
-    __global const float *dy = dout + dout_off + r * C;
-    __global float *dx = dinp + dinp_off + r * C;
+    __global const act_t *x = inp + inp_off + r * C;
+    __global const act_t *dy = dout + dout_off + r * C;
+    __global act_t *dx = dinp + dinp_off + r * C;
     float m = mean[mean_off + r], s = rstd[rstd_off + r];
     float dmean = 0.0f, dnmean = 0.0f;
     for (int i = 0; i < C; i++) {
-        float n = (x[i] - m) * s;
-        float dn = w[w_off + i] * dy[i];
+        float n = (ACT_LD(x, i) - m) * s;
+        float dn = ACT_LD(w, w_off + i) * ACT_LD(dy, i);
         dmean += dn;
         dnmean += dn * n;
     }
     dmean /= (float)C;
     dnmean /= (float)C;
     for (int i = 0; i < C; i++) {
-        float n = (x[i] - m) * s;
-        float dn = w[w_off + i] * dy[i];
+        float n = (ACT_LD(x, i) - m) * s;
+        float dn = ACT_LD(w, w_off + i) * ACT_LD(dy, i);
         float g = s * (dn - dmean - n * dnmean);
-        dx[i] = accumulate ? dx[i] + g : g;
+        ACT_ST(dx, i, accumulate ? ACT_LD(dx, i) + g : g);
     }
 }
 
 /* dw (C) += sum_r dout*norm, db (C) += sum_r dout; one work-item per channel. */
 __kernel void layernorm_backward_dparams(__global float *dw, ulong dw_off, __global float *db,
-                                         ulong db_off, __global const float *dout, ulong dout_off,
-                                         __global const float *inp, ulong inp_off,
+                                         ulong db_off, __global const act_t *dout, ulong dout_off,
+                                         __global const act_t *inp, ulong inp_off,
                                          __global const float *mean, ulong mean_off,
                                          __global const float *rstd, ulong rstd_off, int N,
                                          int C) {
@@ -68,8 +72,8 @@ __kernel void layernorm_backward_dparams(__global float *dw, ulong dw_off, __glo
     if (c >= (size_t)C) return;
     float sw = 0.0f, sb = 0.0f;
     for (int r = 0; r < N; r++) {
-        float dy = dout[dout_off + (size_t)r * C + c];
-        float n = (inp[inp_off + (size_t)r * C + c] - mean[mean_off + r]) * rstd[rstd_off + r];
+        float dy = ACT_LD(dout, dout_off + (size_t)r * C + c);
+        float n = (ACT_LD(inp, inp_off + (size_t)r * C + c) - mean[mean_off + r]) * rstd[rstd_off + r];
         sw += dy * n;
         sb += dy;
     }
@@ -95,36 +99,36 @@ float ct_group_sum(float v, __local float *buf) {
     return r;
 }
 
-__kernel void layernorm_forward_rows(__global float *out, ulong out_off, __global float *mean,
+__kernel void layernorm_forward_rows(__global act_t *out, ulong out_off, __global float *mean,
                                      ulong mean_off, __global float *rstd, ulong rstd_off,
-                                     __global const float *inp, ulong inp_off,
-                                     __global const float *w, ulong w_off, __global const float *b,
+                                     __global const act_t *inp, ulong inp_off,
+                                     __global const act_t *w, ulong w_off, __global const act_t *b,
                                      ulong b_off, int N, int C) {
     __local float buf[256];
     size_t r = get_group_id(0);
     int lid = (int)get_local_id(0), n = (int)get_local_size(0);
-    __global const float *x = inp + inp_off + r * C;
-    __global float *y = out + out_off + r * C;
+    __global const act_t *x = inp + inp_off + r * C;
+    __global act_t *y = out + out_off + r * C;
     float s = 0.0f;
-    for (int i = lid; i < C; i += n) s += x[i];
+    for (int i = lid; i < C; i += n) s += ACT_LD(x, i);
     float m = ct_group_sum(s, buf) / (float)C;
     float v = 0.0f;
     for (int i = lid; i < C; i += n) {
-        float d = x[i] - m;
+        float d = ACT_LD(x, i) - m;
         v += d * d;
     }
     float rs = 1.0f / sqrt(ct_group_sum(v, buf) / (float)C + 1e-5f);
-    for (int i = lid; i < C; i += n) y[i] = (x[i] - m) * rs * w[w_off + i] + b[b_off + i];
+    for (int i = lid; i < C; i += n) ACT_ST(y, i, (ACT_LD(x, i) - m) * rs * ACT_LD(w, w_off + i) + ACT_LD(b, b_off + i));
     if (lid == 0) {
         mean[mean_off + r] = m;
         rstd[rstd_off + r] = rs;
     }
 }
 
-__kernel void layernorm_backward_dinp_rows(__global float *dinp, ulong dinp_off,
-                                           __global const float *dout, ulong dout_off,
-                                           __global const float *inp, ulong inp_off,
-                                           __global const float *w, ulong w_off,
+__kernel void layernorm_backward_dinp_rows(__global act_t *dinp, ulong dinp_off,
+                                           __global const act_t *dout, ulong dout_off,
+                                           __global const act_t *inp, ulong inp_off,
+                                           __global const act_t *w, ulong w_off,
                                            __global const float *mean, ulong mean_off,
                                            __global const float *rstd, ulong rstd_off, int N,
                                            int C, int accumulate) {
@@ -132,22 +136,22 @@ __kernel void layernorm_backward_dinp_rows(__global float *dinp, ulong dinp_off,
     size_t r = get_group_id(0); /* launched with exactly N groups: no early return before the
                                    barriers (every item of a group must reach each one) */
     int lid = (int)get_local_id(0), n = (int)get_local_size(0);
-    __global const float *x = inp + inp_off + r * C;
-    __global const float *dy = dout + dout_off + r * C;
-    __global float *dx = dinp + dinp_off + r * C;
+    __global const act_t *x = inp + inp_off + r * C;
+    __global const act_t *dy = dout + dout_off + r * C;
+    __global act_t *dx = dinp + dinp_off + r * C;
     float m = mean[mean_off + r], s = rstd[rstd_off + r];
     float a = 0.0f, c = 0.0f;
     for (int i = lid; i < C; i += n) {
-        float dn = w[w_off + i] * dy[i];
+        float dn = ACT_LD(w, w_off + i) * ACT_LD(dy, i);
         a += dn;
-        c += dn * (x[i] - m) * s;
+        c += dn * (ACT_LD(x, i) - m) * s;
     }
     float dmean = ct_group_sum(a, buf) / (float)C;
     float dnmean = ct_group_sum(c, buf) / (float)C;
     for (int i = lid; i < C; i += n) {
-        float nn = (x[i] - m) * s;
-        float g = s * (w[w_off + i] * dy[i] - dmean - nn * dnmean);
-        dx[i] = accumulate ? dx[i] + g : g;
+        float nn = (ACT_LD(x, i) - m) * s;
+        float g = s * (ACT_LD(w, w_off + i) * ACT_LD(dy, i) - dmean - nn * dnmean);
+        ACT_ST(dx, i, accumulate ? ACT_LD(dx, i) + g : g);
     }
 }
 
@@ -156,8 +160,8 @@ __kernel void layernorm_backward_dinp_rows(__global float *dinp, ulong dinp_off,
  * channels (coalesced reads); the 8 lanes of a channel are added in lane order. */
 __kernel void layernorm_backward_dparams_groups(__global float *dw, ulong dw_off,
                                                 __global float *db, ulong db_off,
-                                                __global const float *dout, ulong dout_off,
-                                                __global const float *inp, ulong inp_off,
+                                                __global const act_t *dout, ulong dout_off,
+                                                __global const act_t *inp, ulong inp_off,
                                                 __global const float *mean, ulong mean_off,
                                                 __global const float *rstd, ulong rstd_off,
                                                 int N, int C) {
@@ -167,8 +171,8 @@ __kernel void layernorm_backward_dparams_groups(__global float *dw, ulong dw_off
     float sw = 0.0f, sb = 0.0f;
     if (c < (size_t)C)
         for (size_t r = (size_t)lane; r < (size_t)N; r += 8) {
-            float dy = dout[dout_off + r * C + c];
-            float nn = (inp[inp_off + r * C + c] - mean[mean_off + r]) * rstd[rstd_off + r];
+            float dy = ACT_LD(dout, dout_off + r * C + c);
+            float nn = (ACT_LD(inp, inp_off + r * C + c) - mean[mean_off + r]) * rstd[rstd_off + r];
             sw += dy * nn;
             sb += dy;
         }

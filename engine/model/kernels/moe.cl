@@ -2,23 +2,28 @@
  * softmax and top-k, the per-row capacity assignment, the gather of kept choices into
  * expert-major order, the weighted combine, and their backwards. Index tensors are int32 kept in
  * the float arena. Every output has one writer and a fixed summation order (bitwise
- * reproducible); a choice is (token n, rank k), stored at n * K + k. */
+ * reproducible); a choice is (token n, rank k), stored at n * K + k.
+ * Storage (store.clh): the router's logits and their gradient, the tokens moved (x, xs, ys, y)
+ * and their gradients are act_t; p, gate, dgate and pmean fp32 (routing statistics); every sum
+ * in fp32. */
+#include "bf16.clh"
+#include "store.clh"
 
 /* Per token n: p = softmax(logits) over E in fp32 (max subtracted), then the K largest in
  * descending order, equal values taking the lower expert first: idx, gate = p[idx]. */
 __kernel void moe_route(__global float *p, ulong p_off, __global int *idx, ulong idx_off,
-                        __global float *gate, ulong gate_off, __global const float *logits,
+                        __global float *gate, ulong gate_off, __global const act_t *logits,
                         ulong lg_off, int N, int E, int K) {
     int n = (int)get_global_id(0);
     if (n >= N) return;
-    __global const float *l = logits + lg_off + (size_t)n * E;
+    __global const act_t *l = logits + lg_off + (size_t)n * E;
     __global float *pr = p + p_off + (size_t)n * E;
-    float mx = l[0];
-    for (int e = 1; e < E; e++) mx = fmax(mx, l[e]);
+    float mx = ACT_LD(l, 0);
+    for (int e = 1; e < E; e++) mx = fmax(mx, ACT_LD(l, e));
     float s = 0.0f;
-    for (int e = 0; e < E; e++) s += exp(l[e] - mx);
+    for (int e = 0; e < E; e++) s += exp(ACT_LD(l, e) - mx);
     float inv = 1.0f / s;
-    for (int e = 0; e < E; e++) pr[e] = exp(l[e] - mx) * inv;
+    for (int e = 0; e < E; e++) pr[e] = exp(ACT_LD(l, e) - mx) * inv;
     __global int *ix = idx + idx_off + (size_t)n * K;
     __global float *g = gate + gate_off + (size_t)n * K;
     for (int k = 0; k < K; k++) {
@@ -79,8 +84,8 @@ __kernel void moe_prob_mean(__global float *pm, ulong pm_off, __global const flo
 
 /* 2-D (channel c, choice i): pos[i] = off[b, idx[i]] + slot[i] for a kept choice (-1 dropped), and
  * xs[pos, c] = x[n, c]. */
-__kernel void moe_dispatch(__global float *xs, ulong xs_off, __global int *pos, ulong pos_off,
-                           __global const float *x, ulong x_off, __global const int *idx,
+__kernel void moe_dispatch(__global act_t *xs, ulong xs_off, __global int *pos, ulong pos_off,
+                           __global const act_t *x, ulong x_off, __global const int *idx,
                            ulong idx_off, __global const int *slot, ulong slot_off,
                            __global const int *off, ulong off_off, int NK, int T, int C, int E,
                            int K) {
@@ -95,7 +100,7 @@ __kernel void moe_dispatch(__global float *xs, ulong xs_off, __global int *pos, 
 }
 
 /* 2-D (c, token n): y[n, c] = sum over the kept choices k of gate * ys[pos, c], k in order. */
-__kernel void moe_combine(__global float *y, ulong y_off, __global const float *ys, ulong ys_off,
+__kernel void moe_combine(__global act_t *y, ulong y_off, __global const act_t *ys, ulong ys_off,
                           __global const float *gate, ulong gate_off, __global const int *pos,
                           ulong pos_off, int N, int C, int K) {
     int c = (int)get_global_id(0);
@@ -104,14 +109,14 @@ __kernel void moe_combine(__global float *y, ulong y_off, __global const float *
     float s = 0.0f;
     for (int k = 0; k < K; k++) {
         int q = pos[pos_off + n * K + k];
-        if (q >= 0) s += gate[gate_off + n * K + k] * ys[ys_off + (size_t)q * C + c];
+        if (q >= 0) s += gate[gate_off + n * K + k] * ACT_LD(ys, ys_off + (size_t)q * C + c);
     }
-    y[y_off + n * C + c] = s;
+    ACT_ST(y, y_off + n * C + c, s);
 }
 
 /* One work-item per choice: dgate = dot(dy[n], ys[pos]) for a kept choice, 0 for a dropped one. */
-__kernel void moe_gate_backward(__global float *dgate, ulong dg_off, __global const float *dy,
-                                ulong dy_off, __global const float *ys, ulong ys_off,
+__kernel void moe_gate_backward(__global float *dgate, ulong dg_off, __global const act_t *dy,
+                                ulong dy_off, __global const act_t *ys, ulong ys_off,
                                 __global const int *pos, ulong pos_off, int NK, int C, int K) {
     size_t i = get_global_id(0);
     if (i >= (size_t)NK) return;
@@ -119,13 +124,14 @@ __kernel void moe_gate_backward(__global float *dgate, ulong dg_off, __global co
     float s = 0.0f;
     if (q >= 0) {
         size_t n = i / (size_t)K;
-        for (int c = 0; c < C; c++) s += dy[dy_off + n * C + c] * ys[ys_off + (size_t)q * C + c];
+        for (int c = 0; c < C; c++)
+            s += ACT_LD(dy, dy_off + n * C + c) * ACT_LD(ys, ys_off + (size_t)q * C + c);
     }
     dgate[dg_off + i] = s;
 }
 
 /* 2-D (c, choice i): dys[pos, c] = scale * gate * dy[n, c] for a kept choice. */
-__kernel void moe_combine_backward(__global float *dys, ulong dys_off, __global const float *dy,
+__kernel void moe_combine_backward(__global act_t *dys, ulong dys_off, __global const act_t *dy,
                                    ulong dy_off, __global const float *gate, ulong gate_off,
                                    __global const int *pos, ulong pos_off, int NK, int C, int K,
                                    float scale) {
@@ -134,12 +140,29 @@ __kernel void moe_combine_backward(__global float *dys, ulong dys_off, __global 
     if (c >= C || i >= (size_t)NK) return;
     int q = pos[pos_off + i];
     if (q >= 0)
-        dys[dys_off + (size_t)q * C + c] = scale * gate[gate_off + i] * dy[dy_off + (i / K) * C + c];
+        ACT_ST(dys, dys_off + (size_t)q * C + c,
+               scale * gate[gate_off + i] * ACT_LD(dy, dy_off + (i / K) * C + c));
 }
 
+#ifdef CT_BF16
+/* dp[e] of token n (row b), summed as the fp32 build sums it in place. */
+static float moe_dp(int e, int b, int n, __global const int *idx, ulong idx_off,
+                    __global const int *pos, ulong pos_off, __global const float *dgate,
+                    ulong dg_off, __global const int *routed, ulong routed_off, float aux, int E,
+                    int K) {
+    float v = aux * (float)routed[routed_off + (size_t)b * E + e];
+    for (int k = 0; k < K; k++) {
+        size_t i = (size_t)n * K + k;
+        if (pos[pos_off + i] >= 0 && idx[idx_off + i] == e) v += dgate[dg_off + i];
+    }
+    return v;
+}
+#endif
+
 /* Per token: dp[e] = aux * routed[b, e] + the dgate of each kept choice of e; then the softmax
- * backward dlogits = p * (dp - sum_e p dp). */
-__kernel void moe_router_backward(__global float *dl, ulong dl_off, __global const float *p,
+ * backward dlogits = p * (dp - sum_e p dp). The fp32 build keeps dp in dlogits; the bf16 one
+ * recomputes dp (the same operations in the same order) rather than round it there. */
+__kernel void moe_router_backward(__global act_t *dl, ulong dl_off, __global const float *p,
                                   ulong p_off, __global const int *idx, ulong idx_off,
                                   __global const int *pos, ulong pos_off,
                                   __global const float *dgate, ulong dg_off,
@@ -149,7 +172,15 @@ __kernel void moe_router_backward(__global float *dl, ulong dl_off, __global con
     if (n >= N) return;
     int b = n / T;
     __global const float *pr = p + p_off + (size_t)n * E;
-    __global float *d = dl + dl_off + (size_t)n * E;
+    __global act_t *d = dl + dl_off + (size_t)n * E;
+#ifdef CT_BF16
+    float s = 0.0f;
+    for (int e = 0; e < E; e++) s += pr[e] * moe_dp(e, b, n, idx, idx_off, pos, pos_off, dgate,
+                                                    dg_off, routed, routed_off, aux, E, K);
+    for (int e = 0; e < E; e++)
+        ACT_ST(d, e, pr[e] * (moe_dp(e, b, n, idx, idx_off, pos, pos_off, dgate, dg_off, routed,
+                                     routed_off, aux, E, K) - s));
+#else
     for (int e = 0; e < E; e++) d[e] = aux * (float)routed[routed_off + (size_t)b * E + e];
     for (int k = 0; k < K; k++) {
         size_t i = (size_t)n * K + k;
@@ -158,12 +189,13 @@ __kernel void moe_router_backward(__global float *dl, ulong dl_off, __global con
     float s = 0.0f;
     for (int e = 0; e < E; e++) s += pr[e] * d[e];
     for (int e = 0; e < E; e++) d[e] = pr[e] * (d[e] - s);
+#endif
 }
 
 /* 2-D (c, token n): dx[n, c] = dxr[n, c] + unscale * the dxs rows of the token's kept choices
  * (k in order). */
-__kernel void moe_dispatch_backward(__global float *dx, ulong dx_off, __global const float *dxr,
-                                    ulong dxr_off, __global const float *dxs, ulong dxs_off,
+__kernel void moe_dispatch_backward(__global act_t *dx, ulong dx_off, __global const act_t *dxr,
+                                    ulong dxr_off, __global const act_t *dxs, ulong dxs_off,
                                     __global const int *pos, ulong pos_off, int N, int C, int K,
                                     float unscale) {
     int c = (int)get_global_id(0);
@@ -172,7 +204,7 @@ __kernel void moe_dispatch_backward(__global float *dx, ulong dx_off, __global c
     float s = 0.0f;
     for (int k = 0; k < K; k++) {
         int q = pos[pos_off + n * K + k];
-        if (q >= 0) s += dxs[dxs_off + (size_t)q * C + c];
+        if (q >= 0) s += ACT_LD(dxs, dxs_off + (size_t)q * C + c);
     }
-    dx[dx_off + n * C + c] = dxr[dxr_off + n * C + c] + unscale * s;
+    ACT_ST(dx, dx_off + n * C + c, ACT_LD(dxr, dxr_off + n * C + c) + unscale * s);
 }
