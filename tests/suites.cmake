@@ -92,7 +92,9 @@ set(CT_BUDGET_SLOW 900)
 # Tests that must have the machine alone: they measure time, or wait on deadlines.
 set(CT_SERIAL_TESTS
   parallel_timeout_3x1_a parallel_timeout_3x1_b parallel_timeout_1x3_a parallel_timeout_2x2_a
-  parallel_timeout_2x2_b test_engine_reliability_failures test_ct_plan test_ct_plan_measured)
+  parallel_timeout_2x2_b test_engine_reliability_failures test_ct_plan test_ct_plan_measured
+  test_cluster_rate                   # bandwidth over emulated links against the set rate
+)
 
 # The longest tests start first when two run at once (seconds, measured on this project's
 # 2-core VM with a cold kernel cache; CTest keeps its own figures after the first run).

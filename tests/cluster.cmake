@@ -1,0 +1,18 @@
+# tests/cluster.cmake - emulated hosts (issue 31): scripts/cluster runs MPI ranks in network
+# namespaces joined by rate-limited links (root; the parts that need namespaces are skipped,
+# status 77, without it).
+# test_cluster_rate: bench_allreduce on 2 hosts x 1 rank at 100 and 400 Mbit/s, the bandwidth
+#   following the rate (so the data crossed the emulated links, not shared memory).
+# test_cluster_train: 2 hosts x 2 ranks, dp 2 x tp 2 (TP inside each host) against the single
+#   device; the start-up lines name both hosts.
+# test_cluster_script: refusals, the command's exit status, teardown after failure and TERM.
+if(TARGET train_gpt AND TARGET bench_allreduce)
+  foreach(part rate train script)
+    add_test(NAME test_cluster_${part}
+             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_cluster.sh $<TARGET_FILE:train_gpt>
+                     ${MPIEXEC_EXECUTABLE} ${part} ${CMAKE_SOURCE_DIR}/scripts/cluster
+                     $<TARGET_FILE:bench_allreduce>)
+    set_tests_properties(test_cluster_${part} PROPERTIES LABELS "mpi;opencl"
+                         ENVIRONMENT "OMP_WAIT_POLICY=passive" SKIP_RETURN_CODE 77)
+  endforeach()
+endif()

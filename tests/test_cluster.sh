@@ -1,0 +1,158 @@
+#!/bin/sh
+# test_cluster.sh TRAIN_GPT MPIEXEC PART CLUSTER BENCH_ALLREDUCE - emulated hosts (issue 31 item
+# 1): scripts/cluster runs MPI ranks in network namespaces joined by rate-limited links.
+#
+# "rate": bench_allreduce (our ring and MPI_Allreduce) on 2 hosts x 1 rank at 100mbit and at
+#     400mbit: each bus bandwidth at 4 MiB is within [0.5, 1.1] of the set rate and the faster
+#     link measures at least 2x the slower, so the data crossed the emulated links (over shared
+#     memory it would not move with the rate).
+# "train": 2 hosts x 2 ranks, dp 2 x tp 2 (TP inside each host, DP across the two): the 10
+#     losses within 1e-5 relative of the single device; the ranks and the start-up's worker lines
+#     name host0 and host1.
+# "script": refusals (not root, no iproute2, netem where the kernel lacks it, bad arguments),
+#     COMMAND's exit status passed on, and everything torn down after a failing command and
+#     after a TERM mid-run.
+# Every run checks that its namespaces, bridge and links are gone afterwards. The parts that
+# create namespaces need root: without it the script says so and exits 77 (ctest: skipped).
+. "$(dirname "$0")/lib.sh"
+TRAIN=$1
+MPIEXEC=$2
+PART=${3:-all}
+CLUSTER=$4
+BENCH=$5
+export CT_CLUSTER_MPIEXEC="$MPIEXEC"
+
+text_file 300
+# the tiny model of tests/test_engine_tp.sh (heads 4, dim 32, Vp 256: tp 2 divides them)
+ARGS="--layers 2 --heads 4 --dim 32 --seq 16 --batch 4 --total-batch 128 --steps 10 \
+      --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt --sample-len 0 --eval-every 0 \
+      --peak-tflops 1 --bucket-mb 0.01"
+
+if [ "$(id -u)" -ne 0 ] && [ "$PART" != script ]; then
+    echo "SKIP: $(basename "$0") $PART needs root (network namespaces); not root here"
+    exit 77
+fi
+
+# torn_down LOG: nothing that the run logged in LOG (its namespaces and bridge) is left.
+torn_down() {
+    _td_id=$(sed -n 's/^cluster: .* on bridge ctb\([0-9]*\) .*/\1/p' "$1" | head -n 1)
+    if [ -z "$_td_id" ]; then fail "$(basename "$1"): no 'cluster: ... on bridge' line"; return 1; fi
+    _td_left=$( (ip netns list; ip -o link) | grep -E "ct$_td_id-h|ctb$_td_id|ctv$_td_id-")
+    if [ -n "$_td_left" ]; then
+        fail "$(basename "$1"): left behind: $_td_left"; return 1
+    fi
+    echo "ok: $(basename "$1" .log): namespaces, bridge and links of run $_td_id removed"
+}
+
+# cluster NAME HOSTS PER_HOST RATE cmd...: cmd on the emulated hosts, output in $D/NAME.log
+cluster() {
+    _cl_name=$1 _cl_h=$2 _cl_r=$3 _cl_rate=$4
+    shift 4
+    logged "$D/$_cl_name.log" "$D/$_cl_name.log" "$CLUSTER" --hosts "$_cl_h" --per-host "$_cl_r" \
+        --rate "$_cl_rate" -- "$@"
+    _cl_rc=$?
+    torn_down "$D/$_cl_name.log"
+    if [ $_cl_rc -ne 0 ]; then
+        fail "$_cl_name: exit status $_cl_rc"; tail -n 8 "$D/$_cl_name.log"; return 1
+    fi
+}
+
+if want rate; then
+    for rate in 100 400; do
+        cluster "bw$rate" 2 1 "${rate}mbit" "$BENCH" -b 1M -e 4M -f 4 -a ring,mpi -w 1 -n 3 \
+            --csv "$D/bw$rate.csv"
+    done
+    if [ -s "$D/bw100.csv" ] && [ -s "$D/bw400.csv" ]; then
+        $PY - "$D/bw100.csv" "$D/bw400.csv" <<'EOF' || fail "bandwidth does not follow the link rate"
+import csv, sys
+def busbw(path):  # algorithm -> bus bandwidth at the largest size, GB/s
+    rows = list(csv.DictReader(open(path)))
+    top = max(int(r["size"]) for r in rows)
+    return {r["algorithm"]: float(r["busbw"]) for r in rows if int(r["size"]) == top}
+slow, fast = busbw(sys.argv[1]), busbw(sys.argv[2])
+ok = True
+for algo in ("ring", "mpi"):
+    for mbit, bw in ((100, slow[algo]), (400, fast[algo])):
+        rate = mbit * 1e6 / 8 / 1e9           # the link rate, GB/s
+        good = 0.5 * rate <= bw <= 1.1 * rate
+        ok &= good
+        print("%s %-4s at %3d Mbit/s: busbw %.4f GB/s = %.2f x the link rate (%.4f GB/s)" %
+              ("ok:" if good else "FAIL:", algo, mbit, bw, bw / rate, rate))
+    ratio = fast[algo] / slow[algo]
+    ok &= ratio >= 2
+    print("%s %-4s 400 / 100 Mbit/s: %.2f x (at least 2)" % ("ok:" if ratio >= 2 else "FAIL:", algo, ratio))
+sys.exit(0 if ok else 1)
+EOF
+    fi
+    logsays "$D/bw100.log" "2 node(s); 1 workers on this node"
+fi
+
+if want train; then
+    need_ref
+    if POCL_DEVICES=pthread cluster c22 2 2 1gbit "$TRAIN" $ARGS --devices-per-rank 1 --dp 2 --tp 2 \
+           --metrics "$D/c22.jsonl"; then
+        compare "$D/ref.jsonl" "$D/c22.jsonl" "2 hosts x 2 ranks: dp 2 x tp 2"
+        logsays "$D/c22.log" "cluster: rank 0 of 4 on host0"
+        logsays "$D/c22.log" "cluster: rank 3 of 4 on host1"
+        # TP groups (consecutive workers) inside a host, DP across the two
+        for w in "0: dp 0 tp 0 pp 0 ep 0 | rank 0 thread 0 | host host0" \
+                 "1: dp 0 tp 1 pp 0 ep 0 | rank 1 thread 0 | host host0" \
+                 "2: dp 1 tp 0 pp 0 ep 0 | rank 2 thread 0 | host host1" \
+                 "3: dp 1 tp 1 pp 0 ep 0 | rank 3 thread 0 | host host1"; do
+            logsays "$D/c22.log" "worker $w"
+        done
+    fi
+fi
+
+if want script; then
+    usage="--hosts 2 --per-host 1 -- true"
+    if [ "$(id -u)" -eq 0 ]; then
+        # shellcheck disable=SC2086
+        expect_refusal "not root" "needs root" setpriv --reuid=65534 --regid=65534 --clear-groups \
+            "$CLUSTER" $usage
+        # a PATH with every program of /usr/bin but iproute2's
+        mkdir "$D/bin" && for f in /usr/bin/*; do
+            case ${f##*/} in ip|tc) ;; *) ln -s "$f" "$D/bin/" ;; esac
+        done
+        # shellcheck disable=SC2086
+        expect_refusal "no iproute2" "missing: ip tc" env PATH="$D/bin" "$CLUSTER" $usage
+        # netem: refused where the kernel lacks it (this VM's), else the run goes ahead
+        if "$CLUSTER" --hosts 2 --per-host 1 --delay 50us --loss 1% -- true >"$D/netem.log" 2>&1; then
+            echo "ok: this kernel has netem: --delay and --loss accepted"; torn_down "$D/netem.log"
+        else
+            expect_refusal "--delay without netem" "need netem, which this kernel lacks" \
+                "$CLUSTER" --hosts 2 --per-host 1 --delay 50us -- true
+            expect_refusal "--loss without netem" "need netem, which this kernel lacks" \
+                "$CLUSTER" --hosts 2 --per-host 1 --loss 1% -- true
+        fi
+    else
+        # shellcheck disable=SC2086
+        expect_refusal "not root" "needs root" "$CLUSTER" $usage
+    fi
+    expect_refusal "--hosts 0" "--hosts must be an integer >= 1" "$CLUSTER" --hosts 0 --per-host 1 -- true
+    expect_refusal "no command" "no COMMAND after --" "$CLUSTER" --hosts 2 --per-host 1 --
+    expect_refusal "a bad rate" "is not a tc rate" "$CLUSTER" --hosts 2 --per-host 1 --rate fast -- true
+    if [ "$(id -u)" -eq 0 ]; then
+        # a failing command: its status comes back, nothing is left
+        "$CLUSTER" --hosts 2 --per-host 1 --rate 1gbit -- sh -c 'exit 3' >"$D/fail.log" 2>&1
+        rc=$?
+        if [ $rc -eq 3 ]; then echo "ok: a command that exits with 3 ends the run with status 3"; else
+            fail "a command that exits with 3: status $rc"; fi
+        torn_down "$D/fail.log"
+        # TERM mid-run (the ranks sleeping): the script ends within seconds, nothing is left
+        "$CLUSTER" --hosts 2 --per-host 1 --rate 1gbit -- sleep "60.$$" >"$D/term.log" 2>&1 &
+        pid=$!
+        i=0
+        while [ $i -lt 100 ] && ! grep -q "cluster: rank 1 of 2" "$D/term.log"; do sleep 0.1; i=$((i + 1)); done
+        kill -TERM $pid
+        t0=$(date +%s)
+        wait $pid
+        rc=$? t=$(($(date +%s) - t0))
+        if [ $rc -ne 0 ] && [ $t -le 5 ]; then echo "ok: TERM mid-run: status $rc after $t s"; else
+            fail "TERM mid-run: status $rc after $t s"; fi
+        torn_down "$D/term.log"
+        if pgrep -f "sleep 60.$$" >/dev/null; then fail "TERM mid-run: a rank (sleep 60.$$) still runs"; fi
+    fi
+fi
+
+finish
