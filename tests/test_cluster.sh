@@ -3,7 +3,7 @@
 # 1): scripts/cluster runs MPI ranks in network namespaces joined by rate-limited links.
 #
 # "rate": bench_allreduce (our ring and MPI_Allreduce) on 2 hosts x 1 rank at 100mbit and at
-#     400mbit: each bus bandwidth at 4 MiB is within [0.5, 1.1] of the set rate and the faster
+#     400mbit: each bus bandwidth at 4 MiB is within [0.4, 1.1] of the set rate and the faster
 #     link measures at least 2x the slower, so the data crossed the emulated links (over shared
 #     memory it would not move with the rate).
 # "train": 2 hosts x 2 ranks, dp 2 x tp 2 (TP inside each host, DP across the two): the 10
@@ -91,7 +91,7 @@ ok = True
 for algo in ("ring", "mpi"):
     for mbit, bw in ((100, slow[algo]), (400, fast[algo])):
         rate = mbit * 1e6 / 8 / 1e9           # the link rate, GB/s
-        good = 0.5 * rate <= bw <= 1.1 * rate
+        good = 0.4 * rate <= bw <= 1.1 * rate
         ok &= good
         print("%s %-4s at %3d Mbit/s: busbw %.4f GB/s = %.2f x the link rate (%.4f GB/s)" %
               ("ok:" if good else "FAIL:", algo, mbit, bw, bw / rate, rate))
