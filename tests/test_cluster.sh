@@ -1,6 +1,6 @@
 #!/bin/sh
-# test_cluster.sh TRAIN_GPT MPIEXEC PART CLUSTER BENCH_ALLREDUCE - emulated hosts (issue 31 item
-# 1): scripts/cluster runs MPI ranks in network namespaces joined by rate-limited links.
+# test_cluster.sh TRAIN_GPT MPIEXEC PART CLUSTER BENCH_ALLREDUCE - emulated hosts (issue 31 items
+# 1, 2, 4): scripts/cluster runs MPI ranks in network namespaces joined by rate-limited links.
 #
 # "rate": bench_allreduce (our ring and MPI_Allreduce) on 2 hosts x 1 rank at 100mbit and at
 #     400mbit: each bus bandwidth at 4 MiB is within [0.4, 1.1] of the set rate and the faster
@@ -8,7 +8,12 @@
 #     memory it would not move with the rate).
 # "train": 2 hosts x 2 ranks, dp 2 x tp 2 (TP inside each host, DP across the two): the 10
 #     losses within 1e-5 relative of the single device; the ranks and the start-up's worker lines
-#     name host0 and host1.
+#     name host0 and host1, the hosts' line lists each one's workers, TP is inside hosts.
+# "hostdeath": 2 hosts x 2 ranks train dp 4 with a checkpoint every 2 steps; after step 6 every
+#     process of host1 (its ranks and MPI's proxy) is killed, as a host that loses power: the run
+#     ends within 10 s with status != 0 and a message naming host1 or its ranks, and the latest
+#     checkpoint resumes on one host (2 ranks, dp 2) with the single device's losses from the
+#     step after it (a constant learning rate, so a shorter run takes the same steps).
 # "script": refusals (not root, no iproute2, netem where the kernel lacks it, bad arguments),
 #     COMMAND's exit status passed on, and everything torn down after a failing command and
 #     after a TERM mid-run.
@@ -118,6 +123,55 @@ if want train; then
                  "3: dp 1 tp 1 pp 0 ep 0 | rank 3 thread 0 | host host1"; do
             logsays "$D/c22.log" "worker $w"
         done
+        logsays "$D/c22.log" "hosts: 2: host0 (workers 0-1); host1 (workers 2-3)"
+        logsays "$D/c22.log" "TP groups: each inside one host"
+        if grep -q "TP groups span hosts" "$D/c22.log"; then fail "c22: a TP group across hosts reported"; fi
+    fi
+fi
+
+if want hostdeath; then
+    # the killed run never reaches its last step; a constant learning rate makes a shorter
+    # reference (and resumed) run take the same steps as it did
+    HD="--lr-schedule constant --devices-per-rank 1"
+    POCL_DEVICES=pthread timeout 60 "$CLUSTER" --hosts 2 --per-host 2 --rate 1gbit -- \
+        "$TRAIN" $ARGS $HD --steps 400 --dp 4 --save "$D/hd" --save-every 2 >"$D/hd.log" 2>&1 &
+    pid=$!
+    i=0
+    while [ $i -lt 400 ] && ! grep -q "^step     6/" "$D/hd.log"; do sleep 0.1; i=$((i + 1)); done
+    ns=$(sed -n 's/^cluster: host1 .*(netns \(ct[0-9]*-h1\)).*/\1/p' "$D/hd.log")
+    lines=$(wc -l <"$D/hd.log")
+    victims=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    [ -n "$victims" ] && kill -KILL $victims
+    wait $pid
+    rc=$?
+    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    torn_down "$D/hd.log"
+    tail -n +"$((lines + 1))" "$D/hd.log" >"$D/hd.after"
+    if [ -z "$victims" ]; then
+        fail "host death: no process found in host1 ($ns) after step 6"; tail -n 8 "$D/hd.log"
+    elif [ $rc -eq 0 ] || [ $rc -eq 124 ] || awk -v a="$secs" 'BEGIN { exit !(a > 10) }'; then
+        fail "host death: status $rc, the run ended $secs s after host1 was killed"; tail -n 8 "$D/hd.log"
+    elif ! grep -Eq "host1|rank [23][^0-9]" "$D/hd.after"; then
+        fail "host death: no message names host1 or its ranks 2, 3"; cat "$D/hd.after"
+    else
+        echo "ok: host1's processes ($victims) killed after step 6: status $rc after $secs s:" \
+            "$(grep -E "host1|rank [23][^0-9]" "$D/hd.after" | head -n 1 | cut -c1-240)"
+    fi
+    # the last checkpoint: whole, and resumed on one host (2 ranks, dp 2) it trains on as the
+    # single device does from the step after it
+    last=$(sed -n 's/^ckpt_0*\([0-9][0-9]*\)\.bin$/\1/p' "$D/hd/latest" 2>/dev/null)
+    if [ -z "$last" ]; then
+        fail "host death: no checkpoint named by $D/hd/latest"; ls -l "$D/hd" 2>&1
+    else
+        need_ref hdref $HD --steps $((last + 4))
+        if logged "$D/hr.log" "$D/hr.log" env POCL_DEVICES=pthread "$MPIEXEC" -n 2 "$TRAIN" $ARGS $HD \
+            --dp 2 --resume "$D/hd" --steps $((last + 4)) --metrics "$D/hr.jsonl"; then
+            compare "$D/hdref.jsonl" "$D/hr.jsonl" "resumed on 1 host from step $last" $((last + 1))
+        else
+            fail "host death: resuming from step $last on one host failed"; tail -n 5 "$D/hr.log"
+        fi
     fi
 fi
 
