@@ -83,9 +83,9 @@ const char *ct_comm_algo_restriction(const ct_comm *c, ct_coll coll, const char 
 static const char *default_table =
     "# collective nmin nmax local bytes_max algorithm   (first match wins)\n"
     "allreduce 1 0 1 0 hier\n"
-    "allreduce 1 0 2 0 hier\n"
     "allreduce 1 0 -1 65536 recdbl\n"
     "allreduce 1 0 -1 1048576 rabenseifner\n"
+    "allreduce 1 0 2 0 hier\n"
     "allreduce 2 0 0 0 shm\n"
     "allreduce 1 0 -1 67108864 rabenseifner\n"
     "allreduce 1 0 -1 0 ring\n"
