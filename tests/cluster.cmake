@@ -6,10 +6,12 @@
 # test_cluster_train: 2 hosts x 2 ranks, dp 2 x tp 2 (TP inside each host) against the single
 #   device; the start-up lines name both hosts.
 # test_cluster_script: refusals, the command's exit status, teardown after failure and TERM.
+# test_cluster_layouts (slow): dp 8 and every axis on 2 hosts x 2 ranks x 2 threads, pp 2 x dp 2
+#   on 4 hosts with its checkpoint resumed on one device, all against the single device.
 # test_cluster_hostdeath: every process of one host killed mid-run (2 hosts x 2 ranks, dp 4):
 #   the run ends within 10 s naming the lost host; its last checkpoint resumes on one host.
 if(TARGET train_gpt AND TARGET bench_allreduce)
-  foreach(part rate train script hostdeath)
+  foreach(part rate train script hostdeath layouts)
     add_test(NAME test_cluster_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_cluster.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part} ${CMAKE_SOURCE_DIR}/scripts/cluster

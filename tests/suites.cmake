@@ -80,6 +80,8 @@ set(CT_SLOW_TESTS
   test_engine_moe_layout_resume test_engine_layout_resume
   # 8 ranks: the same W = 8 layouts run as 2 ranks x 4 threads in the CI passes
   test_engine_layout_ranks parallel_coll_7x1 parallel_coll_8x1 parallel_grid_8x1
+  # emulated hosts: the layouts' tests again over a network (test_cluster_train stays in CI)
+  test_cluster_layouts
 )
 
 # Time budgets in seconds, per test, on CI's 2-core machine with two tests at a time and a cold

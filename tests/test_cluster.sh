@@ -9,6 +9,9 @@
 # "train": 2 hosts x 2 ranks, dp 2 x tp 2 (TP inside each host, DP across the two): the 10
 #     losses within 1e-5 relative of the single device; the ranks and the start-up's worker lines
 #     name host0 and host1, the hosts' line lists each one's workers, TP is inside hosts.
+# "layouts": 2 hosts x 2 ranks x 2 threads, dp 8 (hier's three levels in training) and dp 2 x
+#     tp 2 x pp 2 ZeRO-1; 4 hosts x 1 rank, pp 2 x dp 2 with a checkpoint at step 5 that the single
+#     device resumes: every run's losses within 1e-5 relative of the single device's.
 # "hostdeath": 2 hosts x 2 ranks train dp 4 with a checkpoint every 2 steps; after step 6 every
 #     process of host1 (its ranks and MPI's proxy) is killed, as a host that loses power: the run
 #     ends within 10 s with status != 0 and a message naming host1 or its ranks, and the latest
@@ -126,6 +129,32 @@ if want train; then
         logsays "$D/c22.log" "hosts: 2: host0 (workers 0-1); host1 (workers 2-3)"
         logsays "$D/c22.log" "TP groups: each inside one host"
         if grep -q "TP groups span hosts" "$D/c22.log"; then fail "c22: a TP group across hosts reported"; fi
+    fi
+fi
+
+if want layouts; then
+    need_ref
+    # 2 hosts x 2 ranks x 2 threads: dp 8 (every gradient all-reduce through hier's three levels:
+    # threads, the host's processes, the hosts' leaders) and every axis (dp 2 x tp 2 x pp 2)
+    need_ref ref8 --batch 8
+    for lay in "dp8:ref8:--dp 8 --batch 8" "every:ref:--dp 2 --tp 2 --pp 2 --zero 1"; do
+        name=c222${lay%%:*} flags=${lay#*:*:} ref=${lay#*:}
+        ref=${ref%%:*}
+        # shellcheck disable=SC2086
+        if POCL_DEVICES="pthread pthread" cluster $name 2 2 1gbit "step    10/10" "$TRAIN" $ARGS \
+               --devices-per-rank 2 $flags --metrics "$D/$name.jsonl"; then
+            compare "$D/$ref.jsonl" "$D/$name.jsonl" "2 hosts x 2 ranks x 2 threads: $flags"
+            logsays "$D/$name.log" "hosts: 2: host0 (workers 0-3); host1 (workers 4-7)"
+        fi
+    done
+    logsays "$D/c222every.log" "TP groups: each inside one host"
+    # 4 hosts x 1 rank: pp 2 x dp 2, a checkpoint at step 5, resumed on one host (one device)
+    if POCL_DEVICES=pthread cluster c41 4 1 1gbit "step    10/10" "$TRAIN" $ARGS --devices-per-rank 1 \
+           --dp 2 --pp 2 --save "$D/ck41" --save-every 5 --metrics "$D/c41.jsonl"; then
+        compare "$D/ref.jsonl" "$D/c41.jsonl" "4 hosts x 1 rank: pp 2 x dp 2"
+        if train r41 1 1 --resume "$D/ck41/ckpt_00000005.bin"; then
+            compare "$D/ref.jsonl" "$D/r41.jsonl" "written on 4 hosts, resumed on one device" 6
+        fi
     fi
 fi
 
