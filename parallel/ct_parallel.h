@@ -115,6 +115,17 @@ const char *ct_topo_host(const ct_topo *t);
 int ct_topo_rank_node(const ct_topo *t, int rank);
 const char *ct_topo_rank_host(const ct_topo *t, int rank);
 
+/* Launchers. How many ranks the launcher says it started, read before MPI starts (a program
+ * decides from it whether to start MPI at all): PMI_SIZE (Hydra's mpiexec, srun --mpi=pmi2),
+ * else SLURM_STEP_NUM_TASKS or SLURM_NTASKS (srun, any MPI plugin: PMIx sets no PMI_SIZE), else
+ * OMPI_COMM_WORLD_SIZE; 1 when none says more. The world itself is MPI's (ct_topo_nranks after
+ * ct_topo_create), and each worker's device comes from MPI's node-local rank
+ * (ct_topo_device_index), so any launcher that MPI understands places them alike. */
+int ct_launcher_ranks_env(void);
+/* Under srun (SLURM_STEP_ID set): CT_ERR_ARG with a message when the step's task count is not
+ * the MPI world's size (tasks started as singletons: srun without a PMI this MPI speaks). */
+ct_status ct_topo_launcher_check(const ct_topo *t, ct_err *err);
+
 /* Default check mode for comms created after the call (1 = on, the default). */
 void ct_topo_set_check(ct_topo *t, int on);
 /* Every wait of parallel/ (a message from a peer, a peer taking ours, a barrier of the threads

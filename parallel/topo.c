@@ -1,6 +1,7 @@
 /* topo.c - the worker topology: MPI initialised with MPI_THREAD_MULTIPLE, ranks x D threads,
  * node (host) membership through MPI_Comm_split_type(SHARED) and every rank's host name
- * (MPI_Get_processor_name, all-gathered), and the process-level registry of groups
+ * (MPI_Get_processor_name, all-gathered), the launcher's task count read before MPI starts
+ * (mpiexec's PMI_SIZE, srun's SLURM_*), and the process-level registry of groups
  * that this process's worker threads share. The only file that names MPI_COMM_WORLD. */
 #include <errno.h>
 #include <math.h>
@@ -133,6 +134,36 @@ ct_status ct_comm_timeout_env(double *seconds, ct_err *err) {
         return CT_ERR(err, CT_ERR_ARG,
                       "CT_COMM_TIMEOUT='%s': expected seconds, a number >= 0 (0 = wait for ever)", v);
     *seconds = x;
+    return CT_OK;
+}
+
+/* A positive integer environment variable, or 0. */
+static int env_count(const char *name) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    long x = v && *v ? strtol(v, &end, 10) : 0;
+    return v && *v && end && !*end && x > 0 && x < (1L << 30) ? (int)x : 0;
+}
+
+int ct_launcher_ranks_env(void) {
+    static const char *const names[] = {"PMI_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+                                        "OMPI_COMM_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (env_count(names[i])) return env_count(names[i]);
+    return 1;
+}
+
+ct_status ct_topo_launcher_check(const ct_topo *t, ct_err *err) {
+    int tasks = env_count("SLURM_STEP_NUM_TASKS");
+    if (!tasks) tasks = env_count("SLURM_NTASKS");
+    if (tasks > 1 && getenv("SLURM_STEP_ID") && t->nranks != tasks)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "srun started %d tasks, but MPI sees %d rank%s in this one (SLURM_PROCID %s, "
+                      "node list %s): the tasks did not find each other through a PMI this MPI "
+                      "speaks; for MPICH launch with srun --mpi=pmi2 (or set MpiDefault=pmi2 in "
+                      "slurm.conf)", tasks, t->nranks, t->nranks == 1 ? "" : "s",
+                      getenv("SLURM_PROCID") ? getenv("SLURM_PROCID") : "?",
+                      getenv("SLURM_JOB_NODELIST") ? getenv("SLURM_JOB_NODELIST") : "?");
     return CT_OK;
 }
 

@@ -20,3 +20,12 @@ if(TARGET train_gpt AND TARGET bench_allreduce)
                          ENVIRONMENT "OMP_WAIT_POLICY=passive" SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+# test_slurm (slow): a one-node Slurm started by the test (munged, slurmctld, slurmd; root):
+#   srun --mpi=pmi2 -n 2 trains bitwise as mpiexec -n 2; srun --mpi=none is refused.
+if(TARGET train_gpt)
+  add_test(NAME test_slurm
+           COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_slurm.sh $<TARGET_FILE:train_gpt>
+                   ${MPIEXEC_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts)
+  set_tests_properties(test_slurm PROPERTIES LABELS "mpi;opencl"
+                       ENVIRONMENT "OMP_WAIT_POLICY=passive" SKIP_RETURN_CODE 77)
+endif()
