@@ -122,8 +122,9 @@ const char *ct_topo_rank_host(const ct_topo *t, int rank);
  * ct_topo_create), and each worker's device comes from MPI's node-local rank
  * (ct_topo_device_index), so any launcher that MPI understands places them alike. */
 int ct_launcher_ranks_env(void);
-/* Under srun (SLURM_STEP_ID set): CT_ERR_ARG with a message when the step's task count is not
- * the MPI world's size (tasks started as singletons: srun without a PMI this MPI speaks). */
+/* Under srun (SLURM_STEP_ID set, no PMI_SIZE): CT_ERR_ARG with a message when the step has
+ * several tasks but MPI sees a world of one (tasks started as singletons: srun without a PMI
+ * this MPI speaks). Under Hydra inside an allocation the step's tasks are its proxies: no check. */
 ct_status ct_topo_launcher_check(const ct_topo *t, ct_err *err);
 
 /* Default check mode for comms created after the call (1 = on, the default). */

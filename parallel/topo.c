@@ -156,12 +156,14 @@ int ct_launcher_ranks_env(void) {
 ct_status ct_topo_launcher_check(const ct_topo *t, ct_err *err) {
     int tasks = env_count("SLURM_STEP_NUM_TASKS");
     if (!tasks) tasks = env_count("SLURM_NTASKS");
-    if (tasks > 1 && getenv("SLURM_STEP_ID") && t->nranks != tasks)
+    /* only srun's own tasks as singletons: under Hydra inside an allocation (PMI_SIZE set) the
+       step's tasks are Hydra's proxies, one per node, not the ranks */
+    if (tasks > 1 && getenv("SLURM_STEP_ID") && !env_count("PMI_SIZE") && t->nranks == 1)
         return CT_ERR(err, CT_ERR_ARG,
-                      "srun started %d tasks, but MPI sees %d rank%s in this one (SLURM_PROCID %s, "
+                      "srun started %d tasks, but MPI sees %d rank in this one (SLURM_PROCID %s, "
                       "node list %s): the tasks did not find each other through a PMI this MPI "
                       "speaks; for MPICH launch with srun --mpi=pmi2 (or set MpiDefault=pmi2 in "
-                      "slurm.conf)", tasks, t->nranks, t->nranks == 1 ? "" : "s",
+                      "slurm.conf)", tasks, t->nranks,
                       getenv("SLURM_PROCID") ? getenv("SLURM_PROCID") : "?",
                       getenv("SLURM_JOB_NODELIST") ? getenv("SLURM_JOB_NODELIST") : "?");
     return CT_OK;
