@@ -672,7 +672,8 @@ int main(int argc, char **argv) {
              * the table in force */
             char tmp[4096] = "";
             size_t len = 0;
-            int local = D > 1 ? 1 : 0;
+            /* the selector's classes: threads, else several hosts with several ranks on one */
+            int local = D > 1 ? 1 : ct_topo_nnodes(topo) > 1 && R > ct_topo_nnodes(topo) ? 2 : 0;
             for (int si = 0; si < nsz; si++) {
                 if (win[si] < 0) continue;
                 if (si + 1 < nsz && win[si + 1] == win[si]) continue;

@@ -124,9 +124,7 @@ int main(int argc, char **argv) {
     if (ct_train_config(&p, &cfg, &err) != CT_OK) die(2, "%s", err.msg);
 
     /* The workers this process is one of, and the W planned for. */
-    const char *pmi = getenv("PMI_SIZE");
-    int ranks = pmi ? atoi(pmi) : 1, D = p.devices_per_rank;
-    if (ranks < 1) ranks = 1;
+    int ranks = ct_launcher_ranks_env(), D = p.devices_per_rank; /* mpiexec's or srun's */
     int here = ranks * D; /* the workers running this */
     int W = o.workers > 0 ? o.workers : here;
     if (o.workers < 0 || W < 1) die(2, "--workers must be >= 1 (got %d)", o.workers);

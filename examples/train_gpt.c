@@ -424,14 +424,15 @@ int main(int argc, char **argv) {
 
     /* Workers: MPI ranks x --devices-per-rank. MPI is started only when there is more than one
      * worker (or mpiexec started several ranks). */
-    const char *pmi = getenv("PMI_SIZE");
+    int launched = ct_launcher_ranks_env(); /* mpiexec's or srun's tasks, before MPI starts */
     ct_topo *topo = NULL;
     int tp = p.tp; /* the layout is dp x tp x pp */
     int workers = p.dp * tp * p.pp;
     if (auto_layout) /* the workers the run has: ranks x devices per rank */
-        workers = (pmi && atoi(pmi) > 1 ? atoi(pmi) : 1) * p.devices_per_rank;
-    if (workers > 1 || p.devices_per_rank > 1 || (pmi && atoi(pmi) > 1)) {
+        workers = launched * p.devices_per_rank;
+    if (workers > 1 || p.devices_per_rank > 1 || launched > 1) {
         if (ct_topo_create(&topo, &argc, &argv, p.devices_per_rank, &err)) die(2, "%s", err.msg);
+        if (ct_topo_launcher_check(topo, &err)) die(2, "%s", err.msg);
         g_mpi_ranks = ct_topo_nranks(topo);
         double tmo = CT_COMM_TIMEOUT_DEFAULT; /* CT_COMM_TIMEOUT: the one place it is read */
         if (ct_comm_timeout_env(&tmo, &err)) die(2, "%s", err.msg);

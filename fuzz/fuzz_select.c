@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const ct__select_row *r = &rows[i];
             CT_FUZZ_REQUIRE(ct__algo_find(r->coll, r->algo) != NULL);
             CT_FUZZ_REQUIRE(r->nmin >= 1 && (r->nmax == 0 || r->nmax >= r->nmin));
-            CT_FUZZ_REQUIRE(r->local >= -1 && r->local <= 1);
+            CT_FUZZ_REQUIRE(r->local >= -1 && r->local <= 2);
         }
     }
     /* the guard row past the end is never written */

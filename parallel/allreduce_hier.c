@@ -1,17 +1,25 @@
-/* allreduce_hier.c - hierarchical all-reduce: threads of a process through shared memory, one
- * leader per process across ranks, then back through shared memory.
+/* allreduce_hier.c - hierarchical all-reduce over three levels: threads of a process through
+ * shared memory, the processes of a host, then one leader per host across hosts; then back.
  * Phases: (1) each of the L local members publishes its input pointer; (2) member t reduces
  * slice t of all L inputs (in local order) into the group's shared scratch - a reduce-scatter
  * that reads every input once, no messages; (3) the first member of each process all-reduces the
- * scratch with the other processes' leaders (the selector's algorithm for that size on the
- * leaders' group); (4) every member copies the scratch out. Barriers separate the phases.
- * Cost: intra-process about (L+1)/L N read + N/L write per member, plus 3 barriers; inter: the
- * leaders' algorithm on N bytes with nprocs workers.
+ * scratch with the other processes' leaders (`procs` below); (4) every member copies the scratch
+ * out. Barriers separate the phases.
+ * The processes' level (3), on a group with one member per process (the leaders, or a group of
+ * one worker per process): when it spans several hosts and some host holds several of its
+ * processes, (3a) the processes of each host all-reduce among themselves (on one host: the
+ * selector's algorithm there, shared memory), (3b) the first process of each host all-reduces
+ * across hosts, (3c) it broadcasts the result to its host's processes; otherwise the selector's
+ * algorithm over all of them. Only (3b) crosses the network: 2(H-1)/H N per host for H hosts
+ * with the ring, where a flat all-reduce over the P processes moves about 2N through each host's
+ * link. Cost: intra-process about (L+1)/L N read + N/L write per member, plus 3 barriers; (3a)
+ * and (3c) two intra-host collectives on N bytes; (3b) the hosts' algorithm on N bytes.
  * Threads only (one process): member t reduces slice t of all inputs in cache-sized pieces and
  * writes each piece straight into every member's output - N read + N written per member, the
  * least any all-reduce can move, no scratch, two barriers. Slices are disjoint, so in place is
- * safe: nobody reads a slice another member writes. Each element is computed once per process in a fixed order and
- * the leaders' algorithm gives all leaders the same bits, so every worker holds the same bits. */
+ * safe: nobody reads a slice another member writes. Each element is computed once per process in
+ * a fixed order, each level's algorithm gives its members the same bits and (3c) copies the
+ * hosts' result, so every worker holds the same bits. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +31,37 @@ static ct_status inner(ct_comm *lc, void *buf, size_t count, ct_dtype dt, ct_op 
     const ct__algo *a = ct__select_inner(lc, count * ct_dtype_size(dt));
     ct_status st = ((ct__allreduce_fn)a->fn)(lc, buf, buf, count, dt, op);
     return st;
+}
+
+/* st from sub-comm s of c: a failure's message is recorded on c too. */
+static ct_status on_sub(ct_comm *c, ct_comm *s, ct_status st) {
+    if (st && s != c) CT_ERR(&c->err, st, "%s", s->err.msg);
+    return st;
+}
+
+/* (3) The processes' level on pc (one member per process): see the header. */
+static ct_status procs(ct_comm *pc, void *buf, size_t count, ct_dtype dt, ct_op op) {
+    if (pc->size == 1) return CT_OK;
+    if (!pc->node) return on_sub(pc, pc, inner(pc, buf, count, dt, op));
+    ct_comm *node = pc->node;
+    ct_status st = CT_OK;
+    int32_t ok = 1;
+    memcpy(node->op, pc->op, sizeof pc->op);
+    if (node->size > 1 && (st = on_sub(pc, node, inner(node, buf, count, dt, op))))
+        return st; /* (3a) */
+    if (pc->hosts) { /* (3b) */
+        memcpy(pc->hosts->op, pc->op, sizeof pc->op);
+        st = on_sub(pc, pc->hosts, inner(pc->hosts, buf, count, dt, op));
+        ok = st == CT_OK;
+    }
+    if (node->size == 1) return st;
+    /* (3c) whether the hosts' level worked, then its result (the host's processes never wait
+       for data that will not come) */
+    ct_status bst = on_sub(pc, node, ct__bcast_binomial(node, &ok, 1, CT_I32, 0));
+    if (st || bst) return st ? st : bst;
+    if (!ok) return CT_ERR(&pc->err, CT_ERR_MPI, "hierarchical all-reduce: this host's leader "
+                           "failed in the all-reduce across hosts");
+    return on_sub(pc, node, ct__bcast_binomial(node, buf, count, dt, 0));
 }
 
 #define PIECE 8192 /* elements reduced in cache before being written out */
@@ -69,9 +108,9 @@ ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t co
     if (g->one_per_rank || L == 1) {
         /* one member here: my buffer is the process's contribution */
         if (send != recv) memcpy(recv, send, bytes);
-        if (g->one_per_rank) return c->size == 1 ? CT_OK : inner(c, recv, count, dt, op);
+        if (g->one_per_rank) return procs(c, recv, count, dt, op);
         memcpy(c->leaders->op, c->op, sizeof c->op);
-        st = inner(c->leaders, recv, count, dt, op);
+        st = procs(c->leaders, recv, count, dt, op);
         if (st) CT_ERR(&c->err, st, "%s", c->leaders->err.msg);
         return st;
     }
@@ -115,7 +154,7 @@ ct_status ct__allreduce_hier(ct_comm *c, const void *send, void *recv, size_t co
     ct_status ist = CT_OK;
     if (c->leaders) {
         memcpy(c->leaders->op, c->op, sizeof c->op); /* a timeout there names this call */
-        ist = inner(c->leaders, g->scratch, count, dt, op);
+        ist = procs(c->leaders, g->scratch, count, dt, op);
         if (ist) CT_ERR(&c->err, ist, "%s", c->leaders->err.msg);
     }
     if (ist) g->ptrs[0] = NULL; /* tell the others (read after the barrier) */

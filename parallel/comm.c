@@ -92,6 +92,16 @@ static ct_status group_build(ct_topo *t, uint32_t id, int color, const int *wids
     free(seen);
     g->one_node = 1;
     for (int i = 0; i < n; i++) g->one_node &= t->rank_node[g->m[i].rank] == t->node;
+    /* hosts spanned, and whether one of them holds members of several processes */
+    for (int i = 0; i < n; i++) {
+        int node = t->rank_node[g->m[i].rank], first_on_node = 1, first_of_rank = 1;
+        for (int j = 0; j < i; j++) {
+            if (t->rank_node[g->m[j].rank] == node) first_on_node = 0;
+            if (g->m[j].rank == g->m[i].rank) first_of_rank = 0;
+        }
+        if (first_on_node) g->nhosts++;
+        else if (first_of_rank) g->host_multi = 1;
+    }
     g->shm_seg = ct_calloc((size_t)n, sizeof(void *));
     if (!g->shm_seg) goto nomem;
     g->local_rank = ct_calloc((size_t)(g->nlocal ? g->nlocal : 1), sizeof(int));
@@ -185,9 +195,52 @@ static int comm_tag(ct_topo *t, uint32_t id, int color_index) {
     return (int)((((long)id << 11) | (color_index & 0x7ff)) % (u + 1));
 }
 
-/* Handle for a member of g; plus the leaders' sub-comm for hierarchical algorithms. */
-static ct_status comm_make(ct_topo *t, ct__group *g, int thread, int check, ct_comm **out,
-                           ct_err *err) {
+static ct_status comm_make(ct_topo *t, ct__group *g, int thread, int check, uint32_t base,
+                           ct_comm **out, ct_err *err);
+
+/* The sub-group of c's members listed in wids (n of them, group order), with id `id`, as a
+   handle on *out: called by exactly those members. */
+static ct_status sub_make(ct_comm *c, uint32_t id, const int *wids, int n, uint32_t base,
+                          ct_comm **out, ct_err *err) {
+    ct__group *sg = NULL;
+    ct_status st = group_attach(c->topo, id, c->g->color, comm_tag(c->topo, id, c->g->color), wids,
+                                n, &sg, err);
+    if (st) return st;
+    return comm_make(c->topo, sg, c->thread, 0, base, out, err);
+}
+
+/* On a group with one member per process spanning several hosts, some holding several of its
+   processes: c->node (this host's members) and, on the first member of each host, c->hosts. */
+static ct_status hosts_make(ct_comm *c, uint32_t base, ct_err *err) {
+    ct_topo *t = c->topo;
+    ct__group *g = c->g;
+    ct_status st = CT_OK;
+    int *w = ct_malloc(sizeof(int) * (size_t)g->n), n = 0, me_first = 1;
+    if (!w) return CT_ERR(err, CT_ERR_NOMEM, "out of host memory (hosts)");
+    int mine = t->rank_node[g->m[c->rank].rank];
+    for (int i = 0; i < g->n; i++)
+        if (t->rank_node[g->m[i].rank] == mine) {
+            if (i < c->rank) me_first = 0;
+            w[n++] = g->m[i].wid;
+        }
+    st = sub_make(c, base + 2, w, n, base, &c->node, err);
+    if (!st && me_first) {
+        n = 0;
+        for (int i = 0; i < g->n; i++) {
+            int node = t->rank_node[g->m[i].rank], first = 1;
+            for (int j = 0; j < i; j++) first &= t->rank_node[g->m[j].rank] != node;
+            if (first) w[n++] = g->m[i].wid;
+        }
+        st = sub_make(c, base + 3, w, n, base, &c->hosts, err);
+    }
+    free(w);
+    return st;
+}
+
+/* Handle for a member of g; plus the leaders' sub-comm for hierarchical algorithms, and the
+   hosts' levels (ids base + 1 .. base + 3: every split reserves four). */
+static ct_status comm_make(ct_topo *t, ct__group *g, int thread, int check, uint32_t base,
+                           ct_comm **out, ct_err *err) {
     ct_status st = CT_OK;
     ct_comm *c = ct_calloc(1, sizeof *c);
     int *lw = NULL;
@@ -223,12 +276,13 @@ static ct_status comm_make(ct_topo *t, ct__group *g, int thread, int check, ct_c
             }
         }
         if (me_leader) {
-            ct__group *lg = NULL;
-            CT_CHECK(group_attach(t, g->id + 1, g->color, comm_tag(t, g->id + 1, g->color), lw, nl, &lg,
-                                  err));
-            CT_CHECK(comm_make(t, lg, thread, 0, &c->leaders, err));
+            CT_CHECK(sub_make(c, base + 1, lw, nl, base, &c->leaders, err));
             c->leader_rank = c->leaders->rank;
         }
+    } else if (g->one_per_rank && g->nhosts > 1 && g->host_multi) {
+        /* one worker per process (a group, or the leaders of one): the hosts' levels (never
+           again below: a host's members are on one host, the hosts' leaders one per host) */
+        CT_CHECK(hosts_make(c, base, err));
     }
     *out = c;
     free(lw);
@@ -253,13 +307,15 @@ ct_status ct_comm_world(ct_topo *t, int thread, ct_comm **out) {
     st = group_attach(t, 0, 0, 0, w, t->W, &g, &err);
     free(w);
     if (st) return st;
-    if (t->max_id[thread] < 1) t->max_id[thread] = 1; /* ids 0 (world) and 1 (its leaders) */
-    return comm_make(t, g, thread, t->check_default, out, &err);
+    if (t->max_id[thread] < 3) t->max_id[thread] = 3; /* ids 0 (world) .. 3 (comm_make's) */
+    return comm_make(t, g, thread, t->check_default, 0, out, &err);
 }
 
 void ct_comm_free(ct_comm *c) {
     if (!c) return;
     ct_comm_free(c->leaders);
+    ct_comm_free(c->node);
+    ct_comm_free(c->hosts);
     ct__group_release(c->topo, c->g);
     free(c->scratch);
     free(c->scratch2);
@@ -271,6 +327,7 @@ int ct_comm_size(const ct_comm *c) { return c->size; }
 int ct_comm_world_rank(const ct_comm *c, int r) { return r >= 0 && r < c->size ? c->g->m[r].wid : -1; }
 int ct_comm_local_size(const ct_comm *c) { return c->g->nlocal; }
 int ct_comm_nprocs(const ct_comm *c) { return c->g->nprocs; }
+int ct_comm_nhosts(const ct_comm *c) { return c->g->nhosts; }
 const char *ct_comm_errmsg(const ct_comm *c) { return c ? c->err.msg : "comm is NULL"; }
 ct_err *ct_comm_err(ct_comm *c) { return &c->err; }
 void ct_comm_set_check(ct_comm *c, int on) { c->check = on; }
@@ -418,14 +475,14 @@ ct_status ct_comm_split(ct_comm *parent, int color, int key, ct_comm **out) {
         }
         if ((uint32_t)tab[4 * r + 2] > maxid) maxid = (uint32_t)tab[4 * r + 2];
     }
-    uint32_t id = maxid + 1;
-    if (id + 1 > c->topo->id_max) {
+    uint32_t id = maxid + 1; /* ids id .. id + 3: the group and comm_make's sub-groups */
+    if (id + 3 > c->topo->id_max) {
         st = CT_ERR(&c->err, CT_ERR_UNSUPPORTED,
                     "ct_comm_split: out of comm ids (%u; MPI_TAG_UB leaves %d bits)", id,
                     c->topo->tag_bits_id);
         goto cleanup;
     }
-    c->topo->max_id[c->thread] = id + 1;
+    c->topo->max_id[c->thread] = id + 3;
     if (color == CT_COMM_UNDEFINED) goto cleanup;
     /* members with my colour, ordered by (key, parent rank): insertion sort, n is small */
     for (int r = 0; r < n; r++) {
@@ -446,7 +503,7 @@ ct_status ct_comm_split(ct_comm *parent, int color, int key, ct_comm **out) {
     }
     for (int i = 0; i < nm; i++) w[i] = c->g->m[w[i]].wid;
     CT_CHECK(group_attach(c->topo, id, color, comm_tag(c->topo, id, cindex), w, nm, &g, &c->err));
-    CT_CHECK(comm_make(c->topo, g, c->thread, c->check, out, &c->err));
+    CT_CHECK(comm_make(c->topo, g, c->thread, c->check, id, out, &c->err));
 cleanup:
     free(tab);
     free(w);

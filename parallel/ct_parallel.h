@@ -112,6 +112,22 @@ int ct_topo_device_index(const ct_topo *t, int thread);
 const char *ct_topo_mpi_version(const ct_topo *t);
 /* This process's host name (MPI_Get_processor_name, read once at create). */
 const char *ct_topo_host(const ct_topo *t);
+/* Any rank's node index (0..nnodes-1; -1 outside 0..nranks-1) and host name ("?" outside). A
+ * node is what MPI_Comm_split_type(SHARED) groups: the ranks of one host. */
+int ct_topo_rank_node(const ct_topo *t, int rank);
+const char *ct_topo_rank_host(const ct_topo *t, int rank);
+
+/* Launchers. How many ranks the launcher says it started, read before MPI starts (a program
+ * decides from it whether to start MPI at all): PMI_SIZE (Hydra's mpiexec, srun --mpi=pmi2),
+ * else SLURM_STEP_NUM_TASKS or SLURM_NTASKS (srun, any MPI plugin: PMIx sets no PMI_SIZE), else
+ * OMPI_COMM_WORLD_SIZE; 1 when none says more. The world itself is MPI's (ct_topo_nranks after
+ * ct_topo_create), and each worker's device comes from MPI's node-local rank
+ * (ct_topo_device_index), so any launcher that MPI understands places them alike. */
+int ct_launcher_ranks_env(void);
+/* Under srun (SLURM_STEP_ID set, no PMI_SIZE): CT_ERR_ARG with a message when the step has
+ * several tasks but MPI sees a world of one (tasks started as singletons: srun without a PMI
+ * this MPI speaks). Under Hydra inside an allocation the step's tasks are its proxies: no check. */
+ct_status ct_topo_launcher_check(const ct_topo *t, ct_err *err);
 
 /* Default check mode for comms created after the call (1 = on, the default). */
 void ct_topo_set_check(ct_topo *t, int on);
@@ -162,6 +178,8 @@ int ct_comm_world_rank(const ct_comm *c, int rank); /* worker id of a member */
 /* Members of this group living in this process (threads sharing memory), and processes spanned. */
 int ct_comm_local_size(const ct_comm *c);
 int ct_comm_nprocs(const ct_comm *c);
+/* Hosts (nodes: ct_topo_rank_node) the group's members are on. */
+int ct_comm_nhosts(const ct_comm *c);
 const char *ct_comm_errmsg(const ct_comm *c);
 ct_err *ct_comm_err(ct_comm *c);
 void ct_comm_set_check(ct_comm *c, int on);
@@ -314,10 +332,17 @@ ct_comm *ct_grid_emb(ct_grid *g);
 
 /* Collective over world: one line per worker,
  *   "worker W: dp D tp T pp P ep E | rank R thread H | host NAME | DEVICE\n"
- * in worker order, gathered to every worker (lines cut at 255 characters). `device` is this
- * worker's device name (NULL: "-"). *out is malloc'd; the caller frees it (worker 0 prints).
- * Errors are on ct_comm_errmsg(ct_grid_world(g)). */
+ * in worker order, gathered to every worker (lines cut at 255 characters); when the workers span
+ * several hosts (ct_topo_nnodes > 1), then "hosts: N: NAME (workers a-b,...); ...\n" and, with
+ * tp > 1, "TP groups: each inside one host\n" or a line starting "warning: K of M TP groups
+ * span hosts" naming the first. `device` is this worker's device name (NULL: "-"). *out is
+ * malloc'd; the caller frees it (worker 0 prints). Errors are on
+ * ct_comm_errmsg(ct_grid_world(g)). */
 ct_status ct_grid_describe(ct_grid *g, const char *device, char **out);
+/* The most hosts any one TP group spans (1: every TP group inside a host). The axis order puts
+ * a TP group on tp consecutive workers, so with each host's ranks consecutive (block placement)
+ * TP stays inside hosts whenever tp divides the workers per host. */
+int ct_grid_tp_hosts(const ct_grid *g);
 
 /* ---------------------------------------------------------------- pipeline schedules */
 

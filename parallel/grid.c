@@ -1,5 +1,6 @@
 /* grid.c - the worker grid: a layout dp x tp x pp (experts over ep consecutive dp ranks) laid over
- * the world group, this worker's coordinates, and one ct_comm per axis.
+ * the world group, this worker's coordinates, one ct_comm per axis, and where its workers run
+ * (the host of each, whether a TP group crosses hosts).
  *
  * Promises: the coordinates are a pure function of (layout, world rank), so any worker can compute
  * any other's; every group is split exactly once, from world, with key = the coordinate along its
@@ -154,6 +155,84 @@ ct_comm *ct_grid_emb(ct_grid *g) { return g->emb; }
 
 #define LINE 256 /* bytes per worker's line in the all-gather (a multiple of 4: sent as int32) */
 
+#define HOSTS_LINES 2048 /* bytes for the hosts' and the TP placement lines */
+
+/* The MPI rank, and the node, of grid worker w (the grid's world may be any group). */
+static int worker_rank(const ct_grid *g, int w) {
+    return ct_comm_world_rank(g->world, w) / g->world->topo->D;
+}
+static int worker_node(const ct_grid *g, int w) {
+    return ct_topo_rank_node(g->world->topo, worker_rank(g, w));
+}
+
+/* "a-b" runs of the workers on node `node`, into buf. */
+static void node_workers(const ct_grid *g, int W, int node, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int w = 0; w < W && k + 24 < cap; w++) {
+        if (worker_node(g, w) != node || (w > 0 && worker_node(g, w - 1) == node)) continue;
+        int e = w;
+        while (e + 1 < W && worker_node(g, e + 1) == node) e++;
+        k += (size_t)snprintf(buf + k, cap - k, e > w ? "%s%d-%d" : "%s%d", k ? "," : "", w, e);
+    }
+}
+
+int ct_grid_tp_hosts(const ct_grid *g) {
+    int most = 1, W = ct_comm_size(g->world), tp = g->lay.tp;
+    for (int first = 0; first < W; first += tp) { /* a TP group: tp consecutive workers */
+        int n = 0;
+        for (int i = 0; i < tp; i++) {
+            int node = worker_node(g, first + i), seen = 0;
+            for (int j = 0; j < i; j++) seen |= worker_node(g, first + j) == node;
+            n += !seen;
+        }
+        if (n > most) most = n;
+    }
+    return most;
+}
+
+/* After the workers' lines, where the run spans several hosts: which workers each host holds,
+ * and a warning naming the first TP group that crosses hosts (TP's collectives run in every
+ * layer, forward and backward; across a network they dominate). Returns the bytes written. */
+static size_t hosts_lines(const ct_grid *g, char *s, size_t cap) {
+    const ct_topo *t = g->world->topo;
+    int W = ct_comm_size(g->world), H = ct_topo_nnodes(t), tp = g->lay.tp;
+    size_t k = 0;
+    char runs[96];
+    if (H < 2 || cap < 2) return 0;
+    k += (size_t)snprintf(s + k, cap - k, "hosts: %d:", H);
+    for (int h = 0; h < H && k < cap; h++) {
+        int r0 = 0;
+        while (r0 < ct_topo_nranks(t) && ct_topo_rank_node(t, r0) != h) r0++;
+        node_workers(g, W, h, runs, sizeof runs);
+        k += (size_t)snprintf(s + k, cap - k, "%s %.64s (workers %s)", h ? ";" : "",
+                              ct_topo_rank_host(t, r0), runs);
+    }
+    if (k < cap) k += (size_t)snprintf(s + k, cap - k, "\n");
+    if (tp < 2 || k >= cap) return k < cap ? k : cap - 1;
+    int spanning = 0, first_bad = -1;
+    for (int first = 0; first < W; first += tp)
+        for (int i = 1; i < tp; i++)
+            if (worker_node(g, first + i) != worker_node(g, first)) {
+                spanning++;
+                if (first_bad < 0) first_bad = first;
+                break;
+            }
+    if (!spanning)
+        k += (size_t)snprintf(s + k, cap - k, "TP groups: each inside one host\n");
+    else
+        k += (size_t)snprintf(
+            s + k, cap - k,
+            "warning: %d of %d TP groups span hosts (the first: workers %d-%d, on %.64s and "
+            "%.64s): tensor parallelism's collectives in every layer cross the network. TP stays "
+            "inside hosts when each host's ranks are consecutive (mpiexec's and srun's block "
+            "placement) and tp divides the workers per host\n",
+            spanning, W / tp, first_bad, first_bad + tp - 1,
+            ct_topo_rank_host(t, worker_rank(g, first_bad)),
+            ct_topo_rank_host(t, worker_rank(g, first_bad + tp - 1)));
+    return k < cap ? k : cap - 1;
+}
+
 ct_status ct_grid_describe(ct_grid *g, const char *device, char **out) {
     ct_status st = CT_OK;
     char *all = NULL, *s = NULL;
@@ -162,7 +241,7 @@ ct_status ct_grid_describe(ct_grid *g, const char *device, char **out) {
     ct_comm *world = g->world;
     int W = ct_comm_size(world), w = ct_comm_rank(world);
     all = ct_calloc((size_t)W, LINE);
-    s = ct_malloc((size_t)W * LINE + 1);
+    s = ct_malloc((size_t)W * LINE + 1 + HOSTS_LINES);
     if (!all || !s) {
         st = CT_ERR(ct_comm_err(world), CT_ERR_NOMEM, "ct_grid_describe: out of memory");
         goto cleanup;
@@ -180,6 +259,7 @@ ct_status ct_grid_describe(ct_grid *g, const char *device, char **out) {
         len += l;
         s[len++] = '\n';
     }
+    len += hosts_lines(g, s + len, (size_t)W * LINE + 1 + HOSTS_LINES - len);
     s[len] = 0;
     *out = s;
     s = NULL;

@@ -69,11 +69,11 @@ ct_status ct__timeout(ct_comm *c, int peer, const char *what) {
     if (!g->broken) g->broken = 2;
     ct__group_break(g);
     return CT_ERR(&c->err, CT_ERR_TIMEOUT,
-                  "%s: %s group rank %d (world worker %d, MPI rank %d thread %d) within %g s "
-                  "(CT_COMM_TIMEOUT): it failed, or waits in another call (check mode off and "
-                  "counts that differ?); this comm is broken now",
+                  "%s: %s group rank %d (world worker %d, MPI rank %d thread %d on host %s) "
+                  "within %g s (CT_COMM_TIMEOUT): it failed, or waits in another call (check "
+                  "mode off and counts that differ?); this comm is broken now",
                   c->op[0] ? c->op : "a call", what, peer, m->wid, m->rank, m->thread,
-                  c->topo->timeout);
+                  ct_topo_rank_host(c->topo, m->rank), c->topo->timeout);
 }
 
 ct_status ct__local_barrier(ct_comm *c) {
@@ -200,7 +200,7 @@ static ct_status post_send(ct_comm *c, int dst, const void *buf, size_t bytes, p
                            c->topo->world, &p->req[k]);
         if (rc != MPI_SUCCESS) {
             p->nreq = (int)k;
-            return ct__mpi_err(c, rc, "MPI_Isend");
+            return ct__mpi_err_peer(c, rc, "MPI_Isend", dst);
         }
     }
     p->nreq = (int)ns;
@@ -239,7 +239,7 @@ static ct_status complete_send(ct_comm *c, int dst, posted *p) {
                 if (st == CT_OK) st = ct__timeout(c, dst, "no answer to our message by");
                 drop_request(&p->req[k]);
             } else if (rc != MPI_SUCCESS && st == CT_OK) {
-                st = ct__mpi_err(c, rc, "MPI_Wait (send)");
+                st = ct__mpi_err_peer(c, rc, "MPI_Wait (send)", dst);
             }
         }
     }
@@ -308,7 +308,7 @@ static ct_status post_recv_remote(ct_comm *c, int src, void *buf, size_t bytes, 
         size_t off = k * CT__SEG, len = bytes - off < CT__SEG ? bytes - off : CT__SEG;
         int rc = MPI_Irecv((char *)buf + off, (int)len, MPI_BYTE, s->rank, tag, c->topo->world,
                            &p->req[k]);
-        if (rc != MPI_SUCCESS) return ct__mpi_err(c, rc, "MPI_Irecv");
+        if (rc != MPI_SUCCESS) return ct__mpi_err_peer(c, rc, "MPI_Irecv", src);
         p->nreq++;
     }
     return CT_OK;
@@ -327,7 +327,7 @@ static ct_status wait_seg(ct_comm *c, int src, rposted *p, size_t k, size_t byte
             return CT_ERR(&c->err, CT_ERR_MISMATCH,
                           "receive from group rank %d: the sender sent more than the %zu bytes "
                           "expected (workers disagree on counts)", src, bytes);
-        return ct__mpi_err(c, code, "MPI_Wait (receive)");
+        return ct__mpi_err_peer(c, code, "MPI_Wait (receive)", src);
     }
     MPI_Get_count(&stt, MPI_BYTE, &cnt);
     if ((size_t)cnt != len)
@@ -554,7 +554,7 @@ static ct_status nb_post_remote(ct_request *r) {
                 MPI_Cancel(&r->mreq[j]);
                 MPI_Request_free(&r->mreq[j]);
             }
-            return ct__mpi_err(c, rc, r->send ? "MPI_Isend" : "MPI_Irecv");
+            return ct__mpi_err_peer(c, rc, r->send ? "MPI_Isend" : "MPI_Irecv", r->peer);
         }
         r->nreq++;
     }
@@ -673,7 +673,7 @@ static ct_status remote_err(ct_request *r, int rc) {
         return CT_ERR(&r->c->err, CT_ERR_MISMATCH,
                       "irecv from group rank %d: the sender sent more than the %zu bytes expected "
                       "(workers disagree on counts)", r->peer, r->bytes);
-    return ct__mpi_err(r->c, rc, r->send ? "MPI_Wait (isend)" : "MPI_Wait (irecv)");
+    return ct__mpi_err_peer(r->c, rc, r->send ? "MPI_Wait (isend)" : "MPI_Wait (irecv)", r->peer);
 }
 
 ct_status ct_comm_test(ct_request *r, int *done) {

@@ -102,6 +102,8 @@ typedef struct ct__group {
     int one_per_rank;   /* every rank holds at most one member */
     MPI_Comm mpi;       /* over member ranks when one_per_rank, else MPI_COMM_NULL */
     int one_node;       /* every member's rank is on this node */
+    int nhosts;         /* distinct nodes (hosts) the members' ranks are on */
+    int host_multi;     /* some host holds members of two or more processes */
     MPI_Win shm_win;    /* "shm" all-reduce: shared window, segments of shm_cap bytes */
     void **shm_seg;     /* [n] each member's segment, mapped here */
     size_t shm_cap;
@@ -150,6 +152,7 @@ struct ct_topo {
     ct__group *world_group;
     uint32_t *max_id; /* [D] highest comm id each local worker has seen */
     int *rank_node;   /* [nranks] node index of every rank */
+    char *rank_host;  /* [nranks][sizeof host] every rank's host name */
     char override[CT_COLL__COUNT][32];
     ct__select_row table[CT__SELECT_MAX];
     int ntable;
@@ -162,6 +165,10 @@ struct ct_comm {
     int check;
     ct_comm *leaders; /* hierarchical: comm of one leader per process (only on leaders) */
     int leader_rank;  /* rank in `leaders`, -1 when not a leader */
+    /* hierarchical across hosts, on a group with one member per process (the group itself or
+       its leaders) spanning several hosts, some holding several of its processes: */
+    ct_comm *node;    /* the members on this host, in group order (its rank 0 leads the host) */
+    ct_comm *hosts;   /* the first member of each host (only on those) */
     void *scratch;    /* per-handle scratch */
     size_t scratch_cap;
     void *scratch2;
@@ -293,6 +300,9 @@ ct_status ct__rec_doubling_gather(ct_comm *c, const ct__fold *f, void *buf, cons
 MPI_Datatype ct__mpi_type(ct_dtype dt);
 MPI_Op ct__mpi_op(ct_op op);
 ct_status ct__mpi_err(ct_comm *c, int code, const char *what);
+/* The same for a call with group rank `peer`: names the call in progress, the peer, its MPI rank
+   and host (a peer that died: MPI reports it here when it does not end the job itself). */
+ct_status ct__mpi_err_peer(ct_comm *c, int code, const char *what, int peer);
 ct_status ct__need_mpi_comm(ct_comm *c, const char *algo);
 
 /* ---------------------------------------------------------------- registry and selector */

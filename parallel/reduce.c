@@ -67,6 +67,19 @@ ct_status ct__mpi_err(ct_comm *c, int code, const char *what) {
     return CT_ERR(&c->err, CT_ERR_MPI, "%s failed: MPI error class %d: %s", what, cls, s);
 }
 
+ct_status ct__mpi_err_peer(ct_comm *c, int code, const char *what, int peer) {
+    char s[MPI_MAX_ERROR_STRING] = "";
+    int len = 0, cls = 0;
+    const ct__member *m = &c->g->m[peer];
+    MPI_Error_class(code, &cls);
+    MPI_Error_string(code, s, &len);
+    return CT_ERR(&c->err, CT_ERR_MPI,
+                  "%s: %s with group rank %d (world worker %d, MPI rank %d on host %s) failed: MPI "
+                  "error class %d: %s (that rank, or its host, may be gone)",
+                  c->op[0] ? c->op : "a call", what, peer, m->wid, m->rank,
+                  ct_topo_rank_host(c->topo, m->rank), cls, s);
+}
+
 ct_status ct__need_mpi_comm(ct_comm *c, const char *algo) {
     if (c->g->mpi == MPI_COMM_NULL)
         return CT_ERR(&c->err, CT_ERR_UNSUPPORTED,

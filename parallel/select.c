@@ -1,7 +1,9 @@
 /* select.c - the algorithm registry {collective, name, function, restrictions, cost} and the
  * selector: a table of rows "collective nmin nmax local bytes_max algorithm", first match wins
  * (nmax 0 = any size; local -1 any, 0 = every process holds one member, 1 = some process holds
- * several; bytes_max 0 = any). bench_allreduce --write-table regenerates the all-reduce rows from
+ * several, 2 = the group spans several hosts and some host holds several of its processes (where
+ * the hierarchical all-reduce keeps all but one host-to-host exchange inside hosts); bytes_max
+ * 0 = any). bench_allreduce --write-table regenerates the all-reduce rows from
  * measurements; programs may load a table file and set overrides (CT_COLL_ALGO, read by
  * programs in one place). Restricted algorithms are skipped by the selector, refused when named. */
 #include <errno.h>
@@ -93,6 +95,7 @@ static const char *default_table =
     "allreduce 1 0 1 0 hier\n"
     "allreduce 1 0 -1 65536 recdbl\n"
     "allreduce 1 0 -1 1048576 rabenseifner\n"
+    "allreduce 1 0 2 0 hier\n"
     "allreduce 2 0 0 0 shm\n"
     "allreduce 1 0 -1 67108864 rabenseifner\n"
     "allreduce 1 0 -1 0 ring\n"
@@ -161,10 +164,11 @@ ct_status ct__select_parse(const char *text, ct__select_row *rows, int max, int 
                           "selector table line %d: group sizes \"%.20s %.20s\": nmin >= 1 and nmax "
                           "= 0 (any) or >= nmin",
                           line, tok[1], tok[2]);
-        if (parse_field(tok[3], -1, 1, &local))
+        if (parse_field(tok[3], -1, 2, &local))
             return CT_ERR(err, CT_ERR_FORMAT,
                           "selector table line %d: local \"%.20s\" is not -1 (any), 0 (one worker "
-                          "per rank) or 1 (some rank holds several)",
+                          "per rank), 1 (some rank holds several) or 2 (several hosts, one holding "
+                          "several ranks)",
                           line, tok[3]);
         if (parse_field(tok[4], 0, LLONG_MAX, &bmax))
             return CT_ERR(err, CT_ERR_FORMAT,
@@ -262,10 +266,12 @@ static const ct__algo *select_auto(const ct_comm *c, ct_coll coll, size_t bytes)
     int local = c->g->nlocal > 1 ? 1 : 0;
     /* nlocal is this process's view; "some process holds several" must agree across workers */
     local = c->g->one_per_rank ? 0 : 1;
+    /* the hosts' class: from the members' nodes, the same on every worker */
+    int hosts = c->g->nhosts > 1 && c->g->host_multi;
     for (int i = 0; i < t->ntable; i++) {
         const ct__select_row *r = &t->table[i];
         if (r->coll != coll || c->size < r->nmin || (r->nmax && c->size > r->nmax)) continue;
-        if (r->local >= 0 && r->local != local) continue;
+        if (r->local == 2 ? !hosts : r->local >= 0 && r->local != local) continue;
         if (r->bytes_max && bytes > r->bytes_max) continue;
         const ct__algo *a = ct__algo_find(coll, r->algo);
         if (a && !*restriction(c, a)) return a;
@@ -319,7 +325,7 @@ const ct__algo *ct__select_inner(const ct_comm *c, size_t bytes) {
         const ct__select_row *r = &t->table[i];
         if (r->coll != CT_COLL_ALLREDUCE || c->size < r->nmin || (r->nmax && c->size > r->nmax))
             continue;
-        if (r->local == 1 || (r->bytes_max && bytes > r->bytes_max) || !strcmp(r->algo, "hier"))
+        if (r->local >= 1 || (r->bytes_max && bytes > r->bytes_max) || !strcmp(r->algo, "hier"))
             continue;
         const ct__algo *a = ct__algo_find(CT_COLL_ALLREDUCE, r->algo);
         if (a && !*restriction(c, a)) return a;

@@ -1,5 +1,7 @@
 /* topo.c - the worker topology: MPI initialised with MPI_THREAD_MULTIPLE, ranks x D threads,
- * node membership through MPI_Comm_split_type(SHARED), and the process-level registry of groups
+ * node (host) membership through MPI_Comm_split_type(SHARED) and every rank's host name
+ * (MPI_Get_processor_name, all-gathered), the launcher's task count read before MPI starts
+ * (mpiexec's PMI_SIZE, srun's SLURM_*), and the process-level registry of groups
  * that this process's worker threads share. The only file that names MPI_COMM_WORLD. */
 #include <errno.h>
 #include <math.h>
@@ -135,6 +137,38 @@ ct_status ct_comm_timeout_env(double *seconds, ct_err *err) {
     return CT_OK;
 }
 
+/* A positive integer environment variable, or 0. */
+static int env_count(const char *name) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    long x = v && *v ? strtol(v, &end, 10) : 0;
+    return v && *v && end && !*end && x > 0 && x < (1L << 30) ? (int)x : 0;
+}
+
+int ct_launcher_ranks_env(void) {
+    static const char *const names[] = {"PMI_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+                                        "OMPI_COMM_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (env_count(names[i])) return env_count(names[i]);
+    return 1;
+}
+
+ct_status ct_topo_launcher_check(const ct_topo *t, ct_err *err) {
+    int tasks = env_count("SLURM_STEP_NUM_TASKS");
+    if (!tasks) tasks = env_count("SLURM_NTASKS");
+    /* only srun's own tasks as singletons: under Hydra inside an allocation (PMI_SIZE set) the
+       step's tasks are Hydra's proxies, one per node, not the ranks */
+    if (tasks > 1 && getenv("SLURM_STEP_ID") && !env_count("PMI_SIZE") && t->nranks == 1)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "srun started %d tasks, but MPI sees %d rank in this one (SLURM_PROCID %s, "
+                      "node list %s): the tasks did not find each other through a PMI this MPI "
+                      "speaks; for MPICH launch with srun --mpi=pmi2 (or set MpiDefault=pmi2 in "
+                      "slurm.conf)", tasks, t->nranks,
+                      getenv("SLURM_PROCID") ? getenv("SLURM_PROCID") : "?",
+                      getenv("SLURM_JOB_NODELIST") ? getenv("SLURM_JOB_NODELIST") : "?");
+    return CT_OK;
+}
+
 static int bits_for(int v) { /* bits to hold 0..v-1 */
     int b = 0;
     while ((1 << b) < v) b++;
@@ -245,6 +279,15 @@ ct_status ct_topo_create(ct_topo **out, int *argc, char ***argv, int D, ct_err *
         if (nl) *nl = 0;
         snprintf(t->mpi_version, sizeof t->mpi_version, "%.255s", v);
         if (MPI_Get_processor_name(t->host, &len) != MPI_SUCCESS) snprintf(t->host, sizeof t->host, "?");
+        /* every rank's host name, for the grid's description and messages naming a peer */
+        t->rank_host = ct_calloc((size_t)t->nranks, sizeof t->host);
+        if (!t->rank_host) {
+            st = CT_ERR(err, CT_ERR_NOMEM, "ct_topo_create: out of memory");
+            goto cleanup;
+        }
+        MPI_Allgather(t->host, (int)sizeof t->host, MPI_CHAR, t->rank_host, (int)sizeof t->host,
+                      MPI_CHAR, t->world);
+        for (int r = 0; r < t->nranks; r++) t->rank_host[(size_t)(r + 1) * sizeof t->host - 1] = 0;
     }
     t->check_default = 1;
     t->timeout = CT_COMM_TIMEOUT_DEFAULT;
@@ -280,6 +323,7 @@ void ct_topo_free(ct_topo *t) {
     pthread_mutex_destroy(&t->mu);
     free(t->max_id);
     free(t->rank_node);
+    free(t->rank_host);
     free(t);
 }
 
@@ -294,4 +338,10 @@ int ct_topo_local_nranks(const ct_topo *t) { return t->local_nranks; }
 int ct_topo_device_index(const ct_topo *t, int thread) { return t->local_rank * t->D + thread; }
 const char *ct_topo_mpi_version(const ct_topo *t) { return t->mpi_version; }
 const char *ct_topo_host(const ct_topo *t) { return t->host; }
+int ct_topo_rank_node(const ct_topo *t, int rank) {
+    return rank >= 0 && rank < t->nranks ? t->rank_node[rank] : -1;
+}
+const char *ct_topo_rank_host(const ct_topo *t, int rank) {
+    return rank >= 0 && rank < t->nranks ? t->rank_host + (size_t)rank * sizeof t->host : "?";
+}
 void ct_topo_set_check(ct_topo *t, int on) { t->check_default = on; }

@@ -107,3 +107,32 @@ if(TARGET ct_parallel)
       ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
+
+if(TARGET ct_parallel)
+  # several hosts on one machine: Hydra gives each entry of -hosts its own node (localhost and
+  # 127.0.0.1 are both this machine, started without ssh), so the topology sees two hosts and the
+  # hierarchical all-reduce runs its hosts' levels (shared memory still carries the data; the
+  # emulated hosts of tests/cluster.cmake put a network between them)
+  foreach(shape "hosts_2x2x1;localhost:2,127.0.0.1:2;4;1" "hosts_2x2x2;localhost:2,127.0.0.1:2;4;2"
+                "hosts_1p2;localhost:1,127.0.0.1:2;3;1")
+    list(GET shape 0 nm)
+    list(GET shape 1 hl)
+    list(GET shape 2 nr)
+    list(GET shape 3 nt)
+    add_test(NAME parallel_coll_${nm}
+      COMMAND ${MPIEXEC_EXECUTABLE} -hosts ${hl} ${MPIEXEC_NUMPROC_FLAG} ${nr}
+              $<TARGET_FILE:test_parallel_coll> ${nt} --nodes=2)
+    set_tests_properties(parallel_coll_${nm} PROPERTIES LABELS "mpi"
+      ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+  foreach(shape "hosts_2x2x1;4;1" "hosts_2x2x2;4;2")
+    list(GET shape 0 nm)
+    list(GET shape 1 nr)
+    list(GET shape 2 nt)
+    add_test(NAME parallel_grid_${nm}
+      COMMAND ${MPIEXEC_EXECUTABLE} -hosts localhost:2,127.0.0.1:2 ${MPIEXEC_NUMPROC_FLAG} ${nr}
+              $<TARGET_FILE:test_parallel_grid> ${nt} --nodes=2)
+    set_tests_properties(parallel_grid_${nm} PROPERTIES LABELS "mpi"
+      ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+endif()

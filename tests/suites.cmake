@@ -83,6 +83,8 @@ set(CT_SLOW_TESTS
   test_engine_moe_layout_resume test_engine_layout_resume
   # 8 ranks: the same W = 8 layouts run as 2 ranks x 4 threads in the CI passes
   test_engine_layout_ranks parallel_coll_7x1 parallel_coll_8x1 parallel_grid_8x1
+  # emulated hosts: the layouts' tests again over a network (test_cluster_train stays in CI)
+  test_cluster_layouts
 )
 
 # Time budgets in seconds, per test, on CI's 2-core machine with two tests at a time and a cold
@@ -95,7 +97,9 @@ set(CT_BUDGET_SLOW 900)
 # Tests that must have the machine alone: they measure time, or wait on deadlines.
 set(CT_SERIAL_TESTS
   parallel_timeout_3x1_a parallel_timeout_3x1_b parallel_timeout_1x3_a parallel_timeout_2x2_a
-  parallel_timeout_2x2_b test_engine_reliability_failures test_ct_plan test_ct_plan_measured)
+  parallel_timeout_2x2_b test_engine_reliability_failures test_ct_plan test_ct_plan_measured
+  test_cluster_rate                   # bandwidth over emulated links against the set rate
+)
 
 # The longest tests start first when two run at once (seconds, measured on this project's
 # 2-core VM with a cold kernel cache; CTest keeps its own figures after the first run).

@@ -8,7 +8,9 @@
  * The suite runs on the world group and on split groups (sizes W/2-ish and W-1, reversed keys),
  * so sizes 1..8 arise from ranks, threads and mixes. --device repeats the collectives on OpenCL
  * buffers (ct_buffer_*; no kernels, so no program compiles). "mpi" where the group has several
- * workers per rank must fail with CT_ERR_UNSUPPORTED (all workers alike, no hang). */
+ * workers per rank must fail with CT_ERR_UNSUPPORTED (all workers alike, no hang). --nodes=N:
+ * launched over N hosts (mpiexec -hosts a:R,b:R: Hydra gives each its node even on one machine),
+ * so the hierarchical all-reduce runs its hosts' levels; the topology must see N nodes. */
 #include <mpi.h>
 #include <omp.h>
 #include <stdint.h>
@@ -452,12 +454,13 @@ done:
 int main(int argc, char **argv) {
     ct_topo *topo = NULL;
     ct_err err = {0};
-    int D = argc > 1 ? atoi(argv[1]) : 1, device = 0;
+    int D = argc > 1 ? atoi(argv[1]) : 1, device = 0, nodes = 0;
     opts o = {0, 3001};
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--device")) device = 1;
         if (!strcmp(argv[i], "--full")) o.full = 1;
         if (!strncmp(argv[i], "--big=", 6)) o.big = (size_t)atol(argv[i] + 6);
+        if (!strncmp(argv[i], "--nodes=", 8)) nodes = atoi(argv[i] + 8);
     }
     if (ct_topo_create(&topo, &argc, &argv, D, &err)) {
         fprintf(stderr, "%s\n", err.msg);
@@ -477,6 +480,16 @@ int main(int argc, char **argv) {
         CT_ASSERT_IN(ctx, ct_comm_world(topo, t, &world) == CT_OK, "world");
         int wid = ct_comm_rank(world);
         CT_ASSERT_IN(ctx, wid == rank * D + t, "world rank %d, expected %d", wid, rank * D + t);
+        if (nodes) { /* launched over several (Hydra) hosts: the levels of the hierarchy exist */
+            CT_ASSERT_IN(ctx, ct_topo_nnodes(topo) == nodes && ct_comm_nhosts(world) == nodes,
+                         "%d nodes, world spans %d hosts; launched on %d", ct_topo_nnodes(topo),
+                         ct_comm_nhosts(world), nodes);
+            /* the selector counts hosts: several, one holding several ranks -> hierarchical
+               above 1 MiB (below, the latency-bound flat algorithms, as on one host) */
+            const char *sel = ct_comm_algo_select(world, CT_COLL_ALLREDUCE, 4 << 20);
+            if (ct_topo_nranks(topo) > nodes)
+                CT_ASSERT_IN(ctx, !strcmp(sel, "hier"), "4 MiB all-reduce: selected %s", sel);
+        }
         suite(world, "world", &o);
         /* split: parity groups with reversed keys; and all but the last worker */
         CT_ASSERT_IN(ctx, ct_comm_split(world, wid % 2, -wid, &half) == CT_OK, "%s",

@@ -101,6 +101,19 @@ static int selector(int argc, char **argv) {
     CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 101), "ring"), "101 B");
     CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLGATHER, 1 << 20), "recdbl"),
                  "allgather");
+    /* a row for groups over several hosts does not match a group on one host (the hosts'
+       case: parallel_coll_hosts_*) */
+    CT_ASSERT_IN(ctx,
+                 ct_topo_set_select_table(t, "allreduce 1 0 2 0 naive\nallreduce 1 0 -1 0 ring\n",
+                                          &err) == CT_OK,
+                 "%s", err.msg);
+    CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_ALLREDUCE, 100), "ring"), "one host");
+    CT_ASSERT_IN(ctx,
+                 ct_topo_set_select_table(t,
+                                          "allreduce 1 0 -1 100 recdbl\nallreduce 1 0 -1 0 ring\n"
+                                          "allgather 1 0 -1 0 recdbl\n",
+                                          &err) == CT_OK,
+                 "%s", err.msg);
     /* no row for bcast: the first usable algorithm */
     CT_ASSERT_IN(ctx, !strcmp(ct_comm_algo_select(w, CT_COLL_BCAST, 8), "binomial"),
                  "bcast fallback");
@@ -125,8 +138,8 @@ static int selector(int argc, char **argv) {
                      "long line refused");
         CT_ASSERT_IN(ctx, HAS(err.msg, "longer than"), "message: %s", err.msg);
         CT_ASSERT_IN(ctx,
-                     ct_topo_set_select_table(t, "allreduce 1 0 2 0 ring\n", &err) == CT_ERR_FORMAT,
-                     "local 2");
+                     ct_topo_set_select_table(t, "allreduce 1 0 3 0 ring\n", &err) == CT_ERR_FORMAT,
+                     "local 3");
         CT_ASSERT_IN(ctx, HAS(err.msg, "local"), "message: %s", err.msg);
         CT_ASSERT_IN(
             ctx, ct_topo_set_select_table(t, "allreduce 4 2 -1 0 ring\n", &err) == CT_ERR_FORMAT,

@@ -13,7 +13,10 @@
  *   (d) an all-reduce over each group equals the sum over its expected members;
  * then (e) bad layouts (product != W, ep not dividing dp, dp 0, ZeRO 4) give CT_ERR_ARG with the
  * numbers named on every worker, workers passing different layouts all get CT_ERR_MISMATCH, and a
- * good grid still works afterwards; and ct_grid_describe gives one line per worker. */
+ * good grid still works afterwards; and ct_grid_describe gives one line per worker. (f) For every
+ * TP degree, the most hosts a TP group spans and the description's hosts lines; with
+ * `--nodes=N` (launched as mpiexec -hosts a:R,b:R,...: N hosts in blocks of R ranks, which Hydra
+ * makes N nodes even on one machine) against the hosts the launch placed each worker on. */
 #include <mpi.h>
 #include <omp.h>
 #include <stdio.h>
@@ -259,6 +262,48 @@ static void bad_layouts(ct_comm *world) {
     }
 }
 
+/* Launched over `nodes` hosts in blocks (mpiexec -hosts a:R,b:R: node of rank r is r / R):
+ * the host of worker w, known from the launch alone. 0 nodes: one host. */
+static int nodes = 0;
+static int launch_node(const ct_topo *topo, int w) {
+    int R = ct_topo_nranks(topo), D = ct_topo_devices_per_rank(topo);
+    return nodes ? (w / D) / (R / nodes) : 0;
+}
+
+/* (f) the hosts of TP groups: ct_grid_tp_hosts against the launch's placement, and the
+ * description's hosts lines (TP inside hosts, or the warning naming the first group across). */
+static void tp_hosts(ct_comm *world, ct_topo *topo, const ct_layout *L) {
+    char ctx[96];
+    int W = ct_comm_size(world), w = ct_comm_rank(world), want = 1;
+    snprintf(ctx, sizeof ctx, "worker %d tp %d hosts", w, L->tp);
+    for (int first = 0; first < W; first += L->tp) {
+        int n = 1;
+        for (int i = 1; i < L->tp; i++)
+            n += launch_node(topo, first + i) != launch_node(topo, first + i - 1);
+        if (n > want) want = n;
+    }
+    ct_grid *g = NULL;
+    ct_err err = {0};
+    char *s = NULL;
+    CT_ASSERT_IN(ctx, ct_grid_create(&g, world, L, &err) == CT_OK, "%s", err.msg);
+    if (!g) return;
+    CT_ASSERT_IN(ctx, ct_grid_tp_hosts(g) == want, "TP groups span up to %d hosts, expected %d",
+                 ct_grid_tp_hosts(g), want);
+    CT_ASSERT_IN(ctx, ct_grid_describe(g, NULL, &s) == CT_OK, "%s", ct_comm_errmsg(world));
+    if (s && nodes > 1) {
+        CT_ASSERT_IN(ctx, HAS(s, "\nhosts: "), "no hosts line: %.300s", s);
+        if (L->tp > 1 && want == 1)
+            CT_ASSERT_IN(ctx, HAS(s, "TP groups: each inside one host\n"), "%.400s", s);
+        if (want > 1)
+            CT_ASSERT_IN(ctx, HAS(s, "TP groups span hosts (the first: workers "), "%.600s", s);
+    } else if (s) {
+        CT_ASSERT_IN(ctx, !HAS(s, "hosts: ") && !HAS(s, "TP groups"), "one host: %.300s", s);
+    }
+    if (w == 0 && s && want > 1) printf("%s", strstr(s, "warning:") ? strstr(s, "warning:") : s);
+    free(s);
+    ct_grid_free(g);
+}
+
 static void describe(ct_comm *world, ct_topo *topo) {
     char ctx[64];
     int W = ct_comm_size(world), w = ct_comm_rank(world);
@@ -282,7 +327,14 @@ static void describe(ct_comm *world, ct_topo *topo) {
         CT_ASSERT_IN(ctx, at && nl && at + strlen(tail) == nl + 1, "line %d: %.120s", r, p);
         p = nl ? nl + 1 : NULL;
     }
-    CT_ASSERT_IN(ctx, p && *p == 0, "exactly %d lines", W);
+    if (nodes > 1 && p) { /* then the hosts: which workers each holds */
+        char want[64];
+        snprintf(want, sizeof want, "hosts: %d: ", nodes);
+        CT_ASSERT_IN(ctx, !strncmp(p, want, strlen(want)), "after the workers: %.120s", p);
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    CT_ASSERT_IN(ctx, p && *p == 0, "exactly %d lines%s", W, nodes > 1 ? " and the hosts'" : "");
     if (w == 0 && s) printf("%s", s);
     free(s);
     ct_grid_free(g);
@@ -292,12 +344,19 @@ int main(int argc, char **argv) {
     ct_topo *topo = NULL;
     ct_err err = {0};
     int D = argc > 1 ? atoi(argv[1]) : 1;
+    if (argc > 2 && !strncmp(argv[2], "--nodes=", 8)) nodes = atoi(argv[2] + 8);
     if (ct_topo_create(&topo, &argc, &argv, D, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 2;
     }
     ct_test_mpi_begin();
     int W = ct_topo_world_size(topo);
+    if (nodes && (ct_topo_nnodes(topo) != nodes || ct_topo_nranks(topo) % nodes)) {
+        fprintf(stderr, "test_parallel_grid: launched for %d hosts, MPI sees %d nodes (%d ranks)\n",
+                nodes, ct_topo_nnodes(topo), ct_topo_nranks(topo));
+        ct_topo_free(topo);
+        return 1;
+    }
     ct_layout *lays = malloc(sizeof(ct_layout) * 256);
     int nl = layouts(W, lays);
     double t0 = MPI_Wtime();
@@ -324,6 +383,8 @@ int main(int argc, char **argv) {
             if (g) check_grid(world, g, &lays[nl - 1]);
             ct_grid_free(g);
             describe(world, topo);
+            for (int tp = 1; tp <= W; tp++) /* every TP degree, the rest data parallel */
+                if (W % tp == 0) tp_hosts(world, topo, &(ct_layout){W / tp, tp, 1, 0, 1});
         }
         ct_grid_free(NULL);
         ct_comm_free(world);
