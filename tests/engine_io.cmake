@@ -22,3 +22,6 @@ if(TARGET train_gpt AND TARGET sample_gpt)
                    $<TARGET_FILE:sample_gpt>)
   set_tests_properties(test_train_cli PROPERTIES LABELS opencl)
 endif()
+ct_add_test(NAME test_engine_io_shards SOURCES test_engine_io_shards.c ${CT_IO_HOST_SRC}
+            LIBS ct_cl m LABELS unit)
+target_include_directories(test_engine_io_shards PRIVATE ${CT_ENGINE_INC} ${CMAKE_SOURCE_DIR}/parallel)
