@@ -281,10 +281,10 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
     int sharded = ct__trainer_save_sharded(t);
     if (sharded && t->world && t->W > 1 && !t->save_comm &&
         (st = ct_comm_split(t->world, 0, t->wrank, &t->save_comm)) != CT_OK)
-        return ct__trainer_fail(t, NULL, st, "checkpoint: a second handle on the world: %s",
-                                ct_comm_errmsg(t->world));
+        return CT_ERR(&t->err, st, "checkpoint: a second handle on the world: %s",
+                      ct_comm_errmsg(t->world));
     ct__save *s = ct_calloc(1, sizeof *s);
-    if (!s) return ct__trainer_fail(t, NULL, CT_ERR_NOMEM, "no memory for a checkpoint");
+    if (!s) return CT_ERR(&t->err, CT_ERR_NOMEM, "no memory for a checkpoint");
     s->sharded = sharded, s->leader = t->leader, s->wrank = t->wrank, s->W = t->W;
     s->keep_last = p->keep_last;
     s->comm = t->save_comm;
@@ -314,7 +314,7 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
         s->descs = ct_calloc((size_t)s->W, sizeof *s->descs);
         if (!s->all || !s->descs) {
             save_free(s);
-            return ct__trainer_fail(t, NULL, CT_ERR_NOMEM, "no memory for a checkpoint");
+            return CT_ERR(&t->err, CT_ERR_NOMEM, "no memory for a checkpoint");
         }
         s->prep = pack_owned(t, s);
         if (s->prep == CT_OK && t->leader && !ck->meta)
@@ -329,10 +329,10 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
         /* collective: every worker takes part even if the leader is out of memory, then fails */
         st = ct_exec_gather_state(t->x, ck->params, ck->m, ck->v);
         if (st != CT_OK)
-            st = ct__trainer_fail(t, NULL, st, "gathering the model for a checkpoint failed: %s",
-                                  ct_exec_errmsg(t->x));
+            st = CT_ERR(&t->err, st, "gathering the model for a checkpoint failed: %s",
+                        ct_exec_errmsg(t->x));
         if (st == CT_OK && t->leader && (!ck->params || !ck->m || !ck->v || !ck->meta))
-            st = ct__trainer_fail(t, NULL, CT_ERR_NOMEM, "no memory for a checkpoint");
+            st = CT_ERR(&t->err, CT_ERR_NOMEM, "no memory for a checkpoint");
         if (st != CT_OK) {
             save_free(s);
             return st;
@@ -409,14 +409,14 @@ ct_status ct__trainer_resume(ct_trainer *t, ct_err *err) {
     size_t np = ct_model_num_params(t->model);
     ct_status st;
     if (r->src.ck.nparams != np)
-        return ct__trainer_fail(t, err, CT_ERR_ARG, "checkpoint %s holds %zu parameters, the model %zu",
-                                r->src.ckpath, r->src.ck.nparams, np);
+        return CT_ERR(err, CT_ERR_ARG, "checkpoint %s holds %zu parameters, the model %zu",
+                      r->src.ckpath, r->src.ck.nparams, np);
     if (r->src.shards) {
         if ((st = resume_sharded(t, np, err)) != CT_OK) return st;
     } else if ((st = ct_model_set_params(t->model, r->src.ck.params, np)) != CT_OK ||
                (st = ct_model_set_optimizer(t->model, r->src.ck.m, r->src.ck.v, np)) != CT_OK) {
-        return ct__trainer_fail(t, err, st, "loading the checkpoint into the model failed: %s",
-                                ct_model_errmsg(t->model));
+        return CT_ERR(err, st, "loading the checkpoint into the model failed: %s",
+                      ct_model_errmsg(t->model));
     }
     t->start = r->src.ck.step;
     memcpy(t->rng.s, r->src.ck.rng, sizeof t->rng.s);
