@@ -336,10 +336,13 @@ cleanup:
 int ct_shards_count(const ct_shard_set *s) { return s->nshards; }
 void ct_shards_layout(const ct_shard_set *s, int32_t layout[5]) { memcpy(layout, s->layout, 20); }
 
-/* What one read keeps: the shards it opened (each header checked once) and the last chunk. */
+/* What one read keeps: the shards it opened (each header checked once), which of their chunks
+ * were checked against their CRC (each is read whole once; later reads of it take only the bytes
+ * they need, so ranges that alternate between shards never read a chunk twice), the last chunk. */
 typedef struct reader {
     const ct_shard_set *s;
     FILE **f;
+    unsigned char **ok; /* [nshards] bitmaps of checked chunks, made when the shard is opened */
     int cur_shard;
     uint64_t cur_chunk;
     float *buf; /* chunk_floats */
@@ -387,6 +390,11 @@ static ct_status shard_file(reader *rd, int k, FILE **out, ct_err *err) {
                       "%ld bytes)",
                       path, k, (long long)s->step, why, vw[1], (long long)step, fsize);
     }
+    rd->ok[k] = (unsigned char *)ct_calloc(s->shards[k].nchunks / 8 + 1, 1);
+    if (!rd->ok[k]) {
+        fclose(f);
+        return CT_ERR(err, CT_ERR_NOMEM, "reading a checkpoint: no host memory");
+    }
     rd->f[k] = *out = f;
     return CT_OK;
 }
@@ -401,6 +409,16 @@ static ct_status shard_read(reader *rd, int k, uint64_t pos, uint64_t n, float *
     if (st != CT_OK) return st;
     while (n > 0) {
         uint64_t c = pos / cf, a = c * cf, len = total - a < cf ? total - a : cf;
+        uint64_t off = pos - a, take = len - off < n ? len - off : n;
+        if ((rd->cur_shard != k || rd->cur_chunk != c) && (rd->ok[k][c / 8] >> (c % 8) & 1)) {
+            /* checked before: only the bytes wanted */
+            if (fseek(f, (long)(SHARD_HEAD + pos * sizeof(float)), SEEK_SET) != 0 ||
+                fread(dst, sizeof(float), (size_t)take, f) != take)
+                return CT_ERR(err, CT_ERR_IO, "%s.shard_%05d: reading chunk %llu failed",
+                              s->prefix, k, (unsigned long long)c);
+            dst += take, pos += take, n -= take;
+            continue;
+        }
         if (rd->cur_shard != k || rd->cur_chunk != c) {
             rd->cur_shard = -1;
             if (fseek(f, (long)(SHARD_HEAD + a * sizeof(float)), SEEK_SET) != 0 ||
@@ -419,8 +437,8 @@ static ct_status shard_read(reader *rd, int k, uint64_t pos, uint64_t n, float *
                               s->prefix, k, (unsigned long long)c, want, crc);
             rd->cur_shard = k;
             rd->cur_chunk = c;
+            rd->ok[k][c / 8] |= (unsigned char)(1u << (c % 8));
         }
-        uint64_t off = pos - a, take = len - off < n ? len - off : n;
         memcpy(dst, rd->buf + off, (size_t)take * sizeof(float));
         dst += take, pos += take, n -= take;
     }
@@ -432,14 +450,17 @@ static ct_status reader_open(reader *rd, const ct_shard_set *s, ct_err *err) {
     rd->s = s;
     rd->cur_shard = -1;
     rd->f = (FILE **)ct_calloc((size_t)s->nshards, sizeof(FILE *));
+    rd->ok = (unsigned char **)ct_calloc((size_t)s->nshards, sizeof(unsigned char *));
     rd->buf = (float *)ct_malloc((size_t)s->layout[6] * sizeof(float));
-    if (!rd->f || !rd->buf) return CT_ERR(err, CT_ERR_NOMEM, "reading a checkpoint: no host memory");
+    if (!rd->f || !rd->ok || !rd->buf) return CT_ERR(err, CT_ERR_NOMEM, "reading a checkpoint: no host memory");
     return CT_OK;
 }
 
 static void reader_close(reader *rd) {
     for (int k = 0; rd->f && k < rd->s->nshards; k++)
         if (rd->f[k]) fclose(rd->f[k]);
+    for (int k = 0; rd->ok && k < rd->s->nshards; k++) free(rd->ok[k]);
+    free(rd->ok);
     free(rd->f);
     free(rd->buf);
 }
