@@ -1,5 +1,6 @@
 /* ct_engine_io.h - files and data of the engine: llm.c token shards and plain text, the batch
- * loader, llm.c's GPT-2 model file, the own checkpoint format, llm.c's GPT-2 tokenizer, and the
+ * loader, llm.c's GPT-2 model file, the own checkpoints (gathered and sharded), llm.c's GPT-2
+ * tokenizer, and the
  * CRC-32 the checkpoints use. Whole-file reads and atomic writes are cl/'s (ct_file.h, included
  * here). Pure host code: nothing here touches a device, so every part is testable without OpenCL.
  *
@@ -247,14 +248,14 @@ ct_status ct_checkpoint_save_sharded(const char *dir, const ct_checkpoint *head,
                                      char *written, size_t len, ct_err *err);
 /* The checkpoint DIR/latest names (or, if `dir` is a file, `dir` itself). */
 ct_status ct_checkpoint_find(const char *dir, char *path, size_t len, ct_err *err);
-/* Temporaries a killed writer left in `dir` ("ckpt_<step>.bin.tmp.<pid>.<n>",
+/* What killed writers left in `dir`. Temporaries ("ckpt_<step>.bin.tmp.<pid>.<n>",
  * "ckpt_<step>.shard_<k>.tmp.<pid>.<n>", "latest.tmp.<pid>.<n>", or without ".<n>" from older
- * versions), and the shards of a sharded save killed before its manifest (no DIR/ckpt_<step>.bin
- * beside them: run this before this directory's saves start): removed when process <pid> no
- * longer exists on this machine; one whose process is alive is left alone (it may be writing; on a
- * directory shared between machines a writer elsewhere is not seen, so run this only where the
- * writers run). *removed, *bytes and names ("a, b", cut to len) say what went (each may be NULL).
- * A missing directory is not an error. */
+ * versions): removed when process <pid> no longer exists on this machine; one whose process is
+ * alive is left alone (it may be writing; on a directory shared between machines a writer
+ * elsewhere is not seen, so run this only where the writers run). Shards of a sharded save killed
+ * before its manifest (no DIR/ckpt_<step>.bin beside them): removed, so run this before this
+ * directory's saves start (one run writes a directory at a time). *removed, *bytes and names
+ * ("a, b", cut to len) say what went (each may be NULL). A missing directory is not an error. */
 ct_status ct_checkpoint_clean_stale(const char *dir, int *removed, uint64_t *bytes, char *names,
                                     size_t len, ct_err *err);
 /* Keep the newest `keep` (>= 1) checkpoints DIR/ckpt_<step>.bin by modification time, and
