@@ -22,11 +22,18 @@
 
 static char dir[256];
 
-static void path_of(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", dir, name); }
-static int file_exists(const char *p) { struct stat sb; return stat(p, &sb) == 0; }
+static void path_of(char *buf, size_t len, const char *name) {
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+static int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
 
 /* worker owning element i of array a: runs of a length that differs per array */
-static uint32_t owner(int a, size_t i) { return (uint32_t)((i / (size_t)(97 + 61 * a) + (size_t)a) % 3); }
+static uint32_t owner(int a, size_t i) {
+    return (uint32_t)((i / (size_t)(97 + 61 * a) + (size_t)a) % 3);
+}
 
 typedef struct model {
     ct_checkpoint ck;
@@ -35,14 +42,19 @@ typedef struct model {
 
 static void model_make(model *md) {
     memset(md, 0, sizeof *md);
-    md->ck.cfg = (ct_gpt_config){.max_seq = 16, .vocab = 5000, .padded_vocab = 5120, .layers = 2,
-                                 .heads = 4, .channels = 64};
+    md->ck.cfg = (ct_gpt_config){.max_seq = 16,
+                                 .vocab = 5000,
+                                 .padded_vocab = 5120,
+                                 .layers = 2,
+                                 .heads = 4,
+                                 .channels = 64};
     size_t sizes[CT_GPT_NUM_TENSORS];
     md->ck.nparams = ct_gpt_param_sizes(&md->ck.cfg, sizes);
     for (int a = 0; a < 3; a++) {
         md->arr[a] = malloc(md->ck.nparams * sizeof(float));
         for (size_t i = 0; i < md->ck.nparams; i++)
-            md->arr[a][i] = (float)((double)(i * 2654435761u % 1000003) / 1000003.0 - 0.5) * (float)(a + 1);
+            md->arr[a][i] =
+                (float)((double)(i * 2654435761u % 1000003) / 1000003.0 - 0.5) * (float)(a + 1);
     }
     md->ck.step = 42;
     md->ck.rng[0] = 7;
@@ -75,7 +87,8 @@ static void save_sharded(model *md, const char *ckdir, char *manifest, size_t le
         char sp[1400];
         ct_shard_path(sp, sizeof sp, manifest, (int)w);
         CT_ASSERT_OK(ct_shard_write(sp, (int)w, md->ck.step, pay, n, &d[w], &err), err.msg);
-        CT_ASSERT_MSG(d[w].nchunks >= 2, "shard %u: %u chunks (the test wants several)", w, d[w].nchunks);
+        CT_ASSERT_MSG(d[w].nchunks >= 2, "shard %u: %u chunks (the test wants several)", w,
+                      d[w].nchunks);
         free(pay);
     }
     /* the ranges in a shuffled order: the manifest sorts them */
@@ -85,8 +98,9 @@ static void save_sharded(model *md, const char *ckdir, char *manifest, size_t le
     }
     int32_t lay[5] = {3, 1, 1, 1, 1};
     char written[1300];
-    CT_ASSERT_OK(ct_checkpoint_save_sharded(ckdir, &md->ck, lay, 3, d, r, nr, written,
-                                            sizeof written, &err), err.msg);
+    CT_ASSERT_OK(
+        ct_checkpoint_save_sharded(ckdir, &md->ck, lay, 3, d, r, nr, written, sizeof written, &err),
+        err.msg);
     CT_ASSERT(!strcmp(written, manifest));
     /* ranges that leave a hole are refused, and nothing is written */
     char bad[1400];
@@ -95,7 +109,8 @@ static void save_sharded(model *md, const char *ckdir, char *manifest, size_t le
     CT_ASSERT_EQ_INT(ct_shards_manifest_write(bad, &md->ck, lay, 3, d, r, nr, &err), CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(err.msg, "do not tile");
     CT_ASSERT(!file_exists(bad));
-    for (int w = 0; w < 3; w++) ct_shard_desc_release(&d[w]);
+    for (int w = 0; w < 3; w++)
+        ct_shard_desc_release(&d[w]);
     free(r);
 }
 
@@ -146,7 +161,8 @@ static void test_round_trip(void) {
     CT_ASSERT_EQ_INT(ct_shards_count(s), 3);
     CT_ASSERT(head.params == NULL && head.step == 42 && head.nparams == np);
     float *out = malloc(np * sizeof(float));
-    size_t spans[4][2] = {{0, 1}, {96, 3}, {np / 2 - 1000, 300000 < np / 2 ? 300000 : np / 2}, {np - 5, 5}};
+    size_t spans[4][2] = {
+        {0, 1}, {96, 3}, {np / 2 - 1000, 300000 < np / 2 ? 300000 : np / 2}, {np - 5, 5}};
     for (int a = 0; a < 3; a++)
         for (int k = 0; k < 4; k++) {
             memset(out, 0, np * 4);
@@ -223,7 +239,8 @@ static void test_round_trip(void) {
     }
     free(tab);
     free(out);
-    for (int a = 0; a < 3; a++) free(md.arr[a]);
+    for (int a = 0; a < 3; a++)
+        free(md.arr[a]);
     ct_checkpoint_release(&md.ck);
 }
 

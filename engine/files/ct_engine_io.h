@@ -1,7 +1,8 @@
 /* ct_engine_io.h - files and data of the engine: llm.c token shards and plain text, the batch
  * loader, llm.c's GPT-2 model file, the own checkpoints (gathered and sharded), llm.c's GPT-2
  * tokenizer, and the CRC-32 the checkpoints use. Whole-file reads and atomic writes are cl/'s
- * (ct_file.h, included here). Pure host code: nothing here touches a device, so every part is testable without OpenCL.
+ * (ct_file.h, included here). Pure host code: nothing here touches a device, so every part is
+ * testable without OpenCL.
  *
  *     ct_err err = {0};
  *     ct_data *d = NULL; ct_loader *ld = NULL;

@@ -41,8 +41,8 @@ ct_status ct__section_read(FILE *f, const char *path, long fsize, const char *ta
     long left = fsize - ftell(f);
     if (h.bytes > (uint64_t)(left < 0 ? 0 : left))
         return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: truncated checkpoint: section %s needs %llu bytes, %ld remain", path, tag,
-                      (unsigned long long)h.bytes, left);
+                      "%s: truncated checkpoint: section %s needs %llu bytes, %ld remain", path,
+                      tag, (unsigned long long)h.bytes, left);
     unsigned char *buf = (unsigned char *)ct_malloc((size_t)h.bytes + 1);
     if (!buf)
         return CT_ERR(err, CT_ERR_NOMEM, "%s: no memory for section %s (%llu bytes)", path, tag,
@@ -78,8 +78,8 @@ ct_status ct__ckpt_head_write(ct_atomic_file *af, const ct_checkpoint *ck, uint3
      * adds the experts and top-k */
     int32_t cfg[8] = {ck->cfg.max_seq, ck->cfg.vocab,    ck->cfg.padded_vocab, ck->cfg.layers,
                       ck->cfg.heads,   ck->cfg.channels, ck->cfg.experts,      ck->cfg.top_k};
-    CT_CHECK(ct__section_write(af, "CONFIG", cfg,
-                               (ck->cfg.experts > 0 ? 8 : 6) * sizeof(int32_t), err));
+    CT_CHECK(
+        ct__section_write(af, "CONFIG", cfg, (ck->cfg.experts > 0 ? 8 : 6) * sizeof(int32_t), err));
     ct__state_rec s;
     memset(&s, 0, sizeof s);
     s.step = ck->step;

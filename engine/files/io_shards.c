@@ -14,8 +14,8 @@
 #define MAX_SHARDS (1 << 20)
 
 typedef struct shard_rec {
-    uint64_t bytes;  /* payload */
-    uint32_t crc;    /* of the whole payload */
+    uint64_t bytes; /* payload */
+    uint32_t crc;   /* of the whole payload */
     uint32_t nchunks;
     uint64_t chunk0; /* its first CRC in CHUNKS */
 } shard_rec;
@@ -26,17 +26,17 @@ typedef struct range_rec {
 } range_rec;
 
 struct ct_shard_set {
-    char prefix[1100];   /* the manifest's path without ".bin": shards are prefix.shard_<k> */
+    char prefix[1100]; /* the manifest's path without ".bin": shards are prefix.shard_<k> */
     int64_t step;
     size_t np;
-    int32_t layout[8];   /* dp tp pp zero ep workers chunk_floats 0 */
+    int32_t layout[8]; /* dp tp pp zero ep workers chunk_floats 0 */
     int nshards;
     shard_rec *shards;
     uint32_t *chunks;
     size_t nchunks;
-    range_rec *ranges;   /* sorted by (array, table_off), tiling [0, np) per array */
+    range_rec *ranges; /* sorted by (array, table_off), tiling [0, np) per array */
     size_t nranges;
-    size_t first[4];     /* ranges of array a: [first[a], first[a+1]) */
+    size_t first[4]; /* ranges of array a: [first[a], first[a+1]) */
 };
 
 static void prefix_of(char *out, size_t len, const char *manifest) {
@@ -58,8 +58,8 @@ void ct_shard_desc_release(ct_shard_desc *d) {
     d->nchunks = 0;
 }
 
-ct_status ct_shard_write(const char *path, int worker, int64_t step, const float *payload,
-                         size_t n, ct_shard_desc *d, ct_err *err) {
+ct_status ct_shard_write(const char *path, int worker, int64_t step, const float *payload, size_t n,
+                         ct_shard_desc *d, ct_err *err) {
     memset(d, 0, sizeof *d);
     ct_status st = CT_OK;
     ct_atomic_file af;
@@ -111,13 +111,15 @@ static ct_status ranges_check(const char *path, range_rec *r, size_t nr, const s
         uint64_t at = 0;
         for (; k < nr && r[k].array == a; k++) {
             if (r[k].shard >= (uint32_t)nshards || r[k].count == 0)
-                return CT_ERR(err, CT_ERR_FORMAT, "%s: range %zu names shard %u of %d (or is empty)",
-                              path, k, r[k].shard, nshards);
+                return CT_ERR(err, CT_ERR_FORMAT,
+                              "%s: range %zu names shard %u of %d (or is empty)", path, k,
+                              r[k].shard, nshards);
             if (r[k].table_off != at)
                 return CT_ERR(err, CT_ERR_FORMAT,
                               "%s: the ranges of array %u do not tile the model: element %llu is "
                               "%s",
-                              path, a, (unsigned long long)(r[k].table_off < at ? r[k].table_off : at),
+                              path, a,
+                              (unsigned long long)(r[k].table_off < at ? r[k].table_off : at),
                               r[k].table_off < at ? "stored twice" : "missing");
             uint64_t sfl = sh[r[k].shard].bytes / sizeof(float);
             if (r[k].count > np - at || r[k].shard_off > sfl || r[k].count > sfl - r[k].shard_off)
@@ -151,13 +153,16 @@ ct_status ct_shards_manifest_write(const char *path, const ct_checkpoint *head,
     CT_CHECK(ct_gpt_config_check(&head->cfg, "checkpoint config", err));
     np = ct_gpt_param_sizes(&head->cfg, sizes);
     if (np != head->nparams || nshards < 1 || nshards > MAX_SHARDS) {
-        st = CT_ERR(err, CT_ERR_ARG, "%s: a manifest of %d shards for %zu parameters (the model "
-                                     "has %zu)", path, nshards, head->nparams, np);
+        st = CT_ERR(err, CT_ERR_ARG,
+                    "%s: a manifest of %d shards for %zu parameters (the model "
+                    "has %zu)",
+                    path, nshards, head->nparams, np);
         goto cleanup;
     }
     sh = (shard_rec *)ct_calloc((size_t)nshards, sizeof *sh);
     rr = (range_rec *)ct_malloc((nr ? nr : 1) * sizeof *rr);
-    for (int k = 0; k < nshards; k++) nch += d[k].nchunks;
+    for (int k = 0; k < nshards; k++)
+        nch += d[k].nchunks;
     ch = (uint32_t *)ct_malloc((nch ? nch : 1) * sizeof *ch);
     if (!sh || !rr || !ch) {
         st = CT_ERR(err, CT_ERR_NOMEM, "%s: no memory for the manifest", path);
@@ -187,10 +192,11 @@ ct_status ct_shards_manifest_write(const char *path, const ct_checkpoint *head,
             goto cleanup;
         }
     }
-    int32_t lay[8] = {layout[0], layout[1], layout[2], layout[3], layout[4], nshards,
-                      CT_SHARD_CHUNK_FLOATS, 0};
+    int32_t lay[8] = {
+        layout[0], layout[1], layout[2], layout[3], layout[4], nshards, CT_SHARD_CHUNK_FLOATS, 0};
     CT_CHECK(ct_atomic_file_open(&af, path, err));
-    CT_CHECK(ct__ckpt_head_write(&af, head, CT_CKPT_VERSION_SHARDED, CT_CKPT_SHARDED_SECTIONS, err));
+    CT_CHECK(
+        ct__ckpt_head_write(&af, head, CT_CKPT_VERSION_SHARDED, CT_CKPT_SHARDED_SECTIONS, err));
     CT_CHECK(ct__section_write(&af, "LAYOUT", lay, sizeof lay, err));
     CT_CHECK(ct__section_write(&af, "SHARDS", sh, (size_t)nshards * sizeof *sh, err));
     CT_CHECK(ct__section_write(&af, "CHUNKS", ch, nch * sizeof *ch, err));
@@ -229,8 +235,8 @@ static ct_status manifest_body(FILE *f, const char *path, long fsize, ct_shard_s
                     path, W, s->layout[6]);
         goto cleanup;
     }
-    CT_CHECK(ct__section_read(f, path, fsize, "SHARDS", (size_t)W * sizeof(shard_rec), &sh, &nsh,
-                              err));
+    CT_CHECK(
+        ct__section_read(f, path, fsize, "SHARDS", (size_t)W * sizeof(shard_rec), &sh, &nsh, err));
     CT_CHECK(ct__section_read(f, path, fsize, "CHUNKS", SIZE_MAX, &ch, &nch, err));
     CT_CHECK(ct__section_read(f, path, fsize, "RANGES", SIZE_MAX, &rr, &nrr, err));
     CT_CHECK(ct__section_read(f, path, fsize, "END", 0, &endp, NULL, err));
@@ -240,8 +246,10 @@ static ct_status manifest_body(FILE *f, const char *path, long fsize, ct_shard_s
         goto cleanup;
     }
     if (nch % sizeof(uint32_t) || nrr % sizeof(range_rec)) {
-        st = CT_ERR(err, CT_ERR_FORMAT, "%s: corrupt manifest: CHUNKS or RANGES is not whole "
-                                        "records (%zu, %zu bytes)", path, nch, nrr);
+        st = CT_ERR(err, CT_ERR_FORMAT,
+                    "%s: corrupt manifest: CHUNKS or RANGES is not whole "
+                    "records (%zu, %zu bytes)",
+                    path, nch, nrr);
         goto cleanup;
     }
     s->nshards = W;
@@ -273,8 +281,8 @@ static ct_status manifest_body(FILE *f, const char *path, long fsize, ct_shard_s
     }
     for (size_t k = 1; k < s->nranges; k++)
         if (range_order(&s->ranges[k - 1], &s->ranges[k]) > 0) {
-            st = CT_ERR(err, CT_ERR_FORMAT, "%s: corrupt manifest: range %zu is out of order",
-                        path, k);
+            st = CT_ERR(err, CT_ERR_FORMAT, "%s: corrupt manifest: range %zu is out of order", path,
+                        k);
             goto cleanup;
         }
     CT_CHECK(ranges_check(path, s->ranges, s->nranges, s->shards, W, s->np, s->first, err));
@@ -379,8 +387,7 @@ static ct_status shard_file(reader *rd, int k, FILE **out, ct_err *err) {
                       : vw[0] != 1                    ? "unknown version"
                       : vw[1] != (uint32_t)k          ? "another worker's shard"
                       : step != s->step               ? "another step's shard"
-                      : bytes != s->shards[k].bytes ||
-                              (uint64_t)fsize != SHARD_HEAD + bytes
+                      : bytes != s->shards[k].bytes || (uint64_t)fsize != SHARD_HEAD + bytes
                           ? "its size is not the manifest's"
                           : NULL;
     if (why) {
@@ -414,8 +421,8 @@ static ct_status shard_read(reader *rd, int k, uint64_t pos, uint64_t n, float *
             /* checked before: only the bytes wanted */
             if (fseek(f, (long)(SHARD_HEAD + pos * sizeof(float)), SEEK_SET) != 0 ||
                 fread(dst, sizeof(float), (size_t)take, f) != take)
-                return CT_ERR(err, CT_ERR_IO, "%s.shard_%05d: reading chunk %llu failed",
-                              s->prefix, k, (unsigned long long)c);
+                return CT_ERR(err, CT_ERR_IO, "%s.shard_%05d: reading chunk %llu failed", s->prefix,
+                              k, (unsigned long long)c);
             dst += take, pos += take, n -= take;
             continue;
         }
@@ -423,8 +430,8 @@ static ct_status shard_read(reader *rd, int k, uint64_t pos, uint64_t n, float *
             rd->cur_shard = -1;
             if (fseek(f, (long)(SHARD_HEAD + a * sizeof(float)), SEEK_SET) != 0 ||
                 fread(rd->buf, sizeof(float), (size_t)len, f) != len)
-                return CT_ERR(err, CT_ERR_IO, "%s.shard_%05d: reading chunk %llu failed",
-                              s->prefix, k, (unsigned long long)c);
+                return CT_ERR(err, CT_ERR_IO, "%s.shard_%05d: reading chunk %llu failed", s->prefix,
+                              k, (unsigned long long)c);
             uint32_t crc = ct_crc32(0, rd->buf, (size_t)len * sizeof(float));
             uint32_t want = s->chunks[sr->chunk0 + c];
 #ifdef CT_FUZZING
@@ -452,14 +459,16 @@ static ct_status reader_open(reader *rd, const ct_shard_set *s, ct_err *err) {
     rd->f = (FILE **)ct_calloc((size_t)s->nshards, sizeof(FILE *));
     rd->ok = (unsigned char **)ct_calloc((size_t)s->nshards, sizeof(unsigned char *));
     rd->buf = (float *)ct_malloc((size_t)s->layout[6] * sizeof(float));
-    if (!rd->f || !rd->ok || !rd->buf) return CT_ERR(err, CT_ERR_NOMEM, "reading a checkpoint: no host memory");
+    if (!rd->f || !rd->ok || !rd->buf)
+        return CT_ERR(err, CT_ERR_NOMEM, "reading a checkpoint: no host memory");
     return CT_OK;
 }
 
 static void reader_close(reader *rd) {
     for (int k = 0; rd->f && k < rd->s->nshards; k++)
         if (rd->f[k]) fclose(rd->f[k]);
-    for (int k = 0; rd->ok && k < rd->s->nshards; k++) free(rd->ok[k]);
+    for (int k = 0; rd->ok && k < rd->s->nshards; k++)
+        free(rd->ok[k]);
     free(rd->ok);
     free(rd->f);
     free(rd->buf);
@@ -469,14 +478,18 @@ static void reader_close(reader *rd) {
 static ct_status read_span(reader *rd, int array, size_t lo, size_t n, float *out, ct_err *err) {
     const ct_shard_set *s = rd->s;
     if (array < 0 || array > 2 || lo > s->np || n > s->np - lo)
-        return CT_ERR(err, CT_ERR_ARG, "reading a checkpoint: array %d, [%zu, +%zu) of %zu "
-                                       "elements", array, lo, n, s->np);
+        return CT_ERR(err, CT_ERR_ARG,
+                      "reading a checkpoint: array %d, [%zu, +%zu) of %zu "
+                      "elements",
+                      array, lo, n, s->np);
     /* the first range ending after lo (they tile [0, np) in order) */
     size_t a = s->first[array], b = s->first[array + 1];
     while (a < b) {
         size_t mid = a + (b - a) / 2;
-        if (s->ranges[mid].table_off + s->ranges[mid].count <= lo) a = mid + 1;
-        else b = mid;
+        if (s->ranges[mid].table_off + s->ranges[mid].count <= lo)
+            a = mid + 1;
+        else
+            b = mid;
     }
     size_t end = lo + n;
     ct_status st = CT_OK;
@@ -485,8 +498,8 @@ static ct_status read_span(reader *rd, int array, size_t lo, size_t n, float *ou
         const range_rec *r = &s->ranges[k];
         size_t x = r->table_off > lo ? (size_t)r->table_off : lo;
         size_t y = r->table_off + r->count < end ? (size_t)(r->table_off + r->count) : end;
-        st = shard_read(rd, (int)r->shard, r->shard_off + (x - r->table_off), y - x,
-                        out + (x - lo), err);
+        st = shard_read(rd, (int)r->shard, r->shard_off + (x - r->table_off), y - x, out + (x - lo),
+                        err);
     }
     return st;
 }
@@ -500,8 +513,8 @@ ct_status ct_shards_read(const ct_shard_set *s, int array, size_t lo, size_t n, 
     return st;
 }
 
-ct_status ct_shards_read_runs(const ct_shard_set *s, int array, const uint64_t *runs,
-                              size_t nruns, float *table, ct_err *err) {
+ct_status ct_shards_read_runs(const ct_shard_set *s, int array, const uint64_t *runs, size_t nruns,
+                              float *table, ct_err *err) {
     reader rd;
     ct_status st = reader_open(&rd, s, err);
     for (size_t k = 0; st == CT_OK && k < nruns; k++)
@@ -559,7 +572,8 @@ ct_status ct__shards_read_all(FILE *f, const char *path, long fsize, ct_checkpoi
     }
     ct_shards_close(s);
     if (st != CT_OK) {
-        for (int k = 0; k < 3; k++) free(a[k]);
+        for (int k = 0; k < 3; k++)
+            free(a[k]);
         return st;
     }
     ck->params = a[0], ck->m = a[1], ck->v = a[2];

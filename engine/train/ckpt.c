@@ -32,23 +32,23 @@ typedef struct shard_note {
 struct ct__save {
     int sharded, leader, wrank, W, keep_last;
     char dir[1024];
-    ct_comm *comm;          /* the trainer's save handle on the world (NULL: one worker) */
-    ct_checkpoint ck;       /* the head; the gathered arrays on the leader */
-    int32_t layout[5];      /* dp tp pp zero ep */
-    float *payload;         /* sharded: the values this worker owns, range after range */
+    ct_comm *comm;     /* the trainer's save handle on the world (NULL: one worker) */
+    ct_checkpoint ck;  /* the head; the gathered arrays on the leader */
+    int32_t layout[5]; /* dp tp pp zero ep */
+    float *payload;    /* sharded: the values this worker owns, range after range */
     size_t n;
     ct_shard_range *ranges;
     size_t nr, rcap;
-    ct_status prep;         /* the host copy failed: reported through the exchange */
+    ct_status prep; /* the host copy failed: reported through the exchange */
     char prep_msg[256];
-    shard_note *all;        /* [W] every worker's note (allocated before anything can fail) */
-    ct_shard_desc *descs;   /* [W] (the leader) */
+    shard_note *all;      /* [W] every worker's note (allocated before anything can fail) */
+    ct_shard_desc *descs; /* [W] (the leader) */
     pthread_t th;
     int threaded;
     ct_status st;
     ct_err err;
     char path[1300];
-    double t0, t1;          /* the background part's start and end */
+    double t0, t1; /* the background part's start and end */
 };
 
 static void save_free(ct__save *s) {
@@ -97,7 +97,8 @@ static ct_status pack_owned(ct_trainer *t, ct__save *s) {
     ct_model *m = t->model;
     size_t flen = ct_params_flat_len(ct_model_params(m));
     pack_ctx pc = {s, NULL, 0};
-    for (int a = 0; a < 3; a++) ct_state_runs(m, a, 1, pack_run, &pc);
+    for (int a = 0; a < 3; a++)
+        ct_state_runs(m, a, 1, pack_run, &pc);
     size_t total = s->n;
     s->n = 0;
     float *flat = ct_malloc((flen ? flen : 1) * sizeof(float));
@@ -205,8 +206,10 @@ static void run_sharded(ct__save *s) {
         if (st == CT_OK && s->keep_last > 0) {
             st = ct_checkpoint_prune(s->dir, s->keep_last, NULL, &e);
             if (st != CT_OK)
-                CT_ERR(&s->err, st, "the checkpoint was written, but --keep-last %d could not "
-                                    "remove the older ones: %s", s->keep_last, e.msg);
+                CT_ERR(&s->err, st,
+                       "the checkpoint was written, but --keep-last %d could not "
+                       "remove the older ones: %s",
+                       s->keep_last, e.msg);
         }
         s->st = st;
     } else if (bad >= 0 && s->leader) {
@@ -224,7 +227,8 @@ static void run_sharded(ct__save *s) {
             s->st = CT_ERR(&s->err, bs, "checkpoint: %s", ct_comm_errmsg(s->comm));
     }
 done:
-    for (int w = 1; w < s->W; w++) free(descs[w].chunk_crc);
+    for (int w = 1; w < s->W; w++)
+        free(descs[w].chunk_crc);
     ct_shard_desc_release(&d);
     free(ranges);
 }
@@ -232,14 +236,18 @@ done:
 static void *save_main(void *arg) {
     ct__save *s = (ct__save *)arg;
     s->t0 = ct_time_now();
-    if (s->sharded) run_sharded(s);
-    else if (s->leader) run_gathered(s);
+    if (s->sharded)
+        run_sharded(s);
+    else if (s->leader)
+        run_gathered(s);
     if (!s->sharded && s->leader && s->st == CT_OK && s->keep_last > 0) {
         ct_err e = {0};
         s->st = ct_checkpoint_prune(s->dir, s->keep_last, NULL, &e);
         if (s->st != CT_OK)
-            CT_ERR(&s->err, s->st, "the checkpoint was written, but --keep-last %d could not "
-                                   "remove the older ones: %s", s->keep_last, e.msg);
+            CT_ERR(&s->err, s->st,
+                   "the checkpoint was written, but --keep-last %d could not "
+                   "remove the older ones: %s",
+                   s->keep_last, e.msg);
     }
     s->t1 = ct_time_now();
     return NULL;
@@ -382,9 +390,9 @@ static ct_status resume_sharded(ct_trainer *t, size_t np, ct_err *err) {
     const ct_shard_set *set = t->r->src.shards;
     float *table = ct_calloc(np ? np : 1, sizeof(float));
     runs_ctx rc = {NULL, 0, 0};
-    ct_status st = table ? CT_OK
-                         : CT_ERR(err, CT_ERR_NOMEM, "no host memory to resume from %s",
-                                  t->r->src.ckpath);
+    ct_status st =
+        table ? CT_OK
+              : CT_ERR(err, CT_ERR_NOMEM, "no host memory to resume from %s", t->r->src.ckpath);
     for (int a = 0; a < 3 && st == CT_OK; a++) {
         rc.n = 0;
         if (ct_state_runs(t->model, a, 0, add_run, &rc) != 0) {
