@@ -252,6 +252,15 @@ static void plan_layout(ct_train_params *p, ct_topo *topo, int W, int argc, char
     ct_plan_needs_free(need);
 }
 
+/* --save-async: wait for the checkpoint in flight and say it is saved (the leader). */
+static void saved_async(ct_trainer *t, int leader) {
+    char path[1300];
+    double secs = 0;
+    if (ct_trainer_save_wait(t, path, sizeof path, &secs) != CT_OK)
+        die(1, "checkpoint not written: %s", ct_trainer_errmsg(t));
+    if (leader && path[0]) printf("saved checkpoint %s (written in the background in %.2f s)\n", path, secs);
+}
+
 /* A worker's end: 0, or the exit status of an end every worker reached together (a collective
  * decision, so nobody waits on anybody and no MPI_Abort is needed). */
 static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int rank) {
@@ -343,18 +352,25 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
             char path[1300];
             /* parameters, Adam's m and v: 12 bytes a parameter; a large one says it is writing */
             double mib = 12.0 * ct_model_num_params(ct_trainer_model(t)) / 1048576.0;
-            if (leader && mib >= 256) {
+            if (p.save_async) saved_async(t, leader);
+            if (leader && mib >= 256 && !p.save_async) {
                 printf("writing checkpoint (step %lld, %.0f MiB) ...\n", (long long)done, mib);
                 fflush(stdout);
             }
             double t0 = ct_time_now();
             if (ct_trainer_save(t, path, sizeof path) != CT_OK)
                 die(1, "checkpoint not written: %s", ct_trainer_errmsg(t));
-            if (leader)
-                printf("saved checkpoint %s (step %lld, %.1f MiB in %.2f s)\n", path,
-                       (long long)done, mib, ct_time_now() - t0);
+            const char *form = ct_trainer_save_form(t);
+            if (leader && p.save_async)
+                printf("saving checkpoint %s in the background (step %lld, %.1f MiB, %s; on the "
+                       "host after %.2f s)\n",
+                       path, (long long)done, mib, form, ct_time_now() - t0);
+            else if (leader)
+                printf("saved checkpoint %s (step %lld, %.1f MiB, %s, in %.2f s)\n", path,
+                       (long long)done, mib, form, ct_time_now() - t0);
         }
     }
+    if (p.save_async) saved_async(t, leader);
     if (leader) summary_print(&sum, start, cold, ct_trainer_metrics(t));
     {
         ct_pipeline_bubble bub;

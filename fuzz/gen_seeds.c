@@ -93,6 +93,51 @@ int main(int argc, char **argv) {
     put(dir, "tiny.ckpt", b, n);
     free(b);
     put(dir, "latest_line", "ckpt_00000007.bin\n", 18);
+    /* the same state sharded over two workers: input = [u16 manifest bytes][manifest][u16 shard
+     * 0 bytes][shard 0][shard 1] (fuzz_manifest.c); worker 0 owns the first half of every array */
+    sub(dir, sizeof dir, root, "manifest");
+    {
+        char mp[600], spath[700];
+        snprintf(mp, sizeof mp, "%s/.gen_seeds.tmp.bin", root);
+        const float *arr[3] = {p, m, v};
+        ct_shard_desc d[2];
+        ct_shard_range r[6];
+        size_t nr = 0, half = np / 2;
+        float *pay = malloc(np * 3 * sizeof(float));
+        unsigned char *sh[2];
+        size_t shn[2];
+        for (int w = 0; w < 2; w++) {
+            size_t lo = w ? half : 0, hi = w ? np : half, k = 0;
+            for (uint32_t a = 0; a < 3; a++) {
+                r[nr++] = (ct_shard_range){(uint32_t)w, a, lo, hi - lo, k};
+                memcpy(pay + k, arr[a] + lo, (hi - lo) * sizeof(float));
+                k += hi - lo;
+            }
+            ct_shard_path(spath, sizeof spath, mp, w);
+            if (ct_shard_write(spath, w, ck.step, pay, k, &d[w], &err)) die("shard", &err);
+            sh[w] = slurp(spath, &shn[w]);
+            remove(spath);
+        }
+        int32_t lay[5] = {2, 1, 1, 1, 1};
+        if (ct_shards_manifest_write(mp, &ck, lay, 2, d, r, nr, &err)) die("manifest", &err);
+        ct_shard_desc_release(&d[0]);
+        ct_shard_desc_release(&d[1]);
+        b = slurp(mp, &n);
+        remove(mp);
+        unsigned char *in = malloc(4 + n + shn[0] + shn[1]);
+        in[0] = (unsigned char)(n & 255), in[1] = (unsigned char)(n >> 8);
+        memcpy(in + 2, b, n);
+        in[2 + n] = (unsigned char)(shn[0] & 255), in[3 + n] = (unsigned char)(shn[0] >> 8);
+        memcpy(in + 4 + n, sh[0], shn[0]);
+        memcpy(in + 4 + n + shn[0], sh[1], shn[1]);
+        put(dir, "two_shards", in, 4 + n + shn[0] + shn[1]);
+        put(dir, "shard_1_missing", in, 4 + n + shn[0]); /* shard 1 empty: refused */
+        free(in);
+        free(b);
+        free(sh[0]);
+        free(sh[1]);
+        free(pay);
+    }
     /* token shards: input = [u16 length of a][shard a][shard b], both magics */
     sub(dir, sizeof dir, root, "shards");
     uint32_t tok[40];
@@ -195,7 +240,7 @@ int main(int argc, char **argv) {
     free(p);
     free(m);
     free(v);
-    printf("gen_seeds: wrote model_file, checkpoint, shards, tokenizer, hf_config, hf_model, "
-           "hf_index seeds under %s\n", root);
+    printf("gen_seeds: wrote model_file, checkpoint, manifest, shards, tokenizer, hf_config, "
+           "hf_model, hf_index seeds under %s\n", root);
     return 0;
 }

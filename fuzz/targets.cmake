@@ -2,7 +2,8 @@
 # tests/fuzz.cmake (the corpus replay, normal build) and fuzz/CMakeLists.txt (libFuzzer build).
 set(CT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/fuzz)
 set(CT_FUZZ_IO_SRC ${CT_ENGINE_HOST_SRC})
-set(CT_FUZZ_TARGETS model_file shards checkpoint tokenizer tune select hf_config hf_model hf_index)
+set(CT_FUZZ_TARGETS model_file shards checkpoint manifest tokenizer tune select hf_config hf_model
+    hf_index)
 
 # ct_fuzz_sources(target out_sources out_libs): what a target is built from (shared with fuzz/).
 macro(ct_fuzz_sources t srcs libs)

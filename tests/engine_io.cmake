@@ -31,3 +31,6 @@ if(TARGET train_gpt)
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_train_files.sh $<TARGET_FILE:train_gpt>)
   set_tests_properties(test_train_files PROPERTIES LABELS opencl)
 endif()
+ct_add_test(NAME test_engine_io_shards SOURCES test_engine_io_shards.c ${CT_IO_HOST_SRC}
+            LIBS ct_cl m LABELS unit)
+target_include_directories(test_engine_io_shards PRIVATE ${CT_ENGINE_INC} ${CMAKE_SOURCE_DIR}/parallel)

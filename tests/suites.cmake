@@ -16,8 +16,9 @@
 
 set(CT_ASAN_TESTS
   # every reader of outside bytes: the fuzz targets' corpora and the inputs the fuzzers found
-  fuzz_replay_model_file fuzz_replay_shards fuzz_replay_checkpoint fuzz_replay_tokenizer
-  fuzz_replay_tune fuzz_replay_select
+  fuzz_replay_model_file fuzz_replay_shards fuzz_replay_checkpoint fuzz_replay_manifest
+  fuzz_replay_tokenizer fuzz_replay_tune fuzz_replay_select
+  test_engine_io_shards               # sharded checkpoints: partial reads, damage, hygiene
   fuzz_replay_hf_config fuzz_replay_hf_model fuzz_replay_hf_index  # Hugging Face directories
   test_engine_io                      # shards, llm.c models, checkpoints (every damage), tokenizer
   test_engine_io_hf                   # bf16 files, Hugging Face directories written, refusals
@@ -51,6 +52,7 @@ set(CT_ASAN_TESTS
   # reliability: non-finite steps, checkpoint hygiene, one worker's failure ending the job
   test_engine_reliability_nonfinite test_engine_reliability_checkpoints
   test_engine_reliability_failures test_engine_nonfinite_1x2
+  test_engine_reliability_shards_async # a save's background thread and exchange beside training
   # one multi-worker layout per parallel feature
   test_engine_step_2x2                # the executor through the library: ZeRO 0-3, mixed
   test_engine_dp_zero3                # dp 4 ZeRO-3 mixed, sampling, its checkpoint resumed

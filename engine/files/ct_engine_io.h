@@ -1,7 +1,7 @@
 /* ct_engine_io.h - files and data of the engine: llm.c token shards and plain text, the batch
  * loader, model files (llm.c's GPT-2 file in fp32 or bf16, safetensors, Hugging Face GPT-2
- * directories), the own checkpoint format, llm.c's GPT-2 tokenizer, and the CRC-32 the
- * checkpoints use. Whole-file reads and atomic writes are cl/'s (ct_file.h, included
+ * directories), the own checkpoints (gathered and sharded), llm.c's GPT-2 tokenizer, and the
+ * CRC-32 the checkpoints use. Whole-file reads and atomic writes are cl/'s (ct_file.h, included
  * here). Pure host code: nothing here touches a device, so every part is testable without OpenCL.
  *
  *     ct_err err = {0};
@@ -218,22 +218,102 @@ ct_status ct_checkpoint_write(const char *path, const ct_checkpoint *ck, ct_err 
 ct_status ct_checkpoint_read(const char *path, ct_checkpoint *ck, ct_err *err);
 void ct_checkpoint_release(ct_checkpoint *ck); /* frees the owned arrays; NULL-safe */
 
+/* ---------------------------------------------------------------- sharded checkpoints
+ * (io_shards.c): one file per worker with the table ranges it owns, and a manifest.
+ *
+ * The manifest has the gathered form's framing and head (magic, CONFIG, STATE, META) with version
+ * CT_CKPT_VERSION_SHARDED, then LAYOUT (i32 dp tp pp zero ep, shards W, chunk floats, 0), SHARDS
+ * (per shard: u64 payload bytes, u32 CRC-32 of the payload, u32 chunks, u64 its first CRC in
+ * CHUNKS), CHUNKS (u32 CRC-32 of each CT_SHARD_CHUNK_FLOATS-float chunk of every payload), RANGES
+ * (u32 shard, u32 array 0 params / 1 Adam m / 2 Adam v, u64 table offset, u64 count, u64 offset
+ * in the shard's payload, floats; sorted by array and table offset, tiling each array's whole
+ * table exactly once), END. Shard k of manifest "P.bin" is "P.shard_<k, 5 digits>": a 40-byte
+ * head (magic "CTSHARD\n", u32 1, u32 k, i64 step, u64 payload bytes, u64 0) and the payload.
+ * ct_checkpoint_read reads a manifest as the whole state (every shard verified whole), so tools
+ * read both forms alike. */
+#define CT_CKPT_VERSION_SHARDED 2
+#define CT_CKPT_SHARDED_SECTIONS 8
+#define CT_SHARD_MAGIC "CTSHARD\n"
+#define CT_SHARD_CHUNK_FLOATS 262144 /* 1 MiB: the unit a partial read verifies */
+
+/* What a worker stores: `count` floats of array `array` (0 params, 1 m, 2 v) at table offset
+ * `table_off`, found at float `shard_off` of shard `shard`'s payload. */
+typedef struct ct_shard_range {
+    uint32_t shard, array;
+    uint64_t table_off, count, shard_off;
+} ct_shard_range;
+
+/* A written shard as the manifest records it. */
+typedef struct ct_shard_desc {
+    uint64_t bytes;      /* payload */
+    uint32_t crc;        /* CRC-32 of the payload */
+    uint32_t nchunks;
+    uint32_t *chunk_crc; /* [nchunks]; owned (ct_shard_desc_release) */
+} ct_shard_desc;
+
+/* Shard `worker`'s path beside manifest path "P.bin": "P.shard_<worker>". */
+void ct_shard_path(char *out, size_t len, const char *manifest, int worker);
+/* Write n floats as shard `worker` of the checkpoint at `step`, atomically; *d describes it. */
+ct_status ct_shard_write(const char *path, int worker, int64_t step, const float *payload,
+                         size_t n, ct_shard_desc *d, ct_err *err);
+void ct_shard_desc_release(ct_shard_desc *d);
+/* The manifest, atomically: head's config, step, loader, RNG and meta (its arrays unused), the
+ * layout that wrote it (dp tp pp zero ep), nshards descriptions and the nr ranges (any order).
+ * Ranges that do not tile every array's table exactly once are CT_ERR_ARG (nothing written). */
+ct_status ct_shards_manifest_write(const char *path, const ct_checkpoint *head,
+                                   const int32_t layout[5], int nshards, const ct_shard_desc *d,
+                                   const ct_shard_range *r, size_t nr, ct_err *err);
+
+/* An open manifest: read-only once open, so threads may read through one at once. */
+typedef struct ct_shard_set ct_shard_set;
+/* Read and check the manifest; *head gets everything but the arrays (params, m, v NULL; meta
+ * owned: ct_checkpoint_release). A gathered checkpoint is CT_ERR_FORMAT. */
+ct_status ct_shards_open(ct_shard_set **out, const char *path, ct_checkpoint *head, ct_err *err);
+void ct_shards_close(ct_shard_set *s);
+int ct_shards_count(const ct_shard_set *s);
+void ct_shards_layout(const ct_shard_set *s, int32_t layout[5]);
+/* out[0..n) = array `array` over table [lo, lo + n): only the shards holding it are opened and
+ * only the chunks covering it read, each checked against its CRC-32 (a mismatch, a missing
+ * shard or one of another step is CT_ERR_FORMAT / CT_ERR_IO naming the file). */
+ct_status ct_shards_read(const ct_shard_set *s, int array, size_t lo, size_t n, float *out,
+                         ct_err *err);
+/* The same for nruns table runs (runs[2k] offset, runs[2k+1] count): table[off, off + count)
+ * of each, through one reader (shards opened once, the last chunk kept). */
+ct_status ct_shards_read_runs(const ct_shard_set *s, int array, const uint64_t *runs,
+                              size_t nruns, float *table, ct_err *err);
+/* 1 when `path` is a sharded checkpoint's manifest (by its head), else 0. */
+int ct_checkpoint_is_sharded(const char *path);
+
 /* Directory form: DIR/ckpt_<step 8 digits>.bin and DIR/latest (a one-line text file naming it,
  * also written atomically). The directory is created if missing. `written` may be NULL. */
 ct_status ct_checkpoint_save_dir(const char *dir, const ct_checkpoint *ck, char *written,
                                  size_t len, ct_err *err);
+/* DIR/ckpt_<step>.bin: where the checkpoint of `step` goes (either form). */
+void ct_checkpoint_name(char *out, size_t len, const char *dir, int64_t step);
+/* DIR/latest names `path` (a file in DIR), atomically: what makes a checkpoint the one resumed. */
+ct_status ct_checkpoint_publish(const char *dir, const char *path, ct_err *err);
+/* The sharded form of ct_checkpoint_save_dir: the shards are written (ct_shard_path of
+ * ct_checkpoint_name), this writes the manifest, then DIR/latest. */
+ct_status ct_checkpoint_save_sharded(const char *dir, const ct_checkpoint *head,
+                                     const int32_t layout[5], int nshards,
+                                     const ct_shard_desc *d, const ct_shard_range *r, size_t nr,
+                                     char *written, size_t len, ct_err *err);
 /* The checkpoint DIR/latest names (or, if `dir` is a file, `dir` itself). */
 ct_status ct_checkpoint_find(const char *dir, char *path, size_t len, ct_err *err);
-/* Temporaries a killed writer left in `dir` ("ckpt_<step>.bin.tmp.<pid>.<n>",
- * "latest.tmp.<pid>.<n>", or without ".<n>" from older versions): removed when process <pid> no
- * longer exists on this machine; one whose process is alive is left alone (it may be writing; on a
- * directory shared between machines a writer elsewhere is not seen, so run this only where the
- * writers run). *removed, *bytes and names ("a, b", cut to len) say what went (each may be NULL).
- * A missing directory is not an error. */
+/* What killed writers left in `dir`. Temporaries ("ckpt_<step>.bin.tmp.<pid>.<n>",
+ * "ckpt_<step>.shard_<k>.tmp.<pid>.<n>", "latest.tmp.<pid>.<n>", or without ".<n>" from older
+ * versions): removed when process <pid> no longer exists on this machine; one whose process is
+ * alive is left alone (it may be writing; on a directory shared between machines a writer
+ * elsewhere is not seen, so run this only where the writers run). Shards of a sharded save killed
+ * before its manifest (no DIR/ckpt_<step>.bin beside them): removed, so run this before this
+ * directory's saves start (one run writes a directory at a time). *removed, *bytes and names
+ * ("a, b", cut to len) say what went (each may be NULL). A missing directory is not an error. */
 ct_status ct_checkpoint_clean_stale(const char *dir, int *removed, uint64_t *bytes, char *names,
                                     size_t len, ct_err *err);
 /* Keep the newest `keep` (>= 1) checkpoints DIR/ckpt_<step>.bin by modification time, and
- * always the one DIR/latest names; remove the rest. *removed (may be NULL) counts them. */
+ * always the one DIR/latest names; remove the rest, a sharded one's shards with it, and shards
+ * whose manifest is gone (a save killed before its manifest). *removed (may be NULL) counts the
+ * checkpoints. */
 ct_status ct_checkpoint_prune(const char *dir, int keep, int *removed, ct_err *err);
 
 /* ---------------------------------------------------------------- tokenizer (io_tokenizer.c) */

@@ -1,8 +1,10 @@
-/* io_checkpoint.c - cltrain's own checkpoint: model parameters, Adam m and v, step, loader
- * position, RNG state, config and training parameters, in CRC-checked sections (layout in
- * ct_engine_io.h). Tensors are stored gathered in table order, so any layout can resume from it.
- * Writes are atomic (temporary file, fsync, rename); reads verify every section's length and CRC
- * and name the first bad one, so truncation and corruption are reported, never trusted. */
+/* io_checkpoint.c - cltrain's own checkpoint, gathered: model parameters, Adam m and v, step,
+ * loader position, RNG state, config and training parameters, in CRC-checked sections (layout in
+ * ct_engine_io.h; the framing is io_sections.c's). Tensors are stored gathered in table order, so
+ * any layout can resume from it; a sharded checkpoint's manifest (io_shards.c) reads the same
+ * way. Writes are atomic (temporary file, fsync, rename); reads verify every section's length and
+ * CRC and name the first bad one, so truncation and corruption are reported, never trusted. And
+ * the checkpoint directory: DIR/latest, the names, pruning, the temporaries of killed writers. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -12,37 +14,9 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "ct_engine_io.h"
-
-typedef struct section_hdr {
-    char tag[8];
-    uint64_t bytes;
-    uint32_t crc;
-    uint32_t zero;
-} section_hdr;
+#include "io_impl.h"
 
 #define NSECTIONS 7
-
-static ct_status write_section(ct_atomic_file *af, const char *tag, const void *data, size_t n,
-                               ct_err *err) {
-    section_hdr h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.tag, tag, strlen(tag) < 8 ? strlen(tag) : 8);
-    h.bytes = n;
-    h.crc = ct_crc32(0, data, n);
-    ct_status st = ct_atomic_file_write(af, &h, sizeof h, err);
-    if (st == CT_OK) st = ct_atomic_file_write(af, data, n, err);
-    return st;
-}
-
-typedef struct state_rec {
-    int64_t step;
-    uint64_t rng[4];
-    int32_t B, T, accum, shuffle;
-    uint64_t loader_seed;
-    uint64_t data_tokens;
-    uint64_t nparams;
-} state_rec;
 
 ct_status ct_checkpoint_write(const char *path, const ct_checkpoint *ck, ct_err *err) {
     ct_status st = CT_OK;
@@ -57,33 +31,11 @@ ct_status ct_checkpoint_write(const char *path, const ct_checkpoint *ck, ct_err 
         goto cleanup;
     }
     CT_CHECK(ct_atomic_file_open(&af, path, err));
-    uint32_t head[2] = {CT_CKPT_VERSION, NSECTIONS};
-    CT_CHECK(ct_atomic_file_write(&af, CT_CKPT_MAGIC, 8, err));
-    CT_CHECK(ct_atomic_file_write(&af, head, sizeof head, err));
-    /* a dense model's CONFIG is the 6 sizes (as before experts existed); a mixture of experts
-     * adds the experts and top-k */
-    int32_t cfg[8] = {ck->cfg.max_seq, ck->cfg.vocab,    ck->cfg.padded_vocab, ck->cfg.layers,
-                      ck->cfg.heads,   ck->cfg.channels, ck->cfg.experts,      ck->cfg.top_k};
-    CT_CHECK(write_section(&af, "CONFIG", cfg, (ck->cfg.experts > 0 ? 8 : 6) * sizeof(int32_t),
-                           err));
-    state_rec s;
-    memset(&s, 0, sizeof s);
-    s.step = ck->step;
-    memcpy(s.rng, ck->rng, sizeof s.rng);
-    s.B = ck->loader_B;
-    s.T = ck->loader_T;
-    s.accum = ck->loader_accum;
-    s.shuffle = ck->loader_shuffle;
-    s.loader_seed = ck->loader_seed;
-    s.data_tokens = ck->data_tokens;
-    s.nparams = ck->nparams;
-    CT_CHECK(write_section(&af, "STATE", &s, sizeof s, err));
-    const char *meta = ck->meta ? ck->meta : "";
-    CT_CHECK(write_section(&af, "META", meta, strlen(meta), err));
-    CT_CHECK(write_section(&af, "PARAMS", ck->params, ck->nparams * sizeof(float), err));
-    CT_CHECK(write_section(&af, "ADAM_M", ck->m, ck->nparams * sizeof(float), err));
-    CT_CHECK(write_section(&af, "ADAM_V", ck->v, ck->nparams * sizeof(float), err));
-    CT_CHECK(write_section(&af, "END", "", 0, err));
+    CT_CHECK(ct__ckpt_head_write(&af, ck, CT_CKPT_VERSION, NSECTIONS, err));
+    CT_CHECK(ct__section_write(&af, "PARAMS", ck->params, ck->nparams * sizeof(float), err));
+    CT_CHECK(ct__section_write(&af, "ADAM_M", ck->m, ck->nparams * sizeof(float), err));
+    CT_CHECK(ct__section_write(&af, "ADAM_V", ck->v, ck->nparams * sizeof(float), err));
+    CT_CHECK(ct__section_write(&af, "END", "", 0, err));
     return ct_atomic_file_commit(&af, err);
 cleanup:
     ct_atomic_file_abort(&af);
@@ -100,61 +52,10 @@ void ct_checkpoint_release(ct_checkpoint *ck) {
     ck->meta = NULL;
 }
 
-/* Read one section: its header must carry `tag`, its payload must be `want` bytes (or any size
- * when want == SIZE_MAX; then *data is malloc'd with a NUL after it) and match its CRC. */
-static ct_status read_section(FILE *f, const char *path, long fsize, const char *tag, size_t want,
-                              void **data, size_t *n, ct_err *err) {
-    section_hdr h;
-    long at = ftell(f);
-    if (fread(&h, sizeof h, 1, f) != 1)
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: truncated checkpoint: section %s is missing (file ends at byte %ld)",
-                      path, tag, fsize);
-    char t[9] = {0};
-    memcpy(t, h.tag, 8);
-    if (strcmp(t, tag) != 0)
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: corrupt checkpoint: expected section %s at byte %ld, found '%.8s'", path,
-                      tag, at, t);
-    if (want != SIZE_MAX && h.bytes != want)
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: corrupt checkpoint: section %s has %llu bytes, %zu expected", path, tag,
-                      (unsigned long long)h.bytes, want);
-    long left = fsize - ftell(f);
-    if (h.bytes > (uint64_t)(left < 0 ? 0 : left))
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: truncated checkpoint: section %s needs %llu bytes, %ld remain", path, tag,
-                      (unsigned long long)h.bytes, left);
-    unsigned char *buf = (unsigned char *)ct_malloc((size_t)h.bytes + 1);
-    if (!buf)
-        return CT_ERR(err, CT_ERR_NOMEM, "%s: no memory for section %s (%llu bytes)", path, tag,
-                      (unsigned long long)h.bytes);
-    if (h.bytes && fread(buf, 1, (size_t)h.bytes, f) != h.bytes) {
-        free(buf);
-        return CT_ERR(err, CT_ERR_IO, "%s: reading section %s failed", path, tag);
-    }
-    buf[h.bytes] = 0;
-    uint32_t crc = ct_crc32(0, buf, (size_t)h.bytes);
-#ifdef CT_FUZZING /* the fuzz campaign's build only (fuzz/fuzz_checkpoint.c says why) */
-    crc = h.crc;
-#endif
-    if (crc != h.crc || h.zero != 0) {
-        free(buf);
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: corrupt checkpoint: section %s fails its CRC-32 check (stored %08x, "
-                      "computed %08x)",
-                      path, tag, h.crc, crc);
-    }
-    *data = buf;
-    if (n) *n = (size_t)h.bytes;
-    return CT_OK;
-}
-
 ct_status ct_checkpoint_read(const char *path, ct_checkpoint *ck, ct_err *err) {
     memset(ck, 0, sizeof *ck);
     ct_status st = CT_OK;
-    void *cfgp = NULL, *statep = NULL, *endp = NULL, *meta = NULL;
-    void *params = NULL, *m = NULL, *v = NULL;
+    void *endp = NULL, *params = NULL, *m = NULL, *v = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return CT_ERR(err, CT_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(errno));
     fseek(f, 0, SEEK_END);
@@ -173,70 +74,39 @@ ct_status ct_checkpoint_read(const char *path, ct_checkpoint *ck, ct_err *err) {
                     path);
         goto cleanup;
     }
+    if (head[0] == CT_CKPT_VERSION_SHARDED && head[1] == CT_CKPT_SHARDED_SECTIONS) {
+        st = ct__shards_read_all(f, path, fsize, ck, err);
+        goto cleanup;
+    }
     if (head[0] != CT_CKPT_VERSION || head[1] != NSECTIONS) {
         st = CT_ERR(err, CT_ERR_FORMAT,
-                    "%s: checkpoint version %u with %u sections is not supported (version %d, %d "
-                    "sections expected)",
-                    path, head[0], head[1], CT_CKPT_VERSION, NSECTIONS);
+                    "%s: checkpoint version %u with %u sections is not supported (version %d with "
+                    "%d sections, or %d with %d, expected)",
+                    path, head[0], head[1], CT_CKPT_VERSION, NSECTIONS, CT_CKPT_VERSION_SHARDED,
+                    CT_CKPT_SHARDED_SECTIONS);
         goto cleanup;
     }
-    size_t cfgn = 0;
-    CT_CHECK(read_section(f, path, fsize, "CONFIG", SIZE_MAX, &cfgp, &cfgn, err));
-    if (cfgn != 6 * sizeof(int32_t) && cfgn != 8 * sizeof(int32_t)) {
-        st = CT_ERR(err, CT_ERR_FORMAT,
-                    "%s: corrupt checkpoint: section CONFIG has %zu bytes, 24 or 32 expected", path,
-                    cfgn);
-        goto cleanup;
-    }
-    int32_t *c = (int32_t *)cfgp;
-    if (cfgn == 8 * sizeof(int32_t)) ck->cfg.experts = c[6], ck->cfg.top_k = c[7];
-    ck->cfg.max_seq = c[0];
-    ck->cfg.vocab = c[1];
-    ck->cfg.padded_vocab = c[2];
-    ck->cfg.layers = c[3];
-    ck->cfg.heads = c[4];
-    ck->cfg.channels = c[5];
-    CT_CHECK(ct_gpt_config_check(&ck->cfg, path, err));
-    size_t sizes[CT_GPT_NUM_TENSORS];
-    size_t np = ct_gpt_param_sizes(&ck->cfg, sizes);
-    CT_CHECK(read_section(f, path, fsize, "STATE", sizeof(state_rec), &statep, NULL, err));
-    state_rec s;
-    memcpy(&s, statep, sizeof s);
-    if (s.nparams != np) {
-        st = CT_ERR(err, CT_ERR_FORMAT, "%s: %llu parameters stored for a model of %zu", path,
-                    (unsigned long long)s.nparams, np);
-        goto cleanup;
-    }
-    CT_CHECK(read_section(f, path, fsize, "META", SIZE_MAX, &meta, NULL, err));
-    CT_CHECK(read_section(f, path, fsize, "PARAMS", np * sizeof(float), &params, NULL, err));
-    CT_CHECK(read_section(f, path, fsize, "ADAM_M", np * sizeof(float), &m, NULL, err));
-    CT_CHECK(read_section(f, path, fsize, "ADAM_V", np * sizeof(float), &v, NULL, err));
-    CT_CHECK(read_section(f, path, fsize, "END", 0, &endp, NULL, err));
+    size_t np = 0;
+    CT_CHECK(ct__ckpt_head_read(f, path, fsize, ck, &np, err));
+    CT_CHECK(ct__section_read(f, path, fsize, "PARAMS", np * sizeof(float), &params, NULL, err));
+    CT_CHECK(ct__section_read(f, path, fsize, "ADAM_M", np * sizeof(float), &m, NULL, err));
+    CT_CHECK(ct__section_read(f, path, fsize, "ADAM_V", np * sizeof(float), &v, NULL, err));
+    CT_CHECK(ct__section_read(f, path, fsize, "END", 0, &endp, NULL, err));
     if (ftell(f) != fsize) {
         st = CT_ERR(err, CT_ERR_FORMAT, "%s: %ld bytes of trailing data after the END section",
                     path, fsize - ftell(f));
         goto cleanup;
     }
-    ck->step = s.step;
-    memcpy(ck->rng, s.rng, sizeof s.rng);
-    ck->loader_B = s.B;
-    ck->loader_T = s.T;
-    ck->loader_accum = s.accum;
-    ck->loader_shuffle = s.shuffle;
-    ck->loader_seed = s.loader_seed;
-    ck->data_tokens = s.data_tokens;
-    ck->nparams = np;
     ck->params = (float *)params;
     ck->m = (float *)m;
     ck->v = (float *)v;
-    ck->meta = (char *)meta;
-    params = m = v = meta = NULL;
+    params = m = v = NULL;
 cleanup:
-    if (st != CT_OK) memset(ck, 0, sizeof *ck);
-    free(cfgp);
-    free(statep);
+    if (st != CT_OK) {
+        free(ck->meta);
+        memset(ck, 0, sizeof *ck);
+    }
     free(endp);
-    free(meta);
     free(params);
     free(m);
     free(v);
@@ -255,28 +125,65 @@ static ct_status make_dir(const char *dir, ct_err *err) {
     return CT_OK;
 }
 
-ct_status ct_checkpoint_save_dir(const char *dir, const ct_checkpoint *ck, char *written,
-                                 size_t len, ct_err *err) {
+void ct_checkpoint_name(char *out, size_t len, const char *dir, int64_t step) {
+    snprintf(out, len, "%s/ckpt_%08lld.bin", dir, (long long)step);
+}
+
+ct_status ct_checkpoint_publish(const char *dir, const char *path, ct_err *err) {
     ct_status st = CT_OK;
-    CT_CHECK(make_dir(dir, err));
-    char name[64], path[1200], latest[1200];
-    snprintf(name, sizeof name, "ckpt_%08lld.bin", (long long)ck->step);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char latest[1200], line[300];
     snprintf(latest, sizeof latest, "%s/latest", dir);
-    CT_CHECK(ct_checkpoint_write(path, ck, err));
+    int k = snprintf(line, sizeof line, "%s\n", name);
     ct_atomic_file af;
     CT_CHECK(ct_atomic_file_open(&af, latest, err));
-    char line[80];
-    int k = snprintf(line, sizeof line, "%s\n", name);
     st = ct_atomic_file_write(&af, line, (size_t)k, err);
     if (st != CT_OK) {
         ct_atomic_file_abort(&af);
         goto cleanup;
     }
     CT_CHECK(ct_atomic_file_commit(&af, err));
+cleanup:
+    return st;
+}
+
+ct_status ct_checkpoint_save_dir(const char *dir, const ct_checkpoint *ck, char *written,
+                                 size_t len, ct_err *err) {
+    ct_status st = CT_OK;
+    CT_CHECK(make_dir(dir, err));
+    char path[1200];
+    ct_checkpoint_name(path, sizeof path, dir, ck->step);
+    CT_CHECK(ct_checkpoint_write(path, ck, err));
+    CT_CHECK(ct_checkpoint_publish(dir, path, err));
     if (written) snprintf(written, len, "%s", path);
 cleanup:
     return st;
+}
+
+ct_status ct_checkpoint_save_sharded(const char *dir, const ct_checkpoint *head,
+                                     const int32_t layout[5], int nshards,
+                                     const ct_shard_desc *d, const ct_shard_range *r, size_t nr,
+                                     char *written, size_t len, ct_err *err) {
+    ct_status st = CT_OK;
+    CT_CHECK(make_dir(dir, err));
+    char path[1200];
+    ct_checkpoint_name(path, sizeof path, dir, head->step);
+    CT_CHECK(ct_shards_manifest_write(path, head, layout, nshards, d, r, nr, err));
+    CT_CHECK(ct_checkpoint_publish(dir, path, err));
+    if (written) snprintf(written, len, "%s", path);
+cleanup:
+    return st;
+}
+
+int ct_checkpoint_is_sharded(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char h[16];
+    uint32_t v[2] = {0, 0};
+    int ok = fread(h, sizeof h, 1, f) == 1 && !memcmp(h, CT_CKPT_MAGIC, 8);
+    fclose(f);
+    if (ok) memcpy(v, h + 8, 8);
+    return ok && v[0] == CT_CKPT_VERSION_SHARDED;
 }
 
 ct_status ct_checkpoint_find(const char *dir, char *path, size_t len, ct_err *err) {
@@ -324,6 +231,55 @@ static int is_ckpt_name(const char *n, long long *step) {
     return 1;
 }
 
+/* "ckpt_<digits>.shard_<digits>" (*step set) */
+static int is_shard_name(const char *n, long long *step) {
+    if (strncmp(n, "ckpt_", 5) != 0 || !isdigit((unsigned char)n[5])) return 0;
+    char *end = NULL;
+    long long v = strtoll(n + 5, &end, 10);
+    if (strncmp(end, ".shard_", 7) != 0 || !isdigit((unsigned char)end[7])) return 0;
+    strtol(end + 7, &end, 10);
+    if (*end) return 0;
+    if (step) *step = v;
+    return 1;
+}
+
+/* Remove the shards in `dir` whose manifest DIR/ckpt_<step>.bin is not there (all of them when
+ * only_step < 0, else those of that step); counts and names them like ct_checkpoint_clean_stale. */
+static ct_status remove_orphan_shards(const char *dir, long long only_step, int *removed,
+                                      uint64_t *bytes, char *names, size_t len, size_t *used,
+                                      ct_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return CT_OK;
+        return CT_ERR(err, CT_ERR_IO, "cannot list checkpoint directory %s: %s", dir,
+                      strerror(errno));
+    }
+    ct_status st = CT_OK;
+    for (struct dirent *e; (e = readdir(d));) {
+        long long step;
+        if (!is_shard_name(e->d_name, &step) || (only_step >= 0 && step != only_step)) continue;
+        char man[1400], path[1400];
+        ct_checkpoint_name(man, sizeof man, dir, step);
+        struct stat sb;
+        if (stat(man, &sb) == 0) continue; /* its checkpoint exists */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (remove(path) != 0) {
+            st = CT_ERR(err, CT_ERR_IO, "cannot remove the orphaned shard %s: %s", path,
+                        strerror(errno));
+            break;
+        }
+        if (removed) (*removed)++;
+        if (bytes) *bytes += (uint64_t)sb.st_size;
+        if (names && *used + 1 < len) {
+            int w = snprintf(names + *used, len - *used, "%s%s", *used ? ", " : "", e->d_name);
+            *used = w < 0 ? len : *used + (size_t)w;
+        }
+    }
+    closedir(d);
+    return st;
+}
+
 /* "<ckpt name or latest>.tmp.<pid>.<n>" (ct_atomic_file's temporaries of this directory; without
  * ".<n>" as older versions named them): the writer's pid */
 static long stale_pid(const char *n) {
@@ -334,7 +290,8 @@ static long stale_pid(const char *n) {
     if (bl >= sizeof base) return -1;
     memcpy(base, n, bl);
     base[bl] = 0;
-    if (strcmp(base, "latest") != 0 && !is_ckpt_name(base, NULL)) return -1;
+    if (strcmp(base, "latest") != 0 && !is_ckpt_name(base, NULL) && !is_shard_name(base, NULL))
+        return -1;
     char *end = NULL;
     long pid = strtol(t + 5, &end, 10);
     if (*end == '.' && isdigit((unsigned char)end[1])) strtol(end + 1, &end, 10);
@@ -376,6 +333,8 @@ ct_status ct_checkpoint_clean_stale(const char *dir, int *removed, uint64_t *byt
         }
     }
     closedir(d);
+    /* a sharded save killed before its manifest: shards no checkpoint names */
+    if (st == CT_OK) st = remove_orphan_shards(dir, -1, removed, bytes, names, len, &used, err);
     return st;
 }
 
@@ -439,7 +398,13 @@ ct_status ct_checkpoint_prune(const char *dir, int keep, int *removed, ct_err *e
                         strerror(errno));
         else if (removed)
             (*removed)++;
+        /* the manifest went first, so its shards are orphans now */
+        size_t used = 0;
+        if (st == CT_OK) st = remove_orphan_shards(dir, f[i].step, NULL, NULL, NULL, 0, &used, err);
     }
     free(f);
+    /* shards of a save killed before its manifest (none is in flight: the caller just saved) */
+    size_t used = 0;
+    if (st == CT_OK) st = remove_orphan_shards(dir, -1, NULL, NULL, NULL, 0, &used, err);
     return st;
 }

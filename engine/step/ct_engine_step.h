@@ -178,6 +178,16 @@ void ct_zero_set_trace(ct_zero *z, ct_trace *t);
  * ZeRO, else DP rank 0). */
 ct_status ct_state_gather(ct_model *m, ct_comm *world, float *params, float *adam_m,
                           float *adam_v, ct_err *err);
+/* A worker's part of array `which` (0 params, 1 Adam m, 2 Adam v) as runs of the table:
+ * fn(user, table offset, flat offset, floats) per run, in table order within each tensor; a
+ * non-zero return stops the walk and is returned. owned = 1: the runs this worker owns by the
+ * rule above (over the layout's workers every element exactly once: its shard of a sharded
+ * checkpoint); owned = 0: every run it stores on its device (what resuming must fill). */
+typedef int (*ct_state_run_fn)(void *user, size_t table_off, size_t flat_off, size_t n);
+int ct_state_runs(ct_model *m, int which, int owned, ct_state_run_fn fn, void *user);
+/* Array `which` as this worker stores it, read to the host in the flat layout (flat_len floats;
+ * positions it does not store are left as they were). Blocking, not collective. */
+ct_status ct_state_read_flat(ct_model *m, int which, float *flat, ct_err *err);
 /* Collective over `world`: device bytes per category of every worker, out[w * CT_MEM__COUNT + c]
  * (host staging bytes host_comm added to this worker's "comm"). */
 ct_status ct_state_mem_gather(ct_device *dev, ct_comm *world, size_t host_comm, uint64_t *out,

@@ -8,43 +8,30 @@
  * shard, or for experts the shard over the expert-data-parallel group); otherwise DP rank 0 (for
  * experts, the first worker holding them: dp_rank < ep). A tensor replicated over the TP group
  * belongs to TP rank 0, and the tied wte of a pipeline to its first stage, so nothing is counted
- * twice. */
+ * twice. The same rule says what each worker's shard of a sharded checkpoint holds
+ * (ct_state_runs with owned = 1), and which runs a resuming worker fills (owned = 0). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ct_engine_step.h"
 
-typedef struct own_ctx {
-    const float *flat; /* this worker's flat values (valid over [olo, ohi)) */
-    float *tensor;     /* the tensor's zero-filled table-order copy */
-    size_t t0;         /* the tensor's table offset */
-    size_t olo, ohi;   /* owned flat range */
-} own_ctx;
-
-static int put_owned(void *user, size_t toff, size_t foff, size_t n) {
-    own_ctx *c = (own_ctx *)user;
-    size_t a = foff > c->olo ? foff : c->olo, e = foff + n < c->ohi ? foff + n : c->ohi;
-    if (a < e) memcpy(c->tensor + (toff - c->t0) + (a - foff), c->flat + a, (e - a) * sizeof(float));
-    return 0;
+/* The array `which` (0 params, 1 m, 2 v): its buffer and whether it is kept as the ZeRO shard's
+ * runs (Adam's m, v for stages >= 1, the parameters for stage 3). */
+static ct_arena *array_of(ct_params *P, int which, int *sharded) {
+    int zero = ct_params_zero_stage(P);
+    if (which == 0) {
+        *sharded = zero >= 3;
+        return *sharded ? ct_params_param_shard(P) : ct_params_buffer(P);
+    }
+    *sharded = zero >= 1;
+    return which == 1 ? ct_params_adam_m(P) : ct_params_adam_v(P);
 }
 
-/* One array (which: 0 params, 1 m, 2 v) gathered into out (may be NULL). */
-static ct_status gather_one(ct_model *m, ct_comm *world, int which, float *out, float *flat,
-                            float *tensor, ct_err *err) {
+ct_status ct_state_read_flat(ct_model *m, int which, float *flat, ct_err *err) {
     ct_params *P = ct_model_params(m);
-    const ct_gpt_config *c = ct_params_config(P);
     size_t lo[2], hi[2], flen = ct_params_flat_len(P);
-    int nr = ct_params_shards(P, lo, hi);
-    int zero = ct_params_zero_stage(P);
-    ct_arena *b;
-    int sharded;
-    if (which == 0) {
-        sharded = zero >= 3;
-        b = sharded ? ct_params_param_shard(P) : ct_params_buffer(P);
-    } else {
-        sharded = zero >= 1;
-        b = which == 1 ? ct_params_adam_m(P) : ct_params_adam_v(P);
-    }
+    int nr = ct_params_shards(P, lo, hi), sharded;
+    ct_arena *b = array_of(P, which, &sharded);
     /* the buffer holds the flat layout, or (sharded) the shard's runs one after another */
     ct_status st = CT_OK;
     size_t at = 0;
@@ -54,18 +41,83 @@ static ct_status gather_one(ct_model *m, ct_comm *world, int which, float *out, 
         at += n;
     }
     if (st != CT_OK)
-        return CT_ERR(err, st, "gathering the model state: %s",
+        return CT_ERR(err, st, "reading the model state to the host: %s",
                       ct_device_errmsg(ct_model_device(m)));
-    own_ctx oc = {flat, tensor, 0, 0, 0};
+    return CT_OK;
+}
+
+typedef struct clip_ctx {
+    ct_state_run_fn fn;
+    void *user;
+    size_t lo, hi; /* flat range the runs are clipped to */
+    int stop;
+} clip_ctx;
+
+static int clip_piece(void *user, size_t toff, size_t foff, size_t n) {
+    clip_ctx *c = (clip_ctx *)user;
+    size_t a = foff > c->lo ? foff : c->lo, e = foff + n < c->hi ? foff + n : c->hi;
+    if (a < e && (c->stop = c->fn(c->user, toff + (a - foff), a, e - a)) != 0) return c->stop;
+    return 0;
+}
+
+int ct_state_runs(ct_model *m, int which, int owned, ct_state_run_fn fn, void *user) {
+    ct_params *P = ct_model_params(m);
+    const ct_gpt_config *c = ct_params_config(P);
+    size_t lo[2], hi[2];
+    int nr = ct_params_shards(P, lo, hi), sharded;
+    array_of(P, which, &sharded);
+    if (!sharded) lo[0] = 0, hi[0] = ct_params_flat_len(P), nr = 1;
+    clip_ctx cc = {fn, user, 0, 0, 0};
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
+        size_t olo, ohi;
+        int runs = owned ? ct_params_owned(P, i, sharded, &olo, &ohi) : ct_params_holds(P, i) ? nr : 0;
+        int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
+        for (int k = 0; k < runs; k++) {
+            cc.lo = owned ? olo : lo[k];
+            cc.hi = owned ? ohi : hi[k];
+            for (int l = 0; l < (block ? c->layers : 1); l++)
+                if (!block || ct_params_holds_layer(P, l)) {
+                    ct_params_pieces(P, i, l, clip_piece, &cc);
+                    if (cc.stop) return cc.stop;
+                }
+            if (owned) break;
+        }
+    }
+    return 0;
+}
+
+typedef struct own_ctx {
+    const float *flat; /* this worker's flat values */
+    float *tensor;     /* the tensor's zero-filled table-order copy */
+    size_t t0;         /* the tensor's table offset */
+} own_ctx;
+
+static int put_owned(void *user, size_t toff, size_t foff, size_t n) {
+    own_ctx *c = (own_ctx *)user;
+    memcpy(c->tensor + (toff - c->t0), c->flat + foff, n * sizeof(float));
+    return 0;
+}
+
+/* One array (which: 0 params, 1 m, 2 v) gathered into out (may be NULL). */
+static ct_status gather_one(ct_model *m, ct_comm *world, int which, float *out, float *flat,
+                            float *tensor, ct_err *err) {
+    ct_params *P = ct_model_params(m);
+    const ct_gpt_config *c = ct_params_config(P);
+    ct_status st = ct_state_read_flat(m, which, flat, err);
+    if (st != CT_OK) return st;
+    int sharded;
+    array_of(P, which, &sharded);
+    own_ctx oc = {flat, tensor, 0};
+    clip_ctx cc = {put_owned, &oc, 0, 0, 0};
     size_t sizes[CT_GPT_NUM_TENSORS], toff = 0;
     ct_gpt_param_sizes(c, sizes);
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
         memset(tensor, 0, sizes[i] * sizeof(float));
         oc.t0 = toff;
-        if (ct_params_owned(P, i, sharded, &oc.olo, &oc.ohi)) {
+        if (ct_params_owned(P, i, sharded, &cc.lo, &cc.hi)) {
             int block = i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb;
             for (int l = 0; l < (block ? c->layers : 1); l++)
-                if (!block || ct_params_holds_layer(P, l)) ct_params_pieces(P, i, l, put_owned, &oc);
+                if (!block || ct_params_holds_layer(P, l)) ct_params_pieces(P, i, l, clip_piece, &cc);
         }
         if (world && ct_comm_size(world) > 1) {
             st = ct_comm_allreduce(world, tensor, tensor, sizes[i], CT_F32, CT_OP_SUM, NULL);

@@ -74,6 +74,12 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(!(p->save_every > 0 && !p->save[0]), "--save-every needs --save DIR");
     NEED(p->keep_last >= 0, "--keep-last must be >= 0 (0 = keep all; got %d)", p->keep_last);
     NEED(!(p->keep_last > 0 && !p->save[0]), "--keep-last needs --save DIR");
+    NEED(!strcmp(p->save_format, "gathered") || !strcmp(p->save_format, "sharded") ||
+             !strcmp(p->save_format, "auto"),
+         "--save-format must be auto, gathered or sharded (got '%s')", p->save_format);
+    NEED(p->save_async == 0 || p->save_async == 1, "--save-async must be 0 or 1 (got %d)",
+         p->save_async);
+    NEED(!(p->save_async && !p->save[0]), "--save-async needs --save DIR");
     NEED(p->val_frac >= 0 && p->val_frac < 1, "--val-frac must be in [0, 1) (got %g)", p->val_frac);
     NEED(p->peak_tflops >= 0, "--peak-tflops must be >= 0 (got %g)", p->peak_tflops);
     NEED(p->mem_cap_gb >= 0, "--mem-cap-gb must be >= 0 (got %g)", p->mem_cap_gb);

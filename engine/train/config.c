@@ -53,11 +53,20 @@ ct_status ct__train_source_load(const ct_train_params *p, int keep, ct__train_so
     memset(src, 0, sizeof *src);
     ct_gpt_config *cfg = &src->cfg;
     if (p->resume[0]) {
-        if ((st = ct_checkpoint_find(p->resume, src->ckpath, sizeof src->ckpath, err)) != CT_OK ||
-            (st = ct_checkpoint_read(src->ckpath, &src->ck, err)) != CT_OK)
+        if ((st = ct_checkpoint_find(p->resume, src->ckpath, sizeof src->ckpath, err)) != CT_OK)
             return st;
+        /* a sharded checkpoint: the manifest here, each worker's runs in ckpt.c */
+        if (ct_checkpoint_is_sharded(src->ckpath))
+            st = ct_shards_open(&src->shards, src->ckpath, &src->ck, err);
+        else
+            st = ct_checkpoint_read(src->ckpath, &src->ck, err);
+        if (st != CT_OK) return st;
         *cfg = src->ck.cfg;
-        if (!keep) ct_checkpoint_release(&src->ck);
+        if (!keep) {
+            ct_checkpoint_release(&src->ck);
+            ct_shards_close(src->shards);
+            src->shards = NULL;
+        }
         snprintf(src->origin, sizeof src->origin, "%s", src->ckpath);
     } else if (p->init[0]) {
         st = keep ? ct_model_file_read(p->init, cfg, &src->init_params, &src->init_n, err)
@@ -73,6 +82,8 @@ ct_status ct__train_source_load(const ct_train_params *p, int keep, ct__train_so
 
 void ct__train_source_release(ct__train_source *src) {
     ct_checkpoint_release(&src->ck);
+    ct_shards_close(src->shards);
+    src->shards = NULL;
     free(src->init_params);
     src->init_params = NULL;
 }

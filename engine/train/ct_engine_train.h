@@ -121,6 +121,15 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, save_every, "save-every", "0", "checkpoint every N steps (needs --save); the end always") \
     X(INT, keep_last, "keep-last", "0",                                                         \
       "keep only the newest N checkpoints in --save DIR (never the one DIR/latest names); 0 = all") \
+    X(STR, save_format, "save-format", "auto",                                                  \
+      "checkpoint form: gathered (one file DIR/ckpt_<step>.bin, every element sent to worker 0), " \
+      "sharded (each worker writes the ranges it owns to DIR/ckpt_<step>.shard_<worker>, all at " \
+      "once, and worker 0 the manifest DIR/ckpt_<step>.bin), or auto: sharded with more than one " \
+      "worker, gathered with one (its shard would be the whole model); any layout resumes either, " \
+      "sample_gpt reads both")                                                                  \
+    X(INT, save_async, "save-async", "0",                                                       \
+      "1 = copy the state to host memory at the step boundary and write the checkpoint on a "    \
+      "background thread while training goes on (the next save and the end wait for it)")       \
     X(STR, resume, "resume", "", "resume from a checkpoint directory or file")                 \
     X(STR, save_model, "save-model", "",                                                        \
       "write the final model: a Hugging Face GPT-2 directory for a name ending in / (config.json " \
@@ -461,10 +470,19 @@ ct_status ct_trainer_eval(ct_trainer *t, double *val);
  * every worker runs it). */
 ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n);
 int ct_trainer_sample_collective(const ct_trainer *t);
-/* Collective: a checkpoint of the state after the steps run so far (gathered; the leader writes
- * DIR/ckpt_<step>.bin and DIR/latest, path receives the file's name there; with --keep-last N
- * it then removes all but the newest N checkpoints and the one DIR/latest names). */
+/* Collective: a checkpoint of the state after the steps run so far, in --save-format's form
+ * (gathered: the leader writes DIR/ckpt_<step>.bin; sharded: every worker its shard, the leader
+ * the manifest DIR/ckpt_<step>.bin once all are on disk), then DIR/latest; with --keep-last N the
+ * leader then removes all but the newest N checkpoints and the one DIR/latest names. path
+ * receives DIR/ckpt_<step>.bin. It first waits for the save in flight (its failure is returned
+ * before anything new is copied). --save-async: returns once the state is on the host; the write
+ * goes on in the background. Failures are reported on the leader (others return CT_OK). */
 ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len);
+/* Wait for the save in flight (none: CT_OK at once, path ""): its status (the leader's), the
+ * checkpoint's path, the seconds its write took. ct_trainer_finish and ct_trainer_free wait too. */
+ct_status ct_trainer_save_wait(ct_trainer *t, char *path, size_t len, double *seconds);
+/* "sharded" or "gathered": the form this run's checkpoints take (--save-format auto resolved). */
+const char *ct_trainer_save_form(const ct_trainer *t);
 /* Collective: the model as --save-model names it, stored as --save-dtype says (the leader
  * writes). */
 ct_status ct_trainer_save_model(ct_trainer *t);
@@ -493,7 +511,8 @@ typedef struct ct_pipeline_bubble {
  * the leader, with a "pipeline" metrics record. Nothing (CT_OK, out->steps = 0) with pp = 1 or
  * no step timed, and elsewhere than on the leader. */
 ct_status ct_trainer_pipeline_report(ct_trainer *t, ct_pipeline_bubble *out);
-/* Collective: the end of the run (writes the trace when --trace is given). */
+/* Collective: the end of the run (waits for a save in flight; writes the trace when --trace is
+ * given). */
 ct_status ct_trainer_finish(ct_trainer *t);
 /* The peak MFU divides by: the device's fp32 GEMM rate in TFLOP/s (2*M*N*K per product) at the
  * model's forward matmul shapes for BT rows, C = c->channels, Vp = c->padded_vocab: (BT, 3C, C)

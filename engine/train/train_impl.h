@@ -17,7 +17,9 @@ typedef struct ct__train_source {
     ct_gpt_config cfg;
     char origin[1300];
     char ckpath[1300];
-    ct_checkpoint ck;  /* --resume (kept) */
+    ct_checkpoint ck;  /* --resume (kept): a gathered file whole; a sharded one's head only */
+    ct_shard_set *shards; /* --resume of a sharded checkpoint (kept): its manifest, which each
+                           * worker reads its runs through (ckpt.c) */
     float *init_params; /* --init (kept): init_n floats */
     size_t init_n;
 } ct__train_source;
@@ -94,8 +96,19 @@ struct ct_trainer {
     uint64_t *mem;      /* the memory report, W x CT_MEM__COUNT */
     int32_t *tpdev;     /* [W]: 1 where the worker's TP collectives run on the device */
     int built;          /* programs worker 0's device built from source at setup (cold cache) */
+    ct_comm *save_comm; /* a second handle on the world for sharded saves' exchange (ckpt.c) */
+    struct ct__save *save; /* the save in flight (--save-async), NULL when none */
     ct_err err;
 };
+
+/* ckpt.c: the parameters, Adam state, step and RNG of the checkpoint resumed from (a sharded
+ * one: only the runs this worker stores); and the end of the saves (the one in flight waited
+ * for, the save handle freed), for ct_trainer_free. */
+typedef struct ct__save ct__save;
+ct_status ct__trainer_resume(ct_trainer *t, ct_err *err);
+void ct__trainer_save_end(ct_trainer *t);
+/* The form this worker's saves take (--save-format, auto resolved by the worker count). */
+int ct__trainer_save_sharded(const ct_trainer *t);
 
 /* A worker's failure: the message formatted into err (NULL: the trainer's own), st returned. */
 ct_status ct__trainer_fail(ct_trainer *t, ct_err *err, ct_status st, const char *fmt, ...);

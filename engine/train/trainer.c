@@ -1,7 +1,7 @@
 /* trainer.c - ct_trainer, one worker of a run: its place in the grid, device, model, executor,
- * loaders, metrics, trace; a step, evaluation, sampling, checkpoints, the end of the run. Every
- * collective call here is made by every worker in the same order; only the leader (world worker
- * 0) writes files. */
+ * loaders, metrics, trace; a step, evaluation, sampling, the model file, the end of the run
+ * (checkpoints are ckpt.c's). Every collective call here is made by every worker in the same
+ * order; only the leader (world worker 0) writes files. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -156,19 +156,7 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
     size_t np = ct_model_num_params(t->model);
     ct_rng_seed(&t->rng, (uint64_t)p->seed ^ 0x5A5A5A5A5A5A5A5Aull);
     if (p->resume[0]) {
-        if (r->src.ck.nparams != np) {
-            st = ct__trainer_fail(t, err, CT_ERR_ARG, "checkpoint %s holds %zu parameters, the model %zu",
-                      r->src.ckpath, r->src.ck.nparams, np);
-            goto fail;
-        }
-        if ((st = ct_model_set_params(t->model, r->src.ck.params, np)) != CT_OK ||
-            (st = ct_model_set_optimizer(t->model, r->src.ck.m, r->src.ck.v, np)) != CT_OK) {
-            ct__trainer_fail(t, err, st, "loading the checkpoint into the model failed: %s",
-                 ct_model_errmsg(t->model));
-            goto fail;
-        }
-        t->start = r->src.ck.step;
-        memcpy(t->rng.s, r->src.ck.rng, sizeof t->rng.s);
+        if ((st = ct__trainer_resume(t, err)) != CT_OK) goto fail;
     } else if (r->src.init_params) {
         if (r->src.init_n != np) {
             st = ct__trainer_fail(t, err, CT_ERR_ARG, "%s holds %zu parameters, the model %zu", p->init,
@@ -257,6 +245,7 @@ fail:
 
 void ct_trainer_free(ct_trainer *t) {
     if (!t) return;
+    ct__trainer_save_end(t);
     ct_sched_free(t->sched);
     free(t->slots);
     ct_exec_free(t->x);
@@ -459,49 +448,6 @@ ct_status ct_trainer_sample(ct_trainer *t, int **tokens, int *n) {
 
 const ct_tokenizer *ct_trainer_tokenizer(const ct_trainer *t) { return t->r->tok; }
 
-ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
-    const ct_train_params *p = &t->p;
-    ct_train_run *r = t->r;
-    ct_checkpoint ck;
-    memset(&ck, 0, sizeof ck);
-    ck.cfg = r->src.cfg;
-    ck.nparams = ct_model_num_params(t->model);
-    ck.step = t->step;
-    memcpy(ck.rng, t->rng.s, sizeof ck.rng);
-    ck.loader_B = p->batch;
-    ck.loader_T = p->seq;
-    ck.loader_accum = r->pipe.accum;
-    ck.loader_shuffle = p->shuffle;
-    ck.loader_seed = (uint64_t)p->seed;
-    ck.data_tokens = ct_data_count(r->train);
-    ct_status st = CT_OK;
-    if (t->leader) {
-        ck.params = ct_malloc(ck.nparams * 4);
-        ck.m = ct_malloc(ck.nparams * 4);
-        ck.v = ct_malloc(ck.nparams * 4);
-        size_t need = ct_opts_format(NULL, 0, ct_train_opts, ct_train_opts_count, p);
-        ck.meta = ct_malloc(need + 1);
-        if (ck.meta) ct_opts_format(ck.meta, need + 1, ct_train_opts, ct_train_opts_count, p);
-    }
-    /* collective: every worker takes part even if the leader is out of memory, then fails */
-    st = ct_exec_gather_state(t->x, ck.params, ck.m, ck.v);
-    if (st != CT_OK) st = ct__trainer_fail(t, NULL, st, "gathering the model for a checkpoint failed: %s",
-                               ct_exec_errmsg(t->x));
-    if (st == CT_OK && t->leader && (!ck.params || !ck.m || !ck.v || !ck.meta))
-        st = ct__trainer_fail(t, NULL, CT_ERR_NOMEM, "no memory for a checkpoint");
-    if (st == CT_OK && t->leader)
-        st = ct_checkpoint_save_dir(p->save, &ck, path, len, &t->err);
-    if (st == CT_OK && t->leader && p->keep_last > 0 &&
-        (st = ct_checkpoint_prune(p->save, p->keep_last, NULL, &t->err)) != CT_OK) {
-        char m[CT_ERR_MSG_MAX];
-        snprintf(m, sizeof m, "%s", t->err.msg);
-        ct__trainer_fail(t, NULL, st, "the checkpoint was written, but --keep-last %d could not remove the "
-                          "older ones: %s", p->keep_last, m);
-    }
-    ct_checkpoint_release(&ck);
-    return st;
-}
-
 ct_status ct_trainer_save_model(ct_trainer *t) {
     size_t np = ct_model_num_params(t->model);
     float *host = t->leader ? ct_malloc(np * sizeof(float)) : NULL;
@@ -517,7 +463,7 @@ ct_status ct_trainer_save_model(ct_trainer *t) {
 }
 
 ct_status ct_trainer_finish(ct_trainer *t) {
-    if (!t->tr) return CT_OK;
-    ct_status st = ct_trace_write(t->tr, t->world, t->p.trace, &t->err);
-    return st;
+    ct_status st = ct_trainer_save_wait(t, NULL, 0, NULL);
+    if (st != CT_OK || !t->tr) return st;
+    return ct_trace_write(t->tr, t->world, t->p.trace, &t->err);
 }
