@@ -66,7 +66,7 @@
 # PoCL 3.1 with several of its devices in one process aborts now and then in its process-wide
 # cache of compiled kernels (pocl_release_dlhandle_cache: Assertion `found->ref_count > 0'), more
 # often with experts (1 in ~30 four-device MoE runs, bench_moe) but not only (a dense dp 2 x tp 2
-# run as 4 threads); docs/ARCHITECTURE.md, known limits. A defect of PoCL, not of this engine:
+# run as 4 threads); docs/LIMITS.md. A defect of PoCL, not of this engine:
 # logged starts such a run once more and says so; any other failure, or the same abort twice,
 # fails the test.
 set -u
