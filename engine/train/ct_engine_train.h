@@ -121,12 +121,12 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, save_every, "save-every", "0", "checkpoint every N steps (needs --save); the end always") \
     X(INT, keep_last, "keep-last", "0",                                                         \
       "keep only the newest N checkpoints in --save DIR (never the one DIR/latest names); 0 = all") \
-    X(STR, save_format, "save-format", "auto",                                                  \
+    X(STR, save_format, "save-format", "gathered",                                              \
       "checkpoint form: gathered (one file DIR/ckpt_<step>.bin, every element sent to worker 0), " \
       "sharded (each worker writes the ranges it owns to DIR/ckpt_<step>.shard_<worker>, all at " \
       "once, and worker 0 the manifest DIR/ckpt_<step>.bin), or auto: sharded with more than one " \
       "worker, gathered with one (its shard would be the whole model); any layout resumes either, " \
-      "sample_gpt reads both")                                                                  \
+      "sample_gpt reads both; sharded is not the default yet (docs/LIMITS.md)")                   \
     X(INT, save_async, "save-async", "0",                                                       \
       "1 = copy the state to host memory at the step boundary and write the checkpoint on a "    \
       "background thread while training goes on (the next save and the end wait for it)")       \
