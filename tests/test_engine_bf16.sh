@@ -12,9 +12,13 @@
 #    bf16's parameter bytes fp32's plus the bf16 working copy (2 bytes a parameter, 1.5x).
 #    --recompute block in bf16 gives bitwise the losses of --recompute none in bf16 (the
 #    recomputed forward runs the same bf16 kernels on the same inputs).
-# 3. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
-#    dp 2, tp 2, pp 2, experts, --recompute attention; an unknown precision.
-# part: "all" (default), "converge", "memory", "refuse".
+# 3. "dp": data parallelism in bf16 (dp 2 as threads with ZeRO-1, as ranks with ZeRO-2,
+#    batch 8 split 4 + 4) reproduces the single-device bf16 run (batch 8) within 5e-3 relative on
+#    every step's loss over 20 steps (clipping on); the gradients reduce in fp32, the working
+#    copy is made after ZeRO's all-gather.
+# 4. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
+#    ZeRO-3, tp 2, pp 2, experts, --recompute attention; an unknown precision.
+# part: "all" (default), "converge", "memory", "dp", "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -105,9 +109,33 @@ print("ok: bf16 --recompute block: 10 steps bitwise those of none")
 EOF
 fi
 
+# near REF OTHER WHAT: every step's loss of REF in OTHER within 5e-3 relative.
+near() {
+    if $PY - "$D/$1.jsonl" "$D/$2.jsonl" "$3" <<'EOF'; then :; else fail "$3"; fi
+import json, sys
+def tr(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b, what = tr(sys.argv[1]), tr(sys.argv[2]), sys.argv[3]
+worst = max((abs(b[s] - a[s]) / abs(a[s]) if s in b else float("inf")) for s in a) if a else float("inf")
+if len(a) != 20 or not worst <= 5e-3:
+    print("%s: %d steps, worst relative difference %.3g (5e-3 allowed)" % (what, len(a), worst))
+    for s in sorted(a): print(" ", s, a[s], b.get(s))
+    sys.exit(1)
+print("ok: %-28s 20 steps within %.2g of the single-device bf16 run" % (what, worst))
+EOF
+}
+
+if want dp; then
+    DPA="--steps 20 --batch 8 --grad-clip 0.3 --log-every 1 --precision bf16"
+    train dp_ref 1 1 $DPA &&
+        train dp_threads_z1 1 2 $DPA --dp 2 --zero 1 &&
+        near dp_ref dp_threads_z1 "dp 2 threads ZeRO-1" &&
+        train dp_ranks_z2 2 1 $DPA --dp 2 --zero 2 && near dp_ref dp_ranks_z2 "dp 2 ranks ZeRO-2"
+fi
+
 if want refuse; then
-    refused "bf16 dp 2" "--precision bf16 with --dp 2 is not built yet" 1 2 --precision bf16 \
-        --dp 2 --devices-per-rank 2
+    refused "bf16 ZeRO-3" "--precision bf16 with --zero 3 is not built yet" 1 2 --precision bf16 \
+        --dp 2 --zero 3 --devices-per-rank 2
     refused "bf16 tp 2" "--precision bf16 with --tp 2 is not built yet" 1 2 --precision bf16 \
         --tp 2 --devices-per-rank 2
     refused "bf16 pp 2" "--precision bf16 with --pp 2 is not built yet" 1 2 --precision bf16 \

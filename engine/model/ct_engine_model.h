@@ -77,8 +77,8 @@ ct_status ct_model_recompute_check(ct_recompute rc, ct_attn_path attn, int split
  *         bf16 working copy of the parameters in the flat layout, made from the fp32 master at
  *         init, set_params and after every optimizer step (ct_model_refresh_working). Parameter
  *         gradients, Adam's state, LayerNorm statistics, losses and log-sum-exp stay fp32. Built
- *         for one device (dp, tp, pp, ep 1), no experts, recompute none or block (attention
- *         recompute's probabilities have no bf16 op yet). */
+ *         for data parallelism with ZeRO 0 to 2 (tp, pp, ep 1), no experts, recompute none or
+ *         block (attention recompute's probabilities have no bf16 op yet). */
 typedef enum ct_precision { CT_PRECISION_FP32 = 0, CT_PRECISION_BF16 } ct_precision;
 const char *ct_precision_name(ct_precision p); /* "fp32", "bf16" */
 /* "fp32" or "bf16"; anything else is CT_ERR_ARG (no message: the caller names the flag). */
