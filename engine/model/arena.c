@@ -78,7 +78,7 @@ size_t ct__model_arena_part_list(const arena_plan *a, int slots, size_t **parts,
  * over the EP group (block mode recomputes the block up to ln2, the MoE layer's input). */
 void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, int nbw,
                           int head, ct_attn_path attn, int B, int T, int split, ct_recompute rc,
-                          size_t lmoe, size_t xmoe, int loss_chunk) {
+                          size_t lmoe, size_t xmoe, int loss_chunk, int bf16) {
     size_t nb = (size_t)nbw, C = (size_t)c->channels, N = (size_t)Nw;
     size_t NHl = (size_t)c->heads / N;
     size_t BT = (size_t)B * T, BTC = BT * C;
@@ -105,63 +105,92 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
     }
     a->nxr = a->nsr = 0;
     size_t o = 0;
-/* 64-byte aligned; recorded with a name (messages) and the stride of its copies (k) */
-#define REGIONK(list, cnt, p, f, n, k, nm, all)                                            \
-    ((p)->f = o, a->list[a->cnt++] = (arena_region){o, (size_t)(n), (size_t)(k), nm, all}, \
-     o += ((size_t)(n) + 15) / 16 * 16)
+/* 64-byte aligned; recorded with a name (messages) and the stride of its copies (k). n and k
+ * count elements; an activation region (act) of a bf16 plan holds 2-byte elements, so it takes
+ * half the floats (its copies cut apart only when a copy is a whole number of floats) */
+#define HALF(n, act) (bf16 && (act) ? ((size_t)(n) + 1) / 2 : (size_t)(n))
+#define HALFK(k, act) (bf16 && (act) ? ((size_t)(k) % 2 ? 0 : (size_t)(k) / 2) : (size_t)(k))
+#define REGIONA(list, cnt, p, f, n, k, nm, all, act)                                            \
+    ((p)->f = o,                                                                                \
+     a->list[a->cnt++] = (arena_region){o, HALF(n, act), HALFK(k, act), nm, all},               \
+     o += (HALF(n, act) + 15) / 16 * 16)
+#define REGIONK(list, cnt, p, f, n, k, nm, all) REGIONA(list, cnt, p, f, n, k, nm, all, 0)
 #define XREG(f, n, nm) REGIONK(xr, nxr, x, f, n, 0, nm, nm)
 #define SREG(f, n, nm) REGIONK(sr, nsr, s, f, n, 0, nm, nm)
+#define XACT(f, n, nm) REGIONA(xr, nxr, x, f, n, 0, nm, nm, 1)
+#define SACT(f, n, nm) REGIONA(sr, nsr, s, f, n, 0, nm, nm, 1)
+    a->bf16 = bf16;
+    for (int t = 0; t < B__COUNT; t++)
+        a->act[t] = !(t == B_LN1M || t == B_LN1R || t == B_LN2M || t == B_LN2R ||
+                      (t == B_ATT && fused));
     scratch_plan *x = &a->x;
-    XREG(qkv, g * BT * Cq, "the QKV scratch");
-    XREG(proj, BTC, "the projection scratch");
-    XREG(vaccum, g * BT * Ca, "the attention output scratch");
-    XREG(dres, rowC, "the residual gradient");
-    XREG(dA, BT * (F > C ? F : C), "gradient scratch A");
-    XREG(dB, BT * (F > Cq ? F : Cq), "gradient scratch B");
-    XREG(datt, att, fused ? "the attention row sums" : "the score gradient"); /* the score gradient; fused: rowsum(dout * out) */
+    XACT(qkv, g * BT * Cq, "the QKV scratch");
+    XACT(proj, BTC, "the projection scratch");
+    XACT(vaccum, g * BT * Ca, "the attention output scratch");
+    XACT(dres, rowC, "the residual gradient");
+    XACT(dA, BT * (F > C ? F : C), "gradient scratch A");
+    XACT(dB, BT * (F > Cq ? F : Cq), "gradient scratch B");
+    REGIONA(xr, nxr, x, datt, att, 0, fused ? "the attention row sums" : "the score gradient",
+            fused ? "the attention row sums" : "the score gradient", !fused); /* the score gradient; fused: rowsum(dout * out) */
     /* the attention backward's head-major temporaries share the forward's: each is written and
      * read within one forward or one attention backward call, and a worker runs those one at a
      * time (a recomputed forward ends before its backward starts) */
     x->dqkvr = x->qkv, x->dvaccum = x->vaccum;
-    XREG(xfull, spx * BTC, "the gathered rows");
-    XREG(dfull, spx * BTC, "the gathered gradient rows");
+    XACT(xfull, spx * BTC, "the gathered rows");
+    XACT(dfull, spx * BTC, "the gathered gradient rows");
     XREG(stats, tpx * 3 * BT, "the loss statistics");
     XREG(moex, xmoe, "the MoE scratch");
     x->rc_lo = o;
     for (int t = 0; t < B__COUNT; t++)
-        XREG(rc[t], a->kept[t] ? 0 : bsz[t], blk_name(t, fused, 0));
+        REGIONA(xr, nxr, x, rc[t], a->kept[t] ? 0 : bsz[t], 0, blk_name(t, fused, 0),
+                blk_name(t, fused, 0), a->act[t]);
     x->rc_hi = o;
     x->total = o;
     o = 0;
     slot_plan *s = &a->s;
     SREG(tokens, BT, "the tokens");
     SREG(targets, BT, "the targets");
-    SREG(in, rowC, "the stage input");
+    SACT(in, rowC, "the stage input");
     for (int t = 0; t < B__COUNT; t++)
-        REGIONK(sr, nsr, s, blk[t], a->kept[t] ? nb * bsz[t] : 0, bsz[t], blk_name(t, fused, 0),
-                blk_name(t, fused, 1));
+        REGIONA(sr, nsr, s, blk[t], a->kept[t] ? nb * bsz[t] : 0, bsz[t], blk_name(t, fused, 0),
+                blk_name(t, fused, 1), a->act[t]);
     REGIONK(sr, nsr, s, moe, nb * lmoe, lmoe, "a block's MoE tensors", "every block's MoE tensors");
     /* zero-bubble plans: what the deferred weight gradient needs beyond the saved activations,
      * per block [output gradient | dln2 | residual gradient after ln2 | dln1]; its other two
      * inputs (the gradients of fch and of qkv) go where fch and qkvr were, dead by then (not
      * planned under tensor parallelism, which refuses the split) */
-    REGIONK(sr, nsr, s, wg, split ? nb * 4 * BTC : 0, 4 * BTC, "a block's weight-gradient inputs",
-            "every block's weight-gradient inputs");
+    REGIONA(sr, nsr, s, wg, split ? nb * 4 * BTC : 0, 4 * BTC, "a block's weight-gradient inputs",
+            "every block's weight-gradient inputs", 1);
     size_t h = head ? 1 : 0;
-    SREG(lnf, h * rowC, "the final LayerNorm");
+    SACT(lnf, h * rowC, "the final LayerNorm");
     SREG(lnfm, h * BTl, "the final LayerNorm's means");
     SREG(lnfr, h * BTl, "the final LayerNorm's deviations");
-    SREG(logits, h * ct__head_rows(loss_chunk, B, T) * Vl, "the logits");
+    SACT(logits, h * ct__head_rows(loss_chunk, B, T) * Vl, "the logits");
     SREG(losses, h * BT, "the losses");
     SREG(lse, h * BT, "the log-sum-exp");
     SREG(loss, 1, "the loss");
 #undef XREG
 #undef SREG
+#undef XACT
+#undef SACT
 #undef REGIONK
+#undef REGIONA
+#undef HALF
+#undef HALFK
     s->total = o;
     a->lrow = rowC, a->lst = BTl, a->lqkv = BT * Cq, a->latty = BT * Ca, a->lfc = BT * F;
     a->attL = att;
     a->lmoe = lmoe;
+}
+
+const char *ct_precision_name(ct_precision p) {
+    return p == CT_PRECISION_FP32 ? "fp32" : p == CT_PRECISION_BF16 ? "bf16" : "?";
+}
+
+ct_status ct_precision_parse(const char *s, ct_precision *out) {
+    if (s && !strcmp(s, "fp32")) return *out = CT_PRECISION_FP32, CT_OK;
+    if (s && !strcmp(s, "bf16")) return *out = CT_PRECISION_BF16, CT_OK;
+    return CT_ERR_ARG;
 }
 
 const char *ct_recompute_name(ct_recompute r) {
@@ -342,6 +371,27 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                       "%s: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
                       "are built; a ZeRO stage needs dp >= 2)",
                       layout->zero, layout->dp);
+    if (plan->precision != CT_PRECISION_FP32 && plan->precision != CT_PRECISION_BF16)
+        return PFAIL(CT_ERR_ARG, "%s: precision %d is not fp32 or bf16%s", (int)plan->precision,
+                     "");
+    if (plan->precision == CT_PRECISION_BF16) {
+        /* ZeRO-3 gathers the parameters before each block: the working copy would need making
+         * after every gather */
+        const char *axis = layout->zero >= 3 ? "zero" : N > 1 ? "tp" : layout->pp > 1 ? "pp"
+                           : ep > 1 ? "ep" : E > 0 ? "experts" : NULL;
+        int n = layout->zero >= 3 ? layout->zero : N > 1 ? N : layout->pp > 1 ? layout->pp
+                                                                       : ep > 1 ? ep : E;
+        if (axis || plan->chunks.nchunks > 1)
+            return PFAIL(CT_ERR_UNSUPPORTED,
+                         "%s: --precision bf16 with %s %d is not built yet (bf16 runs with data "
+                         "parallelism, ZeRO 0 to 2: tp, pp and ep 1, a dense model)",
+                         axis ? axis : "chunks", axis ? n : plan->chunks.nchunks);
+        if (plan->recompute == CT_RECOMPUTE_ATTENTION)
+            return PFAIL(CT_ERR_UNSUPPORTED,
+                         "%s: --precision bf16 with --recompute attention is not built yet "
+                         "(recomputing the probabilities has no bf16 op)%s",
+                         "; use --recompute none or block");
+    }
 #undef PFAIL
     return CT_OK;
 }
@@ -368,13 +418,15 @@ ct_status ct__model_arena_plan(const ct_gpt_config *cfg, const ct_params *P,
     if ((st = ct__model_moe_config(cfg, lay, plan, nb, &mc, &lmoe, &xmoe, err)) != CT_OK) return st;
     arena_plan a;
     ct__model_plan_arena(&a, cfg, N, N > 1 && plan->sp, nb, ct_params_has_head(P), attn, plan->max_B,
-               plan->max_T, plan->split_backward, plan->recompute, lmoe, xmoe, plan->loss_chunk);
+               plan->max_T, plan->split_backward, plan->recompute, lmoe, xmoe, plan->loss_chunk,
+               plan->precision == CT_PRECISION_BF16);
     out->moe_staging = cfg->experts > 0 ? ct_moe_staging_floats(&mc, lay->ep) : 0;
     out->slot = a.s.total, out->scratch = a.x.total;
     out->layer = (a.s.lnf - a.s.blk[0]) / (size_t)(nb ? nb : 1);
     out->recompute = a.x.rc_hi - a.x.rc_lo;
     out->blocks = nb;
     out->attention = attn;
+    out->working = plan->precision == CT_PRECISION_BF16 ? 2 * ct_params_flat_len(P) : 0;
     out->tp_staging = N > 1 ? ct__model_tp_staging_floats(cfg, plan->max_B, plan->max_T) : 0;
     /* the largest part: the arena's regions and copies, as the model cuts them */
     size_t total = a.x.total + plan->slots * a.s.total, *parts = NULL, np;

@@ -18,7 +18,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
                       "ct_model_head_backward: needs a forward with targets first (and only one "
                       "backward per forward)");
     row_shape(m, B, T, &rb, &rt);
-    ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
+    ct_view last = BA(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     ss->logits_valid = 0; /* the logits become their gradient */
     ss->loss_scale = loss_scale;
     double tg_ = ct_time_now();
@@ -28,31 +28,31 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
          * products: the rows' part of dlnf, wte's gradient accumulated chunk by chunk */
         for (size_t r0 = 0; r0 < BT; r0 += rows) {
             int n = (int)(BT - r0 < rows ? BT - r0 : rows);
-            ct_view x = ct_view_at(SV(lnf), r0 * C), dx = ct_view_at(XV(dA), r0 * C);
+            ct_view x = ct_view_at(SA(lnf), r0 * C), dx = ct_view_at(XA(dA), r0 * C);
             RUN(CT_PROF_recompute,
-                ct_tp_col_forward(m->dev, m->tp, SV(logits), x, XV(xfull), PV(wte, 0),
+                ct_tp_col_forward(m->dev, m->tp, SA(logits), x, XA(xfull), PV(wte, 0),
                                   ct_view_none(), 1, n, C, Vp / m->N));
             RUN(CT_PROF_crossentropy_bwd,
-                ct_tp_crossentropy_backward(m->dev, m->tp, SV(logits), ct_view_at(SV(lse), r0),
+                ct_tp_crossentropy_backward(m->dev, m->tp, SA(logits), ct_view_at(SV(lse), r0),
                                             ct_view_at(SV(targets), r0), loss_scale / (float)BT,
                                             1, n, m->cfg.vocab, Vp));
             RUN(CT_PROF_matmul_logits_bwd,
-                ct_tp_col_backward(m->dev, m->tp, dx, GV(wte, 0), ct_view_none(), SV(logits), x,
-                                   XV(xfull), dx, PV(wte, 0), 1, n, C, Vp / m->N));
+                ct_tp_col_backward(m->dev, m->tp, dx, GV(wte, 0), ct_view_none(), SA(logits), x,
+                                   XA(xfull), dx, PV(wte, 0), 1, n, C, Vp / m->N));
         }
         RUN(CT_PROF_layernorm_bwd,
-            ct_layernorm_backward(m->dev, XV(dres), GV(lnfw, 0), GV(lnfb, 0), XV(dA), last,
+            ct_layernorm_backward(m->dev, XA(dres), GV(lnfw, 0), GV(lnfb, 0), XA(dA), last,
                                   PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C, 0));
         GROUP("logits and loss backward");
         goto cleanup;
     }
     RUN(CT_PROF_crossentropy_bwd,
-        ct_tp_crossentropy_backward(m->dev, m->tp, SV(logits), SV(lse), SV(targets),
+        ct_tp_crossentropy_backward(m->dev, m->tp, SA(logits), SV(lse), SV(targets),
                                     loss_scale / (float)BT, B, T, m->cfg.vocab, Vp));
     RUN(CT_PROF_matmul_logits_bwd,
-        ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(wte, 0), ct_view_none(), SV(logits), SV(lnf),
-                           XV(xfull), XV(dA), PV(wte, 0), B, T, C, Vp / m->N));
-    RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XV(dres), GV(lnfw, 0), GV(lnfb, 0), XV(dA),
+        ct_tp_col_backward(m->dev, m->tp, XA(dA), GV(wte, 0), ct_view_none(), SA(logits), SA(lnf),
+                           XA(xfull), XA(dA), PV(wte, 0), B, T, C, Vp / m->N));
+    RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XA(dres), GV(lnfw, 0), GV(lnfb, 0), XA(dA),
                                                 last, PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C,
                                                 0));
     GROUP("logits and loss backward");
@@ -97,7 +97,7 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part
     int Cl = C / N, NHl = m->cfg.heads / N;
     if (B < 1) return CT_ERR(&m->err, CT_ERR_STATE, "%s: slot %d is empty", fn, slot);
     row_shape(m, B, T, &rb, &rt);
-    size_t BT = (size_t)B * T, BTC = BT * C, f4 = sizeof(float);
+    size_t BT = (size_t)B * T, BTC = BT * C;
     bviews v;
     ct__model_block_views(m, slot, l, &v);
     ct_view res = v.res, ln1 = v.t[B_LN1], qkvr = v.t[B_QKVR], att = v.t[B_ATT];
@@ -108,9 +108,10 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part
     ct_view wdout = v.wg, wdln2 = ct_view_at(v.wg, m->ar.lrow);
     ct_view wdres2 = ct_view_at(v.wg, 2 * m->ar.lrow), wdln1 = ct_view_at(v.wg, 3 * m->ar.lrow);
     /* where the LayerNorms' input gradients land: scratch, or kept for the weight half */
-    ct_view dln2 = whole ? XV(dA) : wdln2, dln1 = whole ? XV(dA) : wdln1;
+    ct_view dln2 = whole ? XA(dA) : wdln2, dln1 = whole ? XA(dA) : wdln1;
 #define COPY(prof, from, to, n) \
-    RUN(prof, ct_mem_copy(m->dev, (from).mem, (from).off * f4, (to).mem, (to).off * f4, (n) * f4))
+    RUN(prof, ct_mem_copy(m->dev, (from).mem, (from).off * ct_view_elem_bytes(from), (to).mem, \
+                          (to).off * ct_view_elem_bytes(to), (n) * ct_view_elem_bytes(from)))
     /* what the plan's recompute mode dropped, back (the weight half reads only what it kept:
      * attention mode under the split drops only the probabilities; block mode refuses it) */
     if (part != CT_BACKWARD_WEIGHT && m->plan.recompute != CT_RECOMPUTE_NONE &&
@@ -121,36 +122,36 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part
     if (whole && m->moe) {
         ct_moe_weights w = ct__model_moe_weights(m, l, 0), dw = ct__model_moe_weights(m, l, 1);
         ct_view saved = av(m, slot_base(m, slot) + m->ar.s.moe + pos(m, l) * m->ar.lmoe);
-        ct_view xin = ln2, dy = XV(dres);
+        ct_view xin = ln2, dy = XA(dres);
         size_t rowC = (size_t)rb * rt * C;
         if (m->sp) { /* SP: the layer's input and output gradient gathered over the TP group */
-            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XV(xfull), ln2, rowC));
-            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XV(dfull), XV(dres), rowC));
-            xin = XV(xfull), dy = XV(dfull);
+            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XA(xfull), ln2, rowC));
+            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XA(dfull), XA(dres), rowC));
+            xin = XA(xfull), dy = XA(dfull);
         }
-        RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)pos(m, l), XV(dA), &dw, dy, saved,
+        RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)pos(m, l), XA(dA), &dw, dy, saved,
                                              XV(moex), xin, &w, ss->loss_scale));
         /* TP: the partial input gradients summed (SP: each worker its rows of the sum) */
         if (m->sp)
-            RUN(CT_PROF_moe_bwd, ct_tp_reduce_scatter(m->dev, m->tp, XV(dA), XV(dA), rowC));
+            RUN(CT_PROF_moe_bwd, ct_tp_reduce_scatter(m->dev, m->tp, XA(dA), XA(dA), rowC));
         else if (m->tp)
             RUN(CT_PROF_moe_bwd,
-                ct_tp_allreduce(m->dev, m->tp, XV(dA), XV(dA), rowC, CT_OP_SUM));
+                ct_tp_allreduce(m->dev, m->tp, XA(dA), XA(dA), rowC, CT_OP_SUM));
     } else if (whole) {
         RUN(CT_PROF_matmul_fcproj_bwd,
-            ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(fcprojw, l), GV(fcprojb, l), XV(dres),
-                               XV(dfull), fchg, PV(fcprojw, l), B, T, 4 * Cl, C));
-        RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), BT * 4 * (size_t)Cl));
+            ct_tp_row_backward(m->dev, m->tp, XA(dA), GV(fcprojw, l), GV(fcprojb, l), XA(dres),
+                               XA(dfull), fchg, PV(fcprojw, l), B, T, 4 * Cl, C));
+        RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XA(dB), fch, XA(dA), BT * 4 * (size_t)Cl));
         RUN(CT_PROF_matmul_fc_bwd,
-            ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(fcw, l), GV(fcb, l), XV(dB), ln2,
-                               XV(xfull), XV(dA), PV(fcw, l), B, T, C, 4 * Cl));
+            ct_tp_col_backward(m->dev, m->tp, XA(dA), GV(fcw, l), GV(fcb, l), XA(dB), ln2,
+                               XA(xfull), XA(dA), PV(fcw, l), B, T, C, 4 * Cl));
     } else if (input) {
-        COPY(CT_PROF_matmul_fcproj_bwd, XV(dres), wdout, BTC);
-        RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres),
+        COPY(CT_PROF_matmul_fcproj_bwd, XA(dres), wdout, BTC);
+        RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, XA(dA), none, none, XA(dres),
                                                           fchg, PV(fcprojw, l), B, T, 4 * C, C));
-        RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XV(dB), fch, XV(dA), 4 * BTC));
-        COPY(CT_PROF_gelu_bwd, XV(dB), fch, 4 * BTC);
-        RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, wdln2, none, none, XV(dB), ln2,
+        RUN(CT_PROF_gelu_bwd, ct_gelu_backward(m->dev, XA(dB), fch, XA(dA), 4 * BTC));
+        COPY(CT_PROF_gelu_bwd, XA(dB), fch, 4 * BTC);
+        RUN(CT_PROF_matmul_fc_bwd, ct_matmul_backward(m->dev, wdln2, none, none, XA(dB), ln2,
                                                       PV(fcw, l), B, T, C, 4 * C));
     } else { /* weight: fch holds its gradient now */
         RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, none, GV(fcprojw, l),
@@ -161,7 +162,7 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part
     }
     /* ---- ln2: dres += its input gradient (the residual branch); its weights' gradients */
     RUN(CT_PROF_layernorm_bwd,
-        ct_layernorm_backward(m->dev, whole || input ? XV(dres) : none,
+        ct_layernorm_backward(m->dev, whole || input ? XA(dres) : none,
                               input ? none : GV(ln2w, l), input ? none : GV(ln2b, l), dln2, res2,
                               part == CT_BACKWARD_WEIGHT ? none : PV(ln2w, l), v.t[B_LN2M],
                               v.t[B_LN2R], rb, rt, C, part != CT_BACKWARD_WEIGHT));
@@ -170,11 +171,11 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part
     /* ---- attention: dA = the gradient of the attention output; dB of qkv */
     if (whole)
         RUN(CT_PROF_matmul_attproj_bwd,
-            ct_tp_row_backward(m->dev, m->tp, XV(dA), GV(attprojw, l), GV(attprojb, l), XV(dres),
-                               XV(dfull), atty, PV(attprojw, l), B, T, Cl, C));
+            ct_tp_row_backward(m->dev, m->tp, XA(dA), GV(attprojw, l), GV(attprojb, l), XA(dres),
+                               XA(dfull), atty, PV(attprojw, l), B, T, Cl, C));
     else if (input) {
-        COPY(CT_PROF_matmul_attproj_bwd, XV(dres), wdres2, BTC);
-        RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, XV(dA), none, none, XV(dres),
+        COPY(CT_PROF_matmul_attproj_bwd, XA(dres), wdres2, BTC);
+        RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, XA(dA), none, none, XA(dres),
                                                            atty, PV(attprojw, l), B, T, C, C));
     } else
         RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, none, GV(attprojw, l),
@@ -183,27 +184,27 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part
     if (part != CT_BACKWARD_WEIGHT) {
         if (m->attn == CT_ATTN_FUSED)
             RUN(CT_PROF_attention_bwd,
-                ct_attention_fused_backward(m->dev, &m->acfg, XV(dB), XV(datt), XV(dA), qkvr,
+                ct_attention_fused_backward(m->dev, &m->acfg, XA(dB), (m->attn == CT_ATTN_FUSED ? XV(datt) : XA(datt)), XA(dA), qkvr,
                                             atty, att, B, T, Cl, NHl));
         else
             RUN(CT_PROF_attention_bwd,
-                ct_attention_backward(m->dev, XV(dB), XV(dqkvr), XV(datt), XV(dvaccum), XV(dA),
+                ct_attention_backward(m->dev, XA(dB), XA(dqkvr), (m->attn == CT_ATTN_FUSED ? XV(datt) : XA(datt)), XA(dvaccum), XA(dA),
                                       qkvr, att, B, T, Cl, NHl));
     }
     if (whole)
         RUN(CT_PROF_matmul_qkv_bwd,
-            ct_tp_col_backward(m->dev, m->tp, XV(dA), GV(qkvw, l), GV(qkvb, l), XV(dB), ln1,
-                               XV(xfull), XV(dA), PV(qkvw, l), B, T, C, 3 * Cl));
+            ct_tp_col_backward(m->dev, m->tp, XA(dA), GV(qkvw, l), GV(qkvb, l), XA(dB), ln1,
+                               XA(xfull), XA(dA), PV(qkvw, l), B, T, C, 3 * Cl));
     else if (input) {
-        COPY(CT_PROF_attention_bwd, XV(dB), qkvr, 3 * BTC);
-        RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, wdln1, none, none, XV(dB), ln1,
+        COPY(CT_PROF_attention_bwd, XA(dB), qkvr, 3 * BTC);
+        RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, wdln1, none, none, XA(dB), ln1,
                                                        PV(qkvw, l), B, T, C, 3 * C));
     } else /* qkvr holds the gradient of qkv now */
         RUN(CT_PROF_matmul_qkv_bwd, ct_matmul_backward(m->dev, none, GV(qkvw, l), GV(qkvb, l),
                                                        qkvr, ln1, none, B, T, C, 3 * C));
     /* ---- ln1 */
     RUN(CT_PROF_layernorm_bwd,
-        ct_layernorm_backward(m->dev, whole || input ? XV(dres) : none,
+        ct_layernorm_backward(m->dev, whole || input ? XA(dres) : none,
                               input ? none : GV(ln1w, l), input ? none : GV(ln1b, l), dln1, res,
                               part == CT_BACKWARD_WEIGHT ? none : PV(ln1w, l), v.t[B_LN1M],
                               v.t[B_LN1R], rb, rt, C, part != CT_BACKWARD_WEIGHT));
@@ -221,8 +222,8 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
                       "ct_model_embed_backward: this worker does not hold the embedding");
     slot_state *ss = &m->st[slot];
     size_t sb = slot_base(m, slot);
-    RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XV(dres),
-                                             XV(dfull), SV(tokens), ss->B, ss->T,
+    RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XA(dres),
+                                             XA(dfull), SV(tokens), ss->B, ss->T,
                                              m->cfg.channels, m->cfg.padded_vocab));
 cleanup:
     return dev_fail(m, st, "ct_model_embed_backward");

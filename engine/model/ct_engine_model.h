@@ -70,6 +70,20 @@ ct_status ct_recompute_parse(const char *s, ct_recompute *out);
  * CT_ERR_UNSUPPORTED with the reason for block + split and attention + split + fused. */
 ct_status ct_model_recompute_check(ct_recompute rc, ct_attn_path attn, int split, ct_err *err);
 
+/* The storage of the activations, their gradients and the parameters' working copy:
+ *   FP32  everything fp32 (the default and the reference).
+ *   BF16  those in bf16 (ct_view_bf16): the activation arena's tensors (logits and their gradient
+ *         included; the GEMM path's scores are computed in fp32 inside the bf16 scratch), and a
+ *         bf16 working copy of the parameters in the flat layout, made from the fp32 master at
+ *         init, set_params and after every optimizer step (ct_model_refresh_working). Parameter
+ *         gradients, Adam's state, LayerNorm statistics, losses and log-sum-exp stay fp32. Built
+ *         for data parallelism with ZeRO 0 to 2 (tp, pp, ep 1), no experts, recompute none or
+ *         block (attention recompute's probabilities have no bf16 op yet). */
+typedef enum ct_precision { CT_PRECISION_FP32 = 0, CT_PRECISION_BF16 } ct_precision;
+const char *ct_precision_name(ct_precision p); /* "fp32", "bf16" */
+/* "fp32" or "bf16"; anything else is CT_ERR_ARG (no message: the caller names the flag). */
+ct_status ct_precision_parse(const char *s, ct_precision *out);
+
 /* What the activation arena is planned for. */
 typedef struct ct_model_plan {
     int max_B, max_T; /* the largest micro-batch (rows, tokens per row) */
@@ -103,6 +117,7 @@ typedef struct ct_model_plan {
      * loss_chunk >= max_T (a forward without targets, sampling's, keeps one row's logits whole);
      * not built with sequence parallelism. */
     int loss_chunk;
+    ct_precision precision; /* fp32 (0, default) or bf16 (above) */
 } ct_model_plan;
 
 /* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T
@@ -181,6 +196,10 @@ ct_status ct_model_get_grads(ct_model *m, float *host, size_t n);
 ct_status ct_model_set_optimizer(ct_model *m, const float *adam_m, const float *adam_v, size_t n);
 ct_status ct_model_get_optimizer(ct_model *m, float *adam_m, float *adam_v, size_t n);
 ct_status ct_model_zero_grad(ct_model *m);
+/* A bf16 model (plan.precision): make the bf16 working copy from the fp32 master parameters
+ * again (enqueued). init_random and set_params do it; the optimizer's caller does it after
+ * every update. A no-op in fp32. */
+ct_status ct_model_refresh_working(ct_model *m);
 
 /* ---- the stage entry points. `slot` in [0, plan.slots). Forward of a slot overwrites what
  * the slot held; backward of a slot needs that slot's forward (with targets for the head). */

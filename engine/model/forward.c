@@ -39,7 +39,7 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     ss->loss_scale = 1.0f;
     size_t sb = slot_base(m, slot);
     RUN(CT_PROF_upload, ct_model_view_write(m, SV(tokens), tokens, BT * sizeof(int)));
-    RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SV(in), XV(proj), SV(tokens),
+    RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SA(in), XA(proj), SV(tokens),
                                             PV(wte, 0), PV(wpe, 0), B, T, m->cfg.channels,
                                             m->cfg.padded_vocab));
 cleanup:
@@ -59,7 +59,7 @@ ct_status ct_model_stage_input(ct_model *m, int slot, int chunk, int B, int T, c
     slot_state *ss = &m->st[slot];
     ss->B = B, ss->T = T, ss->chunk = chunk, ss->have_targets = 0, ss->logits_valid = 0;
     ss->loss_scale = 1.0f;
-    *in = av(m, slot_base(m, slot) + m->ar.s.in);
+    *in = aa(m, slot_base(m, slot) + m->ar.s.in, 0);
     return CT_OK;
 }
 
@@ -68,7 +68,7 @@ ct_status ct_model_block_output(ct_model *m, int slot, int l, ct_view *out) {
     if ((st = check_slot(m, slot, "ct_model_block_output")) != CT_OK ||
         (st = check_layer(m, l, "ct_model_block_output")) != CT_OK)
         return st;
-    *out = av(m, slot_base(m, slot) + m->ar.s.blk[B_RES3] + pos(m, l) * m->ar.lrow);
+    *out = aa(m, slot_base(m, slot) + m->ar.s.blk[B_RES3], pos(m, l) * m->ar.lrow);
     return CT_OK;
 }
 
@@ -118,28 +118,28 @@ ct_status ct__model_block_run(ct_model *m, int slot, int l, int recompute) {
         RUN(P_ln, ct_layernorm_forward(m->dev, ln1, v.t[B_LN1M], v.t[B_LN1R], res, PV(ln1w, l),
                                        PV(ln1b, l), rb, rt, C));
     if (do_attn && m->attn == CT_ATTN_FUSED) { /* qkv (B,T,3C/N) itself is what the backward reads */
-        RUN(P_qkv, ct_tp_col_forward(m->dev, m->tp, qkvr, ln1, XV(xfull), PV(qkvw, l),
+        RUN(P_qkv, ct_tp_col_forward(m->dev, m->tp, qkvr, ln1, XA(xfull), PV(qkvw, l),
                                      PV(qkvb, l), B, T, C, 3 * Cl));
         RUN(P_att, ct_attention_fused_forward(m->dev, &m->acfg, atty, att, qkvr, B, T, Cl, NHl));
     } else if (do_attn) {
-        RUN(P_qkv, ct_tp_col_forward(m->dev, m->tp, XV(qkv), ln1, XV(xfull), PV(qkvw, l),
+        RUN(P_qkv, ct_tp_col_forward(m->dev, m->tp, XA(qkv), ln1, XA(xfull), PV(qkvw, l),
                                      PV(qkvb, l), B, T, C, 3 * Cl));
-        RUN(P_att, ct_attention_forward(m->dev, atty, qkvr, att, XV(qkv), XV(vaccum), B, T, Cl,
+        RUN(P_att, ct_attention_forward(m->dev, atty, qkvr, att, XA(qkv), XA(vaccum), B, T, Cl,
                                         NHl));
     } else if (do_probs) {
         RUN(P_att, ct_attention_probs(m->dev, att, qkvr, B, T, Cl, NHl));
     }
     if (do_res2) {
-        RUN(P_proj, ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), atty, PV(attprojw, l),
+        RUN(P_proj, ct_tp_row_forward(m->dev, m->tp, XA(proj), XA(proj), atty, PV(attprojw, l),
                                       PV(attprojb, l), B, T, Cl, C));
-        RUN(P_res, ct_residual_forward(m->dev, res2, res, XV(proj), rowC));
+        RUN(P_res, ct_residual_forward(m->dev, res2, res, XA(proj), rowC));
     }
     if (!recompute) GROUP("attention");
     if (do_ln2)
         RUN(P_ln, ct_layernorm_forward(m->dev, ln2, v.t[B_LN2M], v.t[B_LN2R], res2, PV(ln2w, l),
                                        PV(ln2b, l), rb, rt, C));
     if (do_fc)
-        RUN(P_fc, ct_tp_col_forward(m->dev, m->tp, fch, ln2, XV(xfull), PV(fcw, l), PV(fcb, l), B,
+        RUN(P_fc, ct_tp_col_forward(m->dev, m->tp, fch, ln2, XA(xfull), PV(fcw, l), PV(fcb, l), B,
                                     T, C, 4 * Cl));
     if (do_gelu) RUN(P_gelu, ct_gelu_forward(m->dev, fchg, fch, BT * 4 * (size_t)Cl));
     if (!recompute && m->moe) {
@@ -150,27 +150,27 @@ ct_status ct__model_block_run(ct_model *m, int slot, int l, int recompute) {
         size_t k = pos(m, l);
         ct_view xin = ln2;
         if (m->sp) {
-            RUN(CT_PROF_moe_fwd, ct_tp_allgather(m->dev, m->tp, XV(xfull), ln2, rowC));
-            xin = XV(xfull);
+            RUN(CT_PROF_moe_fwd, ct_tp_allgather(m->dev, m->tp, XA(xfull), ln2, rowC));
+            xin = XA(xfull);
         }
         RUN(CT_PROF_moe_fwd,
-            ct_moe_forward(m->moe, slot, (int)k, l, XV(proj),
+            ct_moe_forward(m->moe, slot, (int)k, l, XA(proj),
                            av(m, slot_base(m, slot) + m->ar.s.moe + k * m->ar.lmoe),
                            XV(moex), xin, &w, B, T));
         if (m->sp)
             RUN(CT_PROF_moe_fwd,
-                ct_tp_reduce_scatter(m->dev, m->tp, XV(proj), XV(proj), rowC));
+                ct_tp_reduce_scatter(m->dev, m->tp, XA(proj), XA(proj), rowC));
         else if (m->tp)
             RUN(CT_PROF_moe_fwd,
-                ct_tp_allreduce(m->dev, m->tp, XV(proj), XV(proj), rowC, CT_OP_SUM));
+                ct_tp_allreduce(m->dev, m->tp, XA(proj), XA(proj), rowC, CT_OP_SUM));
     } else if (!recompute) {
         RUN(CT_PROF_matmul_fcproj_fwd,
-            ct_tp_row_forward(m->dev, m->tp, XV(proj), XV(proj), fchg, PV(fcprojw, l),
+            ct_tp_row_forward(m->dev, m->tp, XA(proj), XA(proj), fchg, PV(fcprojw, l),
                               PV(fcprojb, l), B, T, 4 * Cl, C));
     }
     if (!recompute) {
         RUN(CT_PROF_residual_fwd,
-            ct_residual_forward(m->dev, v.t[B_RES3], res2, XV(proj), rowC));
+            ct_residual_forward(m->dev, v.t[B_RES3], res2, XA(proj), rowC));
         GROUP("mlp");
     } else {
         GROUP("recompute");
@@ -207,11 +207,11 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
     if (B < 1) return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_head_forward: slot %d is empty", slot);
     if (targets && (st = ct__model_check_ids(m, targets, BT, "targets")) != CT_OK) return st;
     row_shape(m, B, T, &rb, &rt);
-    ct_view last = BV(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
+    ct_view last = BA(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     double tg_ = ct_time_now();
     if (targets)
         RUN(CT_PROF_upload, ct_model_view_write(m, SV(targets), targets, BT * sizeof(int)));
-    RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SV(lnf), SV(lnfm), SV(lnfr), last,
+    RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SA(lnf), SV(lnfm), SV(lnfr), last,
                                                PV(lnfw, 0), PV(lnfb, 0), rb, rt, C));
     size_t rows = ct__head_rows(m->plan.loss_chunk, B, T);
     if (rows < BT) {
@@ -226,11 +226,11 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
         for (size_t r0 = 0; r0 < BT; r0 += rows) {
             int n = (int)(BT - r0 < rows ? BT - r0 : rows);
             RUN(CT_PROF_matmul_logits_fwd,
-                ct_tp_col_forward(m->dev, m->tp, SV(logits), ct_view_at(SV(lnf), r0 * C),
-                                  XV(xfull), PV(wte, 0), ct_view_none(), 1, n, C, Vp / m->N));
+                ct_tp_col_forward(m->dev, m->tp, SA(logits), ct_view_at(SA(lnf), r0 * C),
+                                  XA(xfull), PV(wte, 0), ct_view_none(), 1, n, C, Vp / m->N));
             RUN(CT_PROF_crossentropy_fwd,
                 ct_tp_crossentropy_forward(m->dev, m->tp, ct_view_at(SV(losses), r0),
-                                           ct_view_at(SV(lse), r0), XV(stats), SV(logits),
+                                           ct_view_at(SV(lse), r0), XV(stats), SA(logits),
                                            ct_view_at(SV(targets), r0), 1, n, m->cfg.vocab, Vp));
         }
         ss->have_targets = 1;
@@ -241,13 +241,13 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
         goto cleanup;
     }
     /* the logits: column-parallel over the vocabulary (this worker's Vp/N columns) */
-    RUN(CT_PROF_matmul_logits_fwd, ct_tp_col_forward(m->dev, m->tp, SV(logits), SV(lnf), XV(xfull),
+    RUN(CT_PROF_matmul_logits_fwd, ct_tp_col_forward(m->dev, m->tp, SA(logits), SA(lnf), XA(xfull),
                                                 PV(wte, 0), ct_view_none(), B, T, C, Vp / m->N));
     ss->have_targets = targets != NULL;
     ss->logits_valid = 1;
     if (targets) {
         RUN(CT_PROF_crossentropy_fwd,
-            ct_tp_crossentropy_forward(m->dev, m->tp, SV(losses), SV(lse), XV(stats), SV(logits),
+            ct_tp_crossentropy_forward(m->dev, m->tp, SV(losses), SV(lse), XV(stats), SA(logits),
                                        SV(targets), B, T, m->cfg.vocab, Vp));
         RUN(CT_PROF_crossentropy_fwd, ct_mean_forward(m->dev, SV(loss), SV(losses), BT));
         if (loss)
@@ -272,8 +272,13 @@ ct_status ct_model_slot_logits(ct_model *m, int slot, float *host, size_t n) {
                       "ct_model_logits: %zu floats given, this worker's logits are %zu (B x T x "
                       "Vp/tp)",
                       n, want);
-    return ct_model_view_read(m, av(m, slot_base(m, slot) + m->ar.s.logits), host,
-                              n * sizeof(float));
+    ct_view lg = aa(m, slot_base(m, slot) + m->ar.s.logits, 0);
+    if (lg.store != CT_STORE_BF16) return ct_model_view_read(m, lg, host, n * sizeof(float));
+    /* bf16 logits: read into the upper half of host, widened in place from the front */
+    uint16_t *h16 = (uint16_t *)(host + n / 2 + n % 2);
+    if ((st = ct_model_view_read(m, lg, h16, n * 2)) != CT_OK) return st;
+    for (size_t i = 0; i < n; i++) host[i] = ct_bf16_to_f32(h16[i]);
+    return CT_OK;
 }
 
 /* ---- the single-worker forward (sampling, tests' forward-only checks) */

@@ -30,6 +30,61 @@ ct_status ct_model_attention_choose(ct_device *dev, const ct_gpt_config *cfg,
     return CT_OK;
 }
 
+/* The bf16 working copy of the parameters: the flat layout at 2 bytes an element, cut into
+ * parts where the held (tensor, layer) slices start, so a piece holds whole tensors. */
+static int size_cmp(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+static ct_status work_alloc(ct_model *m, ct_err *err) {
+    size_t n = ct_params_flat_len(m->P), np = 0;
+    size_t *parts = ct_malloc(sizeof *parts * (CT_GPT_NUM_TENSORS * (size_t)m->cfg.layers + 1));
+    if (!parts) return CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
+    parts[np++] = 0;
+    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++)
+        for (int l = 0; l < m->cfg.layers; l++)
+            if (ct_params_slice_len(m->P, i) > 0 && ct_params_holds_layer(m->P, l)) {
+                size_t f = ct_params_flat_off(m->P, i, l);
+                if (f < n) parts[np++] = 2 * f;
+            }
+    qsort(parts, np, sizeof *parts, size_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < np; i++)
+        if (!k || parts[i] != parts[k - 1]) parts[k++] = parts[i];
+    ct_status st = ct_arena_alloc(m->dev, CT_MEM_PARAMS, "bf16 working parameters", 2 * n, parts,
+                                  NULL, k, &m->work);
+    free(parts);
+    if (st != CT_OK)
+        return CT_ERR(err, st, "ct_model_create: the bf16 working copy: %s",
+                      ct_device_errmsg(m->dev));
+    return ct_model_refresh_working(m);
+}
+
+ct_status ct_model_refresh_working(ct_model *m) {
+    if (!m->work) return CT_OK;
+    ct_arena *src = ct_params_buffer(m->P);
+    size_t n = ct_params_flat_len(m->P);
+    for (size_t e = 0; e < n;) { /* runs that lie within one piece of each */
+        size_t is, id;
+        ct_buffer *bs = ct_arena_at(src, e * 4, &is), *bd = ct_arena_at(m->work, e * 2, &id);
+        size_t run = ct_arena_span(src, e * 4) / 4, rd = ct_arena_span(m->work, e * 2) / 2;
+        if (rd < run) run = rd;
+        if (run > n - e) run = n - e;
+        if (!bs || !bd || !run)
+            return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_refresh_working: element %zu", e);
+        ct_status st = ct_bf16_from_f32_enqueue(m->dev, ct_buffer_mem(bs), is / 4,
+                                                ct_buffer_mem(bd), id / 2, run, NULL);
+        if (st != CT_OK) return dev_fail(m, st, "ct_model_refresh_working");
+        e += run;
+    }
+    return CT_OK;
+}
+
+ct_view ct__model_pv(const ct_model *m, int i, int l) {
+    if (!m->work) return ct_params_pv(m->P, i, l);
+    return ct_arena_view_bf16(m->work, ct_params_pview(m->P, i, l));
+}
+
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
                           const ct_coords *coords, ct_device *dev, int max_B, int max_T,
                           ct_err *err) {
@@ -95,7 +150,8 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     size_t lmoe, xmoe;
     if ((st = ct__model_moe_config(cfg, layout, plan, m->nb, &mc, &lmoe, &xmoe, err)) != CT_OK) goto cleanup;
     ct__model_plan_arena(&m->ar, cfg, N, m->sp, m->nb, ct_params_has_head(m->P), m->attn, max_B, max_T,
-               plan->split_backward, plan->recompute, lmoe, xmoe, plan->loss_chunk);
+               plan->split_backward, plan->recompute, lmoe, xmoe, plan->loss_chunk,
+               plan->precision == CT_PRECISION_BF16);
     size_t total = m->ar.x.total + (size_t)plan->slots * m->ar.s.total;
     size_t *parts = NULL, np = 0;
     const char **names = NULL;
@@ -125,12 +181,21 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
         (st = ct_moe_create(&m->moe, &mc, layout->ep > 1 ? plan->ep : NULL, m->tp, dev, m->acts,
                             err)) != CT_OK)
         goto cleanup;
+    ct_store store = m->ar.bf16 ? CT_STORE_BF16 : CT_STORE_F32;
+    if (m->ar.bf16 && (st = ct_gemm_path_check(dev, CT_GEMM_PORTABLE)) != CT_OK) {
+        CT_ERR(err, st, "ct_model_create: --precision bf16 needs the portable bf16 GEMM: %s",
+               ct_device_errmsg(dev));
+        goto cleanup;
+    }
     if ((st = ct_ops_warmup(dev)) != CT_OK ||
+        (m->ar.bf16 && (st = ct_ops_warmup_store(dev, store)) != CT_OK) ||
         (m->attn == CT_ATTN_FUSED &&
-         (st = ct_attention_fused_warmup(dev, &m->acfg, cfg->channels / cfg->heads)) != CT_OK)) {
+         (st = ct_attention_fused_warmup_store(dev, &m->acfg, cfg->channels / cfg->heads,
+                                               store)) != CT_OK)) {
         CT_ERR(err, st, "ct_model_create: building the engine kernels: %s", ct_device_errmsg(dev));
         goto cleanup;
     }
+    if (m->ar.bf16 && (st = work_alloc(m, err)) != CT_OK) goto cleanup;
     *out = m;
     return CT_OK;
 cleanup:
@@ -143,6 +208,7 @@ void ct_model_free(ct_model *m) {
     ct_moe_free(m->moe);
     ct_tp_free(m->tp);
     ct_arena_free(m->acts);
+    ct_arena_free(m->work);
     ct_params_free(m->P);
     free(m->chunk_of);
     free(m->st);
@@ -202,11 +268,13 @@ static void invalidate(ct_model *m) {
 
 ct_status ct_model_init_random(ct_model *m, uint64_t seed) {
     invalidate(m);
-    return pfail(m, ct_params_init_random(m->P, seed));
+    ct_status st = pfail(m, ct_params_init_random(m->P, seed));
+    return st != CT_OK ? st : ct_model_refresh_working(m);
 }
 ct_status ct_model_set_params(ct_model *m, const float *h, size_t n) {
     invalidate(m);
-    return pfail(m, ct_params_set(m->P, h, n));
+    ct_status st = pfail(m, ct_params_set(m->P, h, n));
+    return st != CT_OK ? st : ct_model_refresh_working(m);
 }
 ct_status ct_model_get_params(ct_model *m, float *h, size_t n) {
     return pfail(m, ct_params_get(m->P, h, n));
@@ -251,18 +319,20 @@ static int chunk_first(const ct_model *m, int l) {
 
 void ct__model_block_views(const ct_model *m, int slot, int l, bviews *v) {
     size_t sb = slot_base(m, slot), k = pos(m, l);
-    for (int t = 0; t < B__COUNT; t++)
-        v->t[t] = m->ar.kept[t] ? av(m, sb + m->ar.s.blk[t] + k * m->ar.bsz[t])
-                                : av(m, m->ar.x.rc[t]);
-    v->res = chunk_first(m, l) ? av(m, sb + m->ar.s.in)
-                               : av(m, sb + m->ar.s.blk[B_RES3] + (k - 1) * m->ar.lrow);
-    v->wg = av(m, sb + m->ar.s.wg + 4 * k * m->ar.lrow);
+    for (int t = 0; t < B__COUNT; t++) {
+        size_t at = m->ar.kept[t] ? sb + m->ar.s.blk[t] : m->ar.x.rc[t];
+        size_t e = m->ar.kept[t] ? k * m->ar.bsz[t] : 0; /* elements into the region */
+        v->t[t] = m->ar.act[t] ? aa(m, at, e) : av(m, at + e);
+    }
+    v->res = chunk_first(m, l) ? aa(m, sb + m->ar.s.in, 0)
+                               : aa(m, sb + m->ar.s.blk[B_RES3], (k - 1) * m->ar.lrow);
+    v->wg = aa(m, sb + m->ar.s.wg, 4 * k * m->ar.lrow);
 }
 
 /* The arena piece holding view v's next `bytes`, or NULL with the model's error set. */
 static ct_buffer *act_piece(ct_model *m, ct_view v, size_t bytes, const char *what) {
     ct_buffer *b = ct_arena_piece_of(m->acts, v.mem);
-    if (!b || v.off * sizeof(float) + bytes > ct_buffer_bytes(b)) {
+    if (!b || v.off * ct_view_elem_bytes(v) + bytes > ct_buffer_bytes(b)) {
         CT_ERR(&m->err, CT_ERR_ARG, "%s: the view is not inside the activation arena", what);
         return NULL;
     }
@@ -271,12 +341,12 @@ static ct_buffer *act_piece(ct_model *m, ct_view v, size_t bytes, const char *wh
 ct_status ct_model_view_read(ct_model *m, ct_view v, void *host, size_t bytes) {
     ct_buffer *b = act_piece(m, v, bytes, "ct_model_view_read");
     if (!b) return CT_ERR_ARG;
-    return dev_fail(m, ct_buffer_read(b, v.off * sizeof(float), host, bytes), "ct_model_view_read");
+    return dev_fail(m, ct_buffer_read(b, v.off * ct_view_elem_bytes(v), host, bytes), "ct_model_view_read");
 }
 ct_status ct_model_view_write(ct_model *m, ct_view v, const void *host, size_t bytes) {
     ct_buffer *b = act_piece(m, v, bytes, "ct_model_view_write");
     if (!b) return CT_ERR_ARG;
-    return dev_fail(m, ct_buffer_write(b, v.off * sizeof(float), host, bytes),
+    return dev_fail(m, ct_buffer_write(b, v.off * ct_view_elem_bytes(v), host, bytes),
                     "ct_model_view_write");
 }
 
@@ -284,14 +354,14 @@ ct_status ct_model_view_read_async(ct_model *m, ct_view v, void *host, size_t by
                                    ct_event **ev) {
     ct_buffer *b = act_piece(m, v, bytes, "ct_model_view_read_async");
     if (!b) return CT_ERR_ARG;
-    return dev_fail(m, ct_buffer_read_async(b, v.off * sizeof(float), bytes, host, ev),
+    return dev_fail(m, ct_buffer_read_async(b, v.off * ct_view_elem_bytes(v), bytes, host, ev),
                     "ct_model_view_read_async");
 }
 ct_status ct_model_view_write_async(ct_model *m, ct_view v, const void *host, size_t bytes,
                                     ct_event **ev) {
     ct_buffer *b = act_piece(m, v, bytes, "ct_model_view_write_async");
     if (!b) return CT_ERR_ARG;
-    return dev_fail(m, ct_buffer_write_async(b, v.off * sizeof(float), bytes, host, ev),
+    return dev_fail(m, ct_buffer_write_async(b, v.off * ct_view_elem_bytes(v), bytes, host, ev),
                     "ct_model_view_write_async");
 }
 
@@ -315,7 +385,7 @@ ct_moe_weights ct__model_moe_weights(const ct_model *m, int l, int grads) {
     return w;
 }
 
-ct_view ct_model_dres(ct_model *m) { return av(m, m->ar.x.dres); }
+ct_view ct_model_dres(ct_model *m) { return aa(m, m->ar.x.dres, 0); }
 
 /* ------------------------------------------------------------------ profiling */
 

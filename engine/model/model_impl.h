@@ -22,7 +22,7 @@ enum {
     B_RES3, B__COUNT
 };
 
-/* One slot's regions (offsets in floats from the slot's start), planned for (max_B, max_T) and
+/* One slot's regions (offsets in floats from the slot's start; sizes in elements), planned for (max_B, max_T) and
  * up to `nb` blocks (the longest chunk). Per-block tensors are nb consecutive copies. */
 typedef struct slot_plan {
     size_t tokens, targets, in, blk[B__COUNT], moe, wg, lnf, lnfm, lnfr, logits, losses, lse, loss,
@@ -59,6 +59,11 @@ typedef struct arena_plan {
      * this worker's QKV, attention output and MLP columns (BT x 3C/N, C/N, 4C/N), scores */
     size_t lrow, lst, lqkv, latty, lfc, attL;
     size_t lmoe; /* the MoE layer's floats per block (0: dense) */
+    /* bf16 plan: the activation regions (act[t] for a block's tensors; the scratch's and slot's
+     * own: see ct__model_plan_arena) hold bf16 elements in half the floats; offsets stay in
+     * floats, the strides above and bsz in elements */
+    int bf16;
+    int act[B__COUNT];
 } arena_plan;
 
 typedef struct slot_state {
@@ -85,6 +90,7 @@ struct ct_model {
     ct_attn_cfg acfg;       /* the fused kernels' block shapes */
     char attn_note[1800];   /* why (for the start-up log) */
     ct_arena *acts;    /* [scratch | slot 0 | slot 1 | ...], in pieces (arena_parts) */
+    ct_arena *work;    /* bf16 plan: the parameters' bf16 working copy, the flat layout */
     slot_state *st;
     ct_trace *tr; /* op groups recorded while it is on */
     ct_profile prof;
@@ -131,6 +137,11 @@ static inline size_t slot_base(const ct_model *m, int s) {
 /* The view of arena float `off`: its piece and the offset within that piece (a planned
  * tensor lies within one piece: arena_parts). */
 static inline ct_view av(const ct_model *m, size_t off) { return ct_arena_view(m->acts, off); }
+/* An activation region's view (bf16 in a bf16 plan): the region at float `off`, element k of it
+ * (k counts the region's elements: bf16 ones in a bf16 plan). */
+static inline ct_view aa(const ct_model *m, size_t off, size_t k) {
+    return m->ar.bf16 ? ct_arena_view_bf16(m->acts, 2 * off + k) : ct_arena_view(m->acts, off + k);
+}
 /* Position of block l within its chunk (its copy in a slot's per-block regions). */
 static inline size_t pos(const ct_model *m, int l) {
     int lo;
@@ -146,11 +157,14 @@ static inline void row_shape(const ct_model *m, int B, int T, int *rb, int *rt) 
     else *rb = B, *rt = T;
 }
 
-#define PV(t, l) ct_params_pv(m->P, CT_GPT_##t, l)
 #define GV(t, l) ct_params_gv(m->P, CT_GPT_##t, l)
-#define SV(f) av(m, sb + m->ar.s.f)         /* the slot's region */
-#define BV(f, k) av(m, sb + m->ar.s.f + (k)) /* ... at offset k within it */
-#define XV(f) av(m, m->ar.x.f)              /* shared scratch */
+#define SV(f) av(m, sb + m->ar.s.f)         /* the slot's region (fp32) */
+#define XV(f) av(m, m->ar.x.f)              /* shared scratch (fp32) */
+#define SA(f) aa(m, sb + m->ar.s.f, 0)      /* the slot's activation region (bf16 plan: bf16) */
+#define BA(f, k) aa(m, sb + m->ar.s.f, (k)) /* ... at element k within it */
+#define XA(f) aa(m, m->ar.x.f, 0)           /* shared activation scratch */
+/* the working copy of the parameters (bf16 plan: the bf16 copy) */
+#define PV(t, l) ct__model_pv(m, CT_GPT_##t, l)
 
 /* The tensors block l saves, as views: in slot `slot` (its copy at position pos(l) in the
  * chunk) or, where the recompute mode drops them, the shared recompute scratch; res is the
@@ -169,6 +183,10 @@ ct_status ct__model_group_end(ct_model *m, const char *name, double t0);
         tg_ = ct_time_now();                                                                     \
     } while (0)
 
+/* Tensor i of block l in the parameters the ops read: the fp32 master, or its bf16 working
+ * copy (model.c). */
+ct_view ct__model_pv(const ct_model *m, int i, int l);
+
 /* The MoE layer's parameters of block l (params or grads). */
 ct_moe_weights ct__model_moe_weights(const ct_model *m, int l, int grads);
 
@@ -179,7 +197,7 @@ ct_status ct__model_block_run(ct_model *m, int slot, int l, int recompute);
 /* ---- arena.c: the arena plan, a pure function shared with the memory model */
 void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, int nbw,
                           int head, ct_attn_path attn, int B, int T, int split, ct_recompute rc,
-                          size_t lmoe, size_t xmoe, int loss_chunk);
+                          size_t lmoe, size_t xmoe, int loss_chunk, int bf16);
 /* Rows of the logits the head holds at once: loss_chunk, or every row of the micro-batch. */
 static inline size_t ct__head_rows(int loss_chunk, int B, int T) {
     size_t BT = (size_t)B * T;

@@ -20,6 +20,7 @@ typedef struct ct__arena {
     const char *largest_part_name;
     int blocks;
     ct_attn_path attention;
+    size_t working; /* bytes of the bf16 working copy of the parameters (0 in fp32) */
 } ct__arena;
 ct_status ct__model_arena_plan(const ct_gpt_config *cfg, const ct_params *P,
                                const ct_model_plan *plan, ct__arena *out, ct_err *err);

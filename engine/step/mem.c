@@ -53,6 +53,7 @@ ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout
     out->slots = plan->slots, out->blocks = a.blocks;
     out->attention = a.attention, out->attention_bound = plan->attention == CT_ATTN_AUTO;
     out->device[CT_MEM_ACTIVATIONS] += (uint64_t)plan->slots * out->act_slot + out->act_scratch;
+    out->device[CT_MEM_PARAMS] += a.working; /* bf16: the working copy (model.c's work_alloc) */
     biggest(out, a.largest_part * sizeof(float), a.largest_part_name);
     /* TP's buffer: two host staging buffers, or one device scratch buffer when the collectives
      * run on the device (plan.tp_comm device; auto is predicted as host: whether the workers

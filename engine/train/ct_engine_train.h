@@ -197,7 +197,10 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, loss_chunk, "loss-chunk", "0",                                                        \
       "the head and its loss in chunks of N rows (tokens) of a worker's micro-batch: the logits "  \
       "of one chunk at a time (N x V floats instead of batch x seq x V), computed again in the "   \
-      "backward; 0 = all rows at once; at least --seq; not with --sequence-parallel")
+      "backward; 0 = all rows at once; at least --seq; not with --sequence-parallel")          \
+    X(STR, precision, "precision", "fp32",                                                      \
+      "storage of activations, their gradients and the working weights: fp32 | bf16 (fp32 "     \
+      "master weights, gradients and Adam state; bf16 on one device for now)")
 
 #define CT__TP_INT int
 #define CT__TP_FLOAT double
