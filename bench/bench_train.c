@@ -3,7 +3,7 @@
  *
  *   bench_train [--config tiny|124m|all] [--steps N] [--warmup N] [--peak-tflops X]
  *               [--profile-steps N] [--device SPEC] [--recompute none|attention|block|all]
- *               [--attention gemm|fused] [--seq T] [--batch B] [--layers L]
+ *               [--attention gemm|fused] [--precision fp32|bf16] [--seq T] [--batch B] [--layers L]
  *
  * Configurations (GPT-2 vocabulary: V=50257, Vp=50304, maxT=1024):
  *   tiny: L=4, C=256, NH=4, T=256, B=4;     124m: L=12, C=768, NH=12, T=64, B=4.
@@ -61,7 +61,8 @@ static double bucket_flops(const char *name, const ct_gpt_config *c, int B, int 
 }
 
 static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup, int psteps,
-                      double peak, const char *peak_src, ct_recompute rcm, ct_attn_path ap) {
+                      double peak, const char *peak_src, ct_recompute rcm, ct_attn_path ap,
+                      ct_precision prec) {
     ct_err err = {0};
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
@@ -76,6 +77,7 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     ct_model_plan plan;
     memset(&plan, 0, sizeof plan);
     plan.max_B = B, plan.max_T = T, plan.slots = 1, plan.attention = ap, plan.recompute = rcm;
+    plan.precision = prec;
     ct_mem_stats m0;
     ct_device_mem_stats(dev, &m0);
     if (ct_model_create_plan(&m, &bc->cfg, &lay, &at, dev, &plan, &err)) {
@@ -132,10 +134,11 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     ct_mem_stats ms_;
     ct_device_mem_stats(dev, &ms_);
     printf("\n== %s: L=%d C=%d NH=%d T=%d B=%d V=%d Vp=%d, %.2fM parameters (setup %.1f s), "
-           "attention %s, recompute %s\n",
+           "attention %s, recompute %s, precision %s\n",
            bc->name, bc->cfg.layers, bc->cfg.channels, bc->cfg.heads, T, B, bc->cfg.vocab,
            bc->cfg.padded_vocab, ct_model_num_params(m) / 1e6, setup,
-           ct_attn_path_name(ct_model_attention(m, NULL)), ct_recompute_name(rcm));
+           ct_attn_path_name(ct_model_attention(m, NULL)), ct_recompute_name(rcm),
+           ct_precision_name(prec));
     printf("activations: %.1f MiB allocated (= predicted), of which the layers %.1f MiB (%d x %.2f "
            "MiB + %.2f MiB recompute scratch); slot %.1f MiB, scratch %.1f MiB\n",
            act / 1048576.0, layers / 1048576.0, bc->cfg.layers,
@@ -294,6 +297,7 @@ done:
 
 int main(int argc, char **argv) {
     const char *config = "all", *spec = NULL, *recompute = "none", *attention = "gemm";
+    const char *precision = "fp32";
     int steps = 5, warmup = 2, psteps = 2, seq = 0, batch = 0, layers = 0;
     double peak = 0;
     for (int i = 1; i < argc; i++) {
@@ -302,7 +306,8 @@ int main(int argc, char **argv) {
             printf("usage: bench_train [--config tiny|124m|all (all)] [--steps N (5)] [--warmup N "
                    "(2)] [--profile-steps N (2)] [--peak-tflops X (0: measure)] [--device SPEC] "
                    "[--recompute none|attention|block|all (none)] [--attention gemm|fused "
-                   "(gemm)] [--seq T] [--batch B] [--layers L] (0: the configuration's)\n");
+                   "(gemm)] [--precision fp32|bf16 (fp32)] [--seq T] [--batch B] [--layers L] (0: "
+                   "the configuration's)\n");
             return 0;
         }
         if (!v) {
@@ -317,6 +322,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--device")) spec = v;
         else if (!strcmp(a, "--recompute")) recompute = v;
         else if (!strcmp(a, "--attention")) attention = v;
+        else if (!strcmp(a, "--precision")) precision = v;
         else if (!strcmp(a, "--seq")) seq = atoi(v);
         else if (!strcmp(a, "--batch")) batch = atoi(v);
         else if (!strcmp(a, "--layers")) layers = atoi(v);
@@ -340,6 +346,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_train: --recompute must be none, attention, block or all, "
                         "--attention gemm or fused (got '%s', '%s')\n",
                 recompute, attention);
+        return 2;
+    }
+    ct_precision prec = CT_PRECISION_FP32;
+    if (ct_precision_parse(precision, &prec) != CT_OK || (all_modes && prec != CT_PRECISION_FP32)) {
+        fprintf(stderr, "bench_train: --precision must be fp32 or bf16 (bf16 not with --recompute "
+                        "all; got '%s')\n",
+                precision);
         return 2;
     }
     ct_err err = {0};
@@ -371,7 +384,7 @@ int main(int argc, char **argv) {
             printf("peak: %.3f TFLOP/s (%s, %s)\n", peak, src, bc.name);
         }
         if (all_modes) rc |= compare_modes(dev, &bc, steps, warmup, ap);
-        else rc |= run_config(dev, &bc, steps, warmup, psteps, peak, src, rcm, ap);
+        else rc |= run_config(dev, &bc, steps, warmup, psteps, peak, src, rcm, ap, prec);
     }
     ct_device_free(dev);
     ct_device_list_free(list);
