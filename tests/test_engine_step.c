@@ -26,6 +26,7 @@
 #include "ct_test.h"
 #include "ct_test_dev.h"
 #include "ct_test_mpi.h"
+#include "ct_test_workers.h"
 
 #define L_ 2
 #define C_ 32
@@ -214,18 +215,5 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
 }
 
 int main(int argc, char **argv) {
-    int D = argc > 1 ? atoi(argv[1]) : 1;
-    ct_err err = {0};
-    ct_topo *topo = NULL;
-    CT_REQUIRE_OK_OR(ct_topo_create(&topo, &argc, &argv, D, &err), err.msg, 1);
-    ct_test_mpi_begin();
-    ct_test_devices ds;
-    CT_REQUIRE_OR(!ct_test_devices_find(&ds, "cpu", 0), 1, "no device");
-    CT_REQUIRE_OR(ds.npick >= D, 1, "need %d devices (POCL_DEVICES), have %d", D, ds.npick);
-#pragma omp parallel num_threads(D)
-    worker(topo, omp_get_thread_num(), &ds.list[ds.pick[omp_get_thread_num()]]);
-    ct_test_devices_free(&ds);
-    int rc = ct_test_mpi_end("test_engine_step");
-    ct_topo_free(topo);
-    return rc;
+    return ct_test_workers_main(&argc, &argv, "test_engine_step", worker);
 }
