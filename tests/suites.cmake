@@ -73,6 +73,7 @@ set(CT_SLOW_TESTS
   test_engine_attention_search        # the fused attention's block search
   test_engine_arena_sweep             # four more limits for one layout (arena_layouts cuts at one)
   test_ct_plan_measured               # ct_plan's calibration and timed --layout auto runs
+  test_engine_reliability_shards_oom  # a failing host allocation at 16 points of a step and save
   # transport repeats: the same layouts as a threads part, over ranks (the mixed parts cross
   # processes with the same code)
   test_engine_dp_ranks test_engine_tp_layout_ranks test_engine_pp_repeats

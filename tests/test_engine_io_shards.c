@@ -98,6 +98,28 @@ static void save_sharded(model *md, const char *ckdir, char *manifest, size_t le
     }
     int32_t lay[5] = {3, 1, 1, 1, 1};
     char written[1300];
+    /* a shard worker 0 does not see (a directory not shared by every host), or of another size:
+     * refused, naming the shard and the fix, and neither the manifest nor latest is written */
+    char sp1[1400], moved[1500], latest[400];
+    ct_shard_path(sp1, sizeof sp1, manifest, 1);
+    snprintf(moved, sizeof moved, "%s.elsewhere", sp1);
+    snprintf(latest, sizeof latest, "%s/latest", ckdir);
+    int had_latest = file_exists(latest);
+    CT_ASSERT(rename(sp1, moved) == 0);
+    CT_ASSERT_EQ_INT(
+        ct_checkpoint_save_sharded(ckdir, &md->ck, lay, 3, d, r, nr, written, sizeof written, &err),
+        CT_ERR_IO);
+    CT_ASSERT_STR_CONTAINS(err.msg, "worker 1 wrote its shard, but worker 0 does not see it");
+    CT_ASSERT_STR_CONTAINS(err.msg, "every worker shares");
+    CT_ASSERT(rename(moved, sp1) == 0);
+    d[2].bytes += 4;
+    CT_ASSERT_EQ_INT(
+        ct_checkpoint_save_sharded(ckdir, &md->ck, lay, 3, d, r, nr, written, sizeof written, &err),
+        CT_ERR_IO);
+    CT_ASSERT_STR_CONTAINS(err.msg, "worker 2 wrote its shard, but worker 0 sees another size");
+    d[2].bytes -= 4;
+    CT_ASSERT(!file_exists(manifest));
+    CT_ASSERT_EQ_INT(file_exists(latest), had_latest);
     CT_ASSERT_OK(
         ct_checkpoint_save_sharded(ckdir, &md->ck, lay, 3, d, r, nr, written, sizeof written, &err),
         err.msg);

@@ -170,10 +170,14 @@ if want failures; then
         "$MPIEXEC" -n 2 $TRAIN $F --batch 4 --dp 4 --devices-per-rank 2
     expect_end "2 ranks x 2 threads, worker 3 cannot allocate" "refused by the allocation hook"
     # a host allocation of worker 1 that fails in the middle of training (its 2000th: past the
-    # set-up, inside the steps' checkpoint gathers)
-    run_watch env CT_TEST_FAIL_ALLOC=1:2000:host "$MPIEXEC" -n 3 $TRAIN $F --dp 3 \
-        --save "$D/ck3" --save-every 1
-    expect_end "3 ranks, worker 1 out of host memory during training" "memory"
+    # set-up, among the steps' and the checkpoints' allocations), with each checkpoint form (the
+    # default, auto, is sharded here; test_engine_reliability_shards_oom sweeps a whole step)
+    for form in sharded gathered; do
+        rm -rf "$D/ck3"
+        run_watch env CT_TEST_FAIL_ALLOC=1:2000:host "$MPIEXEC" -n 3 $TRAIN $F --dp 3 \
+            --save "$D/ck3" --save-every 1 --save-format $form
+        expect_end "3 ranks, worker 1 out of host memory during training ($form checkpoints)" "memory"
+    done
     # a rank that stops answering (SIGSTOP: no error, no exit) after a few steps: the other one
     # gives up after CT_COMM_TIMEOUT = 3 s naming the collective and the peer, and the job ends
     : >"$D/out"

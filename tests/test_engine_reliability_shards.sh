@@ -11,6 +11,11 @@
 #   kill     2 ranks save a larger model every step; the process writing a shard (the pid in its
 #            temporary's name) is SIGKILLed: DIR/latest still names a whole checkpoint, the next
 #            start removes what the killed save left (temporaries, orphaned shards) and resumes.
+#   oom      3 ranks save sharded every step while host allocation N of worker 1 fails, for 16
+#            consecutive N (one whole step and save: the notes' exchange, its agreements, the
+#            shard's write, the step's own collectives): every run ends with status != 0 and
+#            one message naming the memory, never through CT_COMM_TIMEOUT (a worker left
+#            waiting in a save the others gave up; before the fix 15 of 21 such runs did).
 # Every run is under `timeout` (lib.sh's train through launch; the kill part its own).
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
@@ -157,6 +162,29 @@ if want kill; then
             fail "kill: temporaries left after the restart: $(ls "$D/kk" | grep '\.tmp\.')"
         fi
     fi
+fi
+
+if want oom; then
+    TINY="--layers 1 --heads 2 --dim 16 --seq 8 --sample-len 0 --eval-every 0 --peak-tflops 1"
+    for n in $(seq 2000 2015); do
+        rm -rf "$D/oo"
+        : >"$D/o.err"
+        t0=$(date +%s.%N)
+        CT_COMM_TIMEOUT=20 CT_TEST_FAIL_ALLOC=1:$n:host timeout 60 "$MPIEXEC" -n 3 "$TRAIN" $TINY \
+            --batch 6 --text "$D/text.txt" --steps 400 --dp 3 --save "$D/oo" --save-every 1 \
+            --save-format sharded >/dev/null 2>"$D/o.err"
+        rc=$?
+        secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+        if pocl_aborted $rc "$D/o.err"; then continue; fi
+        nmem=$(grep -c "memory" "$D/o.err")
+        if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$nmem" -ne 1 ] || grep -q CT_COMM_TIMEOUT "$D/o.err" ||
+            awk -v a="$secs" 'BEGIN { exit !(a > 40) }'; then
+            fail "oom at host allocation $n of worker 1: status $rc after $secs s, $nmem memory messages"
+            cat "$D/o.err"
+        else
+            echo "ok: allocation $n: status $rc after $secs s: $(grep 'error' "$D/o.err" | cut -c1-160)"
+        fi
+    done
 fi
 
 finish

@@ -257,6 +257,9 @@ void ct_shard_path(char *out, size_t len, const char *manifest, int worker);
 ct_status ct_shard_write(const char *path, int worker, int64_t step, const float *payload,
                          size_t n, ct_shard_desc *d, ct_err *err);
 void ct_shard_desc_release(ct_shard_desc *d);
+/* CT_OK when shard `worker` at `path` is visible here with its size (header + bytes of payload);
+ * else CT_ERR_IO saying that a sharded checkpoint needs a directory every worker shares. */
+ct_status ct_shard_check_visible(const char *path, int worker, uint64_t bytes, ct_err *err);
 /* The manifest, atomically: head's config, step, loader, RNG and meta (its arrays unused), the
  * layout that wrote it (dp tp pp zero ep), nshards descriptions and the nr ranges (any order).
  * Ranges that do not tile every array's table exactly once are CT_ERR_ARG (nothing written). */
@@ -293,7 +296,8 @@ void ct_checkpoint_name(char *out, size_t len, const char *dir, int64_t step);
 /* DIR/latest names `path` (a file in DIR), atomically: what makes a checkpoint the one resumed. */
 ct_status ct_checkpoint_publish(const char *dir, const char *path, ct_err *err);
 /* The sharded form of ct_checkpoint_save_dir: the shards are written (ct_shard_path of
- * ct_checkpoint_name), this writes the manifest, then DIR/latest. */
+ * ct_checkpoint_name); this checks that each is visible here with its size (a directory not
+ * shared by every host: CT_ERR_IO, nothing written), writes the manifest, then DIR/latest. */
 ct_status ct_checkpoint_save_sharded(const char *dir, const ct_checkpoint *head,
                                      const int32_t layout[5], int nshards,
                                      const ct_shard_desc *d, const ct_shard_range *r, size_t nr,

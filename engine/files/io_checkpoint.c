@@ -168,6 +168,11 @@ ct_status ct_checkpoint_save_sharded(const char *dir, const ct_checkpoint *head,
     CT_CHECK(make_dir(dir, err));
     char path[1200];
     ct_checkpoint_name(path, sizeof path, dir, head->step);
+    for (int w = 0; w < nshards; w++) { /* the manifest names only shards a reader can find */
+        char sp[1300];
+        ct_shard_path(sp, sizeof sp, path, w);
+        CT_CHECK(ct_shard_check_visible(sp, w, d[w].bytes, err));
+    }
     CT_CHECK(ct_shards_manifest_write(path, head, layout, nshards, d, r, nr, err));
     CT_CHECK(ct_checkpoint_publish(dir, path, err));
     if (written) snprintf(written, len, "%s", path);

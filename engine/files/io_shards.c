@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io_impl.h"
 
@@ -49,6 +50,17 @@ void ct_shard_path(char *out, size_t len, const char *manifest, int worker) {
     char pre[1100];
     prefix_of(pre, sizeof pre, manifest);
     snprintf(out, len, "%s.shard_%05d", pre, worker);
+}
+
+ct_status ct_shard_check_visible(const char *path, int worker, uint64_t bytes, ct_err *err) {
+    struct stat sb;
+    int found = stat(path, &sb) == 0;
+    if (found && (uint64_t)sb.st_size == SHARD_HEAD + bytes) return CT_OK;
+    return CT_ERR(err, CT_ERR_IO,
+                  "%s: worker %d wrote its shard, but worker 0 %s: a sharded checkpoint needs "
+                  "--save DIR on a file system every worker shares (--save-format gathered "
+                  "writes one file, from worker 0)",
+                  path, worker, found ? "sees another size" : "does not see it");
 }
 
 void ct_shard_desc_release(ct_shard_desc *d) {

@@ -9,7 +9,11 @@
  * either synchronously or (--save-async) with the host copy at the step boundary and the rest on
  * a thread while training goes on; the next save, the end of the run and freeing the trainer wait
  * for the one in flight. Every worker takes part in every exchange even after its own failure
- * (which the leader then reports), so a failed save never leaves a worker waiting. Resuming: a
+ * (which the leader then reports), so a failed save never leaves a worker waiting: every decision
+ * a collective depends on (whether every worker has its shard ready, whether every shard was
+ * written, whether the leader has room for the notes) is agreed before that collective. Only a
+ * failure inside a collective itself (its comm's memory, a timeout) is this worker's alone: it
+ * returns it itself, since the others cannot know (its program then ends the job). Resuming: a
  * gathered file is read whole by each process (config.c) and set; from a sharded one each worker
  * reads only the runs it stores (ct_state_runs, stored) from the shards that hold them. */
 #include <pthread.h>
@@ -46,6 +50,7 @@ struct ct__save {
     pthread_t th;
     int threaded;
     ct_status st;
+    int own; /* st is this worker's alone (a collective failed here): it reports it itself */
     ct_err err;
     char path[1300];
     double t0, t1; /* the background part's start and end */
@@ -152,6 +157,7 @@ static void run_sharded(ct__save *s) {
     if (as != CT_OK) {
         s->st = CT_ERR(&s->err, as, "checkpoint of step %lld: %s", (long long)s->ck.step,
                        ct_comm_errmsg(s->comm));
+        s->own = 1;
         goto done;
     }
     if (first) { /* nothing written: the save fails alike on every worker */
@@ -176,6 +182,7 @@ static void run_sharded(ct__save *s) {
         if (st != CT_OK) {
             s->st = CT_ERR(&s->err, st, "checkpoint of step %lld: exchanging the shards' notes: %s",
                            (long long)s->ck.step, ct_comm_errmsg(s->comm));
+            s->own = 1;
             goto done;
         }
     } else {
@@ -187,42 +194,65 @@ static void run_sharded(ct__save *s) {
         if (all[w].status != CT_OK && bad < 0) bad = w;
         total += all[w].nranges;
     }
-    /* 2. The chunk CRCs and ranges to the leader (only when every shard is written). */
-    if (bad < 0 && !s->leader) {
+    /* 2. The leader makes room for every worker's chunk CRCs and ranges and says whether it
+     * could; only then are they sent (a message nobody receives would wait for the next save's
+     * receive and be read as its notes). */
+    int room = 1;
+    if (bad < 0 && s->leader) {
+        ranges = ct_malloc((total ? total : 1) * sizeof *ranges);
+        room = ranges != NULL;
+        for (int w = 1; w < s->W && room; w++)
+            room = (descs[w].chunk_crc = ct_malloc(
+                        (all[w].nchunks ? all[w].nchunks : 1) * sizeof(uint32_t))) != NULL;
+        if (!room)
+            st = CT_ERR(&s->err, CT_ERR_NOMEM,
+                        "checkpoint of step %lld: no host memory for the manifest",
+                        (long long)s->ck.step);
+    }
+    if (bad < 0 && s->comm) {
+        int32_t r = room;
+        ct_status bs = ct_comm_bcast(s->comm, &r, 1, CT_I32, 0, NULL);
+        if (bs != CT_OK) {
+            s->st = CT_ERR(&s->err, bs, "checkpoint of step %lld: %s", (long long)s->ck.step,
+                           ct_comm_errmsg(s->comm));
+            s->own = 1;
+            goto done;
+        }
+        room = r;
+    }
+    if (bad < 0 && room && !s->leader) {
         if (d.nchunks) st = ct_comm_send(s->comm, 0, d.chunk_crc, d.nchunks * sizeof(uint32_t));
         if (st == CT_OK && s->nr)
             st = ct_comm_send(s->comm, 0, s->ranges, s->nr * sizeof(ct_shard_range));
-        if (st != CT_OK)
+        if (st != CT_OK) {
             s->st = CT_ERR(&s->err, st, "checkpoint: sending the shard's notes: %s",
                            ct_comm_errmsg(s->comm));
+            s->own = 1;
+            goto done;
+        }
     }
     if (bad < 0 && s->leader) {
-        ranges = ct_malloc((total ? total : 1) * sizeof *ranges);
-        st = ranges ? CT_OK
-                    : CT_ERR(&s->err, CT_ERR_NOMEM, "checkpoint: no host memory for the manifest");
         size_t at = 0;
-        for (int w = 0; w < s->W; w++) {
+        for (int w = 0; w < s->W && room; w++) {
             descs[w].bytes = all[w].bytes;
             descs[w].crc = all[w].crc;
             descs[w].nchunks = all[w].nchunks;
             if (w == 0) {
                 descs[0].chunk_crc = d.chunk_crc;
-                if (ranges && s->nr) memcpy(ranges, s->ranges, s->nr * sizeof *ranges);
+                if (s->nr) memcpy(ranges, s->ranges, s->nr * sizeof *ranges);
                 at += s->nr;
                 continue;
             }
-            /* (without memory to receive into, the sender waits until CT_COMM_TIMEOUT) */
-            uint32_t *cbuf = ct_malloc((all[w].nchunks ? all[w].nchunks : 1) * sizeof *cbuf);
-            ct_status rs = cbuf && ranges ? CT_OK : CT_ERR_NOMEM;
-            if (rs == CT_OK && all[w].nchunks)
-                rs = ct_comm_recv(s->comm, w, cbuf, all[w].nchunks * sizeof *cbuf);
+            ct_status rs = CT_OK;
+            if (all[w].nchunks)
+                rs = ct_comm_recv(s->comm, w, descs[w].chunk_crc,
+                                  all[w].nchunks * sizeof(uint32_t));
             if (rs == CT_OK && all[w].nranges)
                 rs = ct_comm_recv(s->comm, w, ranges + at, all[w].nranges * sizeof *ranges);
-            descs[w].chunk_crc = cbuf;
             at += all[w].nranges;
             if (rs != CT_OK && st == CT_OK)
                 st = CT_ERR(&s->err, rs, "checkpoint: the notes of worker %d: %s", w,
-                            rs == CT_ERR_NOMEM ? "no host memory" : ct_comm_errmsg(s->comm));
+                            ct_comm_errmsg(s->comm));
         }
         /* 3. The manifest (after every shard is on disk), then DIR/latest; then pruning. */
         if (st == CT_OK)
@@ -248,9 +278,10 @@ static void run_sharded(ct__save *s) {
     if (s->comm) {
         int32_t fin = (int32_t)s->st;
         ct_status bs = ct_comm_bcast(s->comm, &fin, 1, CT_I32, 0, NULL);
-        if (bs != CT_OK && s->st == CT_OK)
+        if (bs != CT_OK && s->st == CT_OK) {
             s->st = CT_ERR(&s->err, bs, "checkpoint: %s", ct_comm_errmsg(s->comm));
-        else if (fin != CT_OK && s->st == CT_OK) /* every worker ends the save alike */
+            s->own = 1;
+        } else if (fin != CT_OK && s->st == CT_OK) /* every worker ends the save alike */
             s->st = CT_ERR(&s->err, (ct_status)fin,
                            "checkpoint of step %lld not made the latest (worker 0 says why)",
                            (long long)s->ck.step);
@@ -284,13 +315,15 @@ static void *save_main(void *arg) {
 
 /* ---------------------------------------------------------------- the trainer's calls */
 
-/* The default is gathered: a host allocation that fails inside the sharded save's exchange on one
- * worker has been seen to leave the others out of step (docs/LIMITS.md) until that is mended.
- * --save-format auto: sharded with more than one worker; with one, the shard would be the whole
- * model, and one self-contained file is what tools and scripts read most simply. */
+/* --save-format auto (the default): sharded with more than one worker on one host; gathered
+ * with one worker (its shard would be the whole model, and one self-contained file is what
+ * tools and scripts read most simply) and across hosts (a sharded checkpoint needs a directory
+ * every host shares, which nothing here can know: --save-format sharded says so, and the leader
+ * then checks that it sees every shard before writing the manifest). */
 int ct__trainer_save_sharded(const ct_trainer *t) {
     const char *f = t->p.save_format;
-    return !strcmp(f, "sharded") || (!strcmp(f, "auto") && t->W > 1);
+    if (!strcmp(f, "sharded")) return 1;
+    return !strcmp(f, "auto") && t->W > 1 && (!t->r->topo || ct_topo_nnodes(t->r->topo) <= 1);
 }
 
 const char *ct_trainer_save_form(const ct_trainer *t) {
@@ -304,7 +337,8 @@ ct_status ct_trainer_save_wait(ct_trainer *t, char *path, size_t len, double *se
     if (!s) return CT_OK;
     if (s->threaded) pthread_join(s->th, NULL);
     t->save = NULL;
-    ct_status st = t->leader ? s->st : CT_OK; /* the leader reports for everybody */
+    /* the leader reports what every worker knows; a worker what only it knows */
+    ct_status st = t->leader || s->own ? s->st : CT_OK;
     if (st != CT_OK) CT_ERR(&t->err, st, "%s", s->err.msg);
     if (path && len) snprintf(path, len, "%s", s->path);
     if (seconds) *seconds = s->t1 - s->t0;
@@ -323,8 +357,9 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
         return CT_ERR(&t->err, st, "checkpoint: a second handle on the world: %s",
                       ct_comm_errmsg(t->world));
     ct__save *s = ct_calloc(1, sizeof *s);
-    if (!s) {
-        if (sharded) prep_agree(t->save_comm, t->wrank, 1, &st);
+    if (!s) { /* sharded: the others are told, and the leader reports it for everybody */
+        if (sharded && prep_agree(t->save_comm, t->wrank, 1, &st) && st == CT_OK && !t->leader)
+            return CT_OK;
         return CT_ERR(&t->err, CT_ERR_NOMEM, "no memory for a checkpoint");
     }
     s->sharded = sharded, s->leader = t->leader, s->wrank = t->wrank, s->W = t->W;
@@ -349,14 +384,15 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
         ck->meta = ct_malloc(need + 1);
         if (ck->meta) ct_opts_format(ck->meta, need + 1, ct_train_opts, ct_train_opts_count, p);
     }
-    /* 1. The copy to the host, here at the step boundary. A worker without memory for the notes
-     * cannot take part in the exchange: it fails here (train_gpt then ends every worker). */
+    /* 1. The copy to the host, here at the step boundary. A worker without memory for it (or for
+     * the notes) takes part in the first agreement only, which ends the save on every worker. */
     if (sharded) {
         s->all = ct_calloc((size_t)s->W, sizeof *s->all);
         s->descs = ct_calloc((size_t)s->W, sizeof *s->descs);
-        if (!s->all || !s->descs) { /* the others are told, then every worker fails */
+        if (!s->all || !s->descs) { /* as above */
             save_free(s);
-            prep_agree(t->save_comm, t->wrank, 1, &st);
+            if (prep_agree(t->save_comm, t->wrank, 1, &st) && st == CT_OK && !t->leader)
+                return CT_OK;
             return CT_ERR(&t->err, CT_ERR_NOMEM, "no memory for a checkpoint");
         }
         s->prep = pack_owned(t, s);

@@ -121,12 +121,12 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, save_every, "save-every", "0", "checkpoint every N steps (needs --save); the end always") \
     X(INT, keep_last, "keep-last", "0",                                                         \
       "keep only the newest N checkpoints in --save DIR (never the one DIR/latest names); 0 = all") \
-    X(STR, save_format, "save-format", "gathered",                                              \
+    X(STR, save_format, "save-format", "auto",                                                  \
       "checkpoint form: gathered (one file DIR/ckpt_<step>.bin, every element sent to worker 0), " \
       "sharded (each worker writes the ranges it owns to DIR/ckpt_<step>.shard_<worker>, all at " \
-      "once, and worker 0 the manifest DIR/ckpt_<step>.bin), or auto: sharded with more than one " \
-      "worker, gathered with one (its shard would be the whole model); any layout resumes either, " \
-      "sample_gpt reads both; sharded is not the default yet (docs/LIMITS.md)")                   \
+      "once, and worker 0 the manifest DIR/ckpt_<step>.bin; DIR must be shared by every host), " \
+      "or auto: sharded with several workers on one host, else gathered; any layout resumes " \
+      "either, sample_gpt reads both")                                                          \
     X(INT, save_async, "save-async", "0",                                                       \
       "1 = copy the state to host memory at the step boundary and write the checkpoint on a "    \
       "background thread while training goes on (the next save and the end wait for it)")       \
@@ -479,9 +479,12 @@ int ct_trainer_sample_collective(const ct_trainer *t);
  * leader then removes all but the newest N checkpoints and the one DIR/latest names. path
  * receives DIR/ckpt_<step>.bin. It first waits for the save in flight (its failure is returned
  * before anything new is copied). --save-async: returns once the state is on the host; the write
- * goes on in the background. Failures are reported on the leader (others return CT_OK). */
+ * goes on in the background. A failure every worker knows of (a worker could not copy or write
+ * its shard, the leader its manifest) is returned by the leader alone (the others return CT_OK);
+ * a collective of the save that fails on one worker (its comm's memory, a timeout) is returned by
+ * that worker, as the others may be waiting in it: its program ends the job (MPI_Abort). */
 ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len);
-/* Wait for the save in flight (none: CT_OK at once, path ""): its status (the leader's), the
+/* Wait for the save in flight (none: CT_OK at once, path ""): its status (as above), the
  * checkpoint's path, the seconds its write took. ct_trainer_finish and ct_trainer_free wait too. */
 ct_status ct_trainer_save_wait(ct_trainer *t, char *path, size_t len, double *seconds);
 /* "sharded" or "gathered": the form this run's checkpoints take (--save-format auto resolved). */
