@@ -21,11 +21,24 @@ typedef struct ct__program_entry {
     ct__kernel_entry *kernels;
 } ct__program_entry;
 
-/* Every CLBlast call of the process holds this lock (clblast.c: why). */
+/* Every CLBlast call of the process holds the CLBlast lock (clblast.c: why). ct__clblast_lock:
+ * exclusively, for a call that may store into CLBlast's caches other than a GEMM (overrides). */
 void ct__clblast_lock(void);
 void ct__clblast_device_open(void);  /* a context CLBlast may cache programs for */
 void ct__clblast_device_close(void); /* the last one closed clears CLBlast's cache */
 void ct__clblast_unlock(void);
+/* A GEMM's shape as CLBlast's choice of routine may depend on it. */
+typedef struct ct__gemm_key {
+    int kind; /* 0: CLBlastSgemm, 1: CLBlastSgemmStridedBatched */
+    int ta, tb;
+    size_t m, n, k;
+} ct__gemm_key;
+#define CT__GEMM_SEEN_MAX 128
+/* Around one CLBlast GEMM on d: begin takes the lock shared when this handle ran the shape
+ * before, else exclusively (returns 1); end(exclusive as begin said, ok: the call succeeded)
+ * remembers the shape and unlocks. */
+int ct__clblast_gemm_begin(ct_device *d, const ct__gemm_key *k);
+void ct__clblast_gemm_end(ct_device *d, const ct__gemm_key *k, int exclusive, int ok);
 
 struct ct_device {
     ct_device_info info;
@@ -58,6 +71,12 @@ struct ct_device {
     /* GEMM paths (gemm_path.c): 0 = not checked yet, 1 = runs here, -1 = refused for gemm_why */
     int gemm_state[CT_GEMM_PATH__COUNT];
     char gemm_why[CT_GEMM_PATH__COUNT][768];
+
+    /* the CLBlast GEMM shapes this handle has run in the CLBlast lock's current generation
+     * (clblast.c); written under the lock held exclusively */
+    unsigned long gemm_seen_gen;
+    int gemm_nseen;
+    ct__gemm_key gemm_seen[CT__GEMM_SEEN_MAX];
 };
 
 struct ct_buffer {

@@ -78,12 +78,13 @@ ct_status ct_gemm(ct_device *d, int ta, int tb, size_t m, size_t n, size_t k, fl
     if ((st = ct__event_new(d, ev, &e, "gemm m=%zu n=%zu k=%zu ta=%d tb=%d", m, n, k, ta, tb)))
         return st;
     cl_command_queue q = d->queue;
-    ct__clblast_lock();
+    ct__gemm_key key = {0, ta, tb, m, n, k};
+    int excl = ct__clblast_gemm_begin(d, &key);
     CLBlastStatusCode rc =
         CLBlastSgemm(CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
                      tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha, a, a_off, lda, b,
                      b_off, ldb, beta, c, c_off, ldc, &q, e ? &e->ev : NULL);
-    ct__clblast_unlock();
+    ct__clblast_gemm_end(d, &key, excl, rc == CLBlastSuccess);
     if (rc != CLBlastSuccess) {
         ct_event_release(e);
         return clblast_fail(d, rc, "CLBlastSgemm", m, n, k, ta, tb);
@@ -121,12 +122,13 @@ ct_status ct_gemm_strided_batched(ct_device *d, int ta, int tb, size_t m, size_t
                             k, ta, tb, batch)))
         return st;
     cl_command_queue q = d->queue;
-    ct__clblast_lock();
+    ct__gemm_key key = {1, ta, tb, m, n, k};
+    int excl = ct__clblast_gemm_begin(d, &key);
     CLBlastStatusCode rc = CLBlastSgemmStridedBatched(
         CLBlastLayoutRowMajor, ta ? CLBlastTransposeYes : CLBlastTransposeNo,
         tb ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha, a, a_off, lda, a_stride, b,
         b_off, ldb, b_stride, beta, c, c_off, ldc, c_stride, batch, &q, e ? &e->ev : NULL);
-    ct__clblast_unlock();
+    ct__clblast_gemm_end(d, &key, excl, rc == CLBlastSuccess);
     if (rc != CLBlastSuccess) {
         ct_event_release(e);
         return clblast_fail(d, rc, "CLBlastSgemmStridedBatched", m, n, k, ta, tb);

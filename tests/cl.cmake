@@ -14,3 +14,7 @@ ct_add_test(NAME test_cl_tune SOURCES test_cl_tune.c LIBS ct_cl LABELS opencl)
 target_compile_definitions(test_cl_tune PRIVATE CT_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
 add_dependencies(test_cl_tune ct_tune)
 ct_add_test(NAME test_cl_gemm_bf16 SOURCES test_cl_gemm_bf16.c LIBS ct_cl LABELS opencl)
+# The CLBlast lock (cl/clblast.c): first calls of four same-kind devices together, then calls
+# under the shared lock, all results exact.
+ct_add_test(NAME test_cl_clblast_lock SOURCES test_cl_clblast_lock.c LIBS ct_cl OpenMP::OpenMP_C
+            LABELS opencl ENV "POCL_DEVICES=pthread pthread pthread pthread")
