@@ -9,3 +9,8 @@ if(CT_OPENBLAS_INCLUDE AND CT_OPENBLAS_LIB)
 else()
   message(WARNING "OpenBLAS not found (apt-get install libopenblas-dev): bench_gemm is not built")
 endif()
+# The CLBlast lock's cost with two devices in one process (cl/clblast.c; docs/BENCHMARKS.md).
+add_executable(bench_clblast_lock ${CMAKE_CURRENT_SOURCE_DIR}/bench_clblast_lock.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/gemm_shapes.c)
+target_include_directories(bench_clblast_lock PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(bench_clblast_lock PRIVATE ct_cl OpenMP::OpenMP_C)

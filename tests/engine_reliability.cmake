@@ -42,7 +42,7 @@ endif()
 if(TARGET train_gpt AND TARGET sample_gpt AND TARGET ct_plan AND TARGET ct_pipeline AND TARGET ct_tune
    AND TARGET bench_train AND TARGET bench_gemm AND TARGET bench_plan AND TARGET bench_tp
    AND TARGET bench_dp AND TARGET bench_moe AND TARGET bench_pipeline AND TARGET bench_attention
-   AND TARGET bench_allreduce AND TARGET ct_plot)
+   AND TARGET bench_allreduce AND TARGET bench_clblast_lock AND TARGET ct_plot)
   add_test(NAME test_programs_cli
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_programs_cli.sh ${CMAKE_BINARY_DIR}/bin)
   set_tests_properties(test_programs_cli PROPERTIES LABELS "mpi;opencl")

@@ -10,7 +10,8 @@ BIN=$1
 for pf in "train_gpt --steps" "sample_gpt --len" "ct_plan --workers" "ct_pipeline --pp" \
           "ct_tune --budget" "bench_train --steps" "bench_gemm --reps" "bench_plan --steps" \
           "bench_tp --steps" "bench_dp --steps" "bench_moe --steps" "bench_pipeline --steps" \
-          "bench_attention --reps" "bench_allreduce -n" "ct_plot --width"; do
+          "bench_attention --reps" "bench_allreduce -n" "bench_clblast_lock --rounds" \
+          "ct_plot --width"; do
     set -- $pf
     p=$1; flag=$2
     [ -x "$BIN/$p" ] || { fail "$p: not built"; continue; }
