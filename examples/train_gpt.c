@@ -17,6 +17,7 @@
  * writes appears complete or not at all (temporary file + rename). */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 
 #include "ct_cl.h"
 #include "ct_engine.h"
+#include "ct_engine_train_test.h"
 #include "ct_parallel.h"
 #include "train_report.h"
 
@@ -71,6 +73,31 @@ static int fault_parse(const char *s) {
                     : !kind[0]                ? CT_ALLOC_HOST | CT_ALLOC_DEVICE
                                               : 0;
     return g_fault.kinds ? 0 : -1;
+}
+
+/* CT_TEST_SAVE_KILL=W:STEP:shard|manifest (read once, in main): world worker W's process is
+ * SIGKILLed inside the sharded checkpoint of step STEP, after its shard is on disk (shard) or,
+ * on worker 0, with every shard on disk and the manifest not yet written (manifest). For tests
+ * of a save killed midway; never set otherwise. */
+static struct {
+    int worker, point;
+    long long step;
+} g_kill = {-1, 0, 0};
+
+static int kill_parse(const char *s) {
+    char at[16] = "";
+    if (sscanf(s, "%d:%lld:%15s", &g_kill.worker, &g_kill.step, at) != 3 || g_kill.worker < 0 ||
+        g_kill.step < 1)
+        return -1;
+    g_kill.point = !strcmp(at, "shard") ? CT_SAVE_AT_SHARD
+                   : !strcmp(at, "manifest") ? CT_SAVE_AT_MANIFEST
+                                             : 0;
+    return g_kill.point ? 0 : -1;
+}
+
+static void kill_hook(void *user, int point, int64_t step) {
+    (void)user;
+    if (point == g_kill.point && step == g_kill.step) raise(SIGKILL);
 }
 
 static void die(int code, const char *fmt, ...) {
@@ -270,6 +297,7 @@ static int worker(ct_train_run *run, const ct_train_params *pp, int thread, int 
     ct_trainer *t = NULL;
     ct_status st = ct_trainer_create(&t, run, thread, &err);
     if (st != CT_OK) die(setup_code(st), "%s", err.msg);
+    if (g_kill.worker == g_worker) ct_trainer_test_save_hook(t, kill_hook, NULL);
     int leader = ct_trainer_leader(t);
     int sampler = leader || ct_trainer_sample_collective(t);
     {
@@ -437,6 +465,9 @@ int main(int argc, char **argv) {
         if (fault_parse(fault)) die(2, "CT_TEST_FAIL_ALLOC='%s': expected W:N[:host|device]", fault);
         ct_alloc_set_hook(fault_hook, NULL);
     }
+    const char *kill_at = getenv("CT_TEST_SAVE_KILL");
+    if (kill_at && *kill_at && kill_parse(kill_at))
+        die(2, "CT_TEST_SAVE_KILL='%s': expected W:STEP:shard|manifest", kill_at);
 
     /* Workers: MPI ranks x --devices-per-rank. MPI is started only when there is more than one
      * worker (or mpiexec started several ranks). */

@@ -48,10 +48,11 @@ if(TARGET train_gpt AND TARGET sample_gpt AND TARGET ct_plan AND TARGET ct_pipel
   set_tests_properties(test_programs_cli PROPERTIES LABELS "mpi;opencl")
 endif()
 # Sharded checkpoints (issue 30): resumed bitwise on the writing layout and within 1e-5 on
-# others, --save-async writing the same files, a writer killed mid-save, a host allocation
+# others, --save-async writing the same files, a writer killed mid-save (at a moment seen, and at
+# two chosen points: CT_TEST_SAVE_KILL), a host allocation
 # failing at each point of a step and its save (tests/test_engine_reliability_shards.sh).
 if(TARGET train_gpt)
-  foreach(part resume async kill oom)
+  foreach(part resume async kill killat oom)
     add_test(NAME test_engine_reliability_shards_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_reliability_shards.sh
                      $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE} ${part})

@@ -11,6 +11,12 @@
 #   kill     2 ranks save a larger model every step; the process writing a shard (the pid in its
 #            temporary's name) is SIGKILLed: DIR/latest still names a whole checkpoint, the next
 #            start removes what the killed save left (temporaries, orphaned shards) and resumes.
+#   killat   2 ranks (dp 2, ZeRO-1: both shards hold state) save every 2 steps; the process of a
+#            chosen worker is SIGKILLed inside the save of step 4 (train_gpt's CT_TEST_SAVE_KILL,
+#            ct_engine_train_test.h): worker 1 right after its shard is on disk, and worker 0
+#            with every shard on disk and no manifest yet. Each time DIR/latest still names step
+#            2's checkpoint, step 4 has shards but no manifest, and the next start removes them
+#            and resumes from step 2 with losses and norms bitwise those of the uninterrupted run.
 #   oom      3 ranks save sharded every step while host allocation N of worker 1 fails, for 16
 #            consecutive N (one whole step and save: the notes' exchange, its agreements, the
 #            shard's write, the step's own collectives): every run ends with status != 0 and
@@ -161,6 +167,31 @@ if want kill; then
         if ls "$D/kk" | grep -q '\.tmp\.'; then
             fail "kill: temporaries left after the restart: $(ls "$D/kk" | grep '\.tmp\.')"
         fi
+    fi
+fi
+
+if want killat; then
+    KA="--dp 2 --zero 1 --steps 8 --save-every 2"
+    if train kfull 2 1 $KA --save "$D/kf"; then
+        for at in 1:shard 0:manifest; do
+            rm -rf "$D/ka"
+            w=${at%%:*} point=${at#*:}
+            logged "$D/ka.log" "$D/ka.log" env CT_TEST_SAVE_KILL="$w:4:$point" POCL_DEVICES=pthread \
+                timeout 60 "$MPIEXEC" -n 2 "$TRAIN" $ARGS $KA --devices-per-rank 1 --save "$D/ka"
+            rc=$?
+            left=$(cd "$D/ka" && ls | tr '\n' ' ')
+            if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$(cat "$D/ka/latest")" != "ckpt_00000002.bin" ] ||
+                [ -e "$D/ka/ckpt_00000004.bin" ] || ! ls "$D/ka" | grep -q '^ckpt_00000004\.shard_'; then
+                fail "killat $point (worker $w): status $rc, latest $(cat "$D/ka/latest" 2>/dev/null), left: $left"
+                tail -n 5 "$D/ka.log"
+                continue
+            fi
+            echo "ok: worker $w killed at $point of step 4's save (status $rc): latest $(cat "$D/ka/latest"); left: $left"
+            if train kres 2 1 $KA --resume "$D/ka" --save "$D/ka"; then
+                bitwise "$D/kfull.jsonl" "$D/kres.jsonl" "killed at $point, resumed from step 2" 3
+                logsays "$D/kres.log" "ckpt_00000004.shard_0000$w"
+            fi
+        done
     fi
 fi
 

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ct_engine_train_test.h"
 #include "train_impl.h"
 
 /* What each worker tells the others after writing its shard (allgathered as int32s). */
@@ -54,6 +55,8 @@ struct ct__save {
     ct_err err;
     char path[1300];
     double t0, t1; /* the background part's start and end */
+    void (*hook)(void *user, int point, int64_t step); /* a test's (ct_engine_train_test.h) */
+    void *hook_user;
 };
 
 static void save_free(ct__save *s) {
@@ -170,6 +173,7 @@ static void run_sharded(ct__save *s) {
     }
     if (st == CT_OK) st = ct_file_mkdirs(s->dir, &e);
     if (st == CT_OK) st = ct_shard_write(sp, s->wrank, s->ck.step, s->payload, s->n, &d, &e);
+    if (st == CT_OK && s->hook) s->hook(s->hook_user, CT_SAVE_AT_SHARD, s->ck.step);
     mine.status = (int32_t)st;
     mine.nchunks = d.nchunks;
     mine.nranges = s->nr;
@@ -255,6 +259,7 @@ static void run_sharded(ct__save *s) {
                             ct_comm_errmsg(s->comm));
         }
         /* 3. The manifest (after every shard is on disk), then DIR/latest; then pruning. */
+        if (st == CT_OK && s->hook) s->hook(s->hook_user, CT_SAVE_AT_MANIFEST, s->ck.step);
         if (st == CT_OK)
             st = ct_checkpoint_save_sharded(s->dir, &s->ck, s->layout, s->W, descs, ranges, total,
                                             s->path, sizeof s->path, &s->err);
@@ -365,6 +370,7 @@ ct_status ct_trainer_save(ct_trainer *t, char *path, size_t len) {
     s->sharded = sharded, s->leader = t->leader, s->wrank = t->wrank, s->W = t->W;
     s->keep_last = p->keep_last;
     s->comm = t->save_comm;
+    s->hook = t->save_hook, s->hook_user = t->save_hook_user;
     snprintf(s->dir, sizeof s->dir, "%s", p->save);
     int32_t lay[5] = {p->dp, p->tp, p->pp, p->zero, p->ep};
     memcpy(s->layout, lay, sizeof lay);
@@ -500,6 +506,11 @@ ct_status ct__trainer_resume(ct_trainer *t, ct_err *err) {
     t->start = r->src.ck.step;
     memcpy(t->rng.s, r->src.ck.rng, sizeof t->rng.s);
     return CT_OK;
+}
+
+void ct_trainer_test_save_hook(ct_trainer *t, void (*fn)(void *user, int point, int64_t step),
+                               void *user) {
+    t->save_hook = fn, t->save_hook_user = user;
 }
 
 void ct__trainer_save_end(ct_trainer *t) {

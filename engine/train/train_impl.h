@@ -98,6 +98,8 @@ struct ct_trainer {
     int built;          /* programs worker 0's device built from source at setup (cold cache) */
     ct_comm *save_comm; /* a second handle on the world for sharded saves' exchange (ckpt.c) */
     struct ct__save *save; /* the save in flight (--save-async), NULL when none */
+    void (*save_hook)(void *user, int point, int64_t step); /* ct_engine_train_test.h */
+    void *save_hook_user;
     ct_err err;
 };
 
