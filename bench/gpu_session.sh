@@ -31,6 +31,9 @@
 #   gemm       bench_gemm (CLBlast against OpenBLAS on the engine's shapes)
 #   layouts    train_gpt with two workers on the one GPU (dp 2 ZeRO 1, tp 2 SP, pp 2 1f1b),
 #              20 steps each against one worker: losses within 1e-5
+#   lock       bench_clblast_lock with two handles on the one GPU (--device GPU,GPU): a step's
+#              GEMMs under the CLBlast lock taken shared against serialised as the single lock
+#              did (issue 30 item 6; on PoCL the difference was below the noise)
 #   tune       ct_tune --budget 200, the stored set copied to OUT/tune/ (bring it back to tune/
 #              only if it beat the built-in parameters)
 # CT_GPU_QUICK=1 shrinks every shape and step count (to try the script on a CPU device).
@@ -40,7 +43,7 @@ shift
 mkdir -p "$OUT" || exit 1
 : "${CT_DEVICE:=gpu}"
 export CT_DEVICE
-SECTIONS=${*:-devices mma recompute tp arena state train gemm layouts tune}
+SECTIONS=${*:-devices mma recompute tp arena state train gemm layouts lock tune}
 Q=${CT_GPU_QUICK:-0}
 PY=${PYTHON:-python3}
 status=0
@@ -179,6 +182,16 @@ for s in $SECTIONS; do
                 same "$OUT/lay_one.jsonl" "$OUT/lay_$name.jsonl" 1e-5 >>"$OUT/layouts.txt" 2>&1 ||
                 status=1
         done ;;
+    lock)
+        if [ "$Q" = 1 ]; then
+            run lock 120 bench_clblast_lock --device "$CT_DEVICE,$CT_DEVICE" --C 128 --BT 64 \
+                --layers 2 --rounds 3
+        else
+            for cfg in "--C 768 --BT 1024 --layers 12" "--C 256 --BT 256 --layers 12"; do
+                # shellcheck disable=SC2086
+                run lock 200 bench_clblast_lock --device "$CT_DEVICE,$CT_DEVICE" $cfg --rounds 20
+            done
+        fi ;;
     tune)
         mkdir -p "$OUT/tune"
         if [ "$Q" = 1 ]; then
