@@ -194,6 +194,10 @@ ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg);
 const char *ct_model_attention_note(const ct_model *m);
 /* The GEMM plan's log lines: the decision, then one line per shape (path, rate). */
 const char *ct_model_gemm_note(const ct_model *m);
+/* The model's GEMM plan, and another in its place (every path checked on the model's device
+ * first; `why` appended to the note): how workers agree on one measured choice. */
+const ct_gemm_plan *ct_model_gemm_plan(const ct_model *m);
+ct_status ct_model_set_gemm_plan(ct_model *m, const ct_gemm_plan *p, const char *why);
 
 /* ---- host copies and initialisation (table order, n = ct_model_num_params; see
  * ct_engine_params.h for what ZeRO keeps) */

@@ -263,6 +263,23 @@ ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg) {
 }
 const char *ct_model_attention_note(const ct_model *m) { return m->attn_note; }
 const char *ct_model_gemm_note(const ct_model *m) { return m->gemm_note; }
+const ct_gemm_plan *ct_model_gemm_plan(const ct_model *m) { return &m->gemm; }
+
+ct_status ct_model_set_gemm_plan(ct_model *m, const ct_gemm_plan *p, const char *why) {
+    for (int i = -2; i < p->n; i++) { /* the defaults, then every shape's path */
+        ct_gemm_path path = i == -2 ? p->fp32 : i == -1 ? p->bf16 : p->shapes[i].path;
+        ct_status st = ct_gemm_path_check(m->dev, path);
+        if (st != CT_OK)
+            return CT_ERR(&m->err, st, "ct_model_set_gemm_plan: the %s path: %s",
+                          ct_gemm_path_str(path), ct_device_errmsg(m->dev));
+    }
+    m->gemm = *p;
+    ct_device_set_gemm_plan(m->dev, &m->gemm);
+    size_t u = strlen(m->gemm_note);
+    if (why && u < sizeof m->gemm_note)
+        snprintf(m->gemm_note + u, sizeof m->gemm_note - u, "\n%s", why);
+    return CT_OK;
+}
 size_t ct_model_scratch_bytes(const ct_model *m) { return m->ar.x.total * sizeof(float); }
 int ct_model_act_pieces(const ct_model *m, size_t *largest) {
     if (largest) *largest = ct_arena_largest_piece(m->acts);
