@@ -1,6 +1,8 @@
 /* bench_gemm - GFLOP/s of the GEMM wrapper (CLBlast) on the GEMM shapes of GPT training, beside
  * OpenBLAS measured in the same process on the same shapes, and of the bf16 GEMM paths
- * (--paths: portable, mma, mma-emulated; ct_gemm_run) on the same shapes, in rows of their own.
+ * (--paths: portable, mma, mma-emulated; ct_gemm_run) and of the tf32 paths (mma-tf32,
+ * mma-tf32-emulated: fp32 operands rounded to tf32 by the kernel) on the same shapes, in rows of
+ * their own.
  *
  * For each shape: the first call is timed on its own (it includes CLBlast's and the driver's
  * compilation the first time a kernel variant is met), then steady state is the median of timed
@@ -79,23 +81,39 @@ static int parse_list(const char *s, int *out, int room) {
     return n;
 }
 
-/* One bf16 path on shape s: A and B as bf16 (rounded from the fp32 operands; Ar, Br receive the
- * rounded values as floats, for the reference), C fp32 from C0. Times the first call and the
+/* One kernel path on shape s: A and B as bf16 (rounded from the fp32 operands), or fp32 for a
+ * tf32 path (which rounds them itself); Ar, Br receive the rounded values as floats, for the
+ * reference, C fp32 from C0. Times the first call and the
  * median of `reps` more; C receives the result of one pass from C0. 0 on success. */
+/* fp32 -> tf32 as cvt.rna.tf32.f32 (nearest, ties away from zero): the reference's operands of
+ * a tf32 path's row. */
+static float tf32_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 static int time_path(ct_device *dev, ct_gemm_path path, const ct_gemm_shape *s, const float *A,
                      const float *B, const float *C0, float *Ar, float *Br, float *C, float alpha,
                      float beta, int reps, double *first, double *med) {
     size_t na = s->m * s->k * s->batch, nb = s->k * s->n * s->batch, nc = s->m * s->n * s->batch;
+    int bf = ct_gemm_path_bf16(path); /* else fp32 operands the path rounds to tf32 */
     uint16_t *a16 = malloc(na * 2), *b16 = malloc(nb * 2);
     ct_buffer *bA = NULL, *bB = NULL, *bC = NULL;
     int rc = 1;
     if (!a16 || !b16) goto done;
-    for (size_t i = 0; i < na; i++) Ar[i] = ct_bf16_to_f32(a16[i] = ct_bf16_from_f32(A[i]));
-    for (size_t i = 0; i < nb; i++) Br[i] = ct_bf16_to_f32(b16[i] = ct_bf16_from_f32(B[i]));
-    if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "A bf16", na * 2, &bA) ||
-        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "B bf16", nb * 2, &bB) ||
+    for (size_t i = 0; i < na; i++)
+        Ar[i] = bf ? ct_bf16_to_f32(a16[i] = ct_bf16_from_f32(A[i])) : tf32_round(A[i]);
+    for (size_t i = 0; i < nb; i++)
+        Br[i] = bf ? ct_bf16_to_f32(b16[i] = ct_bf16_from_f32(B[i])) : tf32_round(B[i]);
+    size_t eb = bf ? 2 : 4;
+    if (ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "A", na * eb, &bA) ||
+        ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "B", nb * eb, &bB) ||
         ct_buffer_alloc(dev, CT_MEM_WORKSPACE, "C", nc * 4, &bC) ||
-        ct_buffer_write(bA, 0, a16, na * 2) || ct_buffer_write(bB, 0, b16, nb * 2) ||
+        ct_buffer_write(bA, 0, bf ? (const void *)a16 : (const void *)A, na * eb) ||
+        ct_buffer_write(bB, 0, bf ? (const void *)b16 : (const void *)B, nb * eb) ||
         ct_buffer_write(bC, 0, C0, nc * 4))
         goto done;
     ct_gemm_desc g = {.ta = s->ta, .tb = s->tb, .m = s->m, .n = s->n, .k = s->k,
@@ -145,7 +163,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_gemm [--device SPEC] [--C 256,768] [--BT 1024,4096] [--reps N]\n"
                    "                  [--no-tune] [--no-blas] [--csv] [--quick] [--compare-builtin]\n"
-                   "                  [--paths clblast,portable,mma,mma-emulated]\n"
+                   "                  [--paths clblast,portable,mma,mma-emulated,mma-tf32]\n"
                    "  --no-tune  use CLBlast's built-in parameters, not stored/shipped ones\n"
                    "  --paths    GEMM paths to time (default clblast, always timed): a bf16 path\n"
                    "             adds a row \"<shape>:<path>\" per shape (A, B bf16, C fp32; its\n"
@@ -324,13 +342,13 @@ int main(int argc, char **argv) {
                 free(Ar), free(Br);
                 return 1;
             }
-            /* the same accumulation bound: the reference uses the same bf16 inputs */
+            /* the same accumulation bound: the reference uses the same bf16 (tf32) inputs */
             double perr = check(s, Ar, Br, Cb, C0, alpha, beta, 99u + si);
             int pok = perr <= tol;
             if (!pok) failures++;
             double pgf = flops / pmed / 1e9;
             char label[80];
-            snprintf(label, sizeof label, "%.47s:%.15s", s->name, ct_gemm_path_str(paths[pi]));
+            snprintf(label, sizeof label, "%.47s:%.20s", s->name, ct_gemm_path_str(paths[pi]));
             if (csv)
                 printf("%s,%zu,%zu,%zu,%zu,%d,%d,%.1f,%.3f,%.2f,0,0,%.3f,%.2e\n", label, s->m, s->n,
                        s->k, s->batch, s->ta, s->tb, pfirst * 1e3, pmed * 1e3, pgf, pgf / gf, perr);

@@ -77,16 +77,19 @@ def main():
         path = path or "clblast"
         m, n, k, batch = (int(r[x]) for x in ("m", "n", "k", "batch"))
         ta, tb = int(r["ta"]), int(r["tb"])
-        dt = torch.float32 if path == "clblast" else torch.bfloat16
-        key = (m, n, k, batch, ta, tb, dt)
+        tf32 = path.startswith("mma-tf32")
+        dt = torch.float32 if path == "clblast" or tf32 else torch.bfloat16
+        key = (m, n, k, batch, ta, tb, dt, tf32)
         if key not in cache:
+            if dev.type == "cuda":  # a tf32 row against torch's TF32 matmul (allow_tf32)
+                torch.backends.cuda.matmul.allow_tf32 = tf32
             cache[key] = gflops(m, n, k, batch, ta, tb, dt)
         ours, theirs = float(r["gflops"]), cache[key]
         ratio = ours / theirs if theirs > 0 else float("nan")
         if ours > 0 and theirs > 0:
             logs.setdefault(path, []).append(math.log(ratio))
         print(f"{shape},{path},{m},{n},{k},{batch},{ta},{tb},{ours:.2f},{theirs:.2f},"
-              f"{'fp32' if dt == torch.float32 else 'bf16'},{ratio:.3f}")
+              f"{'tf32' if tf32 else 'fp32' if dt == torch.float32 else 'bf16'},{ratio:.3f}")
     for path, v in logs.items():
         print(f"# {path}: geometric mean of ours / torch over {len(v)} shapes: "
               f"{math.exp(sum(v) / len(v)):.3f}")

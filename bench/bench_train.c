@@ -3,7 +3,8 @@
  *
  *   bench_train [--config tiny|124m|all] [--steps N] [--warmup N] [--peak-tflops X]
  *               [--profile-steps N] [--device SPEC] [--recompute none|attention|block|all]
- *               [--attention gemm|fused] [--precision fp32|bf16] [--seq T] [--batch B] [--layers L]
+ *               [--attention gemm|fused] [--precision fp32|bf16] [--gemm auto|clblast|portable|mma]
+ *               [--tf32 0|1] [--seq T] [--batch B] [--layers L]
  *
  * Configurations (GPT-2 vocabulary: V=50257, Vp=50304, maxT=1024):
  *   tiny: L=4, C=256, NH=4, T=256, B=4;     124m: L=12, C=768, NH=12, T=64, B=4.
@@ -25,7 +26,10 @@
  * its layers' part: L x the bytes a block keeps + the recompute scratch (one block's dropped
  * tensors), which is what recomputation changes; the rest (the head's logits, the backward's
  * scratch) is the same in every mode. --seq, --batch, --layers override the configuration's
- * (e.g. --seq 1024 --batch 1 for the long-sequence figures). */
+ * (e.g. --seq 1024 --batch 1 for the long-sequence figures). --gemm and --tf32 are train_gpt's
+ * (ct_gemm_plan_make: auto times the paths on the model's shapes); left out, the model runs the
+ * default paths unmeasured (CLBlast, bf16 the portable kernel); the line "gemm paths" says
+ * which ran per shape. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,7 +66,7 @@ static double bucket_flops(const char *name, const ct_gpt_config *c, int B, int 
 
 static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup, int psteps,
                       double peak, const char *peak_src, ct_recompute rcm, ct_attn_path ap,
-                      ct_precision prec) {
+                      ct_precision prec, const char *gemm, int tf32) {
     ct_err err = {0};
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
@@ -78,6 +82,7 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
     memset(&plan, 0, sizeof plan);
     plan.max_B = B, plan.max_T = T, plan.slots = 1, plan.attention = ap, plan.recompute = rcm;
     plan.precision = prec;
+    plan.gemm = gemm, plan.tf32 = tf32;
     ct_mem_stats m0;
     ct_device_mem_stats(dev, &m0);
     if (ct_model_create_plan(&m, &bc->cfg, &lay, &at, dev, &plan, &err)) {
@@ -139,6 +144,7 @@ static int run_config(ct_device *dev, const bench_cfg *bc, int steps, int warmup
            bc->cfg.padded_vocab, ct_model_num_params(m) / 1e6, setup,
            ct_attn_path_name(ct_model_attention(m, NULL)), ct_recompute_name(rcm),
            ct_precision_name(prec));
+    printf("gemm paths: %s\n", ct_model_gemm_note(m));
     printf("activations: %.1f MiB allocated (= predicted), of which the layers %.1f MiB (%d x %.2f "
            "MiB + %.2f MiB recompute scratch); slot %.1f MiB, scratch %.1f MiB\n",
            act / 1048576.0, layers / 1048576.0, bc->cfg.layers,
@@ -297,7 +303,8 @@ done:
 
 int main(int argc, char **argv) {
     const char *config = "all", *spec = NULL, *recompute = "none", *attention = "gemm";
-    const char *precision = "fp32";
+    const char *precision = "fp32", *gemm = NULL;
+    int tf32 = 0;
     int steps = 5, warmup = 2, psteps = 2, seq = 0, batch = 0, layers = 0;
     double peak = 0;
     for (int i = 1; i < argc; i++) {
@@ -306,7 +313,8 @@ int main(int argc, char **argv) {
             printf("usage: bench_train [--config tiny|124m|all (all)] [--steps N (5)] [--warmup N "
                    "(2)] [--profile-steps N (2)] [--peak-tflops X (0: measure)] [--device SPEC] "
                    "[--recompute none|attention|block|all (none)] [--attention gemm|fused "
-                   "(gemm)] [--precision fp32|bf16 (fp32)] [--seq T] [--batch B] [--layers L] (0: "
+                   "(gemm)] [--precision fp32|bf16 (fp32)] [--gemm auto|clblast|portable|mma (the "
+                   "defaults: clblast, bf16 portable, unmeasured)] [--tf32 0|1 (0)] [--seq T] [--batch B] [--layers L] (0: "
                    "the configuration's)\n");
             return 0;
         }
@@ -323,6 +331,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--recompute")) recompute = v;
         else if (!strcmp(a, "--attention")) attention = v;
         else if (!strcmp(a, "--precision")) precision = v;
+        else if (!strcmp(a, "--gemm")) gemm = v;
+        else if (!strcmp(a, "--tf32")) tf32 = atoi(v);
         else if (!strcmp(a, "--seq")) seq = atoi(v);
         else if (!strcmp(a, "--batch")) batch = atoi(v);
         else if (!strcmp(a, "--layers")) layers = atoi(v);
@@ -355,6 +365,11 @@ int main(int argc, char **argv) {
                 precision);
         return 2;
     }
+    if ((all_modes && (gemm || tf32)) || tf32 < 0 || tf32 > 1) {
+        fprintf(stderr, "bench_train: --tf32 is 0 or 1; --gemm and --tf32 are not for --recompute "
+                        "all\n");
+        return 2;
+    }
     ct_err err = {0};
     ct_device_info *list = NULL;
     int n = 0, pick = 0, npick = 0;
@@ -384,7 +399,7 @@ int main(int argc, char **argv) {
             printf("peak: %.3f TFLOP/s (%s, %s)\n", peak, src, bc.name);
         }
         if (all_modes) rc |= compare_modes(dev, &bc, steps, warmup, ap);
-        else rc |= run_config(dev, &bc, steps, warmup, psteps, peak, src, rcm, ap, prec);
+        else rc |= run_config(dev, &bc, steps, warmup, psteps, peak, src, rcm, ap, prec, gemm, tf32);
     }
     ct_device_free(dev);
     ct_device_list_free(list);

@@ -5,13 +5,17 @@ the same step (zero_grad + forward + loss + backward + clip_grad_norm_(1.0) + Ad
 
     /usr/bin/python3 bench/bench_train_torch.py [--config tiny|124m|all] [--steps 5]
         [--warmup 2] [--threads 2] [--peak-tflops X] [--profile-steps 0]
+        [--precision fp32|bf16] [--seq T] [--batch B]
 
 Model: GPT-2 as in llm.c's train_gpt2.py (pre-LN blocks, fused QKV, tanh GELU, tied
 embeddings, vocabulary padded to Vp with the loss over the real V). Attention uses
 F.scaled_dot_product_attention(is_causal=True) where torch has it (2.x), else (Debian 12's 1.13)
 the explicit masked softmax, as llm.c's script does without flash attention. `--device cuda`
 runs the same step on the machine's NVIDIA GPU in fp32 with TF32 off (matmul and cuDNN), timed to
-a torch.cuda.synchronize(), so an OpenCL GPU run can be compared on the same card. FLOPs per token:
+a torch.cuda.synchronize(), so an OpenCL GPU run can be compared on the same card.
+`--precision bf16` runs forward and loss under torch.autocast(dtype=torch.bfloat16) (fp32 master
+weights, gradients and AdamW state; the matmuls in bf16 on the tensor cores): the PyTorch side
+of `bench_train --precision bf16`. --seq and --batch override the configuration's T and B. FLOPs per token:
 6 N + 12 L C T, as ct_train_flops_per_token. The peak for MFU defaults to torch's own SGEMM rate
 at 1024^3 (best of 4), so MFU is relative to what this CPU does under PyTorch. Prints one line
 "JSON {...}" per configuration.
@@ -103,6 +107,7 @@ def gemm_tflops(dev):
 def run(name, cfg, args, peak, peak_src):
     torch.manual_seed(1337)
     L, C, NH, T, B = cfg["L"], cfg["C"], cfg["NH"], cfg["T"], cfg["B"]
+    T, B = args.seq or T, args.batch or B
     dev = torch.device(args.device)
     model = GPT(L, C, NH).to(dev)
     nparams = sum(p.numel() for p in model.parameters())
@@ -117,7 +122,9 @@ def run(name, cfg, args, peak, peak_src):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16,
+                            enabled=args.precision == "bf16"):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -143,7 +150,8 @@ def run(name, cfg, args, peak, peak_src):
     tflops = fpt * tps / 1e12
     mfu = tflops / peak if peak > 0 else 0.0
     best_mfu = fpt * best_tps / 1e12 / peak if peak > 0 else 0.0
-    print(f"\n== {name}: L={L} C={C} NH={NH} T={T} B={B} V={V} Vp={VP}, {nparams/1e6:.2f}M parameters")
+    print(f"\n== {name}: L={L} C={C} NH={NH} T={T} B={B} V={V} Vp={VP}, {nparams/1e6:.2f}M parameters, "
+          f"precision {args.precision}")
     print(f"{args.steps} steps after {args.warmup} warm-up: {ms:.1f} ms/step (best {best_ms:.1f}), "
           f"{tps:.0f} tokens/s (best {best_tps:.0f}), {tflops:.3f} TFLOP/s, MFU {100*mfu:.1f}% "
           f"(best {100*best_mfu:.1f}%) of {peak:.3f} TFLOP/s ({peak_src}); "
@@ -154,7 +162,7 @@ def run(name, cfg, args, peak, peak_src):
                                     tflops=round(tflops, 4), mfu=round(mfu, 4),
                                     best_mfu=round(best_mfu, 4), peak_tflops=round(peak, 4),
                                     steps=args.steps, threads=torch.get_num_threads(),
-                                    device=args.device)))
+                                    device=args.device, precision=args.precision, T=T, B=B)))
     if args.profile_steps > 0:
         from torch.profiler import profile, ProfilerActivity
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -172,6 +180,10 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--profile-steps", type=int, default=0)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (fp32, TF32 off)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: forward and loss under bf16 autocast")
+    ap.add_argument("--seq", type=int, default=0, help="T (0: the configuration's)")
+    ap.add_argument("--batch", type=int, default=0, help="B (0: the configuration's)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)

@@ -9,10 +9,16 @@
 # Sections (default: all of them, in this order; an estimated 20 minutes on an H100, so name a
 # few per call where a call's time is limited):
 #   devices    ct_devices -v (the device, its largest single allocation)
-#   mma        issue 28: test_cl_gemm_bf16 on the GPU (every bf16 path, the mma probe, against
-#              the double reference), then bench_gemm --paths clblast,portable,mma --csv (the
-#              tensor-core kernel's rate against CLBlast's fp32 on the engine's shapes), and
-#              bench_gemm_torch.py: the same rows against torch.matmul fp32 and bf16 (CUDA)
+#   mma        issue 28: test_cl_gemm_bf16 and test_cl_gemm_tf32 on the GPU (every bf16 path and
+#              the tf32 path, their probes, against the double reference), then bench_gemm
+#              --paths clblast,portable,mma,mma-tf32 --csv (the tensor-core kernels' rates against
+#              CLBlast's fp32 on the engine's shapes), and bench_gemm_torch.py: the same rows
+#              against torch.matmul fp32 (TF32 off), bf16 and tf32 (allow_tf32) on CUDA. Target:
+#              mma's geometric mean >= 0.4x torch bf16's
+#   bf16train  issue 28: bench_train --precision bf16 --gemm auto at GPT-2 124M, T 1024, B 8 (the
+#              auto record and its per-shape lines in the output; the record copied to
+#              OUT/tune/), then bench_train_torch.py --precision bf16 (autocast) on the same GPU.
+#              Target: ours >= 0.5x PyTorch's tokens/s
 #   recompute  issue 14: bench_train --recompute all at the 124m shape, T 1024, B 4, on the GEMM
 #              and the fused attention paths: each mode's step time and activation memory
 #              against none's (target: attention mode <= 1.10x the time for >= 2x less memory)
@@ -43,7 +49,7 @@ shift
 mkdir -p "$OUT" || exit 1
 : "${CT_DEVICE:=gpu}"
 export CT_DEVICE
-SECTIONS=${*:-devices mma recompute tp arena state train gemm layouts lock tune}
+SECTIONS=${*:-devices mma bf16train recompute tp arena state train gemm layouts lock tune}
 Q=${CT_GPU_QUICK:-0}
 PY=${PYTHON:-python3}
 status=0
@@ -156,8 +162,10 @@ for s in $SECTIONS; do
         fi ;;
     mma)
         run mma 300 test_cl_gemm_bf16
-        if [ "$Q" = 1 ]; then run mma 120 bench_gemm --quick --no-tune --csv --paths clblast,portable,mma
-        else run mma 300 bench_gemm --csv --paths clblast,portable,mma; fi
+        run mma 200 test_cl_gemm_tf32
+        if [ "$Q" = 1 ]; then
+            run mma 120 bench_gemm --quick --no-tune --csv --paths clblast,portable,mma,mma-tf32
+        else run mma 300 bench_gemm --csv --paths clblast,portable,mma,mma-tf32; fi
         # the same rows beside torch.matmul (fp32 TF32 off, bf16) on the same GPU
         awk '/^shape,m,n,k,/ { on = 1 } on && /,/ && !/^#/' "$OUT/mma.txt" >"$OUT/gemm_paths.csv"
         if $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -165,6 +173,35 @@ for s in $SECTIONS; do
                 >/dev/null
         else
             echo "no PyTorch with CUDA here: torch.matmul was not run" >>"$OUT/mma.txt"
+        fi ;;
+    bf16train)
+        # a tuning folder of the section's own: auto measures here and its record comes back
+        # (the user's CLBlast sets copied in, the user's program cache linked: nothing rebuilt)
+        real=${XDG_CACHE_HOME:-$HOME/.cache}/cltrain
+        mkdir -p "$OUT/tune" "$OUT/cache/cltrain" "$real/programs"
+        cp "$real"/tune/*.txt "$OUT/tune/" 2>/dev/null
+        rm -f "$OUT"/tune/*.gemm.txt
+        ln -sfn "$OUT/tune" "$OUT/cache/cltrain/tune"
+        ln -sfn "$real/programs" "$OUT/cache/cltrain/programs"
+        if [ "$Q" = 1 ]; then
+            B16="--config tiny --seq 32 --batch 2 --steps 1 --warmup 0"
+        else
+            B16="--config 124m --seq 1024 --batch 8 --steps 10 --warmup 3"
+        fi
+        ( export XDG_CACHE_HOME="$OUT/cache" &&
+            run bf16train 400 bench_train $B16 --precision bf16 --gemm auto --profile-steps 0 )
+        [ $? -eq 0 ] || status=1
+        grep -q "gemm paths: bf16 products: auto" "$OUT/bf16train.txt" ||
+            { echo "NO GEMM PLAN LINE" >>"$OUT/bf16train.txt"; status=1; }
+        if [ "$Q" = 1 ] && $PY -c 'import torch' 2>/dev/null; then
+            run bf16train 120 $PY bench/bench_train_torch.py $B16 --precision bf16 --threads 2
+        elif [ "$Q" = 1 ]; then
+            echo "no PyTorch in $PY: the PyTorch side was not run" >>"$OUT/bf16train.txt"
+        elif $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+            2>/dev/null; then
+            run bf16train 300 $PY bench/bench_train_torch.py --device cuda $B16 --precision bf16
+        else
+            echo "no PyTorch with CUDA here: the PyTorch side was not run" >>"$OUT/bf16train.txt"
         fi ;;
     gemm)
         if [ "$Q" = 1 ]; then run gemm 120 bench_gemm --quick --no-tune

@@ -391,20 +391,29 @@ ct_status ct_bf16_to_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, cl_
  *                         matrices in all four transposes, the product checked exactly) passes
  *   CT_GEMM_MMA_EMULATED  CT_GEMM_MMA's kernel source with portable stand-ins for the warp
  *                         instructions (mma, ldmatrix, cp.async): any device, slow; it runs every
- *                         index, tile and edge path of the mma kernel where no tensor core is */
+ *                         index, tile and edge path of the mma kernel where no tensor core is
+ *   CT_GEMM_MMA_TF32      fp32 operands and C on NVIDIA tensor cores: each element of A and B
+ *                         rounded to tf32 (cvt.rna.tf32.f32: 10-bit mantissa, to nearest, ties
+ *                         away from zero), mma.sync m16n8k8, fp32 accumulation
+ *                         (cl/kernels/gemm_mma_tf32.cl); the vendor rule and a probe as
+ *                         CT_GEMM_MMA's. For --tf32 only: tf32 is not fp32
+ *   CT_GEMM_MMA_TF32_EMULATED  its source on the stand-ins, the rounding included: any device */
 typedef enum ct_gemm_path {
     CT_GEMM_CLBLAST = 0,
     CT_GEMM_PORTABLE,
     CT_GEMM_MMA,
     CT_GEMM_MMA_EMULATED,
+    CT_GEMM_MMA_TF32,
+    CT_GEMM_MMA_TF32_EMULATED,
     CT_GEMM_PATH__COUNT
 } ct_gemm_path;
 
-/* "clblast", "portable", "mma", "mma-emulated"; "?" for a value out of range. */
+/* "clblast", "portable", "mma", "mma-emulated", "mma-tf32", "mma-tf32-emulated"; "?" for a
+ * value out of range. */
 const char *ct_gemm_path_str(ct_gemm_path p);
 /* The inverse of ct_gemm_path_str; an unknown name is CT_ERR_ARG listing the names. */
 ct_status ct_gemm_path_parse(const char *s, ct_gemm_path *out, ct_err *err);
-/* 1 when the path's A and B are bf16 (all but CT_GEMM_CLBLAST). */
+/* 1 when the path's A and B are bf16 (all but CT_GEMM_CLBLAST and the tf32 paths). */
 int ct_gemm_path_bf16(ct_gemm_path p);
 
 /* One GEMM: row-major C = alpha * op(A) * op(B) + beta * C for each of `batch` matrices, op(X) =
@@ -455,6 +464,35 @@ const char *ct_gemm_tile_str(ct_gemm_path path, int tile);
 /* The vendor rule of CT_GEMM_MMA alone, from what the device reports (no probe): 1 when `info`
  * is an NVIDIA device of compute capability 8.0 or more; else 0 with the reason in why. */
 int ct_gemm_mma_eligible(const ct_device_info *info, char *why, size_t len);
+
+/* Which path each GEMM of a device's ops takes: the engine decides it (ct_gemm_plan_make in
+ * engine/model/gemm_tune.c, per shape of the model, measured or asked for) and sets it on the
+ * device once at setup; the ops read it for every product they enqueue. cl/ only keeps it.
+ * An entry names a product by its transposes and sizes, 0 in m, n, k or batch matching any
+ * (a linear layer's rows B*T change with the micro-batch; the attention's causal row blocks
+ * change m and n); the first entry whose operand type (ct_gemm_path_bf16) and shape match wins,
+ * else the default of the operand type. Every path named must have passed ct_gemm_path_check on
+ * the device (the maker checks them). */
+#define CT_GEMM_PLAN_MAX 24
+typedef struct ct_gemm_choice {
+    int ta, tb;
+    size_t m, n, k, batch; /* 0: any */
+    ct_gemm_path path;
+    double gflops;         /* the rate measured when it was chosen; 0: not measured */
+} ct_gemm_choice;
+typedef struct ct_gemm_plan {
+    ct_gemm_path fp32, bf16; /* a product no entry names: CT_GEMM_CLBLAST, CT_GEMM_PORTABLE */
+    int n;
+    ct_gemm_choice shapes[CT_GEMM_PLAN_MAX];
+} ct_gemm_plan;
+/* The plan of a device nothing was set on: fp32 on CLBlast, bf16 on the portable kernel. */
+ct_gemm_plan ct_gemm_plan_default(void);
+/* The path of product g with bf16 (1) or fp32 (0) operands under plan p. */
+ct_gemm_path ct_gemm_plan_path(const ct_gemm_plan *p, const ct_gemm_desc *g, int bf16);
+/* Set (a copy; NULL: the default) and read the device's plan. Set it from the device's own
+ * thread, before the ops that read it are enqueued. */
+void ct_device_set_gemm_plan(ct_device *dev, const ct_gemm_plan *p);
+const ct_gemm_plan *ct_device_gemm_plan(const ct_device *dev);
 
 /* ---------------------------------------------------------------- CLBlast tuning */
 

@@ -77,6 +77,7 @@ struct ct_device {
     unsigned long gemm_seen_gen;
     int gemm_nseen;
     ct__gemm_key gemm_seen[CT__GEMM_SEEN_MAX];
+    ct_gemm_plan gemm_plan; /* which path each product of the ops takes (set by the engine) */
 };
 
 struct ct_buffer {
@@ -136,9 +137,9 @@ int ct__gemm_pick_tile(const ct_device *d, const ct_gemm_desc *g, int bm, int bn
  * CT_ERR_UNSUPPORTED unless the device runs it in work-groups of `threads`; path names it. */
 ct_status ct__gemm_kernel(ct_device *d, const char *path, const char *source, const char *opts,
                           const char *kernel, size_t threads, cl_kernel *k);
-/* Set the arguments every bf16 GEMM kernel takes (the list at the top of gemm_mma.cl), in order
- * (gemm_common.c). */
-ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g);
+/* Set the arguments every kernel GEMM takes (the list of gemm_mma.cl's kernel), in order
+ * (gemm_common.c); chunk: A's and B's elements per 16 bytes (8 bf16, 4 fp32), for `vec`. */
+ct_status ct__gemm_kernel_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g, size_t chunk);
 /* The paths' bodies: run assumes a checked path and checked arguments with m, n, k, batch >= 1.
  * check: CT_OK; CT_ERR_UNSUPPORTED with the reason in why (kept for the device); or another
  * status when the check could not be made (memory: ct__gemm_refusal), which is not kept. */
@@ -153,6 +154,11 @@ ct_status ct__gemm_mma_check(ct_device *d, int emulated, char *why, size_t len);
 ct_status ct__gemm_mma_run(ct_device *d, const ct_gemm_desc *g, int emulated, ct_event **ev);
 int ct__gemm_mma_tiles(void);
 const char *ct__gemm_mma_tile_str(int tile);
+/* gemm_mma_tf32.c: fp32 operands rounded to tf32 on the tensor cores (emulated: the stand-ins). */
+ct_status ct__gemm_tf32_check(ct_device *d, int emulated, char *why, size_t len);
+ct_status ct__gemm_tf32_run(ct_device *d, const ct_gemm_desc *g, int emulated, ct_event **ev);
+int ct__gemm_tf32_tiles(void);
+const char *ct__gemm_tf32_tile_str(int tile);
 
 /* Apply stored/shipped tuning at device open (tune.c). */
 ct_status ct__tune_apply_at_open(ct_device *dev, const char *tune_dir);

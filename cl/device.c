@@ -33,6 +33,7 @@ ct_status ct_device_open(ct_device **out, const ct_device_info *info, const ct_d
     ct_device *d = ct_calloc(1, sizeof *d);
     if (!d) return CT_ERR(err, CT_ERR_NOMEM, "out of host memory opening device");
     d->info = *info;
+    d->gemm_plan = ct_gemm_plan_default();
     d->row_groups = o.row_groups >= 0 ? o.row_groups != 0 : !(info->type & CL_DEVICE_TYPE_CPU);
     pthread_mutex_init(&d->mem_lock, NULL);
     d->mem_cap = o.mem_cap ? o.mem_cap : info->global_mem_bytes;
@@ -147,3 +148,17 @@ ct_status ct_device_finish(ct_device *d) {
     if (rc != CL_SUCCESS) return CT_CL_FAIL(&d->err, rc, "clFinish on device %d", d->info.index);
     return CT_OK;
 }
+
+/* The GEMM plan the ops read (ct_gemm_plan_path, gemm_path.c); kept here, decided by the engine. */
+ct_gemm_plan ct_gemm_plan_default(void) {
+    ct_gemm_plan p;
+    memset(&p, 0, sizeof p);
+    p.fp32 = CT_GEMM_CLBLAST, p.bf16 = CT_GEMM_PORTABLE;
+    return p;
+}
+
+void ct_device_set_gemm_plan(ct_device *d, const ct_gemm_plan *p) {
+    d->gemm_plan = p ? *p : ct_gemm_plan_default();
+}
+
+const ct_gemm_plan *ct_device_gemm_plan(const ct_device *d) { return &d->gemm_plan; }

@@ -31,12 +31,13 @@ ct_status ct__gemm_kernel(ct_device *d, const char *path, const char *source, co
     return st;
 }
 
-ct_status ct__gemm_bf16_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g) {
+ct_status ct__gemm_kernel_args(ct_device *d, cl_kernel k, const ct_gemm_desc *g, size_t chunk) {
     size_t batch = g->batch;
-    /* cp.async moves 16-byte chunks: every row of A and B must start 16-byte aligned (buffers
-     * themselves are aligned far beyond that by OpenCL) */
-    int vec = g->a_off % 8 == 0 && g->lda % 8 == 0 && (batch == 1 || g->a_stride % 8 == 0) &&
-              g->b_off % 8 == 0 && g->ldb % 8 == 0 && (batch == 1 || g->b_stride % 8 == 0);
+    /* cp.async moves 16-byte chunks (`chunk` elements: 8 bf16, 4 fp32): every row of A and B
+     * must start 16-byte aligned (buffers themselves are aligned far beyond that by OpenCL) */
+    size_t c = chunk;
+    int vec = g->a_off % c == 0 && g->lda % c == 0 && (batch == 1 || g->a_stride % c == 0) &&
+              g->b_off % c == 0 && g->ldb % c == 0 && (batch == 1 || g->b_stride % c == 0);
     cl_int ta = g->ta, tb = g->tb, c_bf16 = g->c_bf16 != 0, cvec = vec;
     cl_uint m = (cl_uint)g->m, n = (cl_uint)g->n, kk = (cl_uint)g->k;
     cl_float alpha = g->alpha, beta = g->beta;

@@ -124,7 +124,7 @@ ct_status ct__gemm_mma_run(ct_device *d, const ct_gemm_desc *g, int emulated, ct
     const mma_tile *t = &kTiles[tile - 1];
     cl_kernel k = NULL;
     ct_status st = get_kernel(d, t, emulated, &k);
-    if (st == CT_OK) st = ct__gemm_bf16_args(d, k, g);
+    if (st == CT_OK) st = ct__gemm_kernel_args(d, k, g, 8);
     if (st != CT_OK) return st;
     size_t nt = (size_t)tile_threads(t), batch = g->batch;
     size_t global[3] = {nt * ((g->n + t->bn - 1) / t->bn), (g->m + t->bm - 1) / t->bm, batch};

@@ -45,6 +45,19 @@ static ct_status mma_emulated_run(ct_device *d, const ct_gemm_desc *g, ct_event 
     return ct__gemm_mma_run(d, g, 1, ev);
 }
 
+static ct_status tf32_check(ct_device *d, char *why, size_t len) {
+    return ct__gemm_tf32_check(d, 0, why, len);
+}
+static ct_status tf32_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev) {
+    return ct__gemm_tf32_run(d, g, 0, ev);
+}
+static ct_status tf32_emulated_check(ct_device *d, char *why, size_t len) {
+    return ct__gemm_tf32_check(d, 1, why, len);
+}
+static ct_status tf32_emulated_run(ct_device *d, const ct_gemm_desc *g, ct_event **ev) {
+    return ct__gemm_tf32_run(d, g, 1, ev);
+}
+
 typedef struct path_row {
     const char *name;
     int bf16;                                                /* A and B bf16 */
@@ -67,6 +80,11 @@ static const path_row kPaths[CT_GEMM_PATH__COUNT] = {
     [CT_GEMM_MMA] = {"mma", 1, mma_check, mma_run, ct__gemm_mma_tiles, ct__gemm_mma_tile_str},
     [CT_GEMM_MMA_EMULATED] = {"mma-emulated", 1, mma_emulated_check, mma_emulated_run,
                               ct__gemm_mma_tiles, ct__gemm_mma_tile_str},
+    [CT_GEMM_MMA_TF32] = {"mma-tf32", 0, tf32_check, tf32_run, ct__gemm_tf32_tiles,
+                          ct__gemm_tf32_tile_str},
+    [CT_GEMM_MMA_TF32_EMULATED] = {"mma-tf32-emulated", 0, tf32_emulated_check,
+                                   tf32_emulated_run, ct__gemm_tf32_tiles,
+                                   ct__gemm_tf32_tile_str},
 };
 
 static int valid_path(ct_gemm_path p) { return (int)p >= 0 && p < CT_GEMM_PATH__COUNT; }
@@ -144,6 +162,21 @@ ct_status ct_gemm_run(ct_device *d, ct_gemm_path p, const ct_gemm_desc *g, ct_ev
     if (g->tile < 0 || g->tile > ntiles)
         return CT_ERR(&d->err, CT_ERR_ARG, "gemm (%s): no tile %d (the path has %d)",
                       kPaths[p].name, g->tile, ntiles);
-    if ((st = ct__gemm_check(d, g, 2, g->c_bf16 ? 2 : 4))) return st;
+    if ((st = ct__gemm_check(d, g, kPaths[p].bf16 ? 2 : 4, g->c_bf16 ? 2 : 4))) return st;
     return kPaths[p].run(d, g, ev);
+}
+
+/* ---------------------------------------------------------------- the plan a device's ops read */
+
+static int size_matches(size_t want, size_t got) { return want == 0 || want == got; }
+
+ct_gemm_path ct_gemm_plan_path(const ct_gemm_plan *p, const ct_gemm_desc *g, int bf16) {
+    for (int i = 0; i < p->n && i < CT_GEMM_PLAN_MAX; i++) {
+        const ct_gemm_choice *c = &p->shapes[i];
+        if (ct_gemm_path_bf16(c->path) == (bf16 != 0) && c->ta == g->ta && c->tb == g->tb &&
+            size_matches(c->m, g->m) && size_matches(c->n, g->n) && size_matches(c->k, g->k) &&
+            size_matches(c->batch, g->batch))
+            return c->path;
+    }
+    return bf16 ? p->bf16 : p->fp32;
 }

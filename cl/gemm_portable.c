@@ -47,7 +47,7 @@ ct_status ct__gemm_portable_run(ct_device *d, const ct_gemm_desc *g, ct_event **
     const portable_tile *t = &kTiles[tile - 1];
     cl_kernel k = NULL;
     ct_status st = get_kernel(d, t, &k);
-    if (st == CT_OK) st = ct__gemm_bf16_args(d, k, g);
+    if (st == CT_OK) st = ct__gemm_kernel_args(d, k, g, 8);
     if (st != CT_OK) return st;
     size_t batch = g->batch;
     size_t global[3] = {16 * ((g->n + t->tn - 1) / t->tn), 16 * ((g->m + t->tm - 1) / t->tm),

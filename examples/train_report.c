@@ -146,6 +146,14 @@ void train_report_print(FILE *f, const ct_train_report *r) {
             p->batch, p->seq, accum, p->batch * p->seq * accum);
     if (N > 1) fprintf(f, " (%d rows per worker)", r->rows_per_worker);
     fprintf(f, "\n  attention path = %s\n", r->attention_note);
+    if (r->gemm_note) { /* the decision, then a line per shape, indented under it */
+        fprintf(f, "  gemm paths     = ");
+        for (const char *q = r->gemm_note; *q; q++) {
+            fputc(*q, f);
+            if (*q == '\n') fprintf(f, "                   ");
+        }
+        fputc('\n', f);
+    }
     fprintf(f,
             "  activations    = %.1f MiB per micro-batch slot, %.1f MiB of it per layer; %.1f MiB "
             "of scratch shared by the slots (%.1f MiB of it for recomputation)\n",

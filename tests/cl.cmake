@@ -18,3 +18,4 @@ ct_add_test(NAME test_cl_gemm_bf16 SOURCES test_cl_gemm_bf16.c LIBS ct_cl LABELS
 # under the shared lock, all results exact.
 ct_add_test(NAME test_cl_clblast_lock SOURCES test_cl_clblast_lock.c LIBS ct_cl OpenMP::OpenMP_C
             LABELS opencl ENV "POCL_DEVICES=pthread pthread pthread pthread")
+ct_add_test(NAME test_cl_gemm_tf32 SOURCES test_cl_gemm_tf32.c LIBS ct_cl LABELS opencl)

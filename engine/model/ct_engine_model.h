@@ -118,6 +118,13 @@ typedef struct ct_model_plan {
      * not built with sequence parallelism. */
     int loss_chunk;
     ct_precision precision; /* fp32 (0, default) or bf16 (above) */
+    /* The GEMM paths (ct_gemm_plan_make, engine/model/ct_engine_gemm.h): NULL keeps the
+     * defaults unmeasured (CLBlast for fp32, the portable kernel for bf16); "auto" measures the
+     * paths that fit on the model's shapes (bf16, or fp32 with tf32), or a path by name. The
+     * plan is set on the device (ct_device_set_gemm_plan), which the ops read: one model's plan
+     * per device. tf32: fp32 products may run on the mma path with tf32 operands. */
+    const char *gemm;
+    int tf32;
 } ct_model_plan;
 
 /* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T
@@ -185,6 +192,12 @@ int ct_model_act_pieces(const ct_model *m, size_t *largest);
  * block shapes (cfg may be NULL), and one line saying what was chosen and why. */
 ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg);
 const char *ct_model_attention_note(const ct_model *m);
+/* The GEMM plan's log lines: the decision, then one line per shape (path, rate). */
+const char *ct_model_gemm_note(const ct_model *m);
+/* The model's GEMM plan, and another in its place (every path checked on the model's device
+ * first; `why` appended to the note): how workers agree on one measured choice. */
+const ct_gemm_plan *ct_model_gemm_plan(const ct_model *m);
+ct_status ct_model_set_gemm_plan(ct_model *m, const ct_gemm_plan *p, const char *why);
 
 /* ---- host copies and initialisation (table order, n = ct_model_num_params; see
  * ct_engine_params.h for what ZeRO keeps) */

@@ -5,6 +5,8 @@
  * allocated after creation. */
 #include "model_impl.h"
 
+#include "ct_engine_gemm.h"
+
 ct_status ct_model_attention_choose(ct_device *dev, const ct_gpt_config *cfg,
                                    const ct_layout *layout, const ct_coords *coords,
                                    const ct_model_plan *plan, ct_attn_path *path,
@@ -85,6 +87,30 @@ ct_view ct__model_pv(const ct_model *m, int i, int l) {
     return ct_arena_view_bf16(m->work, ct_params_pview(m->P, i, l));
 }
 
+/* The GEMM path per shape (ct_gemm_plan_make), set on the device before anything is timed or
+ * enqueued on it (the attention choice runs the ops). */
+static ct_status gemm_plan(ct_model *m, const ct_gpt_config *cfg, int N, ct_err *err) {
+    int bf16 = m->plan.precision == CT_PRECISION_BF16;
+    ct_status st;
+    if (!m->plan.gemm) { /* the defaults, unmeasured */
+        m->gemm = ct_gemm_plan_default();
+        st = ct_gemm_path_check(m->dev, bf16 ? m->gemm.bf16 : m->gemm.fp32);
+        snprintf(m->gemm_note, sizeof m->gemm_note, "%s for every product (the default)",
+                 ct_gemm_path_str(bf16 ? m->gemm.bf16 : m->gemm.fp32));
+    } else {
+        ct_gemm_shape sh[CT_GEMM_MODEL_SHAPES];
+        int n = ct_gemm_model_shapes(cfg, N, m->plan.max_B, m->plan.max_T, sh);
+        st = ct_gemm_plan_make(m->dev, m->plan.gemm, bf16, m->plan.tf32, 0, sh, n, &m->gemm,
+                               m->gemm_note, sizeof m->gemm_note);
+    }
+    if (st != CT_OK)
+        return CT_ERR(err, st, "ct_model_create: the GEMM paths (--gemm %s%s): %s",
+                      m->plan.gemm ? m->plan.gemm : "default", m->plan.tf32 ? ", --tf32 1" : "",
+                      ct_device_errmsg(m->dev));
+    ct_device_set_gemm_plan(m->dev, &m->gemm);
+    return CT_OK;
+}
+
 ct_status ct_model_create(ct_model **out, const ct_gpt_config *cfg, const ct_layout *layout,
                           const ct_coords *coords, ct_device *dev, int max_B, int max_T,
                           ct_err *err) {
@@ -130,6 +156,7 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
         if (hi - lo > m->nb) m->nb = hi - lo;
     }
     for (int s = 0; s < plan->slots; s++) m->st[s].chunk = -1;
+    if ((st = gemm_plan(m, cfg, N, err)) != CT_OK) goto cleanup;
     if ((st = ct_model_attention_choose(dev, cfg, layout, coords, plan, &m->attn, &m->acfg,
                                         m->attn_note, sizeof m->attn_note)) != CT_OK) {
         CT_ERR(err, st, "ct_model_create: choosing the attention path: %s", ct_device_errmsg(dev));
@@ -182,11 +209,6 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
                             err)) != CT_OK)
         goto cleanup;
     ct_store store = m->ar.bf16 ? CT_STORE_BF16 : CT_STORE_F32;
-    if (m->ar.bf16 && (st = ct_gemm_path_check(dev, CT_GEMM_PORTABLE)) != CT_OK) {
-        CT_ERR(err, st, "ct_model_create: --precision bf16 needs the portable bf16 GEMM: %s",
-               ct_device_errmsg(dev));
-        goto cleanup;
-    }
     if ((st = ct_ops_warmup(dev)) != CT_OK ||
         (m->ar.bf16 && (st = ct_ops_warmup_store(dev, store)) != CT_OK) ||
         (m->attn == CT_ATTN_FUSED &&
@@ -240,6 +262,24 @@ ct_attn_path ct_model_attention(const ct_model *m, ct_attn_cfg *cfg) {
     return m->attn;
 }
 const char *ct_model_attention_note(const ct_model *m) { return m->attn_note; }
+const char *ct_model_gemm_note(const ct_model *m) { return m->gemm_note; }
+const ct_gemm_plan *ct_model_gemm_plan(const ct_model *m) { return &m->gemm; }
+
+ct_status ct_model_set_gemm_plan(ct_model *m, const ct_gemm_plan *p, const char *why) {
+    for (int i = -2; i < p->n; i++) { /* the defaults, then every shape's path */
+        ct_gemm_path path = i == -2 ? p->fp32 : i == -1 ? p->bf16 : p->shapes[i].path;
+        ct_status st = ct_gemm_path_check(m->dev, path);
+        if (st != CT_OK)
+            return CT_ERR(&m->err, st, "ct_model_set_gemm_plan: the %s path: %s",
+                          ct_gemm_path_str(path), ct_device_errmsg(m->dev));
+    }
+    m->gemm = *p;
+    ct_device_set_gemm_plan(m->dev, &m->gemm);
+    size_t u = strlen(m->gemm_note);
+    if (why && u < sizeof m->gemm_note)
+        snprintf(m->gemm_note + u, sizeof m->gemm_note - u, "\n%s", why);
+    return CT_OK;
+}
 size_t ct_model_scratch_bytes(const ct_model *m) { return m->ar.x.total * sizeof(float); }
 int ct_model_act_pieces(const ct_model *m, size_t *largest) {
     if (largest) *largest = ct_arena_largest_piece(m->acts);

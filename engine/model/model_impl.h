@@ -89,6 +89,8 @@ struct ct_model {
     ct_attn_path attn;      /* the attention path this model runs (gemm or fused) */
     ct_attn_cfg acfg;       /* the fused kernels' block shapes */
     char attn_note[1800];   /* why (for the start-up log) */
+    ct_gemm_plan gemm;      /* the path of each GEMM shape, set on dev (ct_gemm_plan_make) */
+    char gemm_note[4096];   /* what was chosen per shape and its rate (for the start-up log) */
     ct_arena *acts;    /* [scratch | slot 0 | slot 1 | ...], in pieces (arena_parts) */
     ct_arena *work;    /* bf16 plan: the parameters' bf16 working copy, the flat layout */
     slot_state *st;

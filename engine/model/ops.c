@@ -322,6 +322,11 @@ ct_status ct_gelu_backward(ct_device *dev, ct_view dinp, ct_view inp, ct_view do
 static ct_status gemm_ksliced(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k,
                               ct_view a, size_t lda, ct_view b, size_t ldb, float beta0, ct_view c,
                               size_t ldc) {
+    ct_gemm_desc g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .batch = 1, .alpha = 1.0f,
+                      .beta = beta0, .a = a.mem, .a_off = a.off, .lda = lda, .b = b.mem,
+                      .b_off = b.off, .ldb = ldb, .c = c.mem, .c_off = c.off, .ldc = ldc};
+    ct_gemm_path path = ct_gemm_plan_path(ct_device_gemm_plan(dev), &g, 0);
+    if (path != CT_GEMM_CLBLAST) return ct_gemm_run(dev, path, &g, NULL); /* --tf32: one call */
     ct_status st = CT_OK;
     size_t slice = (ct_device_get_info(dev)->type & CL_DEVICE_TYPE_CPU) ? CT__K_SLICE : k;
     for (size_t k0 = 0; st == CT_OK && k0 < k; k0 += slice) {
@@ -333,8 +338,21 @@ static ct_status gemm_ksliced(ct_device *dev, int ta, int tb, size_t m, size_t n
     return st;
 }
 
-/* The same product with bf16 A and B on the bf16 GEMM path (fp32 accumulation, one call: the
- * portable kernel blocks K itself); C bf16 or fp32 by its view, rounded once. */
+ct_status ct__ops_gemm_f32_batched(ct_device *dev, const ct_gemm_desc *g) {
+    ct_gemm_path path = ct_gemm_plan_path(ct_device_gemm_plan(dev), g, 0);
+    if (path != CT_GEMM_CLBLAST) return ct_gemm_run(dev, path, g, NULL);
+    return ct_gemm_strided_batched(dev, g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a, g->a_off,
+                                   g->lda, g->a_stride, g->b, g->b_off, g->ldb, g->b_stride,
+                                   g->beta, g->c, g->c_off, g->ldc, g->c_stride, g->batch, NULL);
+}
+
+ct_status ct__ops_gemm_bf16(ct_device *dev, const ct_gemm_desc *g) {
+    return ct_gemm_run(dev, ct_gemm_plan_path(ct_device_gemm_plan(dev), g, 1), g, NULL);
+}
+
+/* The same product with bf16 A and B on the bf16 path the device's plan gives it (fp32
+ * accumulation, one call: the bf16 kernels block K themselves); C bf16 or fp32 by its view,
+ * rounded once. */
 static ct_status gemm_bf16(ct_device *dev, int ta, int tb, size_t m, size_t n, size_t k,
                            ct_view a, size_t lda, ct_view b, size_t ldb, float beta, ct_view c,
                            size_t ldc) {
@@ -342,7 +360,7 @@ static ct_status gemm_bf16(ct_device *dev, int ta, int tb, size_t m, size_t n, s
                       .beta = beta, .a = a.mem, .a_off = a.off, .lda = lda, .b = b.mem,
                       .b_off = b.off, .ldb = ldb, .c = c.mem, .c_off = c.off, .ldc = ldc,
                       .c_bf16 = c.store == CT_STORE_BF16};
-    return ct_gemm_run(dev, CT__BF16_GEMM, &g, NULL);
+    return ct__ops_gemm_bf16(dev, &g);
 }
 
 ct_status ct_matmul_forward(ct_device *dev, ct_view out, ct_view inp, ct_view weight, ct_view bias,

@@ -54,11 +54,13 @@ static ct_status gemm_causal(ct_device *dev, causal_kind kind, size_t T, size_t 
                               .b = b.mem, .b_off = b.off + bo, .ldb = hs, .b_stride = T * hs,
                               .c = c.mem, .c_off = c.off + r0 * ldc, .ldc = ldc, .c_stride = sc,
                               .c_bf16 = 1};
-            st = ct_gemm_run(dev, CT__BF16_GEMM, &g, NULL);
+            st = ct__ops_gemm_bf16(dev, &g);
         } else {
-            st = ct_gemm_strided_batched(dev, 0, tb, r1 - r0, n, k, 1.0f, a.mem, a.off + ao, lda,
-                                         sa, b.mem, b.off + bo, hs, T * hs, 0.0f, c.mem,
-                                         c.off + r0 * ldc, ldc, sc, BNH, NULL);
+            ct_gemm_desc g = {.tb = tb, .m = r1 - r0, .n = n, .k = k, .batch = BNH, .alpha = 1.0f,
+                              .a = a.mem, .a_off = a.off + ao, .lda = lda, .a_stride = sa,
+                              .b = b.mem, .b_off = b.off + bo, .ldb = hs, .b_stride = T * hs,
+                              .c = c.mem, .c_off = c.off + r0 * ldc, .ldc = ldc, .c_stride = sc};
+            st = ct__ops_gemm_f32_batched(dev, &g);
         }
     }
     return st;
@@ -89,7 +91,7 @@ static ct_status scores_bf16(ct_device *dev, int backward, size_t T, size_t hs, 
                           .a = a.mem, .a_off = a.off + r0 * hs, .lda = hs, .a_stride = T * hs,
                           .b = b.mem, .b_off = b.off, .ldb = hs, .b_stride = T * hs,
                           .c = scratch.mem, .c_off = f0, .ldc = T, .c_stride = R * T};
-        if ((st = ct_gemm_run(dev, CT__BF16_GEMM, &g, NULL)) != CT_OK) return st;
+        if ((st = ct__ops_gemm_bf16(dev, &g)) != CT_OK) return st;
         ct_view sc = ct_view_of(scratch.mem, f0);
         if (backward) {
             karg k[] = {KMEM(datt), KMEM(att), KMEM(sc), KINT(BNH), KINT(T), KINT(r0), KINT(R),

@@ -26,9 +26,13 @@ typedef struct karg {
 const ct_cl_source *ct__ops_find_source(const char *file);
 /* The build options of an engine source's bf16 variant (store.clh); the fp32 variant has none. */
 #define CT__BF16_OPTS "-D CT_BF16"
-/* The GEMM path of the bf16 ops (the portable kernel: any device). The caller checks it once at
- * setup (ct_gemm_path_check); a path chosen per device and shape is the matrix-unit work's. */
-#define CT__BF16_GEMM CT_GEMM_PORTABLE
+/* A product with bf16 A and B on the path the device's GEMM plan gives it (ct_gemm_plan_path:
+ * the model's choice per shape, ct_gemm_plan_make at setup, which checked every path it names;
+ * the portable kernel on a device no plan was set on). */
+ct_status ct__ops_gemm_bf16(ct_device *dev, const ct_gemm_desc *g);
+/* The same with fp32 operands and C for the batched products: CLBlast's strided-batched GEMM
+ * (the call the attention always made), or the plan's path (--tf32). */
+ct_status ct__ops_gemm_f32_batched(ct_device *dev, const ct_gemm_desc *g);
 
 /* A kernel of the embedded engine sources by (file, kernel name) and variant (bf16 != 0: the
  * file built with CT__BF16_OPTS), from the device's cache. */

@@ -196,6 +196,24 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
              "--precision bf16 with --recompute attention is not built yet (recomputing the "
              "probabilities has no bf16 op); use --recompute none or block");
     }
+    {
+        ct_gemm_path gp = CT_GEMM_CLBLAST;
+        ct_err gerr = {0};
+        int is_auto = !strcmp(p->gemm, "auto");
+        NEED(is_auto || ct_gemm_path_parse(p->gemm, &gp, &gerr) == CT_OK,
+             "--gemm must be auto, clblast, portable or mma (got '%s')", p->gemm);
+        NEED(p->tf32 == 0 || p->tf32 == 1, "--tf32 must be 0 or 1 (got %d)", p->tf32);
+        NEED(!p->tf32 || prec == CT_PRECISION_FP32,
+             "--tf32 1 applies to fp32 GEMMs; --precision bf16 has bf16 operands already");
+        NEED(is_auto || prec != CT_PRECISION_BF16 || ct_gemm_path_bf16(gp),
+             "--gemm %s multiplies fp32 operands; --precision bf16 runs auto, portable or mma",
+             p->gemm);
+        NEED(is_auto || prec != CT_PRECISION_FP32 || p->tf32 || gp == CT_GEMM_CLBLAST,
+             "--gemm %s multiplies bf16 operands; fp32 GEMMs run on clblast, or on mma with "
+             "--tf32 1 (tf32 operands)", p->gemm);
+        NEED(is_auto || !p->tf32 || gp == CT_GEMM_MMA || gp == CT_GEMM_MMA_EMULATED,
+             "--tf32 1 runs fp32 GEMMs on the mma path: --gemm auto or mma (got '%s')", p->gemm);
+    }
     ct_attn_path ap;
     NEED(ct_attn_path_parse(p->attention, &ap) == CT_OK,
          "--attention must be gemm, fused or auto (got '%s')", p->attention);

@@ -200,7 +200,15 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "backward; 0 = all rows at once; at least --seq; not with --sequence-parallel")          \
     X(STR, precision, "precision", "fp32",                                                      \
       "storage of activations, their gradients and the working weights: fp32 | bf16 (fp32 "     \
-      "master weights, gradients and Adam state; bf16 on one device for now)")
+      "master weights, gradients and Adam state; bf16 on one device for now)")                 \
+    X(STR, gemm, "gemm", "auto",                                                                \
+      "GEMM path: auto (bf16, or fp32 with --tf32 1: every path the device runs timed on the "   \
+      "model's shapes at start, the fastest per shape, kept as a tuning record; fp32: clblast) | " \
+      "clblast (fp32) | portable (bf16, any device) | mma (bf16 or tf32 on NVIDIA tensor cores, " \
+      "sm_80 and later)")                                                                       \
+    X(INT, tf32, "tf32", "0",                                                                   \
+      "1 = fp32 GEMMs may run on the mma path with tf32 operands (10-bit mantissa, fp32 "       \
+      "accumulation; as PyTorch's allow_tf32); 0 = fp32 operands (default)")
 
 #define CT__TP_INT int
 #define CT__TP_FLOAT double
@@ -440,6 +448,7 @@ typedef struct ct_train_report {
     int rows_per_worker;
     /* the model as built */
     const char *attention_note;
+    const char *gemm_note; /* the GEMM paths: a line, then a line per shape */
     ct_attn_path attention;
     ct_recompute recompute;
     int split_backward;             /* zb1's deferred weight halves */

@@ -141,6 +141,7 @@ ct_status ct_trainer_report(ct_trainer *t, ct_train_report *o) {
     o->rows_per_worker = t->b;
     /* 2. The model as built: attention, activations, model state, recomputation. */
     o->attention_note = ct_model_attention_note(t->model);
+    o->gemm_note = ct_model_gemm_note(t->model);
     o->attention = ct_model_attention(t->model, NULL);
     o->recompute = ct_model_plan_of(t->model)->recompute;
     o->split_backward = ct_model_plan_of(t->model)->split_backward;

@@ -150,6 +150,25 @@ ct_status ct_trainer_create(ct_trainer **out, ct_train_run *r, int thread, ct_er
         goto fail;
     }
     ct_tp_set_overlap(ct_model_tp(t->model), p->tp_overlap);
+    if (t->world && ct_comm_size(t->world) > 1 && !strcmp(p->gemm, "auto") &&
+        (plan.precision == CT_PRECISION_BF16 || p->tf32)) {
+        /* One GEMM plan for every worker, world worker 0's (as the attention path above): each
+         * measured its own, and timings differ between devices and runs. The plan is plain
+         * data of the same layout in every process of the run. */
+        _Static_assert(sizeof(ct_gemm_plan) % sizeof(int32_t) == 0, "bcast as int32s");
+        ct_gemm_plan gp = *ct_model_gemm_plan(t->model);
+        if ((st = ct_comm_bcast(t->world, &gp, sizeof gp / sizeof(int32_t), CT_I32, 0, NULL)) !=
+            CT_OK) {
+            ct__trainer_fail(t, err, st, "agreeing on the GEMM paths: %s", ct_comm_errmsg(t->world));
+            goto fail;
+        }
+        if (!t->leader &&
+            (st = ct_model_set_gemm_plan(t->model, &gp, "(worker 0's measured choice, taken by "
+                                                        "every worker)")) != CT_OK) {
+            ct__trainer_fail(t, err, st, "%s", ct_model_errmsg(t->model));
+            goto fail;
+        }
+    }
     ct_exec_opts xo = ct_train_exec_opts(p);
     if ((st = ct_exec_create(&t->x, t->model, t->grid, &xo, err)) != CT_OK) goto fail;
     /* 4. Parameters: a checkpoint, an llm.c file or the seed. */
