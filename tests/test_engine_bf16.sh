@@ -16,9 +16,14 @@
 #    batch 8 split 4 + 4) reproduces the single-device bf16 run (batch 8) within 5e-3 relative on
 #    every step's loss over 20 steps (clipping on); the gradients reduce in fp32, the working
 #    copy is made after ZeRO's all-gather.
-# 4. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
-#    ZeRO-3, tp 2, pp 2, experts, --recompute attention; an unknown precision.
-# part: "all" (default), "converge", "memory", "dp", "refuse".
+# 4. "tp": tensor parallelism in bf16 (tp 2 as threads, with SP as ranks, device-resident as two
+#    workers on one device, tp 2 x dp 2 mixed) within 5e-3 relative of the single-device bf16 run
+#    on every step's loss over 20 steps; the TP group's bytes (comm_tp_bytes, summed over the
+#    steps) 0.49x to 0.51x fp32's at the same layout: bf16 activations cross the link (the loss's
+#    row maxima and sums stay fp32: 3 x B x T floats a step, the 0.001 above one half).
+# 5. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
+#    ZeRO-3, pp 2, experts, --recompute attention; an unknown precision.
+# part: "all" (default), "converge", "memory", "dp", "tp", "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -133,11 +138,42 @@ if want dp; then
         train dp_ranks_z2 2 1 $DPA --dp 2 --zero 2 && near dp_ref dp_ranks_z2 "dp 2 ranks ZeRO-2"
 fi
 
+# halved REF_FP32 BF16 GROUP WHAT: the sum over the steps of BF16's comm_GROUP_bytes 0.49x to
+# 0.51x REF_FP32's.
+halved() {
+    if $PY - "$D/$1.jsonl" "$D/$2.jsonl" "$3" "$4" <<'EOF'; then :; else fail "$4 bytes"; fi
+import json, sys
+def total(p, g):
+    v = [r.get("comm_%s_bytes" % g) for r in map(json.loads, open(p)) if r.get("type") == "train"]
+    return sum(v) if v and None not in v else None
+f, b = total(sys.argv[1], sys.argv[3]), total(sys.argv[2], sys.argv[3])
+if not f or b is None or not 0.49 <= b / f <= 0.51:
+    print("%s: comm_%s_bytes fp32 %s, bf16 %s (0.49x to 0.51x expected)" % (sys.argv[4], sys.argv[3], f, b))
+    sys.exit(1)
+print("ok: %-28s comm_%s_bytes %d -> %d (%.4fx)" % (sys.argv[4], sys.argv[3], f, b, b / f))
+EOF
+}
+
+LAY="--steps 20 --batch 8 --grad-clip 0.3 --log-every 1"
+if want tp; then
+    train lay_ref 1 1 $LAY --precision bf16 &&
+        train tp_threads 1 2 $LAY --precision bf16 --tp 2 &&
+        near lay_ref tp_threads "tp 2 threads" &&
+        train tp_threads_fp32 1 2 $LAY --precision fp32 --tp 2 &&
+        halved tp_threads_fp32 tp_threads tp "tp 2 threads"
+    train tp_ranks_sp 2 1 $LAY --precision bf16 --tp 2 --sequence-parallel 1 &&
+        near lay_ref tp_ranks_sp "tp 2 ranks SP" &&
+        train tp_ranks_sp_fp32 2 1 $LAY --precision fp32 --tp 2 --sequence-parallel 1 &&
+        halved tp_ranks_sp_fp32 tp_ranks_sp tp "tp 2 ranks SP"
+    train tp_device 1 2 $LAY --precision bf16 --tp 2 --workers-per-device 2 --tp-comm device \
+        --sequence-parallel 1 && near lay_ref tp_device "tp 2 device-resident SP"
+    train tp_mixed 2 2 $LAY --precision bf16 --tp 2 --dp 2 --zero 1 &&
+        near lay_ref tp_mixed "tp 2 x dp 2 ranks x threads"
+fi
+
 if want refuse; then
     refused "bf16 ZeRO-3" "--precision bf16 with --zero 3 is not built yet" 1 2 --precision bf16 \
         --dp 2 --zero 3 --devices-per-rank 2
-    refused "bf16 tp 2" "--precision bf16 with --tp 2 is not built yet" 1 2 --precision bf16 \
-        --tp 2 --devices-per-rank 2
     refused "bf16 pp 2" "--precision bf16 with --pp 2 is not built yet" 1 2 --precision bf16 \
         --pp 2 --devices-per-rank 2
     refused "bf16 experts" "--precision bf16 with --experts 4 is not built yet" 1 1 \
