@@ -2,10 +2,11 @@
 # tiny GPT's 300 steps against fp32's ("converge"), the memory records (activations <= 0.55x
 # fp32's, predicted == allocated) and recompute block bitwise ("memory"), dp 2 (threads ZeRO-1,
 # ranks ZeRO-2) and tp 2 (threads, ranks with SP, device-resident, mixed; its bytes half of
-# fp32's) against the single-device bf16 run ("dp", "tp"), the layouts not built yet
+# fp32's), pp 2 with every schedule ("pp", its bytes half too) against the single-device bf16
+# run ("dp", "tp", "pp"), the layouts not built yet
 # refused ("refuse"). The ops in bf16: test_engine_ops_bf16 (engine_ops.cmake).
 if(TARGET train_gpt)
-  foreach(part converge memory dp tp refuse)
+  foreach(part converge memory dp tp pp pp_mixed refuse)
     add_test(NAME test_engine_bf16_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_bf16.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})

@@ -21,9 +21,14 @@
 #    on every step's loss over 20 steps; the TP group's bytes (comm_tp_bytes, summed over the
 #    steps) 0.49x to 0.51x fp32's at the same layout: bf16 activations cross the link (the loss's
 #    row maxima and sums stay fp32: 3 x B x T floats a step, the 0.001 above one half).
-# 5. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
-#    ZeRO-3, pp 2, experts, --recompute attention; an unknown precision.
-# part: "all" (default), "converge", "memory", "dp", "tp", "refuse".
+# 5. "pp": pipeline parallelism in bf16, pp 2 with every schedule (gpipe, 1f1b and zb1 as
+#    threads, interleaved with 2 virtual stages as ranks; 4 micro-batches of 2 rows) within 5e-3 relative of the single-device bf16 run of the same total batch on every
+#    step's loss over 20 steps; the pipeline's bytes (comm_pp_bytes, worker 0's sends) 0.49x to
+#    0.51x fp32's (exactly one half: activations cross as bf16).
+#    "pp_mixed": 1f1b x dp 2 as 2 ranks x 2 threads, the same check of the losses.
+# 6. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
+#    ZeRO-3, experts, --recompute attention; an unknown precision.
+# part: "all" (default), "converge", "memory", "dp", "tp", "pp", "pp_mixed", "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -171,11 +176,27 @@ if want tp; then
         near lay_ref tp_mixed "tp 2 x dp 2 ranks x threads"
 fi
 
+PPA="--steps 20 --batch 2 --total-batch 128 --grad-clip 0.3 --log-every 1"
+if want pp; then
+    train pp_ref 1 1 $PPA --precision bf16
+    for s in gpipe 1f1b zb1; do
+        train pp_$s 1 2 $PPA --precision bf16 --pp 2 --schedule $s &&
+            near pp_ref pp_$s "pp 2 $s threads"
+    done
+    train pp_1f1b_fp32 1 2 $PPA --precision fp32 --pp 2 --schedule 1f1b &&
+        halved pp_1f1b_fp32 pp_1f1b pp "pp 2 1f1b threads"
+    train pp_interleaved 2 1 $PPA --precision bf16 --pp 2 --schedule interleaved \
+        --virtual-stages 2 && near pp_ref pp_interleaved "pp 2 interleaved ranks"
+fi
+if want pp_mixed; then
+    train pp_ref 1 1 $PPA --precision bf16 &&
+        train pp_mixed 2 2 $PPA --precision bf16 --pp 2 --dp 2 --schedule 1f1b &&
+        near pp_ref pp_mixed "pp 2 x dp 2 ranks x threads"
+fi
+
 if want refuse; then
     refused "bf16 ZeRO-3" "--precision bf16 with --zero 3 is not built yet" 1 2 --precision bf16 \
         --dp 2 --zero 3 --devices-per-rank 2
-    refused "bf16 pp 2" "--precision bf16 with --pp 2 is not built yet" 1 2 --precision bf16 \
-        --pp 2 --devices-per-rank 2
     refused "bf16 experts" "--precision bf16 with --experts 4 is not built yet" 1 1 \
         --precision bf16 --experts 4
     refused "bf16 recompute attention" "--precision bf16 with --recompute attention" 1 1 \

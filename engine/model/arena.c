@@ -377,14 +377,13 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
     if (plan->precision == CT_PRECISION_BF16) {
         /* ZeRO-3 gathers the parameters before each block: the working copy would need making
          * after every gather */
-        const char *axis = layout->zero >= 3 ? "zero" : layout->pp > 1 ? "pp"
-                           : ep > 1 ? "ep" : E > 0 ? "experts" : NULL;
-        int n = layout->zero >= 3 ? layout->zero : layout->pp > 1 ? layout->pp : ep > 1 ? ep : E;
-        if (axis || plan->chunks.nchunks > 1)
+        const char *axis = layout->zero >= 3 ? "zero" : ep > 1 ? "ep" : E > 0 ? "experts" : NULL;
+        int n = layout->zero >= 3 ? layout->zero : ep > 1 ? ep : E;
+        if (axis)
             return PFAIL(CT_ERR_UNSUPPORTED,
                          "%s: --precision bf16 with %s %d is not built yet (bf16 runs with data "
-                         "parallelism, ZeRO 0 to 2, and tp: pp and ep 1, a dense model)",
-                         axis ? axis : "chunks", axis ? n : plan->chunks.nchunks);
+                         "parallelism, ZeRO 0 to 2, tp and pp: ep 1, a dense model)",
+                         axis, n);
         if (plan->recompute == CT_RECOMPUTE_ATTENTION)
             return PFAIL(CT_ERR_UNSUPPORTED,
                          "%s: --precision bf16 with --recompute attention is not built yet "

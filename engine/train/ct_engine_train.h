@@ -282,9 +282,9 @@ typedef struct ct_step_metrics {
     int moe;
     double aux_loss, drop_frac, max_load;
     /* comm != 0: the step's communication, this worker's bytes per group (ct_exec_bytes_last:
-     * dp, tp, ep, edp, emb); -1: the layout has no such group (nothing written) */
+     * dp, tp, ep, edp, emb, pp); -1: the layout has no such group (nothing written) */
     int comm;
-    int64_t comm_bytes[5];
+    int64_t comm_bytes[6];
 } ct_step_metrics;
 
 /* Open (truncate, or append when `append`) a JSON Lines file; path NULL or "" gives a writer
@@ -294,7 +294,8 @@ void ct_metrics_close(ct_metrics *m);
 /* {"type":"train","step":..,"loss":..,"lr":..,"grad_norm":..,"ms":..,"tokens_per_s":..,
  *  "tflops":..,"mfu":..,"mem_bytes":..} followed by a newline, flushed; with moe set also
  *  "aux_loss", "drop_frac", "max_load"; then "comm_dp_bytes", "comm_tp_bytes", "comm_ep_bytes",
- *  "comm_edp_bytes", "comm_emb_bytes" for the groups the layout has; a skipped step adds
+ *  "comm_edp_bytes", "comm_emb_bytes", "comm_pp_bytes" (the pipeline sends this worker made)
+ *  for the groups the layout has; a skipped step adds
  *  "skipped":true (a number that is not finite is written null). */
 ct_status ct_metrics_train(ct_metrics *m, const ct_step_metrics *s);
 /* {"type":"<type>", <fields>}: fields is a JSON object body ("\"step\":3,\"loss\":2.5") built by
