@@ -10,8 +10,10 @@
 # 2. "memory": at the same shape, for the GEMM and the fused attention path, every memory record
 #    predicted == allocated in every category; bf16's activation bytes at most 0.55x fp32's;
 #    bf16's parameter bytes fp32's plus the bf16 working copy (2 bytes a parameter, 1.5x).
-#    --recompute block in bf16 gives bitwise the losses of --recompute none in bf16 (the
-#    recomputed forward runs the same bf16 kernels on the same inputs).
+#    --recompute block and attention (the GEMM path: the probabilities recomputed with their
+#    fp32 scores in the attention's scratch) in bf16 give bitwise the losses and norms of
+#    --recompute none in bf16 (the recomputed forward runs the same bf16 kernels on the same
+#    inputs).
 # 3. "dp": data parallelism in bf16 (dp 2 as threads with ZeRO-1, as ranks with ZeRO-2,
 #    batch 8 split 4 + 4) reproduces the single-device bf16 run (batch 8) within 5e-3 relative on
 #    every step's loss over 20 steps (clipping on); the gradients reduce in fp32, the working
@@ -25,10 +27,14 @@
 #    threads, interleaved with 2 virtual stages as ranks; 4 micro-batches of 2 rows) within 5e-3 relative of the single-device bf16 run of the same total batch on every
 #    step's loss over 20 steps; the pipeline's bytes (comm_pp_bytes, worker 0's sends) 0.49x to
 #    0.51x fp32's (exactly one half: activations cross as bf16).
-#    "pp_mixed": 1f1b x dp 2 as 2 ranks x 2 threads, the same check of the losses.
-# 6. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
-#    ZeRO-3, experts, --recompute attention; an unknown precision.
-# part: "all" (default), "converge", "memory", "dp", "tp", "pp", "pp_mixed", "refuse".
+# 6. "ep": experts in bf16 (4 experts, top-2): ep 2 x dp 2 as threads and as ranks within 5e-3
+#    relative of the single-device bf16 run of the same model; the EP group's bytes
+#    (comm_ep_bytes) 0.49x to 0.51x fp32's (rows cross as bf16; the routing counts stay int32).
+#    "mixed": ranks x threads (2 x 2): pp 2 1f1b x dp 2, and ep 2 x tp 2 x dp 2 with experts,
+#    each against its single-device bf16 run as above.
+# 7. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
+#    ZeRO-3; an unknown precision.
+# part: "all" (default), "converge", "memory", "dp", "tp", "pp", "ep", "mixed", "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -105,18 +111,20 @@ if want memory; then
             mem mem_fp32_$path mem_bf16_$path "$path"
     done
     train rc_none 1 1 --steps 10 --precision bf16 &&
-        train rc_block 1 1 --steps 10 --precision bf16 --recompute block &&
-        if $PY - "$D/rc_none.jsonl" "$D/rc_block.jsonl" <<'EOF'; then :; else fail "bf16 recompute block"; fi
+        for rc in block attention; do
+            train rc_$rc 1 1 --steps 10 --precision bf16 --recompute $rc &&
+                if $PY - "$D/rc_none.jsonl" "$D/rc_$rc.jsonl" $rc <<'EOF'; then :; else fail "bf16 recompute $rc"; fi
 import json, sys
 def tr(p):
     return {r["step"]: (r["loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r.get("type") == "train"}
 a, b = tr(sys.argv[1]), tr(sys.argv[2])
 if len(a) != 10 or a != b:
-    print("bf16: --recompute block's losses differ from none's")
+    print("bf16: --recompute %s's losses differ from none's" % sys.argv[3])
     for s in sorted(a): print(" ", s, a[s], b.get(s))
     sys.exit(1)
-print("ok: bf16 --recompute block: 10 steps bitwise those of none")
+print("ok: bf16 --recompute %s: 10 steps bitwise those of none" % sys.argv[3])
 EOF
+        done
 fi
 
 # near REF OTHER WHAT: every step's loss of REF in OTHER within 5e-3 relative.
@@ -188,19 +196,28 @@ if want pp; then
     train pp_interleaved 2 1 $PPA --precision bf16 --pp 2 --schedule interleaved \
         --virtual-stages 2 && near pp_ref pp_interleaved "pp 2 interleaved ranks"
 fi
-if want pp_mixed; then
+
+EPA="--steps 20 --batch 8 --grad-clip 0.3 --log-every 1 --experts 4 --top-k 2"
+if want ep; then
+    train ep_ref 1 1 $EPA --precision bf16 &&
+        train ep_threads 1 2 $EPA --precision bf16 --dp 2 --ep 2 &&
+        near ep_ref ep_threads "ep 2 threads" &&
+        train ep_threads_fp32 1 2 $EPA --precision fp32 --dp 2 --ep 2 &&
+        halved ep_threads_fp32 ep_threads ep "ep 2 threads"
+    train ep_ranks 2 1 $EPA --precision bf16 --dp 2 --ep 2 && near ep_ref ep_ranks "ep 2 ranks"
+fi
+if want mixed; then
     train pp_ref 1 1 $PPA --precision bf16 &&
         train pp_mixed 2 2 $PPA --precision bf16 --pp 2 --dp 2 --schedule 1f1b &&
         near pp_ref pp_mixed "pp 2 x dp 2 ranks x threads"
+    train ep_ref 1 1 $EPA --precision bf16 &&
+        train ep_tp_mixed 2 2 $EPA --precision bf16 --dp 2 --ep 2 --tp 2 &&
+        near ep_ref ep_tp_mixed "ep 2 x tp 2 ranks x threads"
 fi
 
 if want refuse; then
     refused "bf16 ZeRO-3" "--precision bf16 with --zero 3 is not built yet" 1 2 --precision bf16 \
         --dp 2 --zero 3 --devices-per-rank 2
-    refused "bf16 experts" "--precision bf16 with --experts 4 is not built yet" 1 1 \
-        --precision bf16 --experts 4
-    refused "bf16 recompute attention" "--precision bf16 with --recompute attention" 1 1 \
-        --precision bf16 --recompute attention
     refused "unknown precision" "--precision must be fp32 or bf16 (got 'fp16')" 1 1 \
         --precision fp16
 fi

@@ -377,18 +377,11 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
     if (plan->precision == CT_PRECISION_BF16) {
         /* ZeRO-3 gathers the parameters before each block: the working copy would need making
          * after every gather */
-        const char *axis = layout->zero >= 3 ? "zero" : ep > 1 ? "ep" : E > 0 ? "experts" : NULL;
-        int n = layout->zero >= 3 ? layout->zero : ep > 1 ? ep : E;
-        if (axis)
+        if (layout->zero >= 3)
             return PFAIL(CT_ERR_UNSUPPORTED,
-                         "%s: --precision bf16 with %s %d is not built yet (bf16 runs with data "
-                         "parallelism, ZeRO 0 to 2, tp and pp: ep 1, a dense model)",
-                         axis, n);
-        if (plan->recompute == CT_RECOMPUTE_ATTENTION)
-            return PFAIL(CT_ERR_UNSUPPORTED,
-                         "%s: --precision bf16 with --recompute attention is not built yet "
-                         "(recomputing the probabilities has no bf16 op)%s",
-                         "; use --recompute none or block");
+                         "%s: --precision bf16 with --zero %d is not built yet (bf16 runs with "
+                         "every other layout: ZeRO 0 to 2)%s",
+                         layout->zero, "");
     }
 #undef PFAIL
     return CT_OK;

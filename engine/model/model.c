@@ -375,13 +375,15 @@ ct_status ct__model_group_end(ct_model *m, const char *name, double t0) {
 }
 
 ct_moe_weights ct__model_moe_weights(const ct_model *m, int l, int grads) {
-    ct_view (*at)(const ct_params *, int, int) = grads ? ct_params_gv : ct_params_pv;
+    /* the weights as the step reads them (bf16: the working copy), the gradients fp32 */
+#define AT(t) (grads ? ct_params_gv(m->P, CT_GPT_##t, l) : ct__model_pv(m, CT_GPT_##t, l))
     ct_moe_weights w;
-    w.routerw = at(m->P, CT_GPT_routerw, l);
-    w.fcw = at(m->P, CT_GPT_fcw, l);
-    w.fcb = at(m->P, CT_GPT_fcb, l);
-    w.fcprojw = at(m->P, CT_GPT_fcprojw, l);
-    w.fcprojb = at(m->P, CT_GPT_fcprojb, l);
+    w.routerw = AT(routerw);
+    w.fcw = AT(fcw);
+    w.fcb = AT(fcb);
+    w.fcprojw = AT(fcprojw);
+    w.fcprojb = AT(fcprojb);
+#undef AT
     return w;
 }
 

@@ -184,16 +184,10 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(ct_precision_parse(p->precision, &prec) == CT_OK,
          "--precision must be fp32 or bf16 (got '%s')", p->precision);
     {
-        const char *axis = p->zero >= 3 ? "--zero" : p->ep > 1 ? "--ep"
-                           : p->experts > 0 ? "--experts" : NULL;
-        int n = p->zero >= 3 ? p->zero : p->ep > 1 ? p->ep : p->experts;
-        NEED(prec != CT_PRECISION_BF16 || !axis,
-             "--precision bf16 with %s %d is not built yet (bf16 runs with data parallelism, "
-             "ZeRO 0 to 2, tensor and pipeline parallelism: --ep 1, a dense model)",
-             axis ? axis : "", n);
-        NEED(prec != CT_PRECISION_BF16 || strcmp(p->recompute, "attention"),
-             "--precision bf16 with --recompute attention is not built yet (recomputing the "
-             "probabilities has no bf16 op); use --recompute none or block");
+        NEED(prec != CT_PRECISION_BF16 || p->zero < 3,
+             "--precision bf16 with --zero %d is not built yet (bf16 runs with every other "
+             "layout: ZeRO 0 to 2)",
+             p->zero);
     }
     ct_attn_path ap;
     NEED(ct_attn_path_parse(p->attention, &ap) == CT_OK,
