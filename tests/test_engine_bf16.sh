@@ -32,9 +32,16 @@
 #    (comm_ep_bytes) 0.49x to 0.51x fp32's (rows cross as bf16; the routing counts stay int32).
 #    "mixed": ranks x threads (2 x 2): pp 2 1f1b x dp 2, and ep 2 x tp 2 x dp 2 with experts,
 #    each against its single-device bf16 run as above.
-# 7. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
-#    ZeRO-3; an unknown precision.
-# part: "all" (default), "converge", "memory", "dp", "tp", "pp", "ep", "mixed", "refuse".
+# 7. "grad_reduce": --grad-reduce bf16 (buckets cross as bf16, summed in fp32 on arrival): dp 2
+#    threads (all-reduce) and dp 2 ranks ZeRO-1 (reduce-scatter with per-rank counts) in bf16
+#    within 5e-3 relative of the single-device bf16 run over 20 steps, and dp 2 ranks in fp32
+#    within 5e-3 of the fp32 single-device run; the DP group's bytes (comm_dp_bytes) of the
+#    all-reduce 0.49x to 0.51x --grad-reduce fp32's (the step's loss and norm stay fp32: a few
+#    bytes); the memory records predicted == allocated (the wire's scratch counted).
+# 8. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
+#    ZeRO-3; an unknown precision and --grad-reduce.
+# part: "all" (default), "converge", "memory", "dp", "tp", "pp", "ep", "mixed", "grad_reduce",
+# "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -139,7 +146,7 @@ if len(a) != 20 or not worst <= 5e-3:
     print("%s: %d steps, worst relative difference %.3g (5e-3 allowed)" % (what, len(a), worst))
     for s in sorted(a): print(" ", s, a[s], b.get(s))
     sys.exit(1)
-print("ok: %-28s 20 steps within %.2g of the single-device bf16 run" % (what, worst))
+print("ok: %-28s 20 steps within %.2g of the single-device run" % (what, worst))
 EOF
 }
 
@@ -215,9 +222,32 @@ if want mixed; then
         near ep_ref ep_tp_mixed "ep 2 x tp 2 ranks x threads"
 fi
 
+if want grad_reduce; then
+    DPA="--steps 20 --batch 8 --grad-clip 0.3 --log-every 1"
+    train gr_ref 1 1 $DPA --precision bf16 &&
+        train gr_threads 1 2 $DPA --precision bf16 --dp 2 --grad-reduce bf16 &&
+        near gr_ref gr_threads "grad-reduce bf16 dp 2 threads" &&
+        train gr_threads_fp32 1 2 $DPA --precision bf16 --dp 2 --grad-reduce fp32 &&
+        halved gr_threads_fp32 gr_threads dp "grad-reduce bf16 dp 2 threads" &&
+        if $PY - "$D/gr_threads.jsonl" <<'EOF'; then :; else fail "grad-reduce bf16 memory"; fi
+import json, sys
+m = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "memory"]
+bad = [(r["worker"], k) for r in m for k in ("params", "grads", "optimizer", "activations", "workspace", "comm") if r[k] != r["predicted"][k]]
+if not m or bad: print("grad-reduce bf16: predicted != allocated:", bad or "no memory record"); sys.exit(1)
+print("ok: grad-reduce bf16: %d memory records, predicted == allocated" % len(m))
+EOF
+    train gr_ranks_z1 2 1 $DPA --precision bf16 --dp 2 --zero 1 --grad-reduce bf16 &&
+        near gr_ref gr_ranks_z1 "grad-reduce bf16 dp 2 ranks ZeRO-1"
+    train gr_ref_fp32 1 1 $DPA --precision fp32 &&
+        train gr_ranks_fp32 2 1 $DPA --precision fp32 --dp 2 --grad-reduce bf16 &&
+        near gr_ref_fp32 gr_ranks_fp32 "grad-reduce bf16 fp32 dp 2 ranks"
+fi
+
 if want refuse; then
     refused "bf16 ZeRO-3" "--precision bf16 with --zero 3 is not built yet" 1 2 --precision bf16 \
         --dp 2 --zero 3 --devices-per-rank 2
+    refused "unknown grad-reduce" "--grad-reduce must be fp32 or bf16 (got 'fp16')" 1 1 \
+        --grad-reduce fp16
     refused "unknown precision" "--precision must be fp32 or bf16 (got 'fp16')" 1 1 \
         --precision fp16
 fi

@@ -103,6 +103,8 @@ typedef struct ct_grad_range {
 typedef struct ct_grads_opts {
     size_t bucket_bytes; /* gradient bucket size (default 25 MiB) */
     int overlap;         /* 1: a communication thread reduces buckets while backward runs */
+    int wire_bf16;       /* 1: buckets cross as bf16, summed in fp32 on arrival (--grad-reduce
+                            bf16: half the bytes); 0: fp32 (default) */
 } ct_grads_opts;
 ct_grads_opts ct_grads_opts_default(void);
 

@@ -177,6 +177,9 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(FLOAT, bucket_mb, "bucket-mb", "25", "data-parallel gradient bucket size in MiB")        \
     X(INT, overlap, "overlap", "1",                                                             \
       "1 = all-reduce gradient buckets while backward goes on; 0 = after backward")             \
+    X(STR, grad_reduce, "grad-reduce", "fp32",                                                  \
+      "the data-parallel gradient reduction's type on the wire: fp32, or bf16 (each bucket "     \
+      "rounded to bf16 to cross, summed in fp32 on arrival: half the bytes)")                   \
     X(STR, layout, "layout", "manual",                                                          \
       "manual: the layout flags above; auto: the planner (ct_plan) measures the devices and "     \
       "links, picks the fastest layout that fits memory and runs it (layout flags given pin "    \
@@ -200,7 +203,7 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "backward; 0 = all rows at once; at least --seq; not with --sequence-parallel")          \
     X(STR, precision, "precision", "fp32",                                                      \
       "storage of activations, their gradients and the working weights: fp32 | bf16 (fp32 "     \
-      "master weights, gradients and Adam state; bf16 on one device for now)")
+      "master weights, gradients and Adam state; every layout but --zero 3)")
 
 #define CT__TP_INT int
 #define CT__TP_FLOAT double

@@ -98,6 +98,7 @@ ct_exec_opts ct_train_exec_opts(const ct_train_params *p) {
     ct_exec_opts xo = ct_exec_opts_default();
     xo.grads.bucket_bytes = (size_t)(p->bucket_mb * 1048576.0);
     xo.grads.overlap = p->overlap;
+    xo.grads.wire_bf16 = !strcmp(p->grad_reduce, "bf16");
     return xo;
 }
 
