@@ -38,10 +38,14 @@
 #    within 5e-3 of the fp32 single-device run; the DP group's bytes (comm_dp_bytes) of the
 #    all-reduce 0.49x to 0.51x --grad-reduce fp32's (the step's loss and norm stay fp32: a few
 #    bytes); the memory records predicted == allocated (the wire's scratch counted).
-# 8. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
-#    ZeRO-3; an unknown precision and --grad-reduce.
+# 8. "resume": a bf16 run of 10 steps saving at step 5, and its resume from that checkpoint:
+#    steps 5 to 9 give bitwise the uninterrupted run's losses and norms, with --bf16-round
+#    nearest and stochastic (the working copy rounded again at resume as after step 5), on one
+#    device and as dp 2 threads ZeRO-1; stochastic's losses differ from nearest's (it ran).
+# 9. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
+#    ZeRO-3; an unknown precision, --grad-reduce and --bf16-round.
 # part: "all" (default), "converge", "memory", "dp", "tp", "pp", "ep", "mixed", "grad_reduce",
-# "refuse".
+# "resume", "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -243,9 +247,47 @@ EOF
         near gr_ref_fp32 gr_ranks_fp32 "grad-reduce bf16 fp32 dp 2 ranks"
 fi
 
+# same_tail FULL RESUMED WHAT: RESUMED's steps (5 to 9) bitwise FULL's, losses and norms.
+same_tail() {
+    if $PY - "$D/$1.jsonl" "$D/$2.jsonl" "$3" <<'EOF'; then :; else fail "$3"; fi
+import json, sys
+def tr(p):
+    return {r["step"]: (r["loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b, what = tr(sys.argv[1]), tr(sys.argv[2]), sys.argv[3]
+if sorted(b) != list(range(5, 10)) or any(a.get(s) != b[s] for s in b):
+    print("%s: the resumed steps differ from the uninterrupted run's" % what)
+    for s in sorted(a): print(" ", s, a[s], b.get(s))
+    sys.exit(1)
+print("ok: %-34s steps 5-9 bitwise the uninterrupted run's" % what)
+EOF
+}
+
+if want resume; then
+    RSA="--steps 10 --log-every 1 --precision bf16"
+    for r in nearest stochastic; do
+        train rs_$r 1 1 $RSA --bf16-round $r --save "$D/ck_$r" --save-every 5 &&
+            train rs_${r}_resumed 1 1 $RSA --bf16-round $r --resume "$D/ck_$r/ckpt_00000005.bin" &&
+            same_tail rs_$r rs_${r}_resumed "resume, --bf16-round $r"
+    done
+    train rs_dp 1 2 $RSA --bf16-round stochastic --dp 2 --zero 1 --save "$D/ck_dp" --save-every 5 &&
+        train rs_dp_resumed 1 2 $RSA --bf16-round stochastic --dp 2 --zero 1 \
+            --resume "$D/ck_dp/ckpt_00000005.bin" &&
+        same_tail rs_dp rs_dp_resumed "resume, stochastic, dp 2 ZeRO-1"
+    if $PY - "$D/rs_nearest.jsonl" "$D/rs_stochastic.jsonl" <<'EOF'; then :; else fail "stochastic rounding ran"; fi
+import json, sys
+def tr(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b = tr(sys.argv[1]), tr(sys.argv[2])
+if a == b: print("--bf16-round stochastic gave nearest's losses bitwise: it did not run"); sys.exit(1)
+print("ok: stochastic and nearest differ (step 9: %.6f and %.6f)" % (b.get(9, float("nan")), a.get(9, float("nan"))))
+EOF
+fi
+
 if want refuse; then
     refused "bf16 ZeRO-3" "--precision bf16 with --zero 3 is not built yet" 1 2 --precision bf16 \
         --dp 2 --zero 3 --devices-per-rank 2
+    refused "unknown bf16-round" "--bf16-round must be nearest or stochastic (got 'up')" 1 1 \
+        --bf16-round up
     refused "unknown grad-reduce" "--grad-reduce must be fp32 or bf16 (got 'fp16')" 1 1 \
         --grad-reduce fp16
     refused "unknown precision" "--precision must be fp32 or bf16 (got 'fp16')" 1 1 \

@@ -60,8 +60,14 @@ static ct_status work_alloc(ct_model *m, ct_err *err) {
     return ct_model_refresh_working(m);
 }
 
+ct_status ct_model_refresh_working_at(ct_model *m, uint64_t step) {
+    m->work_step = step;
+    return ct_model_refresh_working(m);
+}
+
 ct_status ct_model_refresh_working(ct_model *m) {
     if (!m->work) return CT_OK;
+    int sr = m->plan.bf16_round != 0;
     ct_arena *src = ct_params_buffer(m->P);
     size_t n = ct_params_flat_len(m->P);
     for (size_t e = 0; e < n;) { /* runs that lie within one piece of each */
@@ -72,8 +78,11 @@ ct_status ct_model_refresh_working(ct_model *m) {
         if (run > n - e) run = n - e;
         if (!bs || !bd || !run)
             return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_refresh_working: element %zu", e);
-        ct_status st = ct_bf16_from_f32_enqueue(m->dev, ct_buffer_mem(bs), is / 4,
-                                                ct_buffer_mem(bd), id / 2, run, NULL);
+        ct_status st = sr ? ct_bf16_from_f32_stochastic_enqueue(
+                                m->dev, ct_buffer_mem(bs), is / 4, ct_buffer_mem(bd), id / 2, run,
+                                m->plan.round_seed, m->work_step, e, NULL)
+                          : ct_bf16_from_f32_enqueue(m->dev, ct_buffer_mem(bs), is / 4,
+                                                     ct_buffer_mem(bd), id / 2, run, NULL);
         if (st != CT_OK) return dev_fail(m, st, "ct_model_refresh_working");
         e += run;
     }

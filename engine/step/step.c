@@ -199,7 +199,7 @@ static ct_status opt_step(ct_exec *x, int M, const ct_adamw_hp *hp, int t, doubl
     if (!*skipped && (st = ct_zero_after_step(x->z)) != CT_OK)
         CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
     /* a bf16 model's working copy, from the updated master (after ZeRO's gather) */
-    if (st == CT_OK && !*skipped && (st = ct_model_refresh_working(x->m)) != CT_OK)
+    if (st == CT_OK && !*skipped && (st = ct_model_refresh_working_at(x->m, (uint64_t)t)) != CT_OK)
         CT_ERR(&x->err, st, "%s", ct_model_errmsg(x->m));
     double t2 = ct_time_now();
     x->times.optimizer_ms += 1e3 * (t1 - t_act);

@@ -189,6 +189,8 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
              "layout: ZeRO 0 to 2)",
              p->zero);
     }
+    NEED(!strcmp(p->bf16_round, "nearest") || !strcmp(p->bf16_round, "stochastic"),
+         "--bf16-round must be nearest or stochastic (got '%s')", p->bf16_round);
     NEED(!strcmp(p->grad_reduce, "fp32") || !strcmp(p->grad_reduce, "bf16"),
          "--grad-reduce must be fp32 or bf16 (got '%s')", p->grad_reduce);
     ct_attn_path ap;

@@ -81,6 +81,8 @@ ct_status ct_train_worker_plan(const ct_train_params *p, const ct_gpt_config *cf
     ct_recompute_parse(p->recompute, &plan->recompute);
     plan->loss_chunk = p->loss_chunk;
     ct_precision_parse(p->precision, &plan->precision); /* checked by ct_train_params_check */
+    plan->bf16_round = !strcmp(p->bf16_round, "stochastic");
+    plan->round_seed = (uint64_t)p->seed;
     plan->moe_capacity = p->capacity_factor;
     plan->moe_aux = p->aux_loss;
     if (p->pp > 1) {
