@@ -42,10 +42,15 @@
 #    steps 5 to 9 give bitwise the uninterrupted run's losses and norms, with --bf16-round
 #    nearest and stochastic (the working copy rounded again at resume as after step 5), on one
 #    device and as dp 2 threads ZeRO-1; stochastic's losses differ from nearest's (it ran).
-# 9. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
+# 9. "plan": ct_plan (4 workers, compute timed here, the default link model) with --precision
+#    fp32, bf16, and bf16 with --grad-reduce bf16: bf16 ranks every fp32 layout but ZeRO-3's
+#    (refused by train_gpt) and no other; on each, its activations at most 0.55x fp32's, its
+#    predicted TP bytes 0.49x to 0.51x and PP bytes 0.5x fp32's, its DP bytes fp32's; with
+#    --grad-reduce bf16 the DP bytes 0.5x (ZeRO 0) or 0.75x (ZeRO 1, 2: the fp32 gather stays).
+# 10. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
 #    ZeRO-3; an unknown precision, --grad-reduce and --bf16-round.
 # part: "all" (default), "converge", "memory", "dp", "tp", "pp", "ep", "mixed", "grad_reduce",
-# "resume", "refuse".
+# "resume", "plan", "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -280,6 +285,47 @@ def tr(p):
 a, b = tr(sys.argv[1]), tr(sys.argv[2])
 if a == b: print("--bf16-round stochastic gave nearest's losses bitwise: it did not run"); sys.exit(1)
 print("ok: stochastic and nearest differ (step 9: %.6f and %.6f)" % (b.get(9, float("nan")), a.get(9, float("nan"))))
+EOF
+fi
+
+if want plan; then
+    PLAN="$(dirname "$TRAIN")/ct_plan"
+    for pr in fp32 bf16 bf16g; do
+        extra="--precision ${pr%g}"
+        [ "$pr" = bf16g ] && extra="$extra --grad-reduce bf16"
+        logged "$D/plan_$pr.json" "$D/plan_$pr.err" launch 1 2 "$PLAN" --workers 4 \
+            --devices-per-rank 2 --layers 4 --heads 4 --dim 128 --seq 16 --batch 8 \
+            --text "$D/words.txt" --reps 1 --top 100 --json $extra ||
+            { fail "ct_plan $extra"; tail -n 3 "$D/plan_$pr.err"; }
+    done
+    if $PY - "$D/plan_fp32.json" "$D/plan_bf16.json" "$D/plan_bf16g.json" <<'EOF'; then :; else fail "plan"; fi
+import json, sys
+def lay(p):
+    try: return {l["name"]: l for l in json.load(open(p))["layouts"]}
+    except Exception as e: print("%s: %s" % (p, e)); sys.exit(1)
+f, b, g = (lay(p) for p in sys.argv[1:4])
+ok = True
+def bad(msg):
+    global ok
+    print(msg); ok = False
+if set(b) != {n for n in f if f[n]["zero"] < 3} or set(g) != set(b):
+    bad("layouts: fp32 %d (ZeRO-3: %d), bf16 %d, bf16 + grad-reduce %d" % (len(f), sum(f[n]["zero"] >= 3 for n in f), len(b), len(g)))
+timed = 0
+for n in b:
+    x, y, z = f[n], b[n], g[n]
+    r = y["mem"]["activations"] / x["mem"]["activations"]
+    if not r <= 0.55: bad("%s: activations %.3fx fp32's" % (n, r))
+    if not (x["timed"] and y["timed"] and z["timed"]): continue
+    timed += 1
+    if x["tp_bytes"] and not 0.49 <= y["tp_bytes"] / x["tp_bytes"] <= 0.51: bad("%s: TP bytes %s of %s" % (n, y["tp_bytes"], x["tp_bytes"]))
+    if y["pp_bytes"] * 2 != x["pp_bytes"]: bad("%s: PP bytes %s of %s" % (n, y["pp_bytes"], x["pp_bytes"]))
+    if y["dp_bytes"] != x["dp_bytes"]: bad("%s: DP bytes %s, fp32 %s (grad-reduce fp32)" % (n, y["dp_bytes"], x["dp_bytes"]))
+    want = 0.5 if x["zero"] == 0 else 0.75
+    if x["dp"] > 1 and x["pp"] == 1 and abs(z["dp_bytes"] / y["dp_bytes"] - want) > 1e-9:
+        bad("%s: grad-reduce bf16 DP bytes %.4fx (%.2fx expected)" % (n, z["dp_bytes"] / y["dp_bytes"], want))
+if timed < 10: bad("only %d layouts timed" % timed)
+if ok: print("ok: plan: bf16 ranks %d layouts (fp32 %d: ZeRO-3's left out), %d timed: activations <= 0.55x, TP and PP bytes half, DP half with --grad-reduce bf16" % (len(b), len(f), timed))
+sys.exit(0 if ok else 1)
 EOF
 fi
 
