@@ -30,8 +30,8 @@
 # 6. "ep": experts in bf16 (4 experts, top-2): ep 2 x dp 2 as threads and as ranks within 5e-3
 #    relative of the single-device bf16 run of the same model; the EP group's bytes
 #    (comm_ep_bytes) 0.49x to 0.51x fp32's (rows cross as bf16; the routing counts stay int32).
-#    "mixed": ranks x threads (2 x 2): pp 2 1f1b x dp 2, and ep 2 x tp 2 x dp 2 with experts,
-#    each against its single-device bf16 run as above.
+#    "mixed_pp", "mixed_ep": ranks x threads (2 x 2): pp 2 1f1b x dp 2; ep 2 x tp 2 x dp 2 with
+#    experts; each against its single-device bf16 run as above.
 # 7. "grad_reduce": --grad-reduce bf16 (buckets cross as bf16, summed in fp32 on arrival): dp 2
 #    threads (all-reduce) and dp 2 ranks ZeRO-1 (reduce-scatter with per-rank counts) in bf16
 #    within 5e-3 relative of the single-device bf16 run over 20 steps, and dp 2 ranks in fp32
@@ -49,7 +49,8 @@
 #    --grad-reduce bf16 the DP bytes 0.5x (ZeRO 0) or 0.75x (ZeRO 1, 2: the fp32 gather stays).
 # 10. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
 #    ZeRO-3; an unknown precision, --grad-reduce and --bf16-round.
-# part: "all" (default), "converge", "memory", "dp", "tp", "pp", "ep", "mixed", "grad_reduce",
+# part: "all" (default), "converge", "memory", "dp", "tp", "pp", "ep", "mixed_pp", "mixed_ep",
+# "grad_reduce",
 # "resume", "plan", "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
@@ -222,10 +223,12 @@ if want ep; then
         halved ep_threads_fp32 ep_threads ep "ep 2 threads"
     train ep_ranks 2 1 $EPA --precision bf16 --dp 2 --ep 2 && near ep_ref ep_ranks "ep 2 ranks"
 fi
-if want mixed; then
+if want mixed_pp; then
     train pp_ref 1 1 $PPA --precision bf16 &&
         train pp_mixed 2 2 $PPA --precision bf16 --pp 2 --dp 2 --schedule 1f1b &&
         near pp_ref pp_mixed "pp 2 x dp 2 ranks x threads"
+fi
+if want mixed_ep; then
     train ep_ref 1 1 $EPA --precision bf16 &&
         train ep_tp_mixed 2 2 $EPA --precision bf16 --dp 2 --ep 2 --tp 2 &&
         near ep_ref ep_tp_mixed "ep 2 x tp 2 ranks x threads"
