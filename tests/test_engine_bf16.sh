@@ -33,8 +33,9 @@
 #    "mixed_pp", "mixed_ep": ranks x threads (2 x 2): pp 2 1f1b x dp 2; ep 2 x tp 2 x dp 2 with
 #    experts; each against its single-device bf16 run as above.
 # 7. "grad_reduce": --grad-reduce bf16 (buckets cross as bf16, summed in fp32 on arrival): dp 2
-#    threads (all-reduce) and dp 2 ranks ZeRO-1 (reduce-scatter with per-rank counts) in bf16
-#    within 5e-3 relative of the single-device bf16 run over 20 steps, and dp 2 ranks in fp32
+#    threads (all-reduce) and dp 2 ranks ZeRO-1 (reduce-scatter with per-rank counts) in bf16,
+#    dp 3 ranks ZeRO-1 (odd blocks and parts: the padded pairs; batch 6) within 5e-3 relative
+#    of the single-device bf16 run over 20 steps, and dp 2 ranks in fp32
 #    within 5e-3 of the fp32 single-device run; the DP group's bytes (comm_dp_bytes) of the
 #    all-reduce 0.49x to 0.51x --grad-reduce fp32's (the step's loss and norm stay fp32: a few
 #    bytes); the memory records predicted == allocated (the wire's scratch counted).
@@ -250,6 +251,9 @@ print("ok: grad-reduce bf16: %d memory records, predicted == allocated" % len(m)
 EOF
     train gr_ranks_z1 2 1 $DPA --precision bf16 --dp 2 --zero 1 --grad-reduce bf16 &&
         near gr_ref gr_ranks_z1 "grad-reduce bf16 dp 2 ranks ZeRO-1"
+    train gr_ref6 1 1 $DPA --batch 6 --precision bf16 &&
+        train gr_ranks3 3 1 $DPA --batch 6 --precision bf16 --dp 3 --zero 1 --grad-reduce bf16 &&
+        near gr_ref6 gr_ranks3 "grad-reduce bf16 dp 3 ranks ZeRO-1"
     train gr_ref_fp32 1 1 $DPA --precision fp32 &&
         train gr_ranks_fp32 2 1 $DPA --precision fp32 --dp 2 --grad-reduce bf16 &&
         near gr_ref_fp32 gr_ranks_fp32 "grad-reduce bf16 fp32 dp 2 ranks"
