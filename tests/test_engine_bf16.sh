@@ -7,7 +7,8 @@
 #    random words, so the loss has a floor well above 0): every bf16 loss finite, the mean of
 #    bf16's last 50 losses within 2 % of fp32's, and the two runs not bitwise equal (bf16 did
 #    run: its rounding shows in the losses).
-# 2. "memory": at the same shape, for the GEMM and the fused attention path, every memory record
+# 2. "memory": at the same shape, for the GEMM and the fused attention path and with experts
+#    (4, top-2: the MoE layer's activation regions and staging halve too), every memory record
 #    predicted == allocated in every category; bf16's activation bytes at most 0.55x fp32's;
 #    bf16's parameter bytes fp32's plus the bf16 working copy (2 bytes a parameter, 1.5x).
 #    --recompute block and attention (the GEMM path: the probabilities recomputed with their
@@ -128,6 +129,9 @@ if want memory; then
             train mem_bf16_$path 1 1 --steps 2 --attention $path --precision bf16 &&
             mem mem_fp32_$path mem_bf16_$path "$path"
     done
+    train mem_fp32_moe 1 1 --steps 2 --experts 4 --top-k 2 --precision fp32 &&
+        train mem_bf16_moe 1 1 --steps 2 --experts 4 --top-k 2 --precision bf16 &&
+        mem mem_fp32_moe mem_bf16_moe "experts"
     train rc_none 1 1 --steps 10 --precision bf16 &&
         for rc in block attention; do
             train rc_$rc 1 1 --steps 10 --precision bf16 --recompute $rc &&

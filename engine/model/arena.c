@@ -279,6 +279,7 @@ ct_status ct__model_moe_config(const ct_gpt_config *cfg, const ct_layout *layout
     mc->channels = cfg->channels, mc->layers = cfg->layers, mc->slots = plan->slots;
     mc->hidden = 4 * cfg->channels / (layout->tp > 1 ? layout->tp : 1); /* ct_model_tp_check */
     mc->blocks = nb > 0 ? nb : 1;
+    mc->bf16 = plan->precision == CT_PRECISION_BF16;
     ct_status st = ct_moe_check(mc, ep, err);
     if (st == CT_OK) ct_moe_plan(mc, ep, lmoe, xmoe);
     return st;

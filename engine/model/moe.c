@@ -15,10 +15,10 @@
  * overwrites staging the device still reads. Why not device buffers: the tensors are views into
  * the activation arena (see engine/tp.c).
  *
- * bf16. The block's regions are planned in floats whatever the precision; in a bf16 model (its
- * input x a bf16 view) the activation regions (router logits, rows, hidden, their gradients) hold
- * bf16 at the start of theirs, the routing tensors (probabilities, gates, indices, positions,
- * counts, the gates' gradients) stay 4-byte. Rows cross the EP link as bf16, half fp32's bytes:
+ * bf16 (ct_moe_cfg.bf16: the layer's views are bf16). The block's regions are planned in floats;
+ * the activation regions (router logits, rows, hidden, their gradients) hold bf16 and take half
+ * the floats, the routing tensors (probabilities, gates, indices, positions, counts, the gates'
+ * gradients) stay 4-byte. Rows cross the EP link as bf16, half fp32's bytes:
  * parallel/ has no bf16 type, so a row of C bf16 travels as C/2 4-byte elements (C even). */
 #include <math.h>
 #include <stdio.h>
@@ -84,27 +84,29 @@ static void regions(const ct_moe_cfg *c, int ep, moe_regions *o, size_t *nmax, s
     if (mm < nm) mm = nm;
     size_t at = 0;
 #define R(f, n) (o->f = at, at += ((size_t)(n) + 15) / 16 * 16)
+#define RA(f, n) R(f, c->bf16 ? ((size_t)(n) + 1) / 2 : (size_t)(n)) /* an activation region */
     R(p, N * E);
     R(idx, N * K);
     R(gate, N * K);
     R(pos, N * K);
     R(stats, 3 * B * E);
-    R(ys, nm * C);
-    R(xe, mm * C);
-    R(h, mm * H);
-    R(g, mm * H);
+    RA(ys, nm * C);
+    RA(xe, mm * C);
+    RA(h, mm * H);
+    RA(g, mm * H);
     o->block = at;
     at = 0;
-    R(lg, N * E);
+    RA(lg, N * E);
     R(slot, N * K);
     R(off, B * E);
     R(dg, N * K);
-    R(dxr, N * C);
-    R(xs, ep > 1 ? nm * C : 0);
-    R(dye, mm * C);
-    R(dh, mm * H);
-    R(dxe, mm * C);
+    RA(dxr, N * C);
+    RA(xs, ep > 1 ? nm * C : 0);
+    RA(dye, mm * C);
+    RA(dh, mm * H);
+    RA(dxe, mm * C);
     o->scratch = at;
+#undef RA
 #undef R
     if (nmax) *nmax = nm;
     if (mmax) *mmax = mm;
@@ -123,6 +125,7 @@ size_t ct_moe_staging_floats(const ct_moe_cfg *c, int ep) {
     size_t mm = 0;
     regions(c, ep, &o, NULL, &mm);
     size_t f = mm * (size_t)c->channels;
+    if (c->bf16) f = (f + 1) / 2; /* rows of bf16 */
     return f ? f : 1;
 }
 
@@ -401,6 +404,14 @@ static ct_status ep_return(ct_moe *m, const moe_rec *r, ct_view src, ct_view dst
                     "writing the returned rows");
 }
 
+/* The activations' storage must be the one the regions were planned for (ct_moe_cfg.bf16). */
+static ct_status store_check(ct_moe *m, ct_view x, const char *what) {
+    if ((x.store == CT_STORE_BF16) == (m->c.bf16 != 0)) return CT_OK;
+    return CT_ERR(ct_device_err(m->dev), CT_ERR_ARG, "%s: the input is %s but the layer was "
+                  "planned for %s activations (ct_moe_cfg.bf16)", what,
+                  x.store == CT_STORE_BF16 ? "bf16" : "fp32", m->c.bf16 ? "bf16" : "fp32");
+}
+
 static moe_rec *rec_of(ct_moe *m, int slot, int block) {
     if (slot < 0 || slot >= m->c.slots || block < 0 || block >= m->c.blocks) return NULL;
     return &m->rec[(size_t)slot * m->c.blocks + block];
@@ -429,6 +440,7 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
                       "(%d slots, %d blocks, %d layers, %d x %d)",
                       slot, block, layer, B, T, m->c.slots, m->c.blocks, m->c.layers, m->c.max_B,
                       m->c.max_T);
+    if ((st = store_check(m, x, "ct_moe_forward")) != CT_OK) return st;
     int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el, H = m->H;
     int cap = ct_moe_row_capacity(&m->c, T);
     size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C, Hz = (size_t)H;
@@ -523,6 +535,7 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
         return CT_ERR(ct_device_err(m->dev), CT_ERR_STATE,
                       "ct_moe_backward: no forward of slot %d, block %d to go back through", slot,
                       block);
+    if ((st = store_check(m, x, "ct_moe_backward")) != CT_OK) return st;
     int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el, B = r->B, T = r->T;
     int H = m->H;
     size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C, Hz = (size_t)H;
