@@ -50,7 +50,8 @@
 #    predicted TP bytes 0.49x to 0.51x and PP bytes 0.5x fp32's, its DP bytes fp32's; with
 #    --grad-reduce bf16 the DP bytes 0.5x (ZeRO 0) or 0.75x (ZeRO 1, 2: the fp32 gather stays).
 # 10. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
-#    ZeRO-3; an unknown precision, --grad-reduce and --bf16-round.
+#    ZeRO-3 and for ep with an odd --dim (bf16 rows cross as 4-byte pairs); an unknown
+#    precision, --grad-reduce and --bf16-round.
 # part: "all" (default), "converge", "memory", "dp", "tp", "pp", "ep", "mixed_pp", "mixed_ep",
 # "grad_reduce",
 # "resume", "plan", "refuse".
@@ -343,6 +344,8 @@ fi
 if want refuse; then
     refused "bf16 ZeRO-3" "--precision bf16 with --zero 3 is not built yet" 1 2 --precision bf16 \
         --dp 2 --zero 3 --devices-per-rank 2
+    refused "bf16 ep, odd dim" "--precision bf16 with --ep 2 needs an even --dim (got 63)" 1 2 \
+        --precision bf16 --dp 2 --ep 2 --experts 4 --top-k 2 --dim 63 --heads 3 --devices-per-rank 2
     refused "unknown bf16-round" "--bf16-round must be nearest or stochastic (got 'up')" 1 1 \
         --bf16-round up
     refused "unknown grad-reduce" "--grad-reduce must be fp32 or bf16 (got 'fp16')" 1 1 \
