@@ -21,9 +21,34 @@ float ct_bf16_to_f32(uint16_t h) {
     return x;
 }
 
+static uint64_t mix64(uint64_t z) {
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ull;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint16_t ct_bf16_from_f32_stochastic(float x, uint64_t seed, uint64_t step, uint64_t index) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return ct_bf16_from_f32(x);
+    uint32_t r = (uint32_t)(mix64(mix64(seed + step * 0x9e3779b97f4a7c15ull) ^ index) & 0xffffu);
+    return (uint16_t)((u + r) >> 16);
+}
+
+/* The conversion kernels' arguments: src, src_off, dst, dst_off, n, then `extra` ulongs. */
+static ct_status convert_x(ct_device *d, const char *kernel, cl_mem src, size_t src_off,
+                           size_t src_bytes, cl_mem dst, size_t dst_off, size_t dst_bytes,
+                           size_t n, const cl_ulong *extra, int nextra, ct_event **ev);
 static ct_status convert(ct_device *d, const char *kernel, cl_mem src, size_t src_off,
                          size_t src_bytes, cl_mem dst, size_t dst_off, size_t dst_bytes, size_t n,
                          ct_event **ev) {
+    return convert_x(d, kernel, src, src_off, src_bytes, dst, dst_off, dst_bytes, n, NULL, 0, ev);
+}
+static ct_status convert_x(ct_device *d, const char *kernel, cl_mem src, size_t src_off,
+                           size_t src_bytes, cl_mem dst, size_t dst_off, size_t dst_bytes,
+                           size_t n, const cl_ulong *extra, int nextra, ct_event **ev) {
     if (ev) *ev = NULL;
     if (!src || !dst) return CT_ERR(&d->err, CT_ERR_ARG, "%s: a buffer is NULL", kernel);
     size_t have = 0;
@@ -44,9 +69,10 @@ static ct_status convert(ct_device *d, const char *kernel, cl_mem src, size_t sr
     ct_status st = ct_kernel_get(d, src_cl, "", kernel, &k);
     if (st != CT_OK) return st;
     cl_ulong so = src_off, dof = dst_off, cn = n;
-    const size_t sizes[] = {sizeof(cl_mem), sizeof so, sizeof(cl_mem), sizeof dof, sizeof cn};
-    const void *vals[] = {&src, &so, &dst, &dof, &cn};
-    if ((st = ct__kernel_args(d, k, 5, sizes, vals))) return st;
+    size_t sizes[8] = {sizeof(cl_mem), sizeof so, sizeof(cl_mem), sizeof dof, sizeof cn};
+    const void *vals[8] = {&src, &so, &dst, &dof, &cn};
+    for (int i = 0; i < nextra && i < 3; i++) sizes[5 + i] = sizeof(cl_ulong), vals[5 + i] = &extra[i];
+    if ((st = ct__kernel_args(d, k, 5 + (nextra < 3 ? nextra : 3), sizes, vals))) return st;
     size_t local = 64, global = (n + local - 1) / local * local;
     return ct_kernel_launch(d, k, 1, &global, &local, ev);
 }
@@ -54,6 +80,14 @@ static ct_status convert(ct_device *d, const char *kernel, cl_mem src, size_t sr
 ct_status ct_bf16_from_f32_enqueue(ct_device *d, cl_mem src, size_t src_off, cl_mem dst,
                                    size_t dst_off, size_t n, ct_event **ev) {
     return convert(d, "ct_convert_f32_bf16", src, src_off, 4, dst, dst_off, 2, n, ev);
+}
+
+ct_status ct_bf16_from_f32_stochastic_enqueue(ct_device *d, cl_mem src, size_t src_off,
+                                              cl_mem dst, size_t dst_off, size_t n, uint64_t seed,
+                                              uint64_t step, uint64_t first, ct_event **ev) {
+    const cl_ulong extra[3] = {seed, step, first};
+    return convert_x(d, "ct_convert_f32_bf16_stochastic", src, src_off, 4, dst, dst_off, 2, n,
+                     extra, 3, ev);
 }
 
 ct_status ct_bf16_to_f32_enqueue(ct_device *d, cl_mem src, size_t src_off, cl_mem dst,

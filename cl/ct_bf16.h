@@ -19,6 +19,13 @@ extern "C" {
 
 uint16_t ct_bf16_from_f32(float x);
 float ct_bf16_to_f32(uint16_t h);
+/* Stochastic rounding (llm.c's choice for its bf16 weights): x's low 16 bits plus a threshold
+ * r in [0, 65536), truncated, so x rounds away from zero with probability low / 65536 (unbiased).
+ * r is counter-based, a function of (seed, step, index) alone: r = mix(mix(seed + step * G) ^
+ * index) & 0xffff, mix being splitmix64's finalizer and G its golden-ratio increment; so a run
+ * and its resume round alike. Infinities and NaNs are converted as ct_bf16_from_f32 does. The
+ * device kernel (ct_bf16_from_f32_stochastic_enqueue) gives the same bits. */
+uint16_t ct_bf16_from_f32_stochastic(float x, uint64_t seed, uint64_t step, uint64_t index);
 
 #ifdef __cplusplus
 }

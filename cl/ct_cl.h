@@ -370,6 +370,11 @@ ct_status ct_bf16_from_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, c
                                    size_t dst_off, size_t n, ct_event **ev);
 ct_status ct_bf16_to_f32_enqueue(ct_device *dev, cl_mem src, size_t src_off, cl_mem dst,
                                  size_t dst_off, size_t n, ct_event **ev);
+/* fp32 -> bf16 by stochastic rounding (ct_bf16_from_f32_stochastic's rule and bits): element i
+ * of the n takes index first + i (the caller's own numbering, e.g. a flat parameter index). */
+ct_status ct_bf16_from_f32_stochastic_enqueue(ct_device *dev, cl_mem src, size_t src_off,
+                                              cl_mem dst, size_t dst_off, size_t n, uint64_t seed,
+                                              uint64_t step, uint64_t first, ct_event **ev);
 
 /* ---------------------------------------------------------------- GEMM paths */
 

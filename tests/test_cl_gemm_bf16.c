@@ -15,6 +15,12 @@
  *    matrices) is a NaN: a kernel that reads one fails, and C's come back unchanged. An element
  *    of C fails when it is past the tolerance or NaN (counted, not found through a maximum).
  * 3. The mma path's rule: refused off NVIDIA sm_80+, with a message naming why; argument errors.
+ * 4. Stochastic rounding (ct_bf16_from_f32_stochastic, the bf16 working weights' --bf16-round
+ *    stochastic): the device kernel gives the host function's bits; every result is one of the
+ *    value's two bf16 neighbours (bf16 values themselves unchanged; infinities and NaNs as
+ *    nearest); over 65536 indices a value 0.3 of the way up rounds up 0.3 of the time (within
+ *    5 sigma: unbiased), whatever its sign; the same (seed, step, index) draws alike, another
+ *    step or seed differently.
  *
  * Tolerance, per element of C. The inputs are bf16, so every product a*b (8-bit by 8-bit
  * significands) is exact in fp32 and the double reference is exact but for its own 2^-53-relative
@@ -288,6 +294,72 @@ static void run_path(ct_device *d, ct_gemm_path path, int tile) {
            rs.cases, rs.worst[0], rs.worst[1], ct_time_now() - t0);
 }
 
+static void test_stochastic(ct_device *d) {
+    enum { M = 65536 };
+    static const uint32_t special[] = {0x7f800000u, 0xff800000u, 0x7fc00001u, 0x7f7fffffu,
+                                       0x00000001u, 0x80008000u, 0x3f800000u, 0xbf800000u};
+    const size_t ns = sizeof special / sizeof special[0], n = 2 * (size_t)M + ns;
+    /* 1.0 + 0.3 of a bf16 step, +-: rounds up (away from zero) with probability 0.3 */
+    const uint32_t up3 = 0x3f800000u | (uint32_t)(0.3 * 65536);
+    uint32_t *in = malloc(n * 4);
+    uint16_t *dev = malloc(n * 2), *dev2 = malloc(n * 2);
+    for (size_t i = 0; i < M; i++) in[i] = up3, in[M + i] = up3 | 0x80000000u;
+    for (size_t i = 0; i < ns; i++) in[2 * M + i] = special[i];
+    ct_buffer *bi = NULL, *bo = NULL;
+    int ok = in && dev && dev2 &&
+             ct_buffer_alloc(d, CT_MEM_WORKSPACE, "sr in", n * 4, &bi) == CT_OK &&
+             ct_buffer_alloc(d, CT_MEM_WORKSPACE, "sr out", n * 2, &bo) == CT_OK &&
+             ct_buffer_write(bi, 0, in, n * 4) == CT_OK &&
+             ct_bf16_from_f32_stochastic_enqueue(d, ct_buffer_mem(bi), 0, ct_buffer_mem(bo), 0, n,
+                                                 7, 3, 1000, NULL) == CT_OK &&
+             ct_buffer_read(bo, 0, dev, n * 2) == CT_OK &&
+             ct_bf16_from_f32_stochastic_enqueue(d, ct_buffer_mem(bi), 0, ct_buffer_mem(bo), 0, n,
+                                                 7, 4, 1000, NULL) == CT_OK &&
+             ct_buffer_read(bo, 0, dev2, n * 2) == CT_OK;
+    CT_ASSERT_MSG(ok, "stochastic rounding setup: %s", ct_device_errmsg(d));
+    size_t bad_host = 0, not_neighbour = 0, up = 0, upn = 0, same_step = 0, seeds = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        float x = bits_f(in[i]);
+        uint16_t h = ct_bf16_from_f32_stochastic(x, 7, 3, 1000 + i);
+        bad_host += is_nan16(h) ? !is_nan16(dev[i]) : h != dev[i];
+        seeds += h != ct_bf16_from_f32_stochastic(x, 8, 3, 1000 + i);
+        if (i < 2 * (size_t)M) {
+            uint16_t lo = (uint16_t)(in[i] >> 16);
+            not_neighbour += dev[i] != lo && dev[i] != lo + 1;
+            if (i < M) up += dev[i] == lo + 1;
+            else upn += dev[i] == lo + 1;
+            same_step += dev[i] == dev2[i];
+        }
+    }
+    CT_ASSERT_MSG(bad_host == 0, "stochastic rounding: host and device differ on %zu of %zu",
+                  bad_host, n);
+    CT_ASSERT_MSG(not_neighbour == 0, "stochastic rounding: %zu results not a neighbour",
+                  not_neighbour);
+    double sigma = sqrt(0.3 * 0.7 / M);
+    CT_ASSERT_MSG(fabs((double)up / M - 0.3) < 5 * sigma && fabs((double)upn / M - 0.3) < 5 * sigma,
+                  "stochastic rounding: rounded up %.4f (+) and %.4f (-) of the time, 0.3 expected",
+                  (double)up / M, (double)upn / M);
+    /* two steps agree where both draws fall on the same side: 0.3^2 + 0.7^2 = 0.58 of the time */
+    CT_ASSERT_MSG(fabs((double)same_step / (2 * M) - 0.58) < 0.02,
+                  "stochastic rounding: steps 3 and 4 agree on %.4f of the draws (0.58 expected)",
+                  (double)same_step / (2 * M));
+    CT_ASSERT_MSG(seeds > 0, "stochastic rounding: seeds 7 and 8 draw alike everywhere");
+    const size_t s0 = 2 * (size_t)M; /* the specials: as nearest, bf16 values unchanged */
+    CT_ASSERT_EQ_INT(dev[s0 + 0], 0x7f80);
+    CT_ASSERT_EQ_INT(dev[s0 + 1], 0xff80);
+    CT_ASSERT(is_nan16(dev[s0 + 2]));
+    CT_ASSERT(dev[s0 + 3] == 0x7f7f || dev[s0 + 3] == 0x7f80);
+    CT_ASSERT(dev[s0 + 4] == 0x0000 || dev[s0 + 4] == 0x0001);
+    CT_ASSERT(dev[s0 + 5] == 0x8000 || dev[s0 + 5] == 0x8001);
+    CT_ASSERT_EQ_INT(dev[s0 + 6], 0x3f80);
+    CT_ASSERT_EQ_INT(dev[s0 + 7], 0xbf80);
+    ct_buffer_free(bi);
+    ct_buffer_free(bo);
+    free(in);
+    free(dev);
+    free(dev2);
+}
+
 static void test_rules(ct_device *d, const ct_device_info *info) {
     /* the vendor rule, from what a device reports */
     ct_device_info nv = {0};
@@ -453,6 +525,7 @@ int main(void) {
     double t0 = ct_time_now();
     test_conversions(d);
     printf("  conversions: %.2f s\n", ct_time_now() - t0);
+    test_stochastic(d);
     test_rules(d, &list[pick]);
     test_probe(d);
     test_batch0(d);

@@ -1033,6 +1033,19 @@ static void test_attention_gemm(int B, int T, int C, int NH) {
                 }
     bt_read(&out);
     bt_read(&att);
+    { /* the recomputation (ct_attention_probs into another tensor, its own scratch) gives the
+       * forward's P bitwise */
+        bt att2 = bt_make(A, 1, 0, 3.0), scr = bt_make(BTC, 1, 0, 5.0);
+        CT_ASSERT_OK(ct_attention_probs(g_dev, att2.v, qkvr.v, scr.v, B, T, C, NH),
+                     ct_device_errmsg(g_dev));
+        bt_read(&att2);
+        size_t diff = 0;
+        for (size_t i = 0; i < A; i++)
+            diff += att2.h[i] != att.h[i];
+        CT_ASSERT_EQ_INT((long long)diff, 0);
+        bt_free(&att2);
+        bt_free(&scr);
+    }
     check("attention_forward (gemm) att (bf16, exact zeros above the diagonal)", &att, ra, ma, 0);
     check("attention_forward (gemm) out (bf16)", &out, ro, mo, 0);
     /* the backward on the stored P */
@@ -1211,9 +1224,9 @@ static void test_refusals(void) {
                                      0.95f, 1e-8f, 0, 1),
                      CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "params is bf16");
-    /* ops without a bf16 variant yet say so */
-    CT_ASSERT_EQ_INT(ct_attention_probs(g_dev, h.v, h.v, 1, 2, 4, 2), CT_ERR_UNSUPPORTED);
-    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "no bf16 variant");
+    /* bf16 probabilities need their scratch */
+    CT_ASSERT_EQ_INT(ct_attention_probs(g_dev, h.v, h.v, ct_view_none(), 1, 2, 4, 2), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "bf16 needs a bf16 scratch");
     CT_ASSERT_EQ_INT(ct_moe_prob_mean(g_dev, x.v, h.v, 1, 2, 4), CT_ERR_ARG);
     /* an unknown storage value */
     ct_view odd = h.v;

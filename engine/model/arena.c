@@ -279,6 +279,7 @@ ct_status ct__model_moe_config(const ct_gpt_config *cfg, const ct_layout *layout
     mc->channels = cfg->channels, mc->layers = cfg->layers, mc->slots = plan->slots;
     mc->hidden = 4 * cfg->channels / (layout->tp > 1 ? layout->tp : 1); /* ct_model_tp_check */
     mc->blocks = nb > 0 ? nb : 1;
+    mc->bf16 = plan->precision == CT_PRECISION_BF16;
     ct_status st = ct_moe_check(mc, ep, err);
     if (st == CT_OK) ct_moe_plan(mc, ep, lmoe, xmoe);
     return st;
@@ -377,20 +378,11 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
     if (plan->precision == CT_PRECISION_BF16) {
         /* ZeRO-3 gathers the parameters before each block: the working copy would need making
          * after every gather */
-        const char *axis = layout->zero >= 3 ? "zero" : N > 1 ? "tp" : layout->pp > 1 ? "pp"
-                           : ep > 1 ? "ep" : E > 0 ? "experts" : NULL;
-        int n = layout->zero >= 3 ? layout->zero : N > 1 ? N : layout->pp > 1 ? layout->pp
-                                                                       : ep > 1 ? ep : E;
-        if (axis || plan->chunks.nchunks > 1)
+        if (layout->zero >= 3)
             return PFAIL(CT_ERR_UNSUPPORTED,
-                         "%s: --precision bf16 with %s %d is not built yet (bf16 runs with data "
-                         "parallelism, ZeRO 0 to 2: tp, pp and ep 1, a dense model)",
-                         axis ? axis : "chunks", axis ? n : plan->chunks.nchunks);
-        if (plan->recompute == CT_RECOMPUTE_ATTENTION)
-            return PFAIL(CT_ERR_UNSUPPORTED,
-                         "%s: --precision bf16 with --recompute attention is not built yet "
-                         "(recomputing the probabilities has no bf16 op)%s",
-                         "; use --recompute none or block");
+                         "%s: --precision bf16 with --zero %d is not built yet (bf16 runs with "
+                         "every other layout: ZeRO 0 to 2)%s",
+                         layout->zero, "");
     }
 #undef PFAIL
     return CT_OK;

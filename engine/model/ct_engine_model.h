@@ -77,8 +77,7 @@ ct_status ct_model_recompute_check(ct_recompute rc, ct_attn_path attn, int split
  *         bf16 working copy of the parameters in the flat layout, made from the fp32 master at
  *         init, set_params and after every optimizer step (ct_model_refresh_working). Parameter
  *         gradients, Adam's state, LayerNorm statistics, losses and log-sum-exp stay fp32. Built
- *         for data parallelism with ZeRO 0 to 2 (tp, pp, ep 1), no experts, recompute none or
- *         block (attention recompute's probabilities have no bf16 op yet). */
+ *         for every layout but ZeRO-3. */
 typedef enum ct_precision { CT_PRECISION_FP32 = 0, CT_PRECISION_BF16 } ct_precision;
 const char *ct_precision_name(ct_precision p); /* "fp32", "bf16" */
 /* "fp32" or "bf16"; anything else is CT_ERR_ARG (no message: the caller names the flag). */
@@ -125,6 +124,11 @@ typedef struct ct_model_plan {
      * per device. tf32: fp32 products may run on the mma path with tf32 operands. */
     const char *gemm;
     int tf32;
+    /* bf16: how the working copy is rounded from the master: 0 nearest even (default), 1
+     * stochastic (ct_bf16_from_f32_stochastic with round_seed, the refresh's step and each
+     * element's index in this worker's flat layout) */
+    int bf16_round;
+    uint64_t round_seed;
 } ct_model_plan;
 
 /* The model of `cfg` for this worker of `layout`, planned for one micro-batch <= max_B x max_T
@@ -213,6 +217,10 @@ ct_status ct_model_zero_grad(ct_model *m);
  * again (enqueued). init_random and set_params do it; the optimizer's caller does it after
  * every update. A no-op in fp32. */
 ct_status ct_model_refresh_working(ct_model *m);
+/* The same after optimizer step `step` (1-based; 0: the initial parameters), which stochastic
+ * rounding draws from; kept for later refreshes (set_params: a resumed run calls this with the
+ * checkpoint's step, so it rounds as the uninterrupted run did). */
+ct_status ct_model_refresh_working_at(ct_model *m, uint64_t step);
 
 /* ---- the stage entry points. `slot` in [0, plan.slots). Forward of a slot overwrites what
  * the slot held; backward of a slot needs that slot's forward (with targets for the head). */

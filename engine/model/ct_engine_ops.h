@@ -158,16 +158,19 @@ ct_status ct_matmul_backward(ct_device *dev, ct_view dinp /* (B,T,C) = */,
  * Scratch: vaccum (B,NH,T,hs).
  * In bf16 (every view bf16) att holds P and the backward's datt dS in bf16, while the scores and
  * dP are computed in fp32 a block of rows at a time in the scratch (vaccum in the forward, dqkvr
- * in the backward) and never rounded; ct_attention_probs has no bf16 variant yet (it has no
- * scratch: recompute in bf16 will need one). */
+ * in the backward) and never rounded. */
 ct_status ct_attention_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
                                ct_view qkvr /* (3,B,NH,T,hs) = */, ct_view att /* (B,NH,T,T) = */,
                                ct_view inp /* (B,T,3C) */, ct_view vaccum /* (B,NH,T,hs) scratch */,
                                int B, int T, int C, int NH);
 /* The probabilities alone from the head-major q, k: the forward's own GEMM and softmax calls,
- * so a recomputation before the backward (ct_model_plan.recompute) gives the forward's bits. */
+ * so a recomputation before the backward (ct_model_plan.recompute) gives the forward's bits.
+ * scratch: in bf16 the fp32 scores' blocks (the forward's vaccum, or any (B,NH,T,hs) bf16
+ * scratch); fp32 does not use it (ct_view_none() will do). */
 ct_status ct_attention_probs(ct_device *dev, ct_view att /* (B,NH,T,T) = */,
-                             ct_view qkvr /* (3,B,NH,T,hs) */, int B, int T, int C, int NH);
+                             ct_view qkvr /* (3,B,NH,T,hs) */,
+                             ct_view scratch /* (B,NH,T,hs) scratch, bf16 only */, int B, int T,
+                             int C, int NH);
 /* Scratch: dqkvr (3,B,NH,T,hs), datt (B,NH,T,T) (the score gradient), dvaccum (B,NH,T,hs).
  * att is consumed: it comes back holding each (T,T) matrix transposed (transposed in place for
  * the products with att^T and dscores^T, instead of into another (B,NH,T,T) of scratch). */

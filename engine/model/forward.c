@@ -127,7 +127,7 @@ ct_status ct__model_block_run(ct_model *m, int slot, int l, int recompute) {
         RUN(P_att, ct_attention_forward(m->dev, atty, qkvr, att, XA(qkv), XA(vaccum), B, T, Cl,
                                         NHl));
     } else if (do_probs) {
-        RUN(P_att, ct_attention_probs(m->dev, att, qkvr, B, T, Cl, NHl));
+        RUN(P_att, ct_attention_probs(m->dev, att, qkvr, XA(vaccum), B, T, Cl, NHl));
     }
     if (do_res2) {
         RUN(P_proj, ct_tp_row_forward(m->dev, m->tp, XA(proj), XA(proj), atty, PV(attprojw, l),

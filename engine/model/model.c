@@ -62,8 +62,14 @@ static ct_status work_alloc(ct_model *m, ct_err *err) {
     return ct_model_refresh_working(m);
 }
 
+ct_status ct_model_refresh_working_at(ct_model *m, uint64_t step) {
+    m->work_step = step;
+    return ct_model_refresh_working(m);
+}
+
 ct_status ct_model_refresh_working(ct_model *m) {
     if (!m->work) return CT_OK;
+    int sr = m->plan.bf16_round != 0;
     ct_arena *src = ct_params_buffer(m->P);
     size_t n = ct_params_flat_len(m->P);
     for (size_t e = 0; e < n;) { /* runs that lie within one piece of each */
@@ -74,8 +80,11 @@ ct_status ct_model_refresh_working(ct_model *m) {
         if (run > n - e) run = n - e;
         if (!bs || !bd || !run)
             return CT_ERR(&m->err, CT_ERR_STATE, "ct_model_refresh_working: element %zu", e);
-        ct_status st = ct_bf16_from_f32_enqueue(m->dev, ct_buffer_mem(bs), is / 4,
-                                                ct_buffer_mem(bd), id / 2, run, NULL);
+        ct_status st = sr ? ct_bf16_from_f32_stochastic_enqueue(
+                                m->dev, ct_buffer_mem(bs), is / 4, ct_buffer_mem(bd), id / 2, run,
+                                m->plan.round_seed, m->work_step, e, NULL)
+                          : ct_bf16_from_f32_enqueue(m->dev, ct_buffer_mem(bs), is / 4,
+                                                     ct_buffer_mem(bd), id / 2, run, NULL);
         if (st != CT_OK) return dev_fail(m, st, "ct_model_refresh_working");
         e += run;
     }
@@ -415,13 +424,15 @@ ct_status ct__model_group_end(ct_model *m, const char *name, double t0) {
 }
 
 ct_moe_weights ct__model_moe_weights(const ct_model *m, int l, int grads) {
-    ct_view (*at)(const ct_params *, int, int) = grads ? ct_params_gv : ct_params_pv;
+    /* the weights as the step reads them (bf16: the working copy), the gradients fp32 */
+#define AT(t) (grads ? ct_params_gv(m->P, CT_GPT_##t, l) : ct__model_pv(m, CT_GPT_##t, l))
     ct_moe_weights w;
-    w.routerw = at(m->P, CT_GPT_routerw, l);
-    w.fcw = at(m->P, CT_GPT_fcw, l);
-    w.fcb = at(m->P, CT_GPT_fcb, l);
-    w.fcprojw = at(m->P, CT_GPT_fcprojw, l);
-    w.fcprojb = at(m->P, CT_GPT_fcprojb, l);
+    w.routerw = AT(routerw);
+    w.fcw = AT(fcw);
+    w.fcb = AT(fcb);
+    w.fcprojw = AT(fcprojw);
+    w.fcprojb = AT(fcprojb);
+#undef AT
     return w;
 }
 

@@ -93,6 +93,7 @@ struct ct_model {
     char gemm_note[4096];   /* what was chosen per shape and its rate (for the start-up log) */
     ct_arena *acts;    /* [scratch | slot 0 | slot 1 | ...], in pieces (arena_parts) */
     ct_arena *work;    /* bf16 plan: the parameters' bf16 working copy, the flat layout */
+    uint64_t work_step; /* the optimizer step the working copy was last made after */
     slot_state *st;
     ct_trace *tr; /* op groups recorded while it is on */
     ct_profile prof;

@@ -13,7 +13,13 @@
  * runs the all-to-all-v on the host, and writes the result without waiting. The in-order queue
  * puts that write before the next exchange's read of the same staging, so the host never
  * overwrites staging the device still reads. Why not device buffers: the tensors are views into
- * the activation arena (see engine/tp.c). */
+ * the activation arena (see engine/tp.c).
+ *
+ * bf16 (ct_moe_cfg.bf16: the layer's views are bf16). The block's regions are planned in floats;
+ * the activation regions (router logits, rows, hidden, their gradients) hold bf16 and take half
+ * the floats, the routing tensors (probabilities, gates, indices, positions, counts, the gates'
+ * gradients) stay 4-byte. Rows cross the EP link as bf16, half fp32's bytes:
+ * parallel/ has no bf16 type, so a row of C bf16 travels as C/2 4-byte elements (C even). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,27 +84,29 @@ static void regions(const ct_moe_cfg *c, int ep, moe_regions *o, size_t *nmax, s
     if (mm < nm) mm = nm;
     size_t at = 0;
 #define R(f, n) (o->f = at, at += ((size_t)(n) + 15) / 16 * 16)
+#define RA(f, n) R(f, c->bf16 ? ((size_t)(n) + 1) / 2 : (size_t)(n)) /* an activation region */
     R(p, N * E);
     R(idx, N * K);
     R(gate, N * K);
     R(pos, N * K);
     R(stats, 3 * B * E);
-    R(ys, nm * C);
-    R(xe, mm * C);
-    R(h, mm * H);
-    R(g, mm * H);
+    RA(ys, nm * C);
+    RA(xe, mm * C);
+    RA(h, mm * H);
+    RA(g, mm * H);
     o->block = at;
     at = 0;
-    R(lg, N * E);
+    RA(lg, N * E);
     R(slot, N * K);
     R(off, B * E);
     R(dg, N * K);
-    R(dxr, N * C);
-    R(xs, ep > 1 ? nm * C : 0);
-    R(dye, mm * C);
-    R(dh, mm * H);
-    R(dxe, mm * C);
+    RA(dxr, N * C);
+    RA(xs, ep > 1 ? nm * C : 0);
+    RA(dye, mm * C);
+    RA(dh, mm * H);
+    RA(dxe, mm * C);
     o->scratch = at;
+#undef RA
 #undef R
     if (nmax) *nmax = nm;
     if (mmax) *mmax = mm;
@@ -117,6 +125,7 @@ size_t ct_moe_staging_floats(const ct_moe_cfg *c, int ep) {
     size_t mm = 0;
     regions(c, ep, &o, NULL, &mm);
     size_t f = mm * (size_t)c->channels;
+    if (c->bf16) f = (f + 1) / 2; /* rows of bf16 */
     return f ? f : 1;
 }
 
@@ -270,33 +279,44 @@ static ct_status lap(ct_moe *m, double *bucket, double *t0) {
     return st;
 }
 
-/* The arena piece holding v's next `floats` (NULL: not in the arena). */
-static ct_buffer *arena_piece(ct_moe *m, ct_view v, size_t floats) {
+/* The arena piece holding v's next n elements (NULL: not in the arena). */
+static ct_buffer *arena_piece(ct_moe *m, ct_view v, size_t n) {
     ct_buffer *b = ct_arena_piece_of(m->arena, v.mem);
-    return b && (v.off + floats) * sizeof(float) <= ct_buffer_bytes(b) ? b : NULL;
+    return b && (v.off + n) * ct_view_elem_bytes(v) <= ct_buffer_bytes(b) ? b : NULL;
 }
-static ct_status not_in_arena(ct_moe *m, ct_view v, size_t floats) {
+static ct_status not_in_arena(ct_moe *m, ct_view v, size_t n) {
     return CT_ERR(ct_device_err(m->dev), CT_ERR_ARG,
-                  "MoE: a view of %zu floats at %zu is not inside the activation arena", floats,
+                  "MoE: a view of %zu elements at %zu is not inside the activation arena", n,
                   v.off);
 }
-static ct_status arena_read(ct_moe *m, ct_view v, void *host, size_t floats) {
-    if (!floats) return CT_OK;
-    ct_buffer *b = arena_piece(m, v, floats);
-    if (!b) return not_in_arena(m, v, floats);
-    return ct_buffer_read(b, v.off * sizeof(float), host, floats * sizeof(float));
+static ct_status arena_read(ct_moe *m, ct_view v, void *host, size_t n) {
+    if (!n) return CT_OK;
+    ct_buffer *b = arena_piece(m, v, n);
+    if (!b) return not_in_arena(m, v, n);
+    size_t es = ct_view_elem_bytes(v);
+    return ct_buffer_read(b, v.off * es, host, n * es);
 }
-static ct_status arena_write(ct_moe *m, ct_view v, const void *host, size_t floats) {
-    if (!floats) return CT_OK;
-    ct_buffer *b = arena_piece(m, v, floats);
-    if (!b) return not_in_arena(m, v, floats);
-    return ct_buffer_write_async(b, v.off * sizeof(float), floats * sizeof(float), host, NULL);
+static ct_status arena_write(ct_moe *m, ct_view v, const void *host, size_t n) {
+    if (!n) return CT_OK;
+    ct_buffer *b = arena_piece(m, v, n);
+    if (!b) return not_in_arena(m, v, n);
+    size_t es = ct_view_elem_bytes(v);
+    return ct_buffer_write_async(b, v.off * es, n * es, host, NULL);
 }
-static ct_status arena_zero(ct_moe *m, ct_view v, size_t floats) {
-    if (!floats) return CT_OK;
-    ct_buffer *b = arena_piece(m, v, floats);
-    if (!b) return not_in_arena(m, v, floats);
-    return ct_buffer_zero(b, v.off * sizeof(float), floats * sizeof(float));
+static ct_status arena_zero(ct_moe *m, ct_view v, size_t n) {
+    if (!n) return CT_OK;
+    ct_buffer *b = arena_piece(m, v, n);
+    if (!b) return not_in_arena(m, v, n);
+    size_t es = ct_view_elem_bytes(v);
+    return ct_buffer_zero(b, v.off * es, n * es);
+}
+
+/* An activation region at float `off` of a float-planned base: bf16 elements from its start in
+ * a bf16 model (store), else the floats themselves. */
+static ct_view act_at(ct_view base, size_t off, ct_store store) {
+    ct_view v = ct_view_at(base, off);
+    if (store == CT_STORE_BF16) v.off *= 2, v.store = CT_STORE_BF16;
+    return v;
 }
 
 /* Rows from peer j for local expert e, and their sums per peer. */
@@ -313,8 +333,11 @@ static size_t sent_to(const ct_moe *m, const moe_rec *r, int j) {
 
 /* Rearrange rows between peer-major (peer, local expert) and expert-major (local expert, peer)
  * order; to_expert: peer-major src into expert-major dst, else the reverse. */
-static void permute(const ct_moe *m, const moe_rec *r, float *dst, const float *src, int to_expert) {
-    size_t C = (size_t)m->c.channels, pm = 0;
+static void permute(const ct_moe *m, const moe_rec *r, void *dstp, const void *srcp, size_t es,
+                    int to_expert) {
+    size_t C = (size_t)m->c.channels * es, pm = 0; /* bytes a row */
+    char *dst = dstp;
+    const char *src = srcp;
     size_t *em = m->cnt + 4 * (size_t)m->n; /* where each local expert's rows start */
     size_t at = 0;
     for (int e = 0; e < m->el; e++) {
@@ -325,37 +348,45 @@ static void permute(const ct_moe *m, const moe_rec *r, float *dst, const float *
         for (int e = 0; e < m->el; e++) {
             size_t rows = (size_t)r->recv[j * m->el + e], x = em[e];
             for (int j2 = 0; j2 < j; j2++) x += (size_t)r->recv[j2 * m->el + e];
-            if (to_expert) memcpy(dst + x * C, src + pm * C, rows * C * sizeof(float));
-            else memcpy(dst + pm * C, src + x * C, rows * C * sizeof(float));
+            if (to_expert) memcpy(dst + x * C, src + pm * C, rows * C);
+            else memcpy(dst + pm * C, src + x * C, rows * C);
             pm += rows;
         }
 }
 
 /* The all-to-all-v of rows: this worker sends send_rows(j) rows to peer j from sbuf (peer-major)
  * and receives recv_rows(j) from it into rbuf. */
-static ct_status alltoallv_rows(ct_moe *m, const moe_rec *r, int forward, const float *sbuf,
-                                float *rbuf) {
-    size_t C = (size_t)m->c.channels, *sc = m->cnt, *sd = sc + m->n, *rc = sd + m->n,
+static ct_status alltoallv_rows(ct_moe *m, const moe_rec *r, int forward, const void *sbuf,
+                                void *rbuf, size_t es) {
+    /* a row in 4-byte elements: C floats, or C bf16 as C / 2 pairs */
+    size_t C = (size_t)m->c.channels * es / 4, *sc = m->cnt, *sd = sc + m->n, *rc = sd + m->n,
            *rd = rc + m->n, a = 0, b = 0;
+    if ((size_t)m->c.channels * es % 4)
+        return CT_ERR(ct_device_err(m->dev), CT_ERR_UNSUPPORTED,
+                      "expert parallelism in bf16 sends a row of C = %d bf16 as 4-byte pairs: C "
+                      "must be even",
+                      m->c.channels);
     for (int j = 0; j < m->n; j++) {
         size_t out = forward ? sent_to(m, r, j) : recv_of(m, r, j);
         size_t in = forward ? recv_of(m, r, j) : sent_to(m, r, j);
         sc[j] = out * C, sd[j] = a, rc[j] = in * C, rd[j] = b;
         a += sc[j], b += rc[j];
     }
-    m->st.bytes += (double)(a - sc[m->r]) * sizeof(float);
-    return comm_fail(m, ct_comm_alltoallv(m->ep, sbuf, sc, sd, rbuf, rc, rd, CT_F32, NULL),
+    m->st.bytes += (double)(a - sc[m->r]) * 4.0;
+    return comm_fail(m, ct_comm_alltoallv(m->ep, sbuf, sc, sd, rbuf, rc, rd,
+                                          es == 4 ? CT_F32 : CT_I32, NULL),
                      "all-to-all-v of token rows");
 }
 
 /* This worker's kept choices (src, expert-major) to their experts' workers; dst receives this
  * worker's experts' rows, expert-major (each expert's rows from peer 0, 1, ...). */
 static ct_status ep_dispatch(ct_moe *m, const moe_rec *r, ct_view src, ct_view dst) {
+    size_t es = ct_view_elem_bytes(src);
     ct_status st = dev_fail(m, arena_read(m, src, m->sa, r->nk * (size_t)m->c.channels),
                             "reading the rows to send");
-    if (st == CT_OK) st = alltoallv_rows(m, r, 1, m->sa, m->sb);
+    if (st == CT_OK) st = alltoallv_rows(m, r, 1, m->sa, m->sb, es);
     if (st != CT_OK) return st;
-    permute(m, r, m->sa, m->sb, 1);
+    permute(m, r, m->sa, m->sb, es, 1);
     return dev_fail(m, arena_write(m, dst, m->sa, r->mtot * (size_t)m->c.channels),
                     "writing the received rows");
 }
@@ -363,13 +394,22 @@ static ct_status ep_dispatch(ct_moe *m, const moe_rec *r, ct_view src, ct_view d
 /* The reverse: this worker's experts' rows (src, expert-major) back to the workers they came
  * from; dst receives this worker's choices' rows in its expert-major order. */
 static ct_status ep_return(ct_moe *m, const moe_rec *r, ct_view src, ct_view dst) {
+    size_t es = ct_view_elem_bytes(src);
     ct_status st = dev_fail(m, arena_read(m, src, m->sa, r->mtot * (size_t)m->c.channels),
                             "reading the experts' rows");
     if (st != CT_OK) return st;
-    permute(m, r, m->sb, m->sa, 0);
-    if ((st = alltoallv_rows(m, r, 0, m->sb, m->sa)) != CT_OK) return st;
+    permute(m, r, m->sb, m->sa, es, 0);
+    if ((st = alltoallv_rows(m, r, 0, m->sb, m->sa, es)) != CT_OK) return st;
     return dev_fail(m, arena_write(m, dst, m->sa, r->nk * (size_t)m->c.channels),
                     "writing the returned rows");
+}
+
+/* The activations' storage must be the one the regions were planned for (ct_moe_cfg.bf16). */
+static ct_status store_check(ct_moe *m, ct_view x, const char *what) {
+    if ((x.store == CT_STORE_BF16) == (m->c.bf16 != 0)) return CT_OK;
+    return CT_ERR(ct_device_err(m->dev), CT_ERR_ARG, "%s: the input is %s but the layer was "
+                  "planned for %s activations (ct_moe_cfg.bf16)", what,
+                  x.store == CT_STORE_BF16 ? "bf16" : "fp32", m->c.bf16 ? "bf16" : "fp32");
 }
 
 static moe_rec *rec_of(ct_moe *m, int slot, int block) {
@@ -381,6 +421,9 @@ static moe_rec *rec_of(ct_moe *m, int slot, int block) {
 
 #define S(f) ct_view_at(saved, m->o.f)
 #define X(f) ct_view_at(scratch, m->o.f)
+/* the activation regions: bf16 when the block's input is */
+#define SA(f) act_at(saved, m->o.f, x.store)
+#define XA(f) act_at(scratch, m->o.f, x.store)
 #define TRY(expr, what)                                                                            \
     do {                                                                                           \
         if ((st = dev_fail(m, (expr), (what))) != CT_OK) return st;                                \
@@ -397,6 +440,7 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
                       "(%d slots, %d blocks, %d layers, %d x %d)",
                       slot, block, layer, B, T, m->c.slots, m->c.blocks, m->c.layers, m->c.max_B,
                       m->c.max_T);
+    if ((st = store_check(m, x, "ct_moe_forward")) != CT_OK) return st;
     int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el, H = m->H;
     int cap = ct_moe_row_capacity(&m->c, T);
     size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C, Hz = (size_t)H;
@@ -404,8 +448,8 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
     double t0 = ct_time_now();
     r->valid = 0;
     /* 1. routing on the device, the counts to the host */
-    TRY(ct_matmul_forward(m->dev, X(lg), x, w->routerw, ct_view_none(), B, T, C, E), "router");
-    TRY(ct_moe_route_forward(m->dev, S(p), S(idx), S(gate), X(lg), (int)N, E, K), "top-k");
+    TRY(ct_matmul_forward(m->dev, XA(lg), x, w->routerw, ct_view_none(), B, T, C, E), "router");
+    TRY(ct_moe_route_forward(m->dev, S(p), S(idx), S(gate), XA(lg), (int)N, E, K), "top-k");
     TRY(ct_moe_capacity(m->dev, X(slot), kept, routed, S(idx), B, T, E, K, cap), "capacity");
     TRY(ct_moe_offsets(m->dev, X(off), kept, B, E), "offsets");
     TRY(ct_moe_prob_mean(m->dev, pmean, S(p), B, T, E), "mean probabilities");
@@ -444,20 +488,20 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
     m->st.rows += (double)r->mtot;
     if ((st = lap(m, &m->st.route_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     /* 2. the kept choices, expert-major, to their experts */
-    ct_view xs = m->ep ? X(xs) : S(xe);
+    ct_view xs = m->ep ? XA(xs) : SA(xe);
     TRY(ct_moe_dispatch(m->dev, xs, S(pos), x, S(idx), X(slot), X(off), B, T, C, E, K), "gather");
     if ((st = lap(m, &m->st.gather_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
-    if (m->ep && (st = ep_dispatch(m, r, xs, S(xe))) != CT_OK) return st;
+    if (m->ep && (st = ep_dispatch(m, r, xs, SA(xe))) != CT_OK) return st;
     if ((st = lap(m, &m->st.alltoall_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     /* 3. each expert over its rows */
-    ct_view ye = m->ep ? X(dye) : S(ys);
+    ct_view ye = m->ep ? XA(dye) : SA(ys);
     size_t at = 0;
     for (int e = 0; e < el; e++) {
         size_t M = 0;
         for (int j = 0; j < m->n; j++) M += (size_t)r->recv[j * el + e];
         if (!M) continue;
-        ct_view h = ct_view_at(S(h), at * Hz), g = ct_view_at(S(g), at * Hz);
-        TRY(ct_matmul_forward(m->dev, h, ct_view_at(S(xe), at * Cz),
+        ct_view h = ct_view_at(SA(h), at * Hz), g = ct_view_at(SA(g), at * Hz);
+        TRY(ct_matmul_forward(m->dev, h, ct_view_at(SA(xe), at * Cz),
                               ct_view_at(w->fcw, (size_t)e * Hz * Cz),
                               ct_view_at(w->fcb, (size_t)e * Hz), 1, (int)M, C, H),
             "expert fc");
@@ -472,9 +516,9 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
     }
     if ((st = lap(m, &m->st.expert_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     /* 4. back, and the weighted sum */
-    if (m->ep && (st = ep_return(m, r, ye, S(ys))) != CT_OK) return st;
+    if (m->ep && (st = ep_return(m, r, ye, SA(ys))) != CT_OK) return st;
     if ((st = lap(m, &m->st.alltoall_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
-    TRY(ct_moe_combine_forward(m->dev, y, S(ys), S(gate), S(pos), N, C, K), "combine");
+    TRY(ct_moe_combine_forward(m->dev, y, SA(ys), S(gate), S(pos), N, C, K), "combine");
     if ((st = lap(m, &m->st.gather_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     r->valid = 1;
     return CT_OK;
@@ -491,6 +535,7 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
         return CT_ERR(ct_device_err(m->dev), CT_ERR_STATE,
                       "ct_moe_backward: no forward of slot %d, block %d to go back through", slot,
                       block);
+    if ((st = store_check(m, x, "ct_moe_backward")) != CT_OK) return st;
     int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el, B = r->B, T = r->T;
     int H = m->H;
     size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C, Hz = (size_t)H;
@@ -500,8 +545,8 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
      * mean objective, and averaging it over the workers holding the same experts gives the
      * data-parallel mean, as every other gradient is (without it the experts' would be ep times
      * too large). The returned input gradients are scaled back. */
-    ct_view dys = m->ep ? X(xs) : X(dye);
-    TRY(ct_moe_combine_backward(m->dev, dys, X(dg), dy, S(ys), S(gate), S(pos), N, C, K,
+    ct_view dys = m->ep ? XA(xs) : XA(dye);
+    TRY(ct_moe_combine_backward(m->dev, dys, X(dg), dy, SA(ys), S(gate), S(pos), N, C, K,
                                 1.0f / (float)m->n),
         "combine backward");
     /* TP: each gate's gradient is a dot product with this worker's partial expert output */
@@ -509,7 +554,7 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
         TRY(ct_tp_allreduce(m->dev, m->tp, X(dg), X(dg), N * (size_t)K, CT_OP_SUM),
             "the gates' gradients over the TP group");
     if ((st = lap(m, &m->st.gather_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
-    if (m->ep && (st = ep_dispatch(m, r, dys, X(dye))) != CT_OK) return st;
+    if (m->ep && (st = ep_dispatch(m, r, dys, XA(dye))) != CT_OK) return st;
     if ((st = lap(m, &m->st.alltoall_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     /* 2. each expert's backward over its rows */
     size_t at = 0;
@@ -517,39 +562,39 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
         size_t M = 0;
         for (int j = 0; j < m->n; j++) M += (size_t)r->recv[j * el + e];
         if (!M) continue;
-        ct_view dh = ct_view_at(X(dh), at * Hz), h = ct_view_at(S(h), at * Hz);
+        ct_view dh = ct_view_at(XA(dh), at * Hz), h = ct_view_at(SA(h), at * Hz);
         TRY(ct_matmul_backward(m->dev, dh, ct_view_at(dw->fcprojw, (size_t)e * Hz * Cz),
-                               ct_view_at(dw->fcprojb, (size_t)e * Cz), ct_view_at(X(dye), at * Cz),
-                               ct_view_at(S(g), at * Hz),
+                               ct_view_at(dw->fcprojb, (size_t)e * Cz), ct_view_at(XA(dye), at * Cz),
+                               ct_view_at(SA(g), at * Hz),
                                ct_view_at(w->fcprojw, (size_t)e * Hz * Cz), 1, (int)M, H, C),
             "expert fcproj backward");
         TRY(ct_gelu_backward(m->dev, dh, h, dh, M * Hz), "expert GELU backward");
-        TRY(ct_matmul_backward(m->dev, ct_view_at(X(dxe), at * Cz),
+        TRY(ct_matmul_backward(m->dev, ct_view_at(XA(dxe), at * Cz),
                                ct_view_at(dw->fcw, (size_t)e * Hz * Cz),
                                ct_view_at(dw->fcb, (size_t)e * Hz), dh,
-                               ct_view_at(S(xe), at * Cz),
+                               ct_view_at(SA(xe), at * Cz),
                                ct_view_at(w->fcw, (size_t)e * Hz * Cz), 1, (int)M, C, H),
             "expert fc backward");
         at += M;
     }
     if ((st = lap(m, &m->st.expert_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
-    ct_view dxs = m->ep ? X(xs) : X(dxe);
-    if (m->ep && (st = ep_return(m, r, X(dxe), dxs)) != CT_OK) return st;
+    ct_view dxs = m->ep ? XA(xs) : XA(dxe);
+    if (m->ep && (st = ep_return(m, r, XA(dxe), dxs)) != CT_OK) return st;
     if ((st = lap(m, &m->st.alltoall_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     /* 3. the router: the gates' and the auxiliary loss's gradients through the softmax */
     double aux = (double)loss_scale * m->c.aux * E / ((double)B * K * T * T);
-    TRY(ct_moe_router_backward(m->dev, X(lg), S(p), S(idx), S(pos), X(dg),
+    TRY(ct_moe_router_backward(m->dev, XA(lg), S(p), S(idx), S(pos), X(dg),
                                ct_view_at(S(stats), BE), (float)aux, B, T, E, K),
         "router backward");
     /* TP: the router's input gradient once over the group (the caller sums the partial ones) */
-    TRY(ct_matmul_backward(m->dev, m->tr == 0 ? X(dxr) : ct_view_none(), dw->routerw,
-                           ct_view_none(), X(lg), x, w->routerw, B, T, C, E),
+    TRY(ct_matmul_backward(m->dev, m->tr == 0 ? XA(dxr) : ct_view_none(), dw->routerw,
+                           ct_view_none(), XA(lg), x, w->routerw, B, T, C, E),
         "router GEMMs backward");
     if (m->tr != 0)
-        TRY(arena_zero(m, X(dxr), N * Cz),
+        TRY(arena_zero(m, XA(dxr), N * Cz),
             "zeroing the router's input gradient");
     if ((st = lap(m, &m->st.route_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
-    TRY(ct_moe_dispatch_backward(m->dev, dx, X(dxr), dxs, S(pos), N, C, K, (float)m->n),
+    TRY(ct_moe_dispatch_backward(m->dev, dx, XA(dxr), dxs, S(pos), N, C, K, (float)m->n),
         "gather backward");
     if ((st = lap(m, &m->st.gather_ms, &t0)) != CT_OK) return dev_fail(m, st, "timing");
     return CT_OK;

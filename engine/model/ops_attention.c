@@ -108,15 +108,23 @@ static ct_status scores_bf16(ct_device *dev, int backward, size_t T, size_t hs, 
 }
 
 /* The forward's probabilities alone: the same GEMM and softmax calls ct_attention_forward makes
- * (it calls this), so a recomputation gives bitwise the tensor the forward kept. */
-ct_status ct_attention_probs(ct_device *dev, ct_view att, ct_view qkvr, int B, int T, int C,
-                             int NH) {
+ * (it calls this, with its vaccum as the scratch), so a recomputation gives bitwise the tensor
+ * the forward kept. */
+ct_status ct_attention_probs(ct_device *dev, ct_view att, ct_view qkvr, ct_view scratch, int B,
+                             int T, int C, int NH) {
     NEED(dims_ok(B, T, 3 * C) && NH > 0 && C % NH == 0 && dims_ok((long long)B * NH, T, T),
          "ct_attention_probs", "B, T, C, NH must be positive with NH dividing C");
-    NO_BF16_YET("ct_attention_probs", VIEWS(NV(att), NV(qkvr)), NO_VIEWS);
+    int bf;
+    VARIANT("ct_attention_probs", &bf, VIEWS(NV(att), NV(qkvr)), NO_VIEWS);
     int hs = C / NH;
     size_t BNH = (size_t)B * NH;
     size_t part = (size_t)B * T * C; /* q, k, v blocks of qkvr */
+    if (bf) { /* fp32 scores in row blocks of the scratch, P rounded once */
+        NEED(scratch.mem && scratch.store == CT_STORE_BF16, "ct_attention_probs",
+             "bf16 needs a bf16 scratch of B*T*C elements (the forward's vaccum)");
+        return scores_bf16(dev, 0, (size_t)T, (size_t)hs, qkvr, ct_view_at(qkvr, part), att,
+                           ct_view_none(), scratch, part, BNH, "ct_attention_probs");
+    }
     /* att (T,T) = q (T,hs) . k^T per (b,h), on and below the diagonal */
     ct_status st = gemm_causal(dev, CAUSAL_SCORES, (size_t)T, (size_t)hs, qkvr,
                                ct_view_at(qkvr, part), att, BNH);
@@ -146,12 +154,8 @@ ct_status ct_attention_forward(ct_device *dev, ct_view out, ct_view qkvr, ct_vie
                              a, NARGS(a));
         if (st != CT_OK) return st;
     }
-    if (bf) /* fp32 scores in blocks of vaccum (scratch until the P.V product below) */
-        st = scores_bf16(dev, 0, (size_t)T, (size_t)hs, qkvr, ct_view_at(qkvr, part), att,
-                         ct_view_none(), vaccum, part, BNH, "ct_attention_forward");
-    else
-        st = ct_attention_probs(dev, att, qkvr, B, T, C, NH);
-    if (st != CT_OK) return st;
+    /* bf16: fp32 scores in blocks of vaccum (scratch until the P.V product below) */
+    if ((st = ct_attention_probs(dev, att, qkvr, vaccum, B, T, C, NH)) != CT_OK) return st;
     /* vaccum (T,hs) = att (T,T) . v (T,hs) per (b,h) */
     st = gemm_causal(dev, CAUSAL_LOWER, (size_t)T, (size_t)hs, att, ct_view_at(qkvr, 2 * part),
                      vaccum, BNH);

@@ -11,6 +11,14 @@
  * the host reduces (Megatron's overlap); under sequence parallelism the re-gather of the
  * LayerNorm output likewise runs while the device computes the input gradient.
  *
+ * bf16 (a view of CT_STORE_BF16: activations and their gradients in a bf16 model) crosses the link
+ * as bf16, half fp32's bytes. parallel/'s collectives have no bf16 type, so bf16 travels as pairs
+ * in 4-byte elements (blocks padded to an even count) and the sums are made here: a
+ * reduce-scatter is an all-to-all of the blocks, each worker summing its block of every member's
+ * contribution in fp32, in member order, rounding once (nearest even); an all-reduce is that
+ * reduce-scatter and an all-gather of the summed blocks, so every worker ends with the same bits
+ * and sends 2(N-1)/N of the tensor's bf16 bytes, as a ring all-reduce does of fp32's.
+ *
  * Why host staging and not the device-buffer collectives of parallel/: those work at offset 0 of
  * a whole ct_buffer, and TP's tensors are views into the activation arena; mapping part of the
  * arena while kernels run on other parts is undefined in OpenCL. On PoCL's CPU device a read or
@@ -31,7 +39,7 @@ struct ct_tp {
     ct_arena *arena;
     ct_tp_opts o;
     float *stage[2];
-    size_t cap; /* floats per staging buffer */
+    size_t cap; /* floats per staging buffer (bf16 transfers use at most half of it) */
     int devmode;     /* device-resident collectives (every member shares this context) */
     ct_buffer *tmp;  /* device mode: cap floats of scratch (reduce-scatter, all-gather) */
     ct_tp_stats stats;
@@ -42,6 +50,7 @@ struct ct_tp {
 typedef struct xfer {
     int kind, stage, overlapped, live;
     size_t n; /* all-reduce: elements; reduce-scatter: output elements; all-gather: input ones */
+    size_t es; /* bytes per element: 4 (fp32), 2 (bf16) */
     ct_op op;
     ct_view dst, src;
     ct_buffer *dstb; /* the arena piece dst lies in */
@@ -185,18 +194,23 @@ static ct_status dev_err(ct_tp *t, ct_status st, const char *what) {
     return st;
 }
 
-/* The arena piece holding v's n floats (*piece), or an error. */
+/* The arena piece holding v's n elements (*piece), or an error. */
 static ct_status in_arena(ct_tp *t, ct_view v, size_t n, const char *what, ct_buffer **piece) {
     ct_buffer *b = *piece = ct_arena_piece_of(t->arena, v.mem);
-    if (!b || (v.off + n) * sizeof(float) > ct_buffer_bytes(b))
+    size_t es = ct_view_elem_bytes(v);
+    if (!b || (v.off + n) * es > ct_buffer_bytes(b))
         return CT_ERR(ct_device_err(t->dev), CT_ERR_ARG,
-                      "TP %s: a view of %zu floats at %zu is not inside the activation arena",
+                      "TP %s: a view of %zu elements at %zu is not inside the activation arena",
                       what, n, v.off);
     if (n > t->cap)
         return CT_ERR(ct_device_err(t->dev), CT_ERR_ARG,
-                      "TP %s: %zu floats exceed the staging planned for %zu", what, n, t->cap);
+                      "TP %s: %zu elements exceed the staging planned for %zu", what, n, t->cap);
     return CT_OK;
 }
+
+/* bf16 on the host: elements per block of a padded all-to-all or all-gather (even, so a block
+ * is whole 4-byte carrier elements). */
+static size_t even_up(size_t k) { return (k + 1) & ~(size_t)1; }
 
 static const char *const kind_name[3] = {"all-reduce", "reduce-scatter", "all-gather"};
 
@@ -205,18 +219,25 @@ static ct_status x_start(ct_tp *t, xfer *x, int kind, int stage, ct_view dst, ct
                          size_t n, ct_op op) {
     memset(x, 0, sizeof *x);
     x->kind = kind, x->stage = stage, x->n = n, x->op = op, x->dst = dst;
+    x->es = ct_view_elem_bytes(src);
     size_t in = kind == X_RS ? n * (size_t)t->n : n;
     size_t outn = kind == X_AG ? n * (size_t)t->n : n;
     ct_status st;
     ct_buffer *srcb;
+    if (src.store != dst.store)
+        return CT_ERR(ct_device_err(t->dev), CT_ERR_ARG,
+                      "TP %s: source and destination views differ in storage (fp32 and bf16)",
+                      kind_name[kind]);
     if ((st = in_arena(t, src, in, kind_name[kind], &srcb)) != CT_OK ||
         (st = in_arena(t, dst, outn, kind_name[kind], &x->dstb)) != CT_OK)
         return st;
     x->live = 1;
     x->src = src;
     if (t->o.skip_comm || t->devmode) return CT_OK; /* device mode: all of it in x_finish */
-    float *h = t->stage[stage] + (kind == X_AG ? (size_t)t->r * n : 0);
-    st = ct_buffer_read_async(srcb, src.off * sizeof(float), in * sizeof(float), h, &x->rd);
+    /* bf16 all-gather: this worker's block at its padded place */
+    size_t at = kind != X_AG ? 0 : (x->es == 2 ? even_up(n) : n) * (size_t)t->r;
+    char *h = (char *)t->stage[stage] + at * x->es;
+    st = ct_buffer_read_async(srcb, src.off * x->es, in * x->es, h, &x->rd);
     if (st == CT_OK) st = ct_device_flush(t->dev);
     return dev_err(t, st, "staging read");
 }
@@ -224,7 +245,7 @@ static ct_status x_start(ct_tp *t, xfer *x, int kind, int stage, ct_view dst, ct
 static void count(ct_tp *t, const xfer *x, double wait_s, double comm_s) {
     ct_tp_stats *s = &t->stats;
     size_t N = (size_t)t->n;
-    double payload = (double)(x->kind == X_AR ? x->n : x->n * N) * sizeof(float);
+    double payload = (double)(x->kind == X_AR ? x->n : x->n * N) * (double)x->es;
     s->calls[x->kind]++;
     s->payload_bytes[x->kind] += payload;
     s->wire_bytes += payload * (double)(N - 1) / (double)N * (x->kind == X_AR ? 2.0 : 1.0);
@@ -285,8 +306,9 @@ static ct_status post(ct_tp *t, ct_event **ev) {
     return st;
 }
 
-static ct_view vw(uint64_t mem, uint64_t off) {
-    return ct_view_of((cl_mem)(uintptr_t)mem, (size_t)off);
+static ct_view vw(uint64_t mem, uint64_t off, ct_store store) {
+    ct_view v = {(cl_mem)(uintptr_t)mem, (size_t)off, store};
+    return v;
 }
 
 /* into = the combination of (the src of every member k, at its offset + lo), n floats, in the
@@ -295,7 +317,7 @@ static ct_status combine_all(ct_tp *t, ct_view into, const dev_rec *all, size_t 
                              int max_op, int first) {
     if (n == 0) return CT_OK;
     int N = t->n;
-#define SRC(k) ct_view_at(vw(all[(k) % N].src_mem, all[(k) % N].src_off), lo)
+#define SRC(k) ct_view_at(vw(all[(k) % N].src_mem, all[(k) % N].src_off, into.store), lo)
     ct_status st = ct_combine(t->dev, into, SRC(first), SRC(first + 1), n, max_op);
     for (int k = 2; k < N && st == CT_OK; k++)
         st = ct_combine(t->dev, into, into, SRC(first + k), n, max_op);
@@ -315,7 +337,8 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
     int mx = x->op == CT_OP_MAX;
     dev_rec all[64];
     ct_event *e1 = NULL, *e2 = NULL;
-    ct_view tmp = ct_view_of(ct_buffer_mem(t->tmp), 0);
+    ct_view tmp = vw((uint64_t)(uintptr_t)ct_buffer_mem(t->tmp), 0, x->src.store);
+    size_t es = x->es;
     ct_status st;
     const char *what = kind_name[x->kind];
 #define DTRY(expr)                                                                                 \
@@ -333,18 +356,15 @@ static ct_status dev_coll(ct_tp *t, xfer *x) {
         DTRY(post(t, &e2));
         DTRY(swap(t, e2, ct_view_none(), all2, what));
         DTRY(wait_others(t, all2)); /* the others have read this worker's src */
-        DTRY(ct_mem_copy(t->dev, tmp.mem, 0, x->dst.mem, x->dst.off * sizeof(float),
-                         n * sizeof(float)));
+        DTRY(ct_mem_copy(t->dev, tmp.mem, 0, x->dst.mem, x->dst.off * es, n * es));
     } else {
-        DTRY(ct_mem_copy(t->dev, x->src.mem, x->src.off * sizeof(float), tmp.mem, 0,
-                         n * sizeof(float)));
+        DTRY(ct_mem_copy(t->dev, x->src.mem, x->src.off * es, tmp.mem, 0, n * es));
         DTRY(post(t, &e1));
         DTRY(swap(t, e1, tmp, all, what));
         DTRY(wait_others(t, all));
         for (size_t k = 0; k < N; k++)
-            DTRY(ct_mem_copy(t->dev, (cl_mem)(uintptr_t)all[k].src_mem,
-                             all[k].src_off * sizeof(float), x->dst.mem,
-                             (x->dst.off + k * n) * sizeof(float), n * sizeof(float)));
+            DTRY(ct_mem_copy(t->dev, (cl_mem)(uintptr_t)all[k].src_mem, all[k].src_off * es,
+                             x->dst.mem, (x->dst.off + k * n) * es, n * es));
         DTRY(post(t, &e2));
         DTRY(swap(t, e2, ct_view_none(), all2, what));
         DTRY(wait_others(t, all2)); /* the others have copied this worker's scratch */
@@ -356,6 +376,47 @@ done:
     if (st != CT_OK) return dev_err(t, st, what);
     count(t, x, 0.0, ct_time_now() - t0);
     return CT_OK;
+}
+
+/* Element i of the sum (max) over the N blocks of b bf16 each at h, in member order, in fp32,
+ * rounded once. */
+static uint16_t sum_blocks(const uint16_t *h, size_t b, int N, size_t i, int mx) {
+    float s = ct_bf16_to_f32(h[i]);
+    for (int k = 1; k < N; k++) {
+        float v = ct_bf16_to_f32(h[(size_t)k * b + i]);
+        s = mx ? (v > s ? v : s) : s + v;
+    }
+    return ct_bf16_from_f32(s);
+}
+
+/* The host collective of a bf16 transfer on staging h (see the opening comment). The input is
+ * in place (all-gather: this worker's block at r·even_up(n)); the result is left at *res, its
+ * blocks *stride elements apart (all-gather: N blocks; else one). */
+static ct_status host_bf16(ct_tp *t, xfer *x, uint16_t *h, uint16_t **res, size_t *stride) {
+    int N = t->n, r = t->r, mx = x->op == CT_OP_MAX;
+    size_t n = x->n, b;
+    ct_status st;
+    if (x->kind == X_AG) {
+        b = even_up(n);
+        *res = h, *stride = b;
+        return ct_comm_allgather(t->c, h + (size_t)r * b, h, b / 2, CT_I32, NULL);
+    }
+    if (x->kind == X_RS) { /* N blocks of n, contiguous as read: spread them to even strides */
+        b = even_up(n);
+        if (b != n)
+            for (int k = N - 1; k > 0; k--) memmove(h + (size_t)k * b, h + (size_t)k * n, n * 2);
+    } else { /* all-reduce: n cut into N blocks of b, the tail zero */
+        b = even_up((n + (size_t)N - 1) / (size_t)N);
+        memset(h + n, 0, ((size_t)N * b - n) * 2);
+    }
+    if ((st = ct_comm_alltoall(t->c, h, h, b / 2, CT_I32, NULL)) != CT_OK) return st;
+    /* block k now holds member k's part of this worker's block r */
+    uint16_t *mine = h + (x->kind == X_AR ? (size_t)r * b : 0);
+    for (size_t i = 0; i < b; i++) mine[i] = sum_blocks(h, b, N, i, mx);
+    *res = mine, *stride = b;
+    if (x->kind == X_RS) return CT_OK;
+    *res = h;
+    return ct_comm_allgather(t->c, mine, h, b / 2, CT_I32, NULL);
 }
 
 /* Wait for the input, communicate on the host, queue the write of the result. */
@@ -371,6 +432,24 @@ static ct_status x_finish(ct_tp *t, xfer *x) {
     double t1 = ct_time_now();
     float *h = t->stage[x->stage];
     size_t N = (size_t)t->n, outn = x->kind == X_AG ? x->n * N : x->n;
+    if (x->es == 2) {
+        uint16_t *res = NULL;
+        size_t stride = 0;
+        if ((st = host_bf16(t, x, (uint16_t *)h, &res, &stride)) != CT_OK)
+            return CT_ERR(ct_device_err(t->dev), st, "TP %s of %zu bf16 over the TP group: %s",
+                          kind_name[x->kind], x->kind == X_RS ? x->n * N : outn,
+                          ct_comm_errmsg(t->c));
+        /* one write when the blocks are contiguous, else one per block */
+        size_t nb = x->kind == X_AG && stride != x->n ? N : 1, len = nb == 1 ? outn : x->n;
+        for (size_t k = 0; k < nb && st == CT_OK; k++)
+            st = ct_buffer_write_async(x->dstb, (x->dst.off + k * len) * 2, len * 2,
+                                       res + k * stride, NULL);
+        if (st == CT_OK) st = ct_device_flush(t->dev);
+        if (st != CT_OK) return dev_err(t, st, "staging write");
+        double t2 = ct_time_now();
+        count(t, x, t1 - t0, t2 - t1);
+        return CT_OK;
+    }
     switch (x->kind) {
     case X_AR: st = ct_comm_allreduce(t->c, h, h, x->n, CT_F32, x->op, NULL); break;
     case X_RS: st = ct_comm_reduce_scatter(t->c, h, h, x->n, CT_F32, CT_OP_SUM, NULL); break;
@@ -399,9 +478,10 @@ static ct_status x_now(ct_tp *t, int kind, ct_view dst, ct_view src, size_t n, c
 
 ct_status ct_tp_allreduce(ct_device *dev, ct_tp *t, ct_view dst, ct_view src, size_t n,
                           ct_op op) {
+    size_t es = ct_view_elem_bytes(src);
     if (!t) return dst.mem == src.mem && dst.off == src.off
                        ? CT_OK
-                       : ct_mem_copy(dev, src.mem, src.off * 4, dst.mem, dst.off * 4, n * 4);
+                       : ct_mem_copy(dev, src.mem, src.off * es, dst.mem, dst.off * es, n * es);
     return x_now(t, X_AR, dst, src, n, op);
 }
 ct_status ct_tp_reduce_scatter(ct_device *dev, ct_tp *t, ct_view dst, ct_view src, size_t n) {

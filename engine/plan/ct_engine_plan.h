@@ -85,6 +85,9 @@ typedef struct ct_plan_problem {
     ct_attn_path attn; /* gemm or fused (auto: resolved by ct_plan_measure's timing) */
     double bucket_mb;  /* --bucket-mb */
     int overlap, tp_overlap;
+    /* bytes of an element on the links: activations (4, or 2 with --precision bf16: TP, PP, EP)
+     * and the gradients' reduction (4, or 2 with --grad-reduce bf16) */
+    int act_bytes, grad_wire_bytes;
     int max_virt;      /* the most chunks per stage enumerated for interleaved (default 2) */
     char recompute[16]; /* --recompute (none, attention, block): the memory model's input */
     ct_train_params base; /* the command line's flags (the memory model reads the ones a layout

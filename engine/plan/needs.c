@@ -93,7 +93,7 @@ ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_
     for (int i = 0; i < nl && !bad; i++) {
         const ct_plan_layout *l = &ls[i];
         int b = pb->B / l->dp;
-        double bt = (double)b * T, act = bt * C * 4;
+        double bt = (double)b * T, act = bt * C * pb->act_bytes;
         bad |= add_comp(nd, b, l->tp, l->sp) != 0;
         /* EP: each MoE block's dispatch and combine, forward and backward: an all-to-all of the
          * worker's K choices per token (at most K b T C floats) over ep consecutive DP workers */
@@ -105,7 +105,7 @@ ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_
             double msg = l->sp ? act / l->tp : act;
             bad |= add_link(nd, pb, CT_PLAN_P2P, 2, l->dp * l->tp, msg);
             bad |= add_link(nd, pb, CT_COLL_ALLREDUCE, 2, (l->pp - 1) * l->dp * l->tp,
-                            (double)c->padded_vocab * C / l->tp * 4);
+                            (double)c->padded_vocab * C / l->tp * pb->grad_wire_bytes);
             if (msg > nd->copy_hi) nd->copy_hi = msg;
         }
         for (int q = 0; q < l->pp; q++) {
@@ -118,12 +118,15 @@ ct_status ct_plan_needs_make(const ct_plan_problem *pb, ct_plan_needs **out, ct_
                 double blk = ct__plan_block_params(pb, l->tp, l->ep) * 4;
                 int nb = 0;
                 ct__plan_stage_params(pb, l, split, q, &nb);
-                /* ZeRO reduce-scatters its buckets (each worker keeps its shard's sum) */
+                /* ZeRO reduce-scatters its buckets (each worker keeps its shard's sum);
+                 * --grad-reduce bf16 sends half the bytes (modelled as the same collective at
+                 * those bytes: its all-to-all and gather move what a ring would) */
                 int red = l->zero >= 1 ? CT_COLL_REDUCESCATTER : CT_COLL_ALLREDUCE;
-                bad |= add_link(nd, pb, red, l->dp, l->tp, all < bucket ? all : bucket);
+                double gw = pb->grad_wire_bytes / 4.0;
+                bad |= add_link(nd, pb, red, l->dp, l->tp, gw * (all < bucket ? all : bucket));
                 if (l->zero >= 2) /* a bucket per block, and the rest (embeddings, head) */
-                    bad |= add_link(nd, pb, red, l->dp, l->tp, blk) ||
-                           add_link(nd, pb, red, l->dp, l->tp, all - nb * blk);
+                    bad |= add_link(nd, pb, red, l->dp, l->tp, gw * blk) ||
+                           add_link(nd, pb, red, l->dp, l->tp, gw * (all - nb * blk));
                 if (l->zero >= 1) bad |= add_link(nd, pb, CT_COLL_ALLGATHER, l->dp, l->tp, all);
                 if (l->zero >= 3) /* the blocks' and the embeddings' gathers */
                     bad |= add_link(nd, pb, CT_COLL_ALLGATHER, l->dp, l->tp, blk) ||

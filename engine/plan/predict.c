@@ -72,7 +72,9 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
         return CT_ERR(err, CT_ERR_ARG, "too many model chunks");
     ct_status st;
     if ((st = ct__plan_split(pb, l, split, err)) != CT_OK) return st;
-    double C = cfg->channels, T = pb->T, bt = (double)b * T, act = bt * C * 4;
+    /* activations cross as bf16 in a bf16 run; the gradients' reduction at grad_wire_bytes */
+    double C = cfg->channels, T = pb->T, bt = (double)b * T, act = bt * C * pb->act_bytes;
+    double gw = pb->grad_wire_bytes / 4.0;
     double tpn = l->tp, wire_ar = 2 * (tpn - 1) / tpn, wire_g = (tpn - 1) / tpn;
     /* 1. TP: its collectives are inside the pieces timed; the bytes they send, per worker: 4
      * all-reduces of (b,T,C) per block (SP: as many gathers and scatters, each (n-1)/n of it,
@@ -181,7 +183,7 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
             double one = 0;
             for (int j = 0; j < nbk; j++) {
                 double bb = j < nbk - 1 ? bucket : all - bucket * (nbk - 1);
-                one += c->copy_alpha + c->copy_beta * bb + link_ms(&x, red, l->dp, l->tp, bb);
+                one += c->copy_alpha + c->copy_beta * bb + link_ms(&x, red, l->dp, l->tp, gw * bb);
             }
             one += c->copy_alpha + c->copy_beta * kept; /* written back */
             if (l->zero >= 2) {
@@ -189,14 +191,15 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
                  * at every micro-step, beside every backward; the shard is written at the end */
                 double blk = ct__plan_block_params(pb, l->tp, l->ep) * 4, rest = all - blocks[q] * blk;
                 double per = blocks[q] * (c->copy_alpha + c->copy_beta * blk +
-                                          link_ms(&x, red, l->dp, l->tp, blk));
+                                          link_ms(&x, red, l->dp, l->tp, gw * blk));
                 if (rest > 0)
-                    per += c->copy_alpha + c->copy_beta * rest + link_ms(&x, red, l->dp, l->tp, rest);
+                    per += c->copy_alpha + c->copy_beta * rest +
+                           link_ms(&x, red, l->dp, l->tp, gw * rest);
                 dp_ms = exposed(c, m * per, m * bwd_stage[q]) + c->copy_alpha + c->copy_beta * all / dpn;
-                dp_bytes = m * (dpn - 1) / dpn * all;
+                dp_bytes = m * (dpn - 1) / dpn * gw * all;
             } else {
                 dp_ms = pb->overlap ? exposed(c, one, bwd_stage[q]) : one;
-                dp_bytes = (l->zero >= 1 ? 1 : 2) * (dpn - 1) / dpn * all;
+                dp_bytes = (l->zero >= 1 ? 1 : 2) * (dpn - 1) / dpn * gw * all;
             }
             if (l->zero >= 1) {
                 after = staged(&x, CT_COLL_ALLGATHER, l->dp, l->tp, all, all / dpn, all);
@@ -205,8 +208,8 @@ ct_status ct_plan_predict(const ct_plan_problem *pb, const ct_plan_layout *l, co
         }
         if (N > 1 && (q == 0 || q == N - 1)) { /* the tied wte over the two ends */
             double wte = (double)cfg->padded_vocab * C / l->tp * 4;
-            dp_ms += staged(&x, CT_COLL_ALLREDUCE, 2, (N - 1) * l->dp * l->tp, wte, wte, wte);
-            dp_bytes += wte;
+            dp_ms += staged(&x, CT_COLL_ALLREDUCE, 2, (N - 1) * l->dp * l->tp, gw * wte, wte, wte);
+            dp_bytes += gw * wte;
         }
         int slices = 12 * blocks[q] + (q == 0 ? 2 : 0) + (q == N - 1 ? 3 : 0);
         double nopt = l->zero >= 1 ? psi[q] / l->dp : psi[q];

@@ -49,6 +49,7 @@ static ct_status shape_open(ct_comm *world, ct_device *dev, const ct_plan_proble
     plan.split_backward = k->tp == 1 && pb->cfg.experts == 0; /* MoE: no zb1 */
     plan.tp = k->tp > 1 ? *tp : NULL;
     plan.sp = k->sp;
+    plan.precision = pb->act_bytes == 2 ? CT_PRECISION_BF16 : CT_PRECISION_FP32;
     if ((st = ct_model_create_plan(m, &c1, &lay, &at, dev, &plan, err)) == CT_OK &&
         (st = ct_model_init_random(*m, 1234)) != CT_OK)
         CT_ERR(err, st, "%s", ct_model_errmsg(*m));

@@ -22,6 +22,8 @@ void ct_plan_problem_from_params(ct_plan_problem *pb, const ct_train_params *p,
     pb->bucket_mb = p->bucket_mb;
     pb->overlap = p->overlap;
     pb->tp_overlap = p->tp_overlap;
+    pb->act_bytes = p->precision && !strcmp(p->precision, "bf16") ? 2 : 4;
+    pb->grad_wire_bytes = p->grad_reduce && !strcmp(p->grad_reduce, "bf16") ? 2 : 4;
     pb->max_virt = 2;
     snprintf(pb->recompute, sizeof pb->recompute, "%s", p->recompute ? p->recompute : "none");
     pb->fix.dp = pb->fix.tp = pb->fix.pp = pb->fix.ep = pb->fix.zero = -1;
@@ -59,6 +61,7 @@ ct_status ct_plan_layout_check(const ct_plan_problem *pb, const ct_plan_layout *
     ct_train_params q, d = ct_train_params_default();
     ct__plan_params(pb, l, &d, &q);
     q.virtual_stages = l->virt; /* as asked, not as applied: train_gpt refuses them unused */
+    q.precision = pb->base.precision, q.grad_reduce = pb->base.grad_reduce; /* bf16: no ZeRO-3 */
     if (l->pp > 1 && l->sched == CT_SCHED_TRIVIAL)
         return CT_ERR(err, CT_ERR_ARG, "a pipeline needs a schedule other than trivial");
     ct_lr_schedule ls;

@@ -103,6 +103,8 @@ typedef struct ct_grad_range {
 typedef struct ct_grads_opts {
     size_t bucket_bytes; /* gradient bucket size (default 25 MiB) */
     int overlap;         /* 1: a communication thread reduces buckets while backward runs */
+    int wire_bf16;       /* 1: buckets cross as bf16, summed in fp32 on arrival (--grad-reduce
+                            bf16: half the bytes); 0: fp32 (default) */
 } ct_grads_opts;
 ct_grads_opts ct_grads_opts_default(void);
 
@@ -309,7 +311,8 @@ void ct_exec_times_reset(ct_exec *x);
 
 /* The last step's communication, this worker's bytes per group: ct_comm_bytes (the beta term of
  * each collective's bandwidth-optimal cost, whatever algorithm ran) over the step; -1 where the
- * layout has no such group. Pipeline transfers (point-to-point) are not collectives: not here.
+ * layout has no such group; pp: the pipeline's sends (point-to-point), the bytes this worker
+ * sent (activations forward, their gradients backward: 4 or, in bf16, 2 bytes an element).
  * For N workers and P parameters (the flat layout, padded to N shards) with one micro-step:
  * DDP 2P(N-1)/N elements (all-reduce), ZeRO-1 and 2 the same (reduce-scatter, all-gather of the
  * updated shards), ZeRO-3 up to 3P(N-1)/N (reduce-scatter, the forward's gathers, the
@@ -320,6 +323,7 @@ typedef struct ct_exec_bytes {
     int64_t ep;  /* EP: the experts' all-to-alls */
     int64_t edp; /* expert-data-parallel: the experts' gradients and shards */
     int64_t emb; /* the first and last pipeline stage: the tied wte's gradient */
+    int64_t pp;  /* PP: the activations and gradients this worker sent to its neighbours */
 } ct_exec_bytes;
 void ct_exec_bytes_last(const ct_exec *x, ct_exec_bytes *out);
 

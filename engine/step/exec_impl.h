@@ -62,6 +62,7 @@ struct ct_exec {
     xfer *xf;       /* pipeline staging, one per message in flight */
     int nxf;
     long xseq;
+    uint64_t pp_bytes; /* every pipeline send's bytes since creation (transfer.c) */
     int timeline;   /* record the executed timeline (device waited for after each action) */
     int failed;     /* a step failed: posted sends may never complete */
     double *tl_dur; /* the last recorded step: each action's duration (ms) */
@@ -69,7 +70,7 @@ struct ct_exec {
     double tl_last_compute, tl_last_makespan;
     ct_exec_timeline tl;
     ct_exec_times times;
-    uint64_t bytes0[5];        /* ct_comm_bytes per group (dp, tp, ep, edp, emb) at step start */
+    uint64_t bytes0[6];        /* ct_comm_bytes per group (dp, tp, ep, edp, emb; pp sent) at step start */
     ct_exec_bytes bytes_last;  /* the last step's */
     int poison_t; /* test hook (ct_engine_step_test.h): the step whose backward gets an
                      infinite loss scale */

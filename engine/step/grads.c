@@ -22,7 +22,19 @@
  * from the gradient WORKING buffer (params.c) and the slot zeroed behind the read (so block
  * l - 2 can reuse it); every micro-step's buckets leave (the full gradient is never kept), and
  * the thread adds this worker's part of each reduced bucket to a host shard accumulator;
- * ct_grads_finish writes the shard to the device and sums the shards' squares over the group. */
+ * ct_grads_finish writes the shard to the device and sums the shards' squares over the group.
+ *
+ * --grad-reduce bf16 (ct_grads_opts.wire_bf16): the buckets cross as bf16, half the bytes.
+ * parallel/'s reductions combine in the type on the wire, and it has no bf16 type: summing bf16
+ * in bf16 would round after each addition. So the reduction is made here, around an all-to-all:
+ *   reduce-scatter (rank k's part: counts[k] consecutive elements): every member sends rank k
+ *     its part rounded to bf16 (nearest even; pairs in 4-byte elements, odd parts padded);
+ *     rank k sums the N contributions in fp32, in member order (avg: then / N) and keeps fp32;
+ *   all-reduce: that reduce-scatter over N equal blocks, each block's sum rounded to bf16 once
+ *     and all-gathered, so every member ends with the same bits.
+ * Bytes: (N-1)/N of the bucket at 2 bytes (reduce-scatter), twice that (all-reduce): half of
+ * fp32's. Rounds of at most WIRE_ELEMS / (2N) elements per member keep the scratch one fixed
+ * size whatever N (counted as host staging). */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -30,6 +42,8 @@
 
 #include "ct_engine_step.h"
 #include "engine_impl.h"
+
+enum { WIRE_ELEMS = 1 << 19 }; /* --grad-reduce bf16: bf16 per scratch half (1 MiB) */
 
 typedef struct bucket {
     size_t lo, hi; /* flat range */
@@ -51,6 +65,9 @@ struct ct_grads {
     float *stage; /* overlap: local floats (bucket k at stage + b[k].lo); else one bucket */
     size_t stage_floats;
     float *acc;   /* ZeRO-2: this worker's averaged shard, summed over micro-steps */
+    int wire_bf16;   /* --grad-reduce bf16 */
+    uint16_t *wire;  /* wire_bf16: 2 x WIRE_ELEMS bf16 (send, receive) */
+    size_t *wcnt;    /* wire_bf16: 6 x the largest group: counts, offsets, round's counts */
     /* ZeRO >= 1: the shards of a range's first group, rank k's [base + k len, base + (k+1) len):
      * the dense tensors' over DP (base: the experts' region's end), the experts' over their
      * expert-data-parallel group (base 0) */
@@ -79,14 +96,15 @@ struct ct_grads {
 void ct_grads_set_trace(ct_grads *g, ct_trace *t) { g->tr = t; }
 
 ct_grads_opts ct_grads_opts_default(void) {
-    ct_grads_opts o = {(size_t)25 << 20, 1};
+    ct_grads_opts o = {(size_t)25 << 20, 1, 0};
     return o;
 }
 
 const char *ct_grads_errmsg(const ct_grads *g) { return g->err.msg; }
 int ct_grads_num_buckets(const ct_grads *g) { return g->nb; }
 size_t ct_grads_host_bytes(const ct_grads *g) {
-    return (g->stage_floats + (g->acc ? g->hi - g->lo : 0)) * sizeof(float);
+    return (g->stage_floats + (g->acc ? g->hi - g->lo : 0)) * sizeof(float) +
+           (g->wire ? 2 * (size_t)WIRE_ELEMS * sizeof(uint16_t) : 0);
 }
 
 /* This worker's part [*a, *e) of flat range [lo, hi) (empty: *a == *e) under its first group's
@@ -103,6 +121,85 @@ static void shard_part(ct_grads *g, ct_comm *c, size_t lo, size_t hi, size_t *a,
     }
 }
 
+/* ------------------------------------------------------------------ bf16 on the wire */
+
+static size_t even_up(size_t k) { return (k + 1) & ~(size_t)1; }
+
+/* Reduce-scatter of p over c: rank k's part is cnt[k] elements at p + off[k]; this worker's
+ * part is replaced by the fp32 sum (avg: mean) of every member's bf16-rounded part. */
+static ct_status wire_rs(ct_grads *g, ct_comm *c, float *p, const size_t *cnt, const size_t *off,
+                         ct_op op) {
+    int N = ct_comm_size(c), me = ct_comm_rank(c);
+    size_t *sc = g->wcnt + 2 * (size_t)N, *sd = sc + N, *rc = sd + N, *rd = rc + N;
+    size_t m = WIRE_ELEMS / (2 * (size_t)N) & ~(size_t)1, most = 0;
+    uint16_t *snd = g->wire, *rcv = g->wire + WIRE_ELEMS;
+    for (int k = 0; k < N; k++) most = cnt[k] > most ? cnt[k] : most;
+    for (size_t r0 = 0; r0 < most; r0 += m) { /* every member runs the same rounds */
+        size_t at = 0, mine = cnt[me] > r0 ? (cnt[me] - r0 < m ? cnt[me] - r0 : m) : 0;
+        for (int k = 0; k < N; k++) {
+            size_t len = cnt[k] > r0 ? (cnt[k] - r0 < m ? cnt[k] - r0 : m) : 0;
+            for (size_t i = 0; i < len; i++) snd[at + i] = ct_bf16_from_f32(p[off[k] + r0 + i]);
+            if (len % 2) snd[at + len] = 0;
+            sc[k] = even_up(len) / 2, sd[k] = at / 2, at += even_up(len);
+            rc[k] = even_up(mine) / 2, rd[k] = (size_t)k * even_up(mine) / 2;
+        }
+        ct_status st = ct_comm_alltoallv(c, snd, sc, sd, rcv, rc, rd, CT_I32, NULL);
+        if (st != CT_OK) return st;
+        float *out = p + off[me] + r0;
+        size_t e = even_up(mine);
+        for (size_t i = 0; i < mine; i++) {
+            float s = ct_bf16_to_f32(rcv[i]);
+            for (int k = 1; k < N; k++) s += ct_bf16_to_f32(rcv[(size_t)k * e + i]);
+            out[i] = op == CT_OP_AVG ? s / (float)N : s;
+        }
+    }
+    return CT_OK;
+}
+
+/* All-reduce of p's n elements over c (sum or avg): wire_rs over N blocks, each block rounded
+ * to bf16 by its owner and all-gathered. */
+static ct_status wire_ar(ct_grads *g, ct_comm *c, float *p, size_t n, ct_op op) {
+    int N = ct_comm_size(c), me = ct_comm_rank(c);
+    size_t *cnt = g->wcnt, *off = cnt + N, b = (n + (size_t)N - 1) / (size_t)N;
+    for (int k = 0; k < N; k++) {
+        size_t lo = (size_t)k * b < n ? (size_t)k * b : n;
+        off[k] = lo, cnt[k] = n - lo < b ? n - lo : b;
+    }
+    ct_status st = wire_rs(g, c, p, cnt, off, op);
+    if (st != CT_OK) return st;
+    size_t *gc = g->wcnt + 2 * (size_t)N, m = WIRE_ELEMS / (size_t)N & ~(size_t)1;
+    uint16_t *all = g->wire;
+    for (size_t r0 = 0; r0 < b; r0 += m) {
+        size_t at = 0;
+        for (int k = 0; k < N; k++) {
+            size_t len = cnt[k] > r0 ? (cnt[k] - r0 < m ? cnt[k] - r0 : m) : 0;
+            gc[k] = even_up(len) / 2;
+            if (k == me) {
+                for (size_t i = 0; i < len; i++)
+                    all[at + i] = ct_bf16_from_f32(p[off[k] + r0 + i]);
+                if (len % 2) all[at + len] = 0;
+            }
+            at += even_up(len);
+        }
+        size_t mine_at = 0;
+        for (int k = 0; k < me; k++) mine_at += 2 * gc[k];
+        if ((st = ct_comm_allgatherv(c, all + mine_at, all, gc, CT_I32, NULL)) != CT_OK) return st;
+        at = 0;
+        for (int k = 0; k < N; k++) { /* every member, the owner too, takes the rounded sums */
+            size_t len = cnt[k] > r0 ? (cnt[k] - r0 < m ? cnt[k] - r0 : m) : 0;
+            for (size_t i = 0; i < len; i++) p[off[k] + r0 + i] = ct_bf16_to_f32(all[at + i]);
+            at += 2 * gc[k];
+        }
+    }
+    return CT_OK;
+}
+
+/* An all-reduce of a staged range, in fp32 or bf16 on the wire. */
+static ct_status allreduce(ct_grads *g, ct_comm *c, float *p, size_t n, ct_op op) {
+    return g->wire_bf16 ? wire_ar(g, c, p, n, op)
+                        : ct_comm_allreduce(c, p, p, n, CT_F32, op, NULL);
+}
+
 /* Reduce staged bucket k over its range's groups (in place on host memory). */
 static ct_status reduce_bucket(ct_grads *g, int k, ct_err *err) {
     const bucket *bk = &g->b[k];
@@ -113,11 +210,19 @@ static ct_status reduce_bucket(ct_grads *g, int k, ct_err *err) {
         ct_comm *c1 = r->groups[1], *c0 = r->groups[0];
         ct_status st = CT_OK;
         size_t a = bk->lo, e = bk->lo, n = bk->hi - bk->lo;
-        if (c1 && (st = ct_comm_allreduce(c1, p, p, n, CT_F32, r->ops[1], NULL)) != CT_OK)
+        if (c1 && (st = allreduce(g, c1, p, n, r->ops[1])) != CT_OK)
             return CT_ERR(err, st, "gradient reduction of [%zu, %zu): %s", bk->lo, bk->hi,
                           ct_comm_errmsg(c1));
         shard_part(g, c0, bk->lo, bk->hi, &a, &e);
-        st = ct_comm_reduce_scatterv(c0, p, p + (a - bk->lo), g->counts, CT_F32, r->ops[0], NULL);
+        if (g->wire_bf16) { /* the parts lie in rank order from the bucket's start */
+            size_t *off = g->wcnt + ct_comm_size(c0), at = 0;
+            for (int j = 0; j < ct_comm_size(c0); at += g->counts[j], j++) off[j] = at;
+            memcpy(g->wcnt, g->counts, sizeof *g->counts * (size_t)ct_comm_size(c0));
+            st = wire_rs(g, c0, p, g->wcnt, off, r->ops[0]);
+        } else {
+            st = ct_comm_reduce_scatterv(c0, p, p + (a - bk->lo), g->counts, CT_F32, r->ops[0],
+                                         NULL);
+        }
         if (st != CT_OK)
             return CT_ERR(err, st, "gradient reduce-scatter of [%zu, %zu): %s", bk->lo, bk->hi,
                           ct_comm_errmsg(c0));
@@ -132,8 +237,7 @@ static ct_status reduce_bucket(ct_grads *g, int k, ct_err *err) {
     }
     for (int i = 0; i < 2; i++) {
         if (!r->groups[i]) continue;
-        ct_status st = ct_comm_allreduce(r->groups[i], p, p, bk->hi - bk->lo, CT_F32, r->ops[i],
-                                         NULL);
+        ct_status st = allreduce(g, r->groups[i], p, bk->hi - bk->lo, r->ops[i]);
         if (st != CT_OK)
             return CT_ERR(err, st, "gradient reduction of [%zu, %zu): %s", bk->lo, bk->hi,
                           ct_comm_errmsg(r->groups[i]));
@@ -262,7 +366,8 @@ ct_status ct__grads_host_bytes_plan(const ct_params *P, const ct_grad_range *ran
     if (bf < 1024) bf = 1024;
     ct_status st = cut_buckets(&g, bf);
     if (st == CT_OK)
-        *bytes = (stage_floats(&g) + (g.zero >= 2 ? g.hi - g.lo : 0)) * sizeof(float);
+        *bytes = (stage_floats(&g) + (g.zero >= 2 ? g.hi - g.lo : 0)) * sizeof(float) +
+                 (o->wire_bf16 ? 2 * (size_t)WIRE_ELEMS * sizeof(uint16_t) : 0);
     else
         CT_ERR(err, st, "%s", g.err.msg);
     free(g.b);
@@ -312,8 +417,9 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     memcpy(g->ranges, ranges, sizeof *g->ranges * (size_t)n);
     int nmax = 1;
     for (int r = 0; r < n; r++)
-        if (ranges[r].groups[0] && ct_comm_size(ranges[r].groups[0]) > nmax)
-            nmax = ct_comm_size(ranges[r].groups[0]);
+        for (int i = 0; i < 2; i++)
+            if (ranges[r].groups[i] && ct_comm_size(ranges[r].groups[i]) > nmax)
+                nmax = ct_comm_size(ranges[r].groups[i]);
     if (g->zero >= 1) {
         size_t x0, x1, slo[2], shi[2];
         ct_params_expert_range(g->P, &x0, &x1);
@@ -342,7 +448,17 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     g->order = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->order);
     g->stage = ct_malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));
     if (g->zero >= 2) g->acc = ct_calloc(g->hi - g->lo ? g->hi - g->lo : 1, sizeof(float));
-    if (!g->ev || !g->order || !g->stage || (g->zero >= 2 && !g->acc)) {
+    if ((g->wire_bf16 = o->wire_bf16 != 0) && nmax > WIRE_ELEMS / 8) {
+        ct_grads_free(g);
+        return CT_ERR(err, CT_ERR_UNSUPPORTED, "--grad-reduce bf16: at most %d workers in a "
+                      "group (%d)", WIRE_ELEMS / 8, nmax);
+    }
+    if (g->wire_bf16) {
+        g->wire = ct_malloc(2 * (size_t)WIRE_ELEMS * sizeof(uint16_t));
+        g->wcnt = ct_malloc(6 * (size_t)nmax * sizeof(size_t));
+    }
+    if (!g->ev || !g->order || !g->stage || (g->zero >= 2 && !g->acc) ||
+        (g->wire_bf16 && (!g->wire || !g->wcnt))) {
         ct_grads_free(g);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory for staging");
     }
@@ -377,6 +493,8 @@ void ct_grads_free(ct_grads *g) {
     free(g->order);
     free(g->stage);
     free(g->acc);
+    free(g->wire);
+    free(g->wcnt);
     free(g->counts);
     free(g);
 }

@@ -199,7 +199,7 @@ static ct_status opt_step(ct_exec *x, int M, const ct_adamw_hp *hp, int t, doubl
     if (!*skipped && (st = ct_zero_after_step(x->z)) != CT_OK)
         CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
     /* a bf16 model's working copy, from the updated master (after ZeRO's gather) */
-    if (st == CT_OK && !*skipped && (st = ct_model_refresh_working(x->m)) != CT_OK)
+    if (st == CT_OK && !*skipped && (st = ct_model_refresh_working_at(x->m, (uint64_t)t)) != CT_OK)
         CT_ERR(&x->err, st, "%s", ct_model_errmsg(x->m));
     double t2 = ct_time_now();
     x->times.optimizer_ms += 1e3 * (t1 - t_act);
@@ -347,13 +347,14 @@ static ct_status action_done(ct_exec *x, step_run *r, int i, double t_act, doubl
     return ct__xfer_pump(x, 0);
 }
 
-/* Every group's ct_comm_bytes now: dp (both handles), tp (both), ep, edp, emb. */
-static void bytes_now(const ct_exec *x, uint64_t v[5]) {
+/* Every group's ct_comm_bytes now: dp (both handles), tp (both), ep, edp, emb; pp's sends. */
+static void bytes_now(const ct_exec *x, uint64_t v[6]) {
     v[0] = ct_comm_bytes(x->dp) + ct_zero_gather_bytes(x->z);
     v[1] = ct_comm_bytes(x->tp) + ct_comm_bytes(x->tpg);
     v[2] = ct_comm_bytes(x->ep);
     v[3] = ct_comm_bytes(x->edp);
     v[4] = ct_comm_bytes(x->emb);
+    v[5] = x->pp_bytes;
 }
 
 void ct_exec_bytes_last(const ct_exec *x, ct_exec_bytes *out) { *out = x->bytes_last; }
@@ -397,12 +398,12 @@ static ct_status step_end(ct_exec *x, step_run *r) {
     x->times.tp_comm_ms += tp_comm;
     x->times.tp_overlap_ms += tp_over;
     x->times.compute_ms += 1e3 * r->compute_t - gms - (tp_comm - tp_over);
-    uint64_t v[5];
+    uint64_t v[6];
     bytes_now(x, v);
-    const ct_comm *g[5] = {x->dp, x->tp, x->ep, x->edp, x->emb};
-    int64_t d[5];
-    for (int k = 0; k < 5; k++) d[k] = multi(g[k]) ? (int64_t)(v[k] - x->bytes0[k]) : -1;
-    ct_exec_bytes eb = {d[0], d[1], d[2], d[3], d[4]};
+    const ct_comm *g[6] = {x->dp, x->tp, x->ep, x->edp, x->emb, x->pp};
+    int64_t d[6];
+    for (int k = 0; k < 6; k++) d[k] = multi(g[k]) ? (int64_t)(v[k] - x->bytes0[k]) : -1;
+    ct_exec_bytes eb = {d[0], d[1], d[2], d[3], d[4], d[5]};
     x->bytes_last = eb;
     if (ct_trace_on(x->tr)) ct_trace_event(x->tr, CT_TRACE_MAIN, "step", "step", r->t_step, -1);
     return CT_OK;

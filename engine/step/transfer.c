@@ -6,10 +6,13 @@
  * so a peer never waits on a send this worker has reached (the schedules assume buffered sends:
  * a blocking rendezvous send deadlocks 1F1B). A receive writes its staging to the device
  * without waiting; the buffer is reused once that write has completed. Sends are completed at
- * the end of the step. */
+ * the end of the step. A bf16 model's views are bf16: its messages are half fp32's bytes, and
+ * every byte sent is counted (ct_exec_bytes.pp). */
 #include "exec_impl.h"
 
-static ct_status xfer_take(ct_exec *x, size_t n, int *out) {
+/* A free staging buffer of at least `bytes` (grown if none is). */
+static ct_status xfer_take(ct_exec *x, size_t bytes, int *out) {
+    size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
     int k = -1;
     for (int i = 0; i < x->nxf; i++)
         if (x->xf[i].state == X_FREE) {
@@ -103,10 +106,12 @@ ct_status ct__xfer_drain(ct_exec *x) {
 /* A send: the device read enqueued behind the compute that made the tensor; posted later. */
 ct_status ct__xfer_send(ct_exec *x, ct_view v, size_t n, int peer) {
     int k;
-    ct_status st = xfer_take(x, n, &k);
+    size_t bytes = n * ct_view_elem_bytes(v);
+    ct_status st = xfer_take(x, bytes, &k);
     if (st != CT_OK) return st;
     xfer *f = &x->xf[k];
-    f->bytes = n * sizeof(float), f->peer = peer, f->seq = x->xseq++;
+    f->bytes = bytes, f->peer = peer, f->seq = x->xseq++;
+    x->pp_bytes += bytes;
     if ((st = ct_model_view_read_async(x->m, v, f->p, f->bytes, &f->ev)) != CT_OK)
         return fail_model(x, st);
     f->state = X_READING;
@@ -120,13 +125,14 @@ ct_status ct__xfer_recv(ct_exec *x, ct_view v, size_t n, int peer, double *arriv
     ct_status st;
     int k;
     ct_request *r = NULL;
-    if ((st = ct__xfer_pump(x, 1)) != CT_OK || (st = xfer_take(x, n, &k)) != CT_OK) return st;
+    size_t bytes = n * ct_view_elem_bytes(v);
+    if ((st = ct__xfer_pump(x, 1)) != CT_OK || (st = xfer_take(x, bytes, &k)) != CT_OK) return st;
     xfer *f = &x->xf[k];
-    if ((st = ct_comm_irecv(x->pp, peer, f->p, n * sizeof(float), &r)) != CT_OK ||
+    if ((st = ct_comm_irecv(x->pp, peer, f->p, bytes, &r)) != CT_OK ||
         (st = ct_comm_wait(r)) != CT_OK)
         return pp_err(x, st, "receive", peer);
     *arrived = ct_time_now();
-    if ((st = ct_model_view_write_async(x->m, v, f->p, n * sizeof(float), &f->ev)) != CT_OK)
+    if ((st = ct_model_view_write_async(x->m, v, f->p, bytes, &f->ev)) != CT_OK)
         return fail_model(x, st);
     f->state = X_WRITING;
     if ((st = ct_device_flush(x->dev)) != CT_OK) return dev_err(x, st);

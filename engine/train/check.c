@@ -184,17 +184,10 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(ct_precision_parse(p->precision, &prec) == CT_OK,
          "--precision must be fp32 or bf16 (got '%s')", p->precision);
     {
-        const char *axis = p->zero >= 3 ? "--zero" : p->tp > 1 ? "--tp" : p->pp > 1 ? "--pp"
-                           : p->ep > 1 ? "--ep" : p->experts > 0 ? "--experts" : NULL;
-        int n = p->zero >= 3 ? p->zero : p->tp > 1 ? p->tp : p->pp > 1 ? p->pp
-                                                   : p->ep > 1 ? p->ep : p->experts;
-        NEED(prec != CT_PRECISION_BF16 || !axis,
-             "--precision bf16 with %s %d is not built yet (bf16 runs with data parallelism, "
-             "ZeRO 0 to 2: --tp, --pp and --ep 1, a dense model)",
-             axis ? axis : "", n);
-        NEED(prec != CT_PRECISION_BF16 || strcmp(p->recompute, "attention"),
-             "--precision bf16 with --recompute attention is not built yet (recomputing the "
-             "probabilities has no bf16 op); use --recompute none or block");
+        NEED(prec != CT_PRECISION_BF16 || p->zero < 3,
+             "--precision bf16 with --zero %d is not built yet (bf16 runs with every other "
+             "layout: ZeRO 0 to 2)",
+             p->zero);
     }
     {
         ct_gemm_path gp = CT_GEMM_CLBLAST;
@@ -214,6 +207,10 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
         NEED(is_auto || !p->tf32 || gp == CT_GEMM_MMA || gp == CT_GEMM_MMA_EMULATED,
              "--tf32 1 runs fp32 GEMMs on the mma path: --gemm auto or mma (got '%s')", p->gemm);
     }
+    NEED(!strcmp(p->bf16_round, "nearest") || !strcmp(p->bf16_round, "stochastic"),
+         "--bf16-round must be nearest or stochastic (got '%s')", p->bf16_round);
+    NEED(!strcmp(p->grad_reduce, "fp32") || !strcmp(p->grad_reduce, "bf16"),
+         "--grad-reduce must be fp32 or bf16 (got '%s')", p->grad_reduce);
     ct_attn_path ap;
     NEED(ct_attn_path_parse(p->attention, &ap) == CT_OK,
          "--attention must be gemm, fused or auto (got '%s')", p->attention);

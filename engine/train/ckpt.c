@@ -505,6 +505,9 @@ ct_status ct__trainer_resume(ct_trainer *t, ct_err *err) {
     }
     t->start = r->src.ck.step;
     memcpy(t->rng.s, r->src.ck.rng, sizeof t->rng.s);
+    /* bf16: the working copy as the uninterrupted run made it after step ck.step */
+    if ((st = ct_model_refresh_working_at(t->model, (uint64_t)r->src.ck.step)) != CT_OK)
+        return CT_ERR(err, st, "resuming: the bf16 working copy: %s", ct_model_errmsg(t->model));
     return CT_OK;
 }
 

@@ -107,6 +107,11 @@ ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg,
         return CT_ERR(err, CT_ERR_ARG, "--ep %d does not divide the %d experts (each worker of an EP "
                                        "group holds E / ep of them)",
                       p->ep, cfg->experts);
+    if (p->ep > 1 && cfg->channels % 2 && p->precision && !strcmp(p->precision, "bf16"))
+        return CT_ERR(err, CT_ERR_ARG,
+                      "--precision bf16 with --ep %d needs an even --dim (got %d): a row of bf16 "
+                      "crosses the EP link as 4-byte pairs",
+                      p->ep, cfg->channels);
     if (p->zero >= 2)
         return CT_ERR(err, CT_ERR_ARG, "experts with --zero %d are not built (ZeRO-0 and 1 are): the "
                                        "working buffers hold one block's dense tensors at a time",

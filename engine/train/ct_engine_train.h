@@ -177,6 +177,9 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(FLOAT, bucket_mb, "bucket-mb", "25", "data-parallel gradient bucket size in MiB")        \
     X(INT, overlap, "overlap", "1",                                                             \
       "1 = all-reduce gradient buckets while backward goes on; 0 = after backward")             \
+    X(STR, grad_reduce, "grad-reduce", "fp32",                                                  \
+      "the data-parallel gradient reduction's type on the wire: fp32, or bf16 (each bucket "     \
+      "rounded to bf16 to cross, summed in fp32 on arrival: half the bytes)")                   \
     X(STR, layout, "layout", "manual",                                                          \
       "manual: the layout flags above; auto: the planner (ct_plan) measures the devices and "     \
       "links, picks the fastest layout that fits memory and runs it (layout flags given pin "    \
@@ -198,9 +201,12 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "the head and its loss in chunks of N rows (tokens) of a worker's micro-batch: the logits "  \
       "of one chunk at a time (N x V floats instead of batch x seq x V), computed again in the "   \
       "backward; 0 = all rows at once; at least --seq; not with --sequence-parallel")          \
+    X(STR, bf16_round, "bf16-round", "nearest",                                                 \
+      "rounding of the bf16 working weights from the fp32 master: nearest (even) or stochastic "  \
+      "(a threshold drawn per element and step from --seed: a resumed run rounds alike)")        \
     X(STR, precision, "precision", "fp32",                                                      \
       "storage of activations, their gradients and the working weights: fp32 | bf16 (fp32 "     \
-      "master weights, gradients and Adam state; bf16 on one device for now)")                 \
+      "master weights, gradients and Adam state; every layout but --zero 3)")                    \
     X(STR, gemm, "gemm", "auto",                                                                \
       "GEMM path: auto (bf16, or fp32 with --tf32 1: every path the device runs timed on the "   \
       "model's shapes at start, the fastest per shape, kept as a tuning record; fp32: clblast) | " \
@@ -290,9 +296,9 @@ typedef struct ct_step_metrics {
     int moe;
     double aux_loss, drop_frac, max_load;
     /* comm != 0: the step's communication, this worker's bytes per group (ct_exec_bytes_last:
-     * dp, tp, ep, edp, emb); -1: the layout has no such group (nothing written) */
+     * dp, tp, ep, edp, emb, pp); -1: the layout has no such group (nothing written) */
     int comm;
-    int64_t comm_bytes[5];
+    int64_t comm_bytes[6];
 } ct_step_metrics;
 
 /* Open (truncate, or append when `append`) a JSON Lines file; path NULL or "" gives a writer
@@ -302,7 +308,8 @@ void ct_metrics_close(ct_metrics *m);
 /* {"type":"train","step":..,"loss":..,"lr":..,"grad_norm":..,"ms":..,"tokens_per_s":..,
  *  "tflops":..,"mfu":..,"mem_bytes":..} followed by a newline, flushed; with moe set also
  *  "aux_loss", "drop_frac", "max_load"; then "comm_dp_bytes", "comm_tp_bytes", "comm_ep_bytes",
- *  "comm_edp_bytes", "comm_emb_bytes" for the groups the layout has; a skipped step adds
+ *  "comm_edp_bytes", "comm_emb_bytes", "comm_pp_bytes" (the pipeline sends this worker made)
+ *  for the groups the layout has; a skipped step adds
  *  "skipped":true (a number that is not finite is written null). */
 ct_status ct_metrics_train(ct_metrics *m, const ct_step_metrics *s);
 /* {"type":"<type>", <fields>}: fields is a JSON object body ("\"step\":3,\"loss\":2.5") built by

@@ -73,8 +73,8 @@ ct_status ct_metrics_train(ct_metrics *m, const ct_step_metrics *s) {
         k += snprintf(line + k, sizeof line - (size_t)k,
                       ",\"aux_loss\":%s,\"drop_frac\":%s,\"max_load\":%s", aux, drop, load);
     }
-    static const char *const group[5] = {"dp", "tp", "ep", "edp", "emb"};
-    for (int g = 0; g < 5; g++)
+    static const char *const group[6] = {"dp", "tp", "ep", "edp", "emb", "pp"};
+    for (int g = 0; g < 6; g++)
         if (s->comm && s->comm_bytes[g] >= 0 && k > 0 && (size_t)k < sizeof line)
             k += snprintf(line + k, sizeof line - (size_t)k, ",\"comm_%s_bytes\":%lld", group[g],
                           (long long)s->comm_bytes[g]);

@@ -370,7 +370,7 @@ ct_status ct_trainer_step(ct_trainer *t, ct_step_metrics *sm) {
     sm->aux_loss = res.aux_loss, sm->drop_frac = res.drop_frac, sm->max_load = res.max_load;
     ct_exec_bytes eb;
     ct_exec_bytes_last(t->x, &eb);
-    int64_t cb[5] = {eb.dp, eb.tp, eb.ep, eb.edp, eb.emb};
+    int64_t cb[6] = {eb.dp, eb.tp, eb.ep, eb.edp, eb.emb, eb.pp};
     memcpy(sm->comm_bytes, cb, sizeof cb);
     sm->comm = 1;
     if (t->leader) ct_metrics_train(t->mx, sm);

@@ -82,6 +82,8 @@ ct_status ct_train_worker_plan(const ct_train_params *p, const ct_gpt_config *cf
     plan->loss_chunk = p->loss_chunk;
     ct_precision_parse(p->precision, &plan->precision); /* checked by ct_train_params_check */
     plan->gemm = p->gemm, plan->tf32 = p->tf32;
+    plan->bf16_round = !strcmp(p->bf16_round, "stochastic");
+    plan->round_seed = (uint64_t)p->seed;
     plan->moe_capacity = p->capacity_factor;
     plan->moe_aux = p->aux_loss;
     if (p->pp > 1) {
@@ -99,6 +101,7 @@ ct_exec_opts ct_train_exec_opts(const ct_train_params *p) {
     ct_exec_opts xo = ct_exec_opts_default();
     xo.grads.bucket_bytes = (size_t)(p->bucket_mb * 1048576.0);
     xo.grads.overlap = p->overlap;
+    xo.grads.wire_bf16 = !strcmp(p->grad_reduce, "bf16");
     return xo;
 }
 
