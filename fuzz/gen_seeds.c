@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     mkdir(root, 0755);
     snprintf(tmp, sizeof tmp, "%s/.gen_seeds.tmp", root);
     /* a tiny model: L=1, C=4, NH=2, V=6, Vp=8, maxT=4 (300 parameters) */
-    ct_gpt_config cfg = {4, 6, 8, 1, 2, 4, 0, 0};
+    ct_gpt_config cfg = {4, 6, 8, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0, 0};
     size_t sizes[CT_GPT_NUM_TENSORS], np = ct_gpt_param_sizes(&cfg, sizes);
     float *p = malloc(np * 4), *m = malloc(np * 4), *v = malloc(np * 4);
     for (size_t i = 0; i < np; i++) p[i] = (float)i / 64 - 2, m[i] = 1e-3f * i, v[i] = 1e-6f * i;

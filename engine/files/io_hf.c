@@ -424,6 +424,11 @@ ct_status ct_hf_write(const char *dir, const ct_gpt_config *cfg, const float *pa
                       "%s: a Hugging Face GPT-2 directory has no place for experts "
                       "(this model has %d); name a *.safetensors file",
                       dir, cfg->experts);
+    if (ct_gpt_is_llama(cfg))
+        return CT_ERR(err, CT_ERR_UNSUPPORTED,
+                      "%s: writing a Llama model as a Hugging Face directory is not built yet "
+                      "(the GPT-2 layout is); name a *.safetensors file",
+                      dir);
     char d[1024], p[1100];
     if (strlen(dir) >= sizeof d)
         return CT_ERR(err, CT_ERR_ARG, "directory name too long: %.100s...", dir);

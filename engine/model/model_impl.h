@@ -187,6 +187,15 @@ ct_status ct__model_group_end(ct_model *m, const char *name, double t0);
  * copy (model.c). */
 ct_view ct__model_pv(const ct_model *m, int i, int l);
 
+/* The head's weight (grads 0: the parameters the ops read; 1: its gradient): wte, or an untied
+ * Llama model's lm_head (model.c). */
+ct_view ct__model_head_weight(const ct_model *m, int grads);
+
+/* A Llama block's forward, and its whole backward (dres: the output's gradient in, the input's
+ * out) (llama.c). */
+ct_status ct__llama_block_forward(ct_model *m, int slot, int l);
+ct_status ct__llama_block_backward(ct_model *m, int slot, int l);
+
 /* The MoE layer's parameters of block l (params or grads). */
 ct_moe_weights ct__model_moe_weights(const ct_model *m, int l, int grads);
 

@@ -77,6 +77,15 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, experts, "experts", "0",                                                             \
       "mixture of experts: every block's MLP is E experts (new model); 0 = the dense MLP")     \
     X(INT, top_k, "top-k", "2", "experts per token K, 1..E, of a mixture of experts (new model)") \
+    X(STR, arch, "arch", "gpt2",                                                                \
+      "gpt2 | llama: the architecture of a new model (a model file or checkpoint brings its own)") \
+    X(INT, kv_heads, "kv-heads", "0",                                                           \
+      "llama: key/value heads NKV, dividing --heads (1: multi-query); 0 = --heads")             \
+    X(INT, ffn_dim, "ffn-dim", "0", "llama: the SwiGLU MLP's hidden width F, any size; 0 = 4C")  \
+    X(FLOAT, rope_theta, "rope-theta", "10000", "llama: the rotary embedding's base theta")     \
+    X(FLOAT, norm_eps, "norm-eps", "1e-5", "llama: RMSNorm's eps")                              \
+    X(INT, tie_embeddings, "tie-embeddings", "0",                                               \
+      "llama: 1 = the head reads the token embedding (no lm_head); GPT-2 always ties")          \
     X(FLOAT, capacity_factor, "capacity-factor", "1.25",                                        \
       "each expert takes at most ceil(F*K*T/E) choices of a row; the rest are dropped; 0 = no limit") \
     X(FLOAT, aux_loss, "aux-loss", "0.01",                                                      \

@@ -1,0 +1,121 @@
+/* llama.c - a Llama block's forward and backward on activation slots (Hugging Face's
+ * LlamaDecoderLayer): RMSNorm, the q|k|v product, RoPE on q and k, grouped-query attention
+ * through the multi-head ops (each kv head repeated for its query heads, ops_llama.c), the output
+ * product and residual; RMSNorm, gate and up products, SwiGLU, the down product and residual.
+ * One worker holds the whole block (no TP, SP or recomputation: arena.c refuses them), so every
+ * product is the plain matmul. The embedding and head differ from GPT-2's in two ops each
+ * (forward.c, backward.c call the helpers at the end). Saved tensors are the GPT-2 block's slots
+ * (arena.c says which holds what). */
+#include "ct_engine_ops_llama.h"
+#include "model_impl.h"
+
+/* The fcw rows [gate; up]: half k (0 gate, 1 up) of block l's weight (params or grads). */
+static ct_view half_of(ct_view w, int k, int F, int C) {
+    return ct_view_at(w, (size_t)k * F * C);
+}
+
+ct_status ct__llama_block_forward(ct_model *m, int slot, int l) {
+    ct_status st = CT_OK;
+    slot_state *ss = &m->st[slot];
+    const ct_gpt_config *c = &m->cfg;
+    int B = ss->B, T = ss->T, C = c->channels, NH = c->heads, NKV = ct_gpt_kv_heads(c);
+    int hd = C / NH, F = ct_gpt_ffn(c), Cr = ct_gpt_qkv_rows(c);
+    size_t BT = (size_t)B * T, BTC = BT * C, BTF = BT * F;
+    float eps = c->norm_eps, theta = c->rope_theta;
+    bviews v;
+    ct__model_block_views(m, slot, l, &v);
+    ct_view res = v.res, none = ct_view_none();
+    ct_view h1 = v.t[B_LN1], qkv = v.t[B_QKVR], att = v.t[B_ATT], atty = v.t[B_ATTY];
+    ct_view res2 = v.t[B_RES2], h2 = v.t[B_LN2], fch = v.t[B_FCH], fchg = v.t[B_FCHG];
+    ct_view raw = XA(dB); /* the GEMM's q|k|v (B,T,Cr): dB is the backward's scratch */
+    double tg_ = ct_time_now();
+    RUN(CT_PROF_layernorm_fwd,
+        ct_rmsnorm_forward(m->dev, h1, v.t[B_LN1R], res, PV(ln1w, l), B, T, C, eps));
+    RUN(CT_PROF_matmul_qkv_fwd, ct_matmul_forward(m->dev, raw, h1, PV(qkvw, l), none, B, T, C, Cr));
+    RUN(CT_PROF_attention_fwd, ct_rope_forward(m->dev, raw, raw, B, T, NH, hd, Cr, theta));
+    RUN(CT_PROF_attention_fwd,
+        ct_rope_forward(m->dev, ct_view_at(raw, C), ct_view_at(raw, C), B, T, NKV, hd, Cr, theta));
+    if (m->attn == CT_ATTN_FUSED) { /* the expanded q|k|v itself is what the backward reads */
+        RUN(CT_PROF_attention_fwd, ct_gqa_expand_forward(m->dev, qkv, raw, B, T, NH, NKV, hd));
+        RUN(CT_PROF_attention_fwd,
+            ct_attention_fused_forward(m->dev, &m->acfg, atty, att, qkv, B, T, C, NH));
+    } else {
+        RUN(CT_PROF_attention_fwd, ct_gqa_expand_forward(m->dev, XA(qkv), raw, B, T, NH, NKV, hd));
+        RUN(CT_PROF_attention_fwd,
+            ct_attention_forward(m->dev, atty, qkv, att, XA(qkv), XA(vaccum), B, T, C, NH));
+    }
+    RUN(CT_PROF_matmul_attproj_fwd,
+        ct_matmul_forward(m->dev, XA(proj), atty, PV(attprojw, l), none, B, T, C, C));
+    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res2, res, XA(proj), BTC));
+    GROUP("attention");
+    RUN(CT_PROF_layernorm_fwd,
+        ct_rmsnorm_forward(m->dev, h2, v.t[B_LN2R], res2, PV(ln2w, l), B, T, C, eps));
+    ct_view gate = fch, up = ct_view_at(fch, BTF);
+    RUN(CT_PROF_matmul_fc_fwd,
+        ct_matmul_forward(m->dev, gate, h2, half_of(PV(fcw, l), 0, F, C), none, B, T, C, F));
+    RUN(CT_PROF_matmul_fc_fwd,
+        ct_matmul_forward(m->dev, up, h2, half_of(PV(fcw, l), 1, F, C), none, B, T, C, F));
+    RUN(CT_PROF_gelu_fwd, ct_swiglu_forward(m->dev, fchg, gate, up, BTF));
+    RUN(CT_PROF_matmul_fcproj_fwd,
+        ct_matmul_forward(m->dev, XA(proj), fchg, PV(fcprojw, l), none, B, T, F, C));
+    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, v.t[B_RES3], res2, XA(proj), BTC));
+    GROUP("mlp");
+cleanup:
+    return st;
+}
+
+/* dres holds the gradient of the block's output; it leaves holding that of its input. */
+ct_status ct__llama_block_backward(ct_model *m, int slot, int l) {
+    ct_status st = CT_OK;
+    slot_state *ss = &m->st[slot];
+    const ct_gpt_config *c = &m->cfg;
+    int B = ss->B, T = ss->T, C = c->channels, NH = c->heads, NKV = ct_gpt_kv_heads(c);
+    int hd = C / NH, F = ct_gpt_ffn(c), Cr = ct_gpt_qkv_rows(c);
+    size_t BT = (size_t)B * T, BTC = BT * C, BTF = BT * F;
+    float theta = c->rope_theta;
+    bviews v;
+    ct__model_block_views(m, slot, l, &v);
+    ct_view res = v.res, none = ct_view_none();
+    ct_view h1 = v.t[B_LN1], qkv = v.t[B_QKVR], att = v.t[B_ATT], atty = v.t[B_ATTY];
+    ct_view res2 = v.t[B_RES2], h2 = v.t[B_LN2], fch = v.t[B_FCH], fchg = v.t[B_FCHG];
+    ct_view gate = fch, up = ct_view_at(fch, BTF);
+    ct_view dA = XA(dA), dB = XA(dB), dres = XA(dres), tmp = XA(proj);
+    double tg_ = ct_time_now();
+    /* ---- the MLP: dA = the gradient of h2 */
+    RUN(CT_PROF_matmul_fcproj_bwd, ct_matmul_backward(m->dev, dA, GV(fcprojw, l), none, dres,
+                                                      fchg, PV(fcprojw, l), B, T, F, C));
+    RUN(CT_PROF_gelu_bwd,
+        ct_swiglu_backward(m->dev, dB, ct_view_at(dB, BTF), dA, gate, up, BTF));
+    RUN(CT_PROF_matmul_fc_bwd,
+        ct_matmul_backward(m->dev, dA, half_of(GV(fcw, l), 0, F, C), none, dB, h2,
+                           half_of(PV(fcw, l), 0, F, C), B, T, C, F));
+    RUN(CT_PROF_matmul_fc_bwd,
+        ct_matmul_backward(m->dev, tmp, half_of(GV(fcw, l), 1, F, C), none,
+                           ct_view_at(dB, BTF), h2, half_of(PV(fcw, l), 1, F, C), B, T, C, F));
+    RUN(CT_PROF_matmul_fc_bwd, ct_residual_forward(m->dev, dA, dA, tmp, BTC));
+    RUN(CT_PROF_layernorm_bwd, ct_rmsnorm_backward(m->dev, dres, GV(ln2w, l), dA, res2,
+                                                   PV(ln2w, l), v.t[B_LN2R], B, T, C, 1));
+    GROUP("mlp backward");
+    /* ---- attention: dA = the gradient of its output, dB of the expanded q|k|v */
+    RUN(CT_PROF_matmul_attproj_bwd, ct_matmul_backward(m->dev, dA, GV(attprojw, l), none, dres,
+                                                       atty, PV(attprojw, l), B, T, C, C));
+    if (m->attn == CT_ATTN_FUSED)
+        RUN(CT_PROF_attention_bwd, ct_attention_fused_backward(m->dev, &m->acfg, dB, XV(datt), dA,
+                                                               qkv, atty, att, B, T, C, NH));
+    else
+        RUN(CT_PROF_attention_bwd, ct_attention_backward(m->dev, dB, XA(dqkvr), XA(datt),
+                                                         XA(dvaccum), dA, qkv, att, B, T, C, NH));
+    /* the kv heads' gradients summed over their query heads, then the rotation undone: dA =
+     * the gradient of the GEMM's q|k|v (B,T,Cr) */
+    RUN(CT_PROF_attention_bwd, ct_gqa_expand_backward(m->dev, dA, dB, B, T, NH, NKV, hd));
+    RUN(CT_PROF_attention_bwd, ct_rope_backward(m->dev, dA, dA, B, T, NH, hd, Cr, theta));
+    RUN(CT_PROF_attention_bwd, ct_rope_backward(m->dev, ct_view_at(dA, C), ct_view_at(dA, C), B,
+                                                T, NKV, hd, Cr, theta));
+    RUN(CT_PROF_matmul_qkv_bwd,
+        ct_matmul_backward(m->dev, dB, GV(qkvw, l), none, dA, h1, PV(qkvw, l), B, T, C, Cr));
+    RUN(CT_PROF_layernorm_bwd, ct_rmsnorm_backward(m->dev, dres, GV(ln1w, l), dB, res,
+                                                   PV(ln1w, l), v.t[B_LN1R], B, T, C, 1));
+    GROUP("attention backward");
+cleanup:
+    return st;
+}
