@@ -139,6 +139,21 @@ ct_status ct_train_config(const ct_train_params *p, ct_gpt_config *cfg, ct_err *
 ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg, ct_sched_kind kind,
                              ct_err *err) {
     char m[400];
+    if (ct_gpt_is_llama(cfg)) { /* the layouts a Llama model trains on; llm.c's file refused */
+        char ab[80];
+        const char *axis = ct__train_llama_axis(p, ab, sizeof ab);
+        if (axis)
+            return CT_ERR(err, CT_ERR_ARG,
+                          "a Llama model with %s is not built yet (one device or data "
+                          "parallelism, ZeRO 0 to 3)",
+                          axis);
+        if (p->save_model[0] && !ct_model_file_is_safetensors(p->save_model)) {
+            snprintf(m, sizeof m, "--save-model %s: llm.c's model format is GPT-2's and has no "
+                                  "place for a Llama model; name the file *.safetensors",
+                     p->save_model);
+            return CT_ERR(err, CT_ERR_ARG, "%s", m);
+        }
+    }
     if (cfg->experts == 0 && p->ep > 1)
         return CT_ERR(err, CT_ERR_ARG,
                       "--ep needs a mixture of experts (--experts E, or a model file with experts)");
