@@ -13,3 +13,8 @@ if(TARGET train_gpt)
                          ENVIRONMENT "OMP_WAIT_POLICY=passive")
   endforeach()
 endif()
+# Hugging Face Llama directories, host only: round trips and every refusal named.
+ct_add_test(NAME test_engine_io_hf_llama SOURCES test_engine_io_hf_llama.c ${CT_ENGINE_HOST_SRC}
+            LIBS ct_cl m LABELS unit)
+target_include_directories(test_engine_io_hf_llama PRIVATE ${CT_ENGINE_INC}
+                           ${CMAKE_SOURCE_DIR}/parallel)

@@ -206,6 +206,76 @@ done:
     free(p0), free(buf), free(logits);
 }
 
+/* A Hugging Face Llama directory PyTorch wrote: read by the engine (ct_model_file_read of DIR/),
+ * trained 10 steps against PyTorch reading the same directory; written back by the engine as a
+ * directory that reads back bitwise and that PyTorch reads to the same losses. */
+static void hf_case(ct_device *dev, int NKV, int tied, const int *in, const int *tg, int B, int T,
+                    const char *batch) {
+    char what[120], hf[300], hf2[300], extra[800];
+    snprintf(what, sizeof what, "HF directory NKV %d %s", NKV, tied ? "tied" : "untied");
+    snprintf(hf, sizeof hf, "%s/hf_%d_%d/", dir, NKV, tied);
+    snprintf(hf2, sizeof hf2, "%s/hf_back_%d_%d/", dir, NKV, tied);
+    snprintf(extra, sizeof extra,
+             "--steps 10 --lr 1e-3 --weight-decay 0.1 --grad-clip 0.5 --make-hf %s "
+             "--config 50,2,4,%d,32,40,500,1e-6,%d --seed %d",
+             hf, NKV, tied, 7 + NKV);
+    ref_out r, r2;
+    if (!run_ref(hf, batch, extra, &r)) {
+        CT_ASSERT_MSG(0, "%s: no reference", what);
+        return;
+    }
+    ct_gpt_config cfg;
+    float *p0 = NULL, *back = NULL;
+    size_t n = 0, n2 = 0;
+    ct_err err = {0};
+    CT_REQUIRE_OK(ct_model_file_read(hf, &cfg, &p0, &n, &err), err.msg);
+    CT_ASSERT(cfg.arch == CT_ARCH_LLAMA && cfg.kv_heads == NKV && cfg.ffn_dim == 40 &&
+              cfg.tie_embeddings == tied && cfg.rope_theta == 500.0f && cfg.norm_eps == 1e-6f &&
+              cfg.padded_vocab == 128);
+    CT_ASSERT_EQ_INT(r.n, (long long)n);
+    /* ours written back as a directory: bitwise the same parameters and config */
+    CT_ASSERT_OK(ct_model_file_write(hf2, &cfg, p0, &err), err.msg);
+    ct_gpt_config c2;
+    CT_ASSERT_OK(ct_model_file_read(hf2, &c2, &back, &n2, &err), err.msg);
+    CT_ASSERT(n2 == n && !memcmp(&c2, &cfg, sizeof cfg) && back && !memcmp(back, p0, n * 4));
+    free(back);
+    ct_layout lay = {1, 1, 1, 0, 1};
+    ct_coords at = {0, 0, 0, 0};
+    ct_model_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.max_B = B, plan.max_T = T, plan.slots = 1, plan.attention = CT_ATTN_FUSED;
+    ct_model *m = NULL;
+    ct_exec *x = NULL;
+    CT_REQUIRE_OK(ct_model_create_plan(&m, &cfg, &lay, &at, dev, &plan, &err), err.msg);
+    CT_REQUIRE_OK(ct_exec_create(&x, m, NULL, NULL, &err), err.msg);
+    float *zero = calloc(n, 4);
+    CT_ASSERT_OK(ct_model_set_params(m, p0, n), ct_model_errmsg(m));
+    CT_ASSERT_OK(ct_model_set_optimizer(m, zero, zero, n), ct_model_errmsg(m));
+    free(zero);
+    ct_adamw_hp hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f};
+    double wrel = 0;
+    for (int k = 0; k < 10; k++) {
+        ct_step_result sr;
+        CT_ASSERT_OK(ct_test_exec_step(x, 1, in, tg, B, T, &hp, k + 1, &sr), ct_exec_errmsg(x));
+        double rl = fabs(sr.loss - r.losses[k]) / fabs(r.losses[k]);
+        wrel = fmax(wrel, rl);
+        CT_ASSERT_MSG(rl <= 1e-4, "%s step %d: loss %.9g vs PyTorch %.9g", what, k, sr.loss,
+                      r.losses[k]);
+    }
+    printf("%s: 10 AdamW steps (fused attention) max rel loss difference %.3g (%.6f -> %.6f)\n",
+           what, wrel, r.losses[0], r.losses[9]);
+    /* PyTorch reads the directory the engine wrote to the same losses, bitwise its own */
+    if (run_ref(hf2, batch, "--steps 10 --lr 1e-3 --weight-decay 0.1 --grad-clip 0.5", &r2)) {
+        CT_ASSERT_MSG(!memcmp(r2.losses, r.losses, 10 * sizeof(double)),
+                      "%s: PyTorch's losses from the directory cltrain wrote differ", what);
+        ref_free(&r2);
+    }
+    ref_free(&r);
+    ct_exec_free(x);
+    ct_model_free(m);
+    free(p0);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     snprintf(dir, sizeof dir, "/tmp/ct_test_engine_llama_torch_%ld", (long)getpid());
@@ -229,6 +299,8 @@ int main(void) {
     fclose(f);
     one_case(dev, 1, 0, in, tg, B, T, batch); /* multi-query, untied */
     one_case(dev, 2, 1, in, tg, B, T, batch); /* NKV < NH, tied */
+    hf_case(dev, 1, 1, in, tg, B, T, batch);
+    hf_case(dev, 2, 0, in, tg, B, T, batch);
     ct_test_devices_free(&ds);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) return 1;

@@ -147,9 +147,11 @@ ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg,
                           "a Llama model with %s is not built yet (one device or data "
                           "parallelism, ZeRO 0 to 3)",
                           axis);
-        if (p->save_model[0] && !ct_model_file_is_safetensors(p->save_model)) {
+        if (p->save_model[0] && !ct_model_file_is_safetensors(p->save_model) &&
+            !ct_model_file_is_hf_dir(p->save_model)) {
             snprintf(m, sizeof m, "--save-model %s: llm.c's model format is GPT-2's and has no "
-                                  "place for a Llama model; name the file *.safetensors",
+                                  "place for a Llama model; name a *.safetensors file or a "
+                                  "Hugging Face directory DIR/",
                      p->save_model);
             return CT_ERR(err, CT_ERR_ARG, "%s", m);
         }
