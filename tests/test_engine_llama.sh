@@ -6,8 +6,9 @@
 #   with ZeRO-1 and ZeRO-3, as 2 MPI ranks (ZeRO-0), and on the fused attention path as 2
 #   threads (ZeRO-2), each within 1e-5 relative of the single device's losses (of its own path).
 # "files": a checkpoint resumes the run's loss curve bitwise (its CONFIG carries the Llama
-#   fields); --save-model x.safetensors, read back by --init, trains bitwise like the model it
-#   saved; llm.c's format is refused naming why.
+#   fields); the model saved as x.safetensors, converted to a Hugging Face directory
+#   (--save-model DIR/) and read back from it (--init DIR/), trains bitwise like x.safetensors;
+#   llm.c's format is refused naming why.
 # "refuse": the layouts not built for it (tp, sequence parallelism, pp, experts, recompute,
 #   bf16) and Llama flags without --arch llama are refused with status 2 naming the flag.
 . "$(dirname "$0")/lib.sh"
@@ -19,6 +20,18 @@ text_file 300
 ARGS="--arch llama --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 40 --seq 15 --batch 4 \
       --total-batch 120 --steps 20 --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt \
       --sample-len 0 --eval-every 0 --peak-tflops 1"
+
+# bitwise A B WHAT: B's train losses are A's at the same steps, bit for bit.
+bitwise() {
+    $PY - "$1" "$2" "$3" <<'PYEOF' || fail "$3: the losses are not bitwise the same"
+import json, sys
+def l(p): return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b = l(sys.argv[1]), l(sys.argv[2])
+bad = [s for s in b if a.get(s) != b[s]]
+print("ok: %s: steps %s bitwise" % (sys.argv[3], sorted(b)) if not bad else "   differ at %s" % bad)
+sys.exit(1 if bad or not b else 0)
+PYEOF
+}
 
 if want dp; then
     need_ref ref --attention gemm
@@ -35,19 +48,15 @@ if want files; then
         --save-model "$D/m.safetensors"
     train resumed 1 1 --attention gemm --resume "$D/ck/ckpt_00000010.bin" &&
         compare "$D/ref.jsonl" "$D/resumed.jsonl" "resumed at step 10" 11
-    $PY - "$D/ref.jsonl" "$D/resumed.jsonl" <<'PYEOF' || fail "the resumed losses are not bitwise the run's"
-import json, sys
-def l(p): return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
-a, b = l(sys.argv[1]), l(sys.argv[2])
-bad = [s for s in b if a.get(s) != b[s]]
-print("ok: resumed steps %s bitwise the run's" % sorted(b) if not bad else "   differ at %s" % bad)
-sys.exit(1 if bad or not b else 0)
-PYEOF
-    # the saved model read back: a new run from it equals a run from the same weights
-    train from1 1 1 --attention gemm --steps 5 --init "$D/m.safetensors" --save-model "$D/m2.safetensors"
-    train from2 1 1 --attention gemm --steps 5 --init "$D/m.safetensors"
-    compare "$D/from1.jsonl" "$D/from2.jsonl" "--init of a saved Llama model, twice"
-    logsays "$D/from1.log" "llama L=2 NH=4 NKV=2 C=32 F=40"
+    bitwise "$D/ref.jsonl" "$D/resumed.jsonl" "resumed at step 10"
+    # the saved model read back; written again as a Hugging Face directory, read back from it
+    train from1 1 1 --attention gemm --steps 5 --init "$D/m.safetensors"
+    train conv 1 1 --attention gemm --steps 0 --init "$D/m.safetensors" --save-model "$D/hf/"
+    train from2 1 1 --attention gemm --steps 5 --init "$D/hf/"
+    bitwise "$D/from1.jsonl" "$D/from2.jsonl" "--init of the Hugging Face directory it was saved as"
+    logsays "$D/from2.log" "llama L=2 NH=4 NKV=2 C=32 F=40"
+    [ -f "$D/hf/config.json" ] && grep -q '"LlamaForCausalLM"' "$D/hf/config.json" &&
+        echo "ok: hf/config.json names LlamaForCausalLM" || fail "hf/config.json"
     refused "llm.c's format" "llm.c's model format is GPT-2's" 1 1 --save-model "$D/m.bin"
 fi
 
