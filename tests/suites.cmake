@@ -20,6 +20,8 @@ set(CT_ASAN_TESTS
   fuzz_replay_tokenizer fuzz_replay_tune fuzz_replay_select
   test_engine_io_shards               # sharded checkpoints: partial reads, damage, hygiene
   fuzz_replay_hf_config fuzz_replay_hf_model fuzz_replay_hf_index  # Hugging Face directories
+  fuzz_replay_hf_llama_model          # a Hugging Face Llama directory's tensors
+  test_engine_io_hf_llama             # Llama directories written, read, every refusal named
   test_engine_io                      # shards, llm.c models, checkpoints (every damage), tokenizer
   test_engine_io_hf                   # bf16 files, Hugging Face directories written, refusals
   test_engine_io_train                # the option parser, JSON Lines, schedules
@@ -111,7 +113,8 @@ set(CT_TEST_COSTS
   test_engine_attention_blocks 25 test_engine_mem 17 test_cl_gemm_bf16 18
   test_engine_arena_layouts 20 test_train_cli 18 test_engine_pp_mixed 17 test_engine_torch 13
   test_engine_moe_layout_tp 13 test_engine_split 12 test_engine_arena_state 11
-  test_engine_layout_moe 10 test_engine_moe_layout_recompute 11 test_engine_bf16_converge 30)
+  test_engine_layout_moe 10 test_engine_moe_layout_recompute 11 test_engine_bf16_converge 30
+  test_engine_llama_torch 15 test_engine_llama_dp 12)
 
 # ---------------------------------------------------------------- applied
 get_property(ct_registered DIRECTORY PROPERTY TESTS)
