@@ -93,7 +93,7 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "cross-entropy)")                                                                         \
     X(STR, init, "init", "",                                                                    \
       "start from this model file (llm.c's GPT-2 format, fp32 or bf16; .safetensors; a Hugging " \
-      "Face GPT-2 directory or its model.safetensors) instead of random init")                  \
+      "Face GPT-2 or Llama directory or its model.safetensors) instead of random init")         \
     X(STR, data, "data", "", "llm.c token shards (glob, sorted, concatenated)")                 \
     X(STR, text, "text", "", "a plain text file, trained on as bytes (vocabulary 256)")         \
     X(STR, val_data, "val-data", "", "validation token shards (glob); default: a held-out tail") \
@@ -141,9 +141,9 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "background thread while training goes on (the next save and the end wait for it)")       \
     X(STR, resume, "resume", "", "resume from a checkpoint directory or file")                 \
     X(STR, save_model, "save-model", "",                                                        \
-      "write the final model: a Hugging Face GPT-2 directory for a name ending in / (config.json " \
-      "+ model.safetensors), safetensors for a *.safetensors name, else llm.c's GPT-2 format "  \
-      "(dense models only)")                                                                    \
+      "write the final model: a Hugging Face GPT-2 or Llama directory for a name ending in / "  \
+      "(config.json + model.safetensors), safetensors for a *.safetensors name, else llm.c's "  \
+      "GPT-2 format (dense GPT-2 models only)")                                                 \
     X(STR, save_dtype, "save-dtype", "fp32",                                                    \
       "how --save-model stores the parameters: fp32, or bf16 (rounded to nearest even; llm.c's " \
       "version 5, BF16 tensors)")                                                               \
