@@ -4,7 +4,8 @@
 # "dp": data parallelism over the flat parameter table: a Llama model (NKV 2 of 4 heads, an MLP
 #   width of 40, T = 15, untied head, 2 micro-batches, clipping on) trained 20 steps as 2 threads
 #   with ZeRO-1 and ZeRO-3, as 2 MPI ranks (ZeRO-0), and on the fused attention path as 2
-#   threads (ZeRO-2), each within 1e-5 relative of the single device's losses (of its own path).
+#   threads (ZeRO-2), each within 1e-5 relative of the single device's losses (of its own path);
+#   the head in chunks of rows (--loss-chunk, its lm_head products chunk by chunk) likewise.
 # "files": a checkpoint resumes the run's loss curve bitwise (its CONFIG carries the Llama
 #   fields); the model saved as x.safetensors, converted to a Hugging Face directory
 #   (--save-model DIR/) and read back from it (--init DIR/), trains bitwise like x.safetensors;
@@ -38,6 +39,7 @@ if want dp; then
     train z1 1 2 --dp 2 --zero 1 --attention gemm && compare "$D/ref.jsonl" "$D/z1.jsonl" "dp 2 threads ZeRO-1"
     train z3 1 2 --dp 2 --zero 3 --attention gemm && compare "$D/ref.jsonl" "$D/z3.jsonl" "dp 2 threads ZeRO-3"
     train r2 2 1 --dp 2 --attention gemm && compare "$D/ref.jsonl" "$D/r2.jsonl" "dp 2 ranks ZeRO-0"
+    train lc 1 1 --attention gemm --loss-chunk 20 && compare "$D/ref.jsonl" "$D/lc.jsonl" "the head in chunks of 20 rows"
     need_ref reff --attention fused
     train f2 1 2 --dp 2 --zero 2 --attention fused && compare "$D/reff.jsonl" "$D/f2.jsonl" "fused: dp 2 threads ZeRO-2"
 fi

@@ -247,6 +247,11 @@ ct_status ct_model_tp_check(const ct_gpt_config *c, int N, int sp, int T, ct_err
                       "tensor parallelism: tp = %d does not divide the %d attention heads (each "
                       "worker runs NH / tp whole heads)",
                       N, c->heads);
+    if (ct_gpt_is_llama(c) && ct_gpt_kv_heads(c) % N)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "tensor parallelism: tp = %d does not divide the %d key/value heads (each "
+                      "worker would hold NKV / tp whole kv heads with their query heads)",
+                      N, ct_gpt_kv_heads(c));
     if (c->padded_vocab % N)
         return CT_ERR(err, CT_ERR_ARG,
                       "tensor parallelism: tp = %d does not divide the padded vocabulary Vp = %d "
