@@ -1,4 +1,5 @@
-/* backward.c - GPT-2's backward on activation slots: the head (cross-entropy, logits, final
+/* backward.c - the model's backward on activation slots (a Llama model's block is llama.c's,
+ * its final RMSNorm and embedding picked here): the head (cross-entropy, logits, final
  * LayerNorm), block l (whole, or the zero-bubble input and weight halves), the embedding. Each
  * adds into the worker's gradients and passes the residual gradient along in ct_model_dres;
  * none reads its forward's outputs but from the slot (or, under recomputation, from the scratch

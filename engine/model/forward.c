@@ -1,4 +1,5 @@
-/* forward.c - GPT-2's forward on activation slots: the embedding, block l (and, before a
+/* forward.c - the model's forward on activation slots (a Llama model's block is llama.c's, its
+ * embedding and final norm picked here): the embedding, block l (and, before a
  * block's backward, what the plan's recompute mode dropped) and the head with the loss, as
  * sequences of ops (ops.c, tp.c, moe.c) over views of the worker's parameters (params.c) and of
  * the arena (arena.c). The tokens go in and (when asked) the loss comes out; under TP the

@@ -1,7 +1,8 @@
 /* model_impl.h - what the model's files share (not installed, not for other parts): the
  * activation arena's plan, the model's struct, the op-running and view macros, and the small
  * helpers the forward and backward files use. model.c creates and owns a model, arena.c plans
- * its arena (and checks a plan), forward.c and backward.c are the layer math. */
+ * its arena (and checks a plan), forward.c and backward.c are the layer math (a Llama block's
+ * in llama.c). */
 #ifndef CT_MODEL_IMPL_H
 #define CT_MODEL_IMPL_H
 
