@@ -5,13 +5,14 @@
 #   width of 40, T = 15, untied head, 2 micro-batches, clipping on) trained 20 steps as 2 threads
 #   with ZeRO-1 and ZeRO-3, as 2 MPI ranks (ZeRO-0), and on the fused attention path as 2
 #   threads (ZeRO-2), each within 1e-5 relative of the single device's losses (of its own path);
-#   the head in chunks of rows (--loss-chunk, its lm_head products chunk by chunk) likewise.
+#   the head in chunks of rows (--loss-chunk, its lm_head products chunk by chunk) likewise;
+#   recomputation (block, attention; block on the fused path) bitwise the run without.
 # "files": a checkpoint resumes the run's loss curve bitwise (its CONFIG carries the Llama
 #   fields); the model saved as x.safetensors, converted to a Hugging Face directory
 #   (--save-model DIR/) and read back from it (--init DIR/), trains bitwise like x.safetensors;
 #   llm.c's format is refused naming why.
-# "refuse": the layouts not built for it (tp, sequence parallelism, pp, experts, recompute,
-#   bf16) and Llama flags without --arch llama are refused with status 2 naming the flag.
+# "refuse": the layouts not built for it (tp, sequence parallelism, pp, experts, bf16) and Llama
+#   flags without --arch llama are refused with status 2 naming the flag.
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -40,7 +41,10 @@ if want dp; then
     train z3 1 2 --dp 2 --zero 3 --attention gemm && compare "$D/ref.jsonl" "$D/z3.jsonl" "dp 2 threads ZeRO-3"
     train r2 2 1 --dp 2 --attention gemm && compare "$D/ref.jsonl" "$D/r2.jsonl" "dp 2 ranks ZeRO-0"
     train lc 1 1 --attention gemm --loss-chunk 20 && compare "$D/ref.jsonl" "$D/lc.jsonl" "the head in chunks of 20 rows"
+    train rcb 1 1 --attention gemm --recompute block && bitwise "$D/ref.jsonl" "$D/rcb.jsonl" "--recompute block"
+    train rca 1 1 --attention gemm --recompute attention && bitwise "$D/ref.jsonl" "$D/rca.jsonl" "--recompute attention"
     need_ref reff --attention fused
+    train rcf 1 1 --attention fused --recompute block && bitwise "$D/reff.jsonl" "$D/rcf.jsonl" "fused: --recompute block"
     train f2 1 2 --dp 2 --zero 2 --attention fused && compare "$D/reff.jsonl" "$D/f2.jsonl" "fused: dp 2 threads ZeRO-2"
 fi
 
@@ -66,7 +70,6 @@ if want refuse; then
     refused "--tp" "--arch llama with --tp 2 is not built yet" 1 2 --tp 2 --devices-per-rank 2
     refused "--pp" "--arch llama with --pp 2 is not built yet" 1 2 --pp 2 --devices-per-rank 2
     refused "--experts" "--arch llama with --experts 4" 1 1 --experts 4
-    refused "--recompute" "--arch llama with --recompute block" 1 1 --recompute block
     refused "--precision" "--arch llama with --precision bf16" 1 1 --precision bf16
     refused "--kv-heads 3" "--kv-heads 3 does not divide --heads 4" 1 1 --kv-heads 3
     rm -f "$D/bad.jsonl"

@@ -396,13 +396,12 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                          axis, n, "");
         const char *what2 = plan->chunks.nchunks > 1          ? "pipeline chunks"
                             : plan->split_backward            ? "the split backward (zb1)"
-                            : plan->recompute != CT_RECOMPUTE_NONE ? "recomputation"
                             : plan->precision != CT_PRECISION_FP32 ? "bf16"
                             : plan->sp                        ? "sequence parallelism"
                                                               : NULL;
         if (what2)
             return PFAIL(CT_ERR_UNSUPPORTED, "%s: a Llama model with %s is not built yet%s",
-                         what2, " (fp32, no recomputation, one stage)");
+                         what2, " (fp32, one stage)");
     }
     if (plan->precision != CT_PRECISION_FP32 && plan->precision != CT_PRECISION_BF16)
         return PFAIL(CT_ERR_ARG, "%s: precision %d is not fp32 or bf16%s", (int)plan->precision,

@@ -92,8 +92,7 @@ ct_status ct_model_block_output(ct_model *m, int slot, int l, ct_view *out) {
  * recomputes up to ln2 (its layer's input); the layer's own tensors stay in the slot. */
 ct_status ct__model_block_run(ct_model *m, int slot, int l, int recompute) {
     ct_status st = CT_OK;
-    if (ct_gpt_is_llama(&m->cfg)) /* recomputation is refused for it (arena.c) */
-        return recompute ? CT_OK : ct__llama_block_forward(m, slot, l);
+    if (ct_gpt_is_llama(&m->cfg)) return ct__llama_block_forward(m, slot, l, recompute);
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels, N = m->N, rb, rt;
     int Cl = C / N, NHl = m->cfg.heads / N; /* this worker's attention channels and heads */

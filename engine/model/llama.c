@@ -2,8 +2,8 @@
  * LlamaDecoderLayer): RMSNorm, the q|k|v product, RoPE on q and k, grouped-query attention
  * through the multi-head ops (each kv head repeated for its query heads, ops_llama.c), the output
  * product and residual; RMSNorm, gate and up products, SwiGLU, the down product and residual.
- * One worker holds the whole block (no TP, SP or recomputation: arena.c refuses them), so every
- * product is the plain matmul. The embedding and head differ from GPT-2's in two ops each
+ * One worker holds the whole block (no TP or SP: arena.c refuses them), so every product is the
+ * plain matmul; the plan's recompute mode reruns what it dropped before the block's backward. The embedding and head differ from GPT-2's in two ops each
  * (forward.c, backward.c call the helpers at the end). Saved tensors are the GPT-2 block's slots
  * (arena.c says which holds what). */
 #include "ct_engine_ops_llama.h"
@@ -14,7 +14,7 @@ static ct_view half_of(ct_view w, int k, int F, int C) {
     return ct_view_at(w, (size_t)k * F * C);
 }
 
-ct_status ct__llama_block_forward(ct_model *m, int slot, int l) {
+ct_status ct__llama_block_forward(ct_model *m, int slot, int l, int recompute) {
     ct_status st = CT_OK;
     slot_state *ss = &m->st[slot];
     const ct_gpt_config *c = &m->cfg;
@@ -28,34 +28,62 @@ ct_status ct__llama_block_forward(ct_model *m, int slot, int l) {
     ct_view h1 = v.t[B_LN1], qkv = v.t[B_QKVR], att = v.t[B_ATT], atty = v.t[B_ATTY];
     ct_view res2 = v.t[B_RES2], h2 = v.t[B_LN2], fch = v.t[B_FCH], fchg = v.t[B_FCHG];
     ct_view raw = XA(dB); /* the GEMM's q|k|v (B,T,Cr): dB is the backward's scratch */
-    double tg_ = ct_time_now();
-    RUN(CT_PROF_layernorm_fwd,
-        ct_rmsnorm_forward(m->dev, h1, v.t[B_LN1R], res, PV(ln1w, l), B, T, C, eps));
-    RUN(CT_PROF_matmul_qkv_fwd, ct_matmul_forward(m->dev, raw, h1, PV(qkvw, l), none, B, T, C, Cr));
-    RUN(CT_PROF_attention_fwd, ct_rope_forward(m->dev, raw, raw, B, T, NH, hd, Cr, theta));
-    RUN(CT_PROF_attention_fwd,
-        ct_rope_forward(m->dev, ct_view_at(raw, C), ct_view_at(raw, C), B, T, NKV, hd, Cr, theta));
-    if (m->attn == CT_ATTN_FUSED) { /* the expanded q|k|v itself is what the backward reads */
-        RUN(CT_PROF_attention_fwd, ct_gqa_expand_forward(m->dev, qkv, raw, B, T, NH, NKV, hd));
-        RUN(CT_PROF_attention_fwd,
-            ct_attention_fused_forward(m->dev, &m->acfg, atty, att, qkv, B, T, C, NH));
-    } else {
-        RUN(CT_PROF_attention_fwd, ct_gqa_expand_forward(m->dev, XA(qkv), raw, B, T, NH, NKV, hd));
-        RUN(CT_PROF_attention_fwd,
-            ct_attention_forward(m->dev, atty, qkv, att, XA(qkv), XA(vaccum), B, T, C, NH));
-    }
-    RUN(CT_PROF_matmul_attproj_fwd,
-        ct_matmul_forward(m->dev, XA(proj), atty, PV(attprojw, l), none, B, T, C, C));
-    RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, res2, res, XA(proj), BTC));
-    GROUP("attention");
-    RUN(CT_PROF_layernorm_fwd,
-        ct_rmsnorm_forward(m->dev, h2, v.t[B_LN2R], res2, PV(ln2w, l), B, T, C, eps));
     ct_view gate = fch, up = ct_view_at(fch, BTF);
-    RUN(CT_PROF_matmul_fc_fwd,
-        ct_matmul_forward(m->dev, gate, h2, half_of(PV(fcw, l), 0, F, C), none, B, T, C, F));
-    RUN(CT_PROF_matmul_fc_fwd,
-        ct_matmul_forward(m->dev, up, h2, half_of(PV(fcw, l), 1, F, C), none, B, T, C, F));
-    RUN(CT_PROF_gelu_fwd, ct_swiglu_forward(m->dev, fchg, gate, up, BTF));
+    /* which steps run: all of them forward; recomputing (before the backward), those whose
+     * outputs the plan's mode dropped, into the recompute scratch: the same kernels on the same
+     * inputs, so the same bits (block mode: all but the down product and the last residual add,
+     * whose output is kept; attention mode: the norms, the probabilities and SwiGLU) */
+    const int *kept = m->ar.kept;
+    int all = !recompute;
+    int do_ln1 = all || !kept[B_LN1] || !kept[B_LN1R];
+    int do_attn = all || !kept[B_QKVR] || !kept[B_ATTY];
+    int do_probs = !do_attn && !kept[B_ATT];
+    int do_res2 = all || !kept[B_RES2];
+    int do_ln2 = all || !kept[B_LN2] || !kept[B_LN2R];
+    int do_fc = all || !kept[B_FCH], do_glu = all || !kept[B_FCHG];
+    int P_ln = recompute ? CT_PROF_recompute : CT_PROF_layernorm_fwd;
+    int P_qkv = recompute ? CT_PROF_recompute : CT_PROF_matmul_qkv_fwd;
+    int P_att = recompute ? CT_PROF_recompute : CT_PROF_attention_fwd;
+    int P_proj = recompute ? CT_PROF_recompute : CT_PROF_matmul_attproj_fwd;
+    int P_res = recompute ? CT_PROF_recompute : CT_PROF_residual_fwd;
+    int P_fc = recompute ? CT_PROF_recompute : CT_PROF_matmul_fc_fwd;
+    int P_glu = recompute ? CT_PROF_recompute : CT_PROF_gelu_fwd;
+    double tg_ = ct_time_now();
+    if (do_ln1)
+        RUN(P_ln, ct_rmsnorm_forward(m->dev, h1, v.t[B_LN1R], res, PV(ln1w, l), B, T, C, eps));
+    if (do_attn) {
+        RUN(P_qkv, ct_matmul_forward(m->dev, raw, h1, PV(qkvw, l), none, B, T, C, Cr));
+        RUN(P_att, ct_rope_forward(m->dev, raw, raw, B, T, NH, hd, Cr, theta));
+        RUN(P_att, ct_rope_forward(m->dev, ct_view_at(raw, C), ct_view_at(raw, C), B, T, NKV, hd,
+                                   Cr, theta));
+    }
+    if (do_attn && m->attn == CT_ATTN_FUSED) { /* the expanded q|k|v is what the backward reads */
+        RUN(P_att, ct_gqa_expand_forward(m->dev, qkv, raw, B, T, NH, NKV, hd));
+        RUN(P_att, ct_attention_fused_forward(m->dev, &m->acfg, atty, att, qkv, B, T, C, NH));
+    } else if (do_attn) {
+        RUN(P_att, ct_gqa_expand_forward(m->dev, XA(qkv), raw, B, T, NH, NKV, hd));
+        RUN(P_att, ct_attention_forward(m->dev, atty, qkv, att, XA(qkv), XA(vaccum), B, T, C, NH));
+    } else if (do_probs) {
+        RUN(P_att, ct_attention_probs(m->dev, att, qkv, B, T, C, NH));
+    }
+    if (do_res2) {
+        RUN(P_proj, ct_matmul_forward(m->dev, XA(proj), atty, PV(attprojw, l), none, B, T, C, C));
+        RUN(P_res, ct_residual_forward(m->dev, res2, res, XA(proj), BTC));
+    }
+    if (!recompute) GROUP("attention");
+    if (do_ln2)
+        RUN(P_ln, ct_rmsnorm_forward(m->dev, h2, v.t[B_LN2R], res2, PV(ln2w, l), B, T, C, eps));
+    if (do_fc) {
+        RUN(P_fc, ct_matmul_forward(m->dev, gate, h2, half_of(PV(fcw, l), 0, F, C), none, B, T, C,
+                                    F));
+        RUN(P_fc,
+            ct_matmul_forward(m->dev, up, h2, half_of(PV(fcw, l), 1, F, C), none, B, T, C, F));
+    }
+    if (do_glu) RUN(P_glu, ct_swiglu_forward(m->dev, fchg, gate, up, BTF));
+    if (recompute) {
+        GROUP("recompute");
+        goto cleanup;
+    }
     RUN(CT_PROF_matmul_fcproj_fwd,
         ct_matmul_forward(m->dev, XA(proj), fchg, PV(fcprojw, l), none, B, T, F, C));
     RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, v.t[B_RES3], res2, XA(proj), BTC));

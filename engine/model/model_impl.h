@@ -192,9 +192,10 @@ ct_view ct__model_pv(const ct_model *m, int i, int l);
  * Llama model's lm_head (model.c). */
 ct_view ct__model_head_weight(const ct_model *m, int grads);
 
-/* A Llama block's forward, and its whole backward (dres: the output's gradient in, the input's
- * out) (llama.c). */
-ct_status ct__llama_block_forward(ct_model *m, int slot, int l);
+/* A Llama block's forward (recompute 1: what the plan's recompute mode dropped, before its
+ * backward), and its whole backward (dres: the output's gradient in, the input's out)
+ * (llama.c). */
+ct_status ct__llama_block_forward(ct_model *m, int slot, int l, int recompute);
 ct_status ct__llama_block_backward(ct_model *m, int slot, int l);
 
 /* The MoE layer's parameters of block l (params or grads). */

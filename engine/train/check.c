@@ -33,7 +33,6 @@ const char *ct__train_llama_axis(const ct_train_params *p, char *buf, size_t len
     else if (p->pp > 1) snprintf(buf, len, "--pp %d", p->pp);
     else if (p->ep > 1) snprintf(buf, len, "--ep %d", p->ep);
     else if (p->experts > 0) snprintf(buf, len, "--experts %d", p->experts);
-    else if (strcmp(p->recompute, "none")) snprintf(buf, len, "--recompute %s", p->recompute);
     else if (strcmp(p->precision, "fp32")) snprintf(buf, len, "--precision %s", p->precision);
     return buf[0] ? buf : NULL;
 }
