@@ -11,7 +11,9 @@
 #   fields); the model saved as x.safetensors, converted to a Hugging Face directory
 #   (--save-model DIR/) and read back from it (--init DIR/), trains bitwise like x.safetensors;
 #   llm.c's format is refused naming why.
-# "refuse": the layouts not built for it (tp, sequence parallelism, pp, experts, bf16) and Llama
+# "pp": four blocks over 2 stages (1f1b and interleaved as threads, gpipe as ranks), dp 2 x pp 2
+#   with ZeRO-1 mixed, and a tied model's embedding at both ends: within 1e-5 of one device.
+# "refuse": the layouts not built for it (tp, sequence parallelism, zb1, experts, bf16) and Llama
 #   flags without --arch llama are refused with status 2 naming the flag.
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
@@ -48,6 +50,21 @@ if want dp; then
     train f2 1 2 --dp 2 --zero 2 --attention fused && compare "$D/reff.jsonl" "$D/f2.jsonl" "fused: dp 2 threads ZeRO-2"
 fi
 
+if want pp; then
+    # four blocks, two micro-batches per step
+    ARGS="$ARGS --layers 4 --total-batch 240"
+    need_ref ref4 --attention gemm
+    train p1 1 2 --pp 2 --schedule 1f1b --attention gemm && compare "$D/ref4.jsonl" "$D/p1.jsonl" "pp 2 1f1b threads"
+    train pg 2 1 --pp 2 --schedule gpipe --attention gemm && compare "$D/ref4.jsonl" "$D/pg.jsonl" "pp 2 gpipe ranks"
+    train pi 1 2 --pp 2 --schedule interleaved --virtual-stages 2 --attention gemm &&
+        compare "$D/ref4.jsonl" "$D/pi.jsonl" "pp 2 interleaved (2 chunks per stage) threads"
+    train pz 2 2 --dp 2 --pp 2 --schedule 1f1b --zero 1 --attention gemm &&
+        compare "$D/ref4.jsonl" "$D/pz.jsonl" "dp 2 x pp 2 ZeRO-1, 2 ranks x 2 threads"
+    need_ref ref4t --attention gemm --tie-embeddings 1
+    train pt 1 2 --pp 2 --schedule 1f1b --attention gemm --tie-embeddings 1 &&
+        compare "$D/ref4t.jsonl" "$D/pt.jsonl" "tied: pp 2 1f1b threads (the embedding's two ends)"
+fi
+
 if want files; then
     need_ref ref --attention gemm
     train half 1 1 --attention gemm --steps 20 --save "$D/ck" --save-every 10 \
@@ -68,7 +85,8 @@ fi
 
 if want refuse; then
     refused "--tp" "--arch llama with --tp 2 is not built yet" 1 2 --tp 2 --devices-per-rank 2
-    refused "--pp" "--arch llama with --pp 2 is not built yet" 1 2 --pp 2 --devices-per-rank 2
+    refused "zb1" "--arch llama with --schedule zb1 is not built yet" 1 2 --pp 2 --schedule zb1 \
+        --devices-per-rank 2 --total-batch 240
     refused "--experts" "--arch llama with --experts 4" 1 1 --experts 4
     refused "--precision" "--arch llama with --precision bf16" 1 1 --precision bf16
     refused "--kv-heads 3" "--kv-heads 3 does not divide --heads 4" 1 1 --kv-heads 3

@@ -387,21 +387,20 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                       layout->zero, layout->dp);
     if (ct_gpt_is_llama(cfg)) {
         /* the Llama block runs on one worker's whole model: data parallelism and ZeRO only */
-        const char *axis = N > 1 ? "tp" : layout->pp > 1 ? "pp" : ep > 1 ? "ep" : NULL;
-        int n = N > 1 ? N : layout->pp > 1 ? layout->pp : ep;
+        const char *axis = N > 1 ? "tp" : ep > 1 ? "ep" : NULL;
+        int n = N > 1 ? N : ep;
         if (axis)
             return PFAIL(CT_ERR_UNSUPPORTED,
-                         "%s: a Llama model with %s %d is not built yet (it trains on one device "
-                         "or with data parallelism, ZeRO 0 to 3)%s",
+                         "%s: a Llama model with %s %d is not built yet (it trains with data and "
+                         "pipeline parallelism, ZeRO 0 to 3)%s",
                          axis, n, "");
-        const char *what2 = plan->chunks.nchunks > 1          ? "pipeline chunks"
-                            : plan->split_backward            ? "the split backward (zb1)"
+        const char *what2 = plan->split_backward            ? "the split backward (zb1)"
                             : plan->precision != CT_PRECISION_FP32 ? "bf16"
                             : plan->sp                        ? "sequence parallelism"
                                                               : NULL;
         if (what2)
             return PFAIL(CT_ERR_UNSUPPORTED, "%s: a Llama model with %s is not built yet%s",
-                         what2, " (fp32, one stage)");
+                         what2, " (fp32; gpipe, 1f1b or interleaved)");
     }
     if (plan->precision != CT_PRECISION_FP32 && plan->precision != CT_PRECISION_BF16)
         return PFAIL(CT_ERR_ARG, "%s: precision %d is not fp32 or bf16%s", (int)plan->precision,
