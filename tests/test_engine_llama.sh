@@ -12,8 +12,9 @@
 #   (--save-model DIR/) and read back from it (--init DIR/), trains bitwise like x.safetensors;
 #   llm.c's format is refused naming why.
 # "pp": four blocks over 2 stages (1f1b and interleaved as threads, gpipe as ranks), dp 2 x pp 2
-#   with ZeRO-1 mixed, and a tied model's embedding at both ends: within 1e-5 of one device.
-# "refuse": the layouts not built for it (tp, sequence parallelism, zb1, experts, bf16) and Llama
+#   with ZeRO-1 mixed, zb1 (the split backward's halves: threads, and ranks with recompute
+#   attention), and a tied model's embedding at both ends: within 1e-5 of one device.
+# "refuse": the layouts not built for it (tp, sequence parallelism, experts, bf16) and Llama
 #   flags without --arch llama are refused with status 2 naming the flag.
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
@@ -60,6 +61,10 @@ if want pp; then
         compare "$D/ref4.jsonl" "$D/pi.jsonl" "pp 2 interleaved (2 chunks per stage) threads"
     train pz 2 2 --dp 2 --pp 2 --schedule 1f1b --zero 1 --attention gemm &&
         compare "$D/ref4.jsonl" "$D/pz.jsonl" "dp 2 x pp 2 ZeRO-1, 2 ranks x 2 threads"
+    train pzb 1 2 --pp 2 --schedule zb1 --attention gemm && compare "$D/ref4.jsonl" "$D/pzb.jsonl" "pp 2 zb1 threads (the split backward)" &&
+        bitwise "$D/p1.jsonl" "$D/pzb.jsonl" "zb1's halves against 1f1b's whole backward"
+    train pzr 2 1 --pp 2 --schedule zb1 --attention gemm --recompute attention &&
+        compare "$D/ref4.jsonl" "$D/pzr.jsonl" "pp 2 zb1 ranks, --recompute attention"
     need_ref ref4t --attention gemm --tie-embeddings 1
     train pt 1 2 --pp 2 --schedule 1f1b --attention gemm --tie-embeddings 1 &&
         compare "$D/ref4t.jsonl" "$D/pt.jsonl" "tied: pp 2 1f1b threads (the embedding's two ends)"
@@ -85,8 +90,6 @@ fi
 
 if want refuse; then
     refused "--tp" "--arch llama with --tp 2 is not built yet" 1 2 --tp 2 --devices-per-rank 2
-    refused "zb1" "--arch llama with --schedule zb1 is not built yet" 1 2 --pp 2 --schedule zb1 \
-        --devices-per-rank 2 --total-batch 240
     refused "--experts" "--arch llama with --experts 4" 1 1 --experts 4
     refused "--precision" "--arch llama with --precision bf16" 1 1 --precision bf16
     refused "--kv-heads 3" "--kv-heads 3 does not divide --heads 4" 1 1 --kv-heads 3

@@ -89,8 +89,6 @@ static void test_allocated(ct_device *dev) {
                         if (zero && (rc != CT_RECOMPUTE_BLOCK || pi)) continue;
                         /* experts: ZeRO-2/3 and the split backward are refused (ct_engine_moe.h) */
                         if (sh->cfg.experts && (zero >= 2 || split)) continue;
-                        /* Llama: no split (ct_model_plan_check) */
-                        if (sh->cfg.arch && split) continue;
                         ct_err err = {0};
                         ct_model_plan pl;
                         plan_of(sh, paths[pi], (ct_recompute)rc, split, &pl);

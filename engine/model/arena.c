@@ -394,13 +394,12 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                          "%s: a Llama model with %s %d is not built yet (it trains with data and "
                          "pipeline parallelism, ZeRO 0 to 3)%s",
                          axis, n, "");
-        const char *what2 = plan->split_backward            ? "the split backward (zb1)"
-                            : plan->precision != CT_PRECISION_FP32 ? "bf16"
+        const char *what2 = plan->precision != CT_PRECISION_FP32 ? "bf16"
                             : plan->sp                        ? "sequence parallelism"
                                                               : NULL;
         if (what2)
             return PFAIL(CT_ERR_UNSUPPORTED, "%s: a Llama model with %s is not built yet%s",
-                         what2, " (fp32; gpipe, 1f1b or interleaved)");
+                         what2, " (fp32)");
     }
     if (plan->precision != CT_PRECISION_FP32 && plan->precision != CT_PRECISION_BF16)
         return PFAIL(CT_ERR_ARG, "%s: precision %d is not fp32 or bf16%s", (int)plan->precision,

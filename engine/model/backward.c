@@ -126,8 +126,8 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part
     if (part != CT_BACKWARD_WEIGHT && m->plan.recompute != CT_RECOMPUTE_NONE &&
         (st = ct__model_block_run(m, slot, l, 1)) != CT_OK)
         goto cleanup;
-    if (ct_gpt_is_llama(&m->cfg)) { /* whole only: the split is refused for it (arena.c) */
-        st = ct__llama_block_backward(m, slot, l);
+    if (ct_gpt_is_llama(&m->cfg)) {
+        st = ct__llama_block_backward(m, slot, l, part);
         goto cleanup;
     }
     double tg_ = ct_time_now();

@@ -193,10 +193,10 @@ ct_view ct__model_pv(const ct_model *m, int i, int l);
 ct_view ct__model_head_weight(const ct_model *m, int grads);
 
 /* A Llama block's forward (recompute 1: what the plan's recompute mode dropped, before its
- * backward), and its whole backward (dres: the output's gradient in, the input's out)
- * (llama.c). */
+ * backward), and its backward, whole or one zero-bubble half (dres: the output's gradient in,
+ * the input's out) (llama.c). */
 ct_status ct__llama_block_forward(ct_model *m, int slot, int l, int recompute);
-ct_status ct__llama_block_backward(ct_model *m, int slot, int l);
+ct_status ct__llama_block_backward(ct_model *m, int slot, int l, ct_backward_part part);
 
 /* The MoE layer's parameters of block l (params or grads). */
 ct_moe_weights ct__model_moe_weights(const ct_model *m, int l, int grads);

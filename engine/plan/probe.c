@@ -46,8 +46,7 @@ static ct_status shape_open(ct_comm *world, ct_device *dev, const ct_plan_proble
     plan.max_B = k->b, plan.max_T = pb->T, plan.slots = 1;
     plan.attention = path;
     plan.attn_blocks = path == CT_ATTN_FUSED ? acfg : NULL;
-    /* MoE and Llama: no zb1 */
-    plan.split_backward = k->tp == 1 && pb->cfg.experts == 0 && !ct_gpt_is_llama(&pb->cfg);
+    plan.split_backward = k->tp == 1 && pb->cfg.experts == 0; /* MoE: no zb1 */
     plan.tp = k->tp > 1 ? *tp : NULL;
     plan.sp = k->sp;
     if ((st = ct_model_create_plan(m, &c1, &lay, &at, dev, &plan, err)) == CT_OK &&
@@ -170,7 +169,7 @@ ct_status ct__plan_calibrate(ct_comm *world, ct_device *dev, const ct_plan_probl
                 for (size_t j = 0; j < 2 * bt; j++) tok[j] = (int)((j * 7 + 3) % (size_t)pb->cfg.vocab);
             }
             double a[P__N] = {0}, al[P__N] = {0}, sk[P__N] = {0};
-            int split = k->tp == 1 && pb->cfg.experts == 0 && !ct_gpt_is_llama(&pb->cfg);
+            int split = k->tp == 1 && pb->cfg.experts == 0;
             /* every step below is entered by every worker; a failure is carried to the end */
             if (mine == CT_OK && r == 0) mine = time_pieces(m, k->b, pb->T, tok, split, a); /* warm-up */
             if (world && ct_comm_barrier(world, NULL) != CT_OK && mine == CT_OK) mine = CT_ERR_STATE;

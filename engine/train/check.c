@@ -30,7 +30,6 @@ const char *ct__train_llama_axis(const ct_train_params *p, char *buf, size_t len
     buf[0] = 0;
     if (p->tp > 1) snprintf(buf, len, "--tp %d", p->tp);
     else if (p->sequence_parallel) snprintf(buf, len, "--sequence-parallel 1");
-    else if (p->pp > 1 && !strcmp(p->schedule, "zb1")) snprintf(buf, len, "--schedule zb1");
     else if (p->ep > 1) snprintf(buf, len, "--ep %d", p->ep);
     else if (p->experts > 0) snprintf(buf, len, "--experts %d", p->experts);
     else if (strcmp(p->precision, "fp32")) snprintf(buf, len, "--precision %s", p->precision);

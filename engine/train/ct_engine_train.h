@@ -364,7 +364,7 @@ ct_status ct_train_config(const ct_train_params *p, ct_gpt_config *cfg, ct_err *
 /* What the layouts support with a mixture of experts (cfg->experts > 0), the checks
  * ct_train_run_open makes: ep divides E, ZeRO 0 or 1, no zb1, a safetensors
  * --save-model; --ep > 1 needs experts. A Llama model: data and pipeline parallelism (ZeRO 0
- * to 3; no zb1), fp32, a safetensors or Hugging Face --save-model. CT_ERR_ARG naming the flag. */
+ * to 3), fp32, a safetensors or Hugging Face --save-model. CT_ERR_ARG naming the flag. */
 ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg, ct_sched_kind kind,
                              ct_err *err);
 /* Which of the selected devices (list[picks[0..npicks)]) worker `thread` of this process opens:
