@@ -8,7 +8,7 @@
 #   the head in chunks of rows (--loss-chunk, its lm_head products chunk by chunk) likewise;
 #   recomputation (block, attention; block on the fused path) bitwise the run without.
 # "files": a checkpoint resumes the run's loss curve bitwise (its CONFIG carries the Llama
-#   fields); the model saved as x.safetensors, converted to a Hugging Face directory
+#   fields), a sharded one written by dp 2 ZeRO-3 resumes on one device within 1e-5; the model saved as x.safetensors, converted to a Hugging Face directory
 #   (--save-model DIR/) and read back from it (--init DIR/), trains bitwise like x.safetensors;
 #   llm.c's format is refused naming why.
 # "pp": four blocks over 2 stages (1f1b and interleaved as threads, gpipe as ranks), dp 2 x pp 2
@@ -77,6 +77,11 @@ if want files; then
     train resumed 1 1 --attention gemm --resume "$D/ck/ckpt_00000010.bin" &&
         compare "$D/ref.jsonl" "$D/resumed.jsonl" "resumed at step 10" 11
     bitwise "$D/ref.jsonl" "$D/resumed.jsonl" "resumed at step 10"
+    # a sharded ZeRO-3 checkpoint of 2 workers resumed on one device
+    train sh 1 2 --attention gemm --dp 2 --zero 3 --save "$D/cks" --save-every 10 \
+        --save-format sharded
+    train shr 1 1 --attention gemm --resume "$D/cks/ckpt_00000010.bin" &&
+        compare "$D/ref.jsonl" "$D/shr.jsonl" "dp 2 ZeRO-3 sharded checkpoint resumed on 1 device" 11
     # the saved model read back; written again as a Hugging Face directory, read back from it
     train from1 1 1 --attention gemm --steps 5 --init "$D/m.safetensors"
     train conv 1 1 --attention gemm --steps 0 --init "$D/m.safetensors" --save-model "$D/hf/"
