@@ -76,7 +76,7 @@ static int time_path(ct_device *dev, bufs *b, int fused, const ct_attn_cfg *cfg,
 /* Activation bytes one block keeps for backward on this path at (B, T), from the arena plan of a
  * one-block model with a byte vocabulary (the per-layer part does not depend on it). */
 static size_t layer_bytes(ct_device *dev, int B, int T, int C, int NH, ct_attn_path path) {
-    ct_gpt_config cfg = {T, 256, 256, 1, NH, C, 0, 0};
+    ct_gpt_config cfg = {T, 256, 256, 1, NH, C, 0, 0, 0, 0, 0, 0, 0, 0};
     ct_model_plan plan;
     memset(&plan, 0, sizeof plan);
     plan.max_B = B, plan.max_T = T, plan.slots = 1, plan.attention = path;

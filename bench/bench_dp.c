@@ -44,7 +44,7 @@ static void worker(ct_topo *topo, const bopts *o, int thread, ct_device_info *li
     ct_device *dev = NULL;
     ct_device_opts dopts = ct_device_opts_default();
     if (ct_device_open(&dev, &list[picks[k]], &dopts, &err)) DIE("%s", err.msg);
-    ct_gpt_config cfg = {o->T, 256, 256, o->L, o->NH, o->C, 0, 0};
+    ct_gpt_config cfg = {o->T, 256, 256, o->L, o->NH, o->C, 0, 0, 0, 0, 0, 0, 0, 0};
     ct_layout lay = {N, 1, 1, o->zero, 1};
     ct_grid *grid = NULL;
     if (ct_grid_create(&grid, world, &lay, &err)) DIE("%s", err.msg);

@@ -136,7 +136,7 @@ static void worker(ct_topo *topo, bopts *o, int thread, ct_device_info *list, in
     st = ct_device_open_shared(&dev, &list[picks[k]], &dopts, &o->shared[k], &err);
     if (st != CT_OK) DIE("%s", err.msg);
     int Vp = (o->V + 127) / 128 * 128;
-    ct_gpt_config cfg = {o->T, o->V, Vp, o->L, o->NH, o->C, 0, 0};
+    ct_gpt_config cfg = {o->T, o->V, Vp, o->L, o->NH, o->C, 0, 0, 0, 0, 0, 0, 0, 0};
     int sp = N > 1 && o->sp;
     if (ct_model_tp_check(&cfg, N, sp, o->T, &err)) DIE("%s", err.msg);
     ct_layout lay = {1, N, 1, 0, 1};

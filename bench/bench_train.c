@@ -47,8 +47,8 @@ typedef struct bench_cfg {
 } bench_cfg;
 
 static const bench_cfg CONFIGS[] = {
-    {"tiny", {1024, 50257, 50304, 4, 4, 256, 0, 0}, 4, 256},
-    {"124m", {1024, 50257, 50304, 12, 12, 768, 0, 0}, 4, 64},
+    {"tiny", {1024, 50257, 50304, 4, 4, 256, 0, 0, 0, 0, 0, 0, 0, 0}, 4, 256},
+    {"124m", {1024, 50257, 50304, 12, 12, 768, 0, 0, 0, 0, 0, 0, 0, 0}, 4, 64},
 };
 
 /* GEMM FLOPs per step behind a profiling bucket (0 for the non-GEMM ones). */

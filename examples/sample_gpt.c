@@ -22,7 +22,7 @@ typedef struct sample_params {
 
 static const ct_opt opts[] = {
     {"model", CT_OPT_STR, offsetof(sample_params, model), "",
-     "a model: llm.c GPT-2 file (fp32 or bf16), .safetensors, or a Hugging Face GPT-2 directory"},
+     "a model: llm.c GPT-2 file (fp32 or bf16), .safetensors, or a Hugging Face GPT-2 or Llama directory"},
     {"checkpoint", CT_OPT_STR, offsetof(sample_params, checkpoint), "",
      "cltrain checkpoint file or --save directory (instead of --model)"},
     {"prompt", CT_OPT_STR, offsetof(sample_params, prompt), "",

@@ -133,9 +133,17 @@ void train_report_print(FILE *f, const ct_train_report *r) {
                    "the plain step)\n",
                 p->schedule);
     if (p->pp > 1) print_pipeline(f, r);
-    fprintf(f, "  model          = %s: L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %zu parameters\n",
-            r->origin, cfg->layers, cfg->heads, cfg->channels, cfg->vocab, cfg->padded_vocab,
-            cfg->max_seq, r->num_params);
+    if (ct_gpt_is_llama(cfg))
+        fprintf(f,
+                "  model          = %s: llama L=%d NH=%d NKV=%d C=%d F=%d V=%d Vp=%d maxT=%d "
+                "theta=%g eps=%g %s, %zu parameters\n",
+                r->origin, cfg->layers, cfg->heads, cfg->kv_heads, cfg->channels, cfg->ffn_dim,
+                cfg->vocab, cfg->padded_vocab, cfg->max_seq, (double)cfg->rope_theta,
+                (double)cfg->norm_eps, cfg->tie_embeddings ? "tied" : "untied", r->num_params);
+    else
+        fprintf(f, "  model          = %s: L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %zu parameters\n",
+                r->origin, cfg->layers, cfg->heads, cfg->channels, cfg->vocab, cfg->padded_vocab,
+                cfg->max_seq, r->num_params);
     fprintf(f, "  data           = %s: %zu tokens in %d file(s), %lld steps per epoch\n",
             r->data_name, r->data_tokens, r->data_files, r->steps_per_epoch);
     if (r->val_name)

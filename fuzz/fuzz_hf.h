@@ -16,9 +16,17 @@ static inline ct_gpt_config ct_fuzz_hf_config(void) {
     return c;
 }
 
+/* A tiny Llama model's (NKV 1 of 2 heads, F 6, untied). */
+static inline ct_gpt_config ct_fuzz_hf_llama_config(void) {
+    ct_gpt_config c = {.max_seq = 4, .vocab = 6, .padded_vocab = 128, .layers = 1, .heads = 2,
+                       .channels = 4, .arch = CT_ARCH_LLAMA, .kv_heads = 1, .ffn_dim = 6,
+                       .rope_theta = 10000.0f, .norm_eps = 1e-5f, .tie_embeddings = 0};
+    return c;
+}
+
 /* The tiny model's parameters (malloc'd; *n of them), deterministic. */
-static inline float *ct_fuzz_hf_params(size_t *n) {
-    ct_gpt_config c = ct_fuzz_hf_config();
+static inline float *ct_fuzz_hf_params_of(const ct_gpt_config *cfg, size_t *n) {
+    ct_gpt_config c = *cfg;
     size_t sizes[CT_GPT_NUM_TENSORS];
     *n = ct_gpt_param_sizes(&c, sizes);
     float *p = (float *)calloc(*n, sizeof *p);
@@ -27,7 +35,16 @@ static inline float *ct_fuzz_hf_params(size_t *n) {
         p[i] = (float)i / 16 - 1; /* wte */
     for (size_t i = sizes[0]; i < *n; i++)
         p[i] = (float)(i % 37) / 32 - 0.5f;
+    /* an untied head's padding rows are 0 too (a file holds the V real rows) */
+    size_t at = 0;
+    for (int t = 0; t < CT_GPT_lmhead; t++) at += sizes[t];
+    if (sizes[CT_GPT_lmhead])
+        for (size_t i = (size_t)c.vocab * c.channels; i < sizes[CT_GPT_lmhead]; i++) p[at + i] = 0;
     return p;
+}
+static inline float *ct_fuzz_hf_params(size_t *n) {
+    ct_gpt_config c = ct_fuzz_hf_config();
+    return ct_fuzz_hf_params_of(&c, n);
 }
 
 static char ct__fuzz_hf_dir[600];
@@ -49,7 +66,7 @@ static inline void ct__fuzz_hf_clean(void) {
 
 /* "<scratch>/ct_fuzz_<pid>_<tag>/" with the tiny model's config.json (made once per process,
  * removed at exit). */
-static inline const char *ct_fuzz_hf_dir(const char *tag) {
+static inline const char *ct_fuzz_hf_dir_of(const char *tag, const ct_gpt_config *cfg) {
     char *dir = ct__fuzz_hf_dir;
     if (!dir[0]) atexit(ct__fuzz_hf_clean);
     snprintf(dir, sizeof ct__fuzz_hf_dir, "%s/ct_fuzz_%ld_%s", ct_fuzz_dir(), (long)getpid(), tag);
@@ -58,13 +75,17 @@ static inline const char *ct_fuzz_hf_dir(const char *tag) {
     struct stat sb;
     if (stat(path, &sb) != 0) {
         mkdir(dir, 0755);
-        ct_gpt_config c = ct_fuzz_hf_config();
-        char *text = ct_hf_config_format(&c, CT_FILE_F32);
+        char *text = ct_hf_config_format(cfg, CT_FILE_F32);
         ct_err err = {0};
         CT_FUZZ_REQUIRE(text && ct_file_write_atomic(path, text, strlen(text), &err) == CT_OK);
         free(text);
     }
     return dir;
+}
+
+static inline const char *ct_fuzz_hf_dir(const char *tag) {
+    ct_gpt_config c = ct_fuzz_hf_config();
+    return ct_fuzz_hf_dir_of(tag, &c);
 }
 
 #endif /* CT_FUZZ_HF_H */

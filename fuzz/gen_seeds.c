@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     mkdir(root, 0755);
     snprintf(tmp, sizeof tmp, "%s/.gen_seeds.tmp", root);
     /* a tiny model: L=1, C=4, NH=2, V=6, Vp=8, maxT=4 (300 parameters) */
-    ct_gpt_config cfg = {4, 6, 8, 1, 2, 4, 0, 0};
+    ct_gpt_config cfg = {4, 6, 8, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0, 0};
     size_t sizes[CT_GPT_NUM_TENSORS], np = ct_gpt_param_sizes(&cfg, sizes);
     float *p = malloc(np * 4), *m = malloc(np * 4), *v = malloc(np * 4);
     for (size_t i = 0; i < np; i++) p[i] = (float)i / 64 - 2, m[i] = 1e-3f * i, v[i] = 1e-6f * i;
@@ -194,6 +194,22 @@ int main(int argc, char **argv) {
         "  \"task_specific_params\": {\"text-generation\": {\"do_sample\": true, \"max_length\": 50}},\n"
         "  \"vocab_size\": 50257\n}\n";
     put(dir, "gpt2.json", gpt2, strlen(gpt2));
+    ct_gpt_config lc = ct_fuzz_hf_llama_config();
+    text = ct_hf_config_format(&lc, CT_FILE_F32);
+    put(dir, "llama.json", text, strlen(text));
+    free(text);
+    static const char llama[] = /* as transformers writes a Llama's (ignored fields included) */
+        "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"attention_bias\": false,\n"
+        "  \"attention_dropout\": 0.0,\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n"
+        "  \"hidden_act\": \"silu\",\n  \"hidden_size\": 2048,\n  \"initializer_range\": 0.02,\n"
+        "  \"intermediate_size\": 5632,\n  \"max_position_embeddings\": 2048,\n"
+        "  \"model_type\": \"llama\",\n  \"num_attention_heads\": 32,\n"
+        "  \"num_hidden_layers\": 22,\n  \"num_key_value_heads\": 4,\n  \"pretraining_tp\": 1,\n"
+        "  \"rms_norm_eps\": 1e-05,\n  \"rope_scaling\": null,\n  \"rope_theta\": 10000.0,\n"
+        "  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"bfloat16\",\n"
+        "  \"transformers_version\": \"4.35.0\",\n  \"use_cache\": true,\n"
+        "  \"vocab_size\": 32000\n}\n";
+    put(dir, "llama_1b.json", llama, strlen(llama));
     sub(dir, sizeof dir, root, "hf_model");
     size_t nh = 0;
     float *ph = ct_fuzz_hf_params(&nh);
@@ -205,6 +221,17 @@ int main(int argc, char **argv) {
     put(dir, "tiny_f32.safetensors", b, n);
     free(b);
     if (ct_model_file_write_as(hfdir, &hc, ph, CT_FILE_BF16, &err)) die("hf", &err);
+    b = slurp(hfile, &n);
+    put(dir, "tiny_bf16.safetensors", b, n);
+    free(b);
+    free(ph);
+    sub(dir, sizeof dir, root, "hf_llama_model");
+    ph = ct_fuzz_hf_params_of(&lc, &nh);
+    if (ct_model_file_write_as(hfdir, &lc, ph, CT_FILE_F32, &err)) die("hf llama", &err);
+    b = slurp(hfile, &n);
+    put(dir, "tiny_f32.safetensors", b, n);
+    free(b);
+    if (ct_model_file_write_as(hfdir, &lc, ph, CT_FILE_BF16, &err)) die("hf llama", &err);
     b = slurp(hfile, &n);
     put(dir, "tiny_bf16.safetensors", b, n);
     free(b);
@@ -241,6 +268,6 @@ int main(int argc, char **argv) {
     free(m);
     free(v);
     printf("gen_seeds: wrote model_file, checkpoint, manifest, shards, tokenizer, hf_config, "
-           "hf_model, hf_index seeds under %s\n", root);
+           "hf_model, hf_llama_model, hf_index seeds under %s\n", root);
     return 0;
 }

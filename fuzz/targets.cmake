@@ -3,7 +3,7 @@
 set(CT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/fuzz)
 set(CT_FUZZ_IO_SRC ${CT_ENGINE_HOST_SRC})
 set(CT_FUZZ_TARGETS model_file shards checkpoint manifest tokenizer tune select hf_config hf_model
-    hf_index)
+    hf_index hf_llama_model)
 
 # ct_fuzz_sources(target out_sources out_libs): what a target is built from (shared with fuzz/).
 macro(ct_fuzz_sources t srcs libs)

@@ -20,6 +20,8 @@ set(CT_ASAN_TESTS
   fuzz_replay_tokenizer fuzz_replay_tune fuzz_replay_select
   test_engine_io_shards               # sharded checkpoints: partial reads, damage, hygiene
   fuzz_replay_hf_config fuzz_replay_hf_model fuzz_replay_hf_index  # Hugging Face directories
+  fuzz_replay_hf_llama_model          # a Hugging Face Llama directory's tensors
+  test_engine_io_hf_llama             # Llama directories written, read, every refusal named
   test_engine_io                      # shards, llm.c models, checkpoints (every damage), tokenizer
   test_engine_io_hf                   # bf16 files, Hugging Face directories written, refusals
   test_engine_io_train                # the option parser, JSON Lines, schedules
@@ -115,7 +117,8 @@ set(CT_TEST_COSTS
   test_engine_gemm_plan_tf32 30 test_engine_gemm_plan_emulated 23
   test_engine_layout_moe 10 test_engine_moe_layout_recompute 11 test_engine_bf16_converge 30
   test_engine_bf16_pp 47 test_engine_bf16_ep 41 test_engine_bf16_grad_reduce 45
-  test_engine_bf16_mixed_pp 30 test_engine_bf16_mixed_ep 30 test_engine_bf16_tp 28)
+  test_engine_bf16_mixed_pp 30 test_engine_bf16_mixed_ep 30 test_engine_bf16_tp 28
+  test_engine_llama_torch 15 test_engine_llama_dp 12 test_engine_llama_pp 12)
 
 # ---------------------------------------------------------------- applied
 get_property(ct_registered DIRECTORY PROPERTY TESTS)

@@ -32,7 +32,7 @@
 #include "ct_test_dev.h"
 #include "ct_test_mpi.h"
 
-static const ct_gpt_config CFG = {8, 32, 32, 2, 2, 16, 0, 0}; /* maxT V Vp L NH C */
+static const ct_gpt_config CFG = {8, 32, 32, 2, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0}; /* maxT V Vp L NH C */
 #define B_ 4
 #define T_ 8
 

@@ -584,8 +584,11 @@ static void test_hf_built_here(void) {
          "\"tie_word_embeddings\"", CT_ERR_UNSUPPORTED},
         {"\"n_inner\": null", "\"n_inner\": 24", "\"n_inner\"", CT_ERR_UNSUPPORTED},
         {"1e-05", "1e-06", "\"layer_norm_epsilon\"", CT_ERR_UNSUPPORTED},
-        {"\"model_type\": \"gpt2\"", "\"model_type\": \"llama\"", "\"model_type\": \"llama\"",
-         CT_ERR_UNSUPPORTED},
+        {"\"model_type\": \"gpt2\"", "\"model_type\": \"mistral\"",
+         "\"model_type\": \"mistral\"", CT_ERR_UNSUPPORTED},
+        /* a GPT-2 config called llama is read as Llama's, which names what it lacks */
+        {"\"model_type\": \"gpt2\"", "\"model_type\": \"llama\"", "no \"hidden_size\"",
+         CT_ERR_FORMAT},
         {"\"model_type\"", "\"rope_scaling\": {\"type\": \"linear\"},\n  \"model_type\"",
          "field \"rope_scaling\"", CT_ERR_UNSUPPORTED},
         {"\"n_layer\"", "\"num_layers\"", "no \"n_layer\"", CT_ERR_FORMAT},

@@ -20,7 +20,8 @@
  *    path (the model state counts by its largest slice: the first fcw, in every array, and no
  *    more in a ZeRO-1 shard); --attention auto's fallback (ct_model_gemm_exceeds) exactly at the
  *    scores' bytes.
- * Mixture-of-experts shapes (K = 2 with a capacity, K = 1 without) run through 1. as well.
+ * Mixture-of-experts shapes (K = 2 with a capacity, K = 1 without) and a Llama shape run through
+ * 1. as well.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,14 +39,17 @@ typedef struct shape {
 } shape;
 
 static const shape SHAPES[] = {
-    {{16, 64, 64, 2, 2, 32, 0, 0}, 4, 16, 1, 1, 0, 0, {0}, {0}, 0},
-    {{40, 45, 48, 3, 4, 48, 0, 0}, 3, 33, 1, 1, 0, 0, {0}, {0}, 0},
+    {{16, 64, 64, 2, 2, 32, 0, 0, 0, 0, 0, 0, 0, 0}, 4, 16, 1, 1, 0, 0, {0}, {0}, 0},
+    {{40, 45, 48, 3, 4, 48, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 33, 1, 1, 0, 0, {0}, {0}, 0},
     /* the first stage of pp 2 with two chunks (interleaved): blocks [0,2) and [3,4), 3 slots */
-    {{32, 64, 64, 5, 4, 64, 0, 0}, 2, 32, 3, 2, 0, 2, {0, 3}, {2, 4}, 0},
+    {{32, 64, 64, 5, 4, 64, 0, 0, 0, 0, 0, 0, 0, 0}, 2, 32, 3, 2, 0, 2, {0, 3}, {2, 4}, 0},
     /* mixtures of experts: 4 experts top-2 at capacity factor 1.25; 6 experts top-1 with no
      * capacity limit (the saved tensors sized for every choice), 2 slots */
-    {{16, 64, 64, 2, 2, 32, 4, 2}, 4, 16, 1, 1, 0, 0, {0}, {0}, 1.25},
-    {{24, 64, 64, 3, 2, 32, 6, 1}, 2, 24, 2, 1, 0, 0, {0}, {0}, 0},
+    {{16, 64, 64, 2, 2, 32, 4, 2, 0, 0, 0, 0, 0, 0}, 4, 16, 1, 1, 0, 0, {0}, {0}, 1.25},
+    {{24, 64, 64, 3, 2, 32, 6, 1, 0, 0, 0, 0, 0, 0}, 2, 24, 2, 1, 0, 0, {0}, {0}, 0},
+    /* a Llama model (NKV 2 of 4 heads, F 40, untied: its lm_head) at T = 15, 2 slots */
+    {{16, 64, 64, 2, 4, 32, 0, 0, CT_ARCH_LLAMA, 2, 40, 1e4f, 1e-5f, 0}, 3, 15, 2, 1, 0, 0, {0},
+     {0}, 0},
 };
 
 static void plan_of(const shape *sh, ct_attn_path ap, ct_recompute rc, int split,
@@ -167,7 +171,7 @@ static size_t r16(size_t n) { return (n + 15) / 16 * 16; }
 
 /* 2. The per-layer formula, and the recompute scratch. */
 static void test_formula(void) {
-    ct_gpt_config c = {64, 64, 64, 6, 4, 32, 0, 0};
+    ct_gpt_config c = {64, 64, 64, 6, 4, 32, 0, 0, 0, 0, 0, 0, 0, 0};
     size_t B = 2, T = 64, C = 32, NH = 4, BT = B * T;
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
@@ -266,7 +270,7 @@ static void test_formula(void) {
 
 /* 3. Layouts no single device can build: TP slices, SP rows, ZeRO-3 shards; refusals. */
 static void test_layouts(void) {
-    ct_gpt_config c = {32, 64, 64, 4, 4, 32, 0, 0};
+    ct_gpt_config c = {32, 64, 64, 4, 4, 32, 0, 0, 0, 0, 0, 0, 0, 0};
     ct_err err = {0};
     ct_model_plan pl;
     memset(&pl, 0, sizeof pl);
@@ -307,7 +311,7 @@ static void test_layouts(void) {
      * over the dp / ep = 2 workers holding them, the rest over dp = 4; the MoE layer's two EP
      * staging buffers count in host comm */
     {
-        ct_gpt_config cm = {32, 64, 64, 4, 4, 32, 4, 2};
+        ct_gpt_config cm = {32, 64, 64, 4, 4, 32, 4, 2, 0, 0, 0, 0, 0, 0};
         ct_layout one1 = {1, 1, 1, 0, 1}, ep2 = {4, 1, 1, 1, 2};
         ct_coords w3 = {3, 0, 0, 1};
         ct_mem_predict e1, e2;

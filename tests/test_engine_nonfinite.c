@@ -40,7 +40,7 @@
 #define STEPS 5
 #define POISON 3 /* 1-based optimizer step */
 
-static const ct_gpt_config CFG = {T_, V_, V_, L_, NH_, C_, 0, 0};
+static const ct_gpt_config CFG = {T_, V_, V_, L_, NH_, C_, 0, 0, 0, 0, 0, 0, 0, 0};
 static const ct_adamw_hp HP = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
 
 static void batch(int s, int *in, int *tg) {

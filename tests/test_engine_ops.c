@@ -4,7 +4,8 @@
  * with garbage (they must be overwritten) and "+=" outputs pre-filled with random values (they
  * must be accumulated into). Also: bad shapes give a clear error, not a crash. The Llama family's
  * ops (RMSNorm, rotary embedding, SwiGLU) likewise, their references first checked against central
- * finite differences and the rotary one against Hugging Face's rotate_half form. */
+ * finite differences and the rotary one against Hugging Face's rotate_half form; the token
+ * embedding without positions, and grouped-query attention's kv-head repetition and its adjoint. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -524,6 +525,72 @@ static void test_swiglu(size_t N) {
     dt_free(&g), dt_free(&u), dt_free(&y), dt_free(&dy), dt_free(&dgv), dt_free(&duv);
 }
 
+/* The token embedding without positions: out = wte[token]; dwte += the rows scattered by token
+ * (a token repeated: summed). Reference: the GPT-2 encoder's with a zero position table. */
+static void test_embed(int B, int T, int C, int V, int Vp) {
+    size_t BT = (size_t)B * T;
+    dt inp = dt_ints(BT, 0, V), wte = dt_make((size_t)Vp * C, 1, 0), out = dt_make(BT * C, 0, 7.0);
+    double *zpe = calloc((size_t)T * C, sizeof(double)), *r = calloc(out.n, sizeof(double));
+    CT_ASSERT_OK(ct_embed_forward(g_dev, out.v, inp.v, wte.v, B, T, C, Vp), ct_device_errmsg(g_dev));
+    dt_read(&out);
+    ct_ref_encoder_forward(r, (int *)inp.h, wte.d, zpe, B, T, C);
+    close_to("embed_forward", &out, r, 1e-30, 0); /* a copy: exact */
+    dt dout = dt_make(out.n, 1, 0), dwte = dt_make(wte.n, 1, 0);
+    CT_ASSERT_OK(ct_embed_backward(g_dev, dwte.v, dout.v, inp.v, B, T, C, Vp),
+                 ct_device_errmsg(g_dev));
+    ct_ref_encoder_backward(dwte.d, zpe, dout.d, (int *)inp.h, B, T, C);
+    dt_read(&dwte);
+    close_to("embed_backward dwte (+=)", &dwte, dwte.d, ATOL, RTOL);
+    free(zpe), free(r);
+    dt_free(&inp), dt_free(&wte), dt_free(&out), dt_free(&dout), dt_free(&dwte);
+}
+
+/* Grouped-query attention's kv-head repetition: (N, (NH + 2 NKV) hd) -> (N, 3C), query head h
+ * reading kv head h / (NH / NKV) (written here as an index map), and the backward as its adjoint:
+ * <expand(x), y> = <x, reduce(y)> in double, and reduce(y) against the sum over each kv head's
+ * query heads written apart. */
+static void test_gqa(int B, int T, int NH, int NKV, int hd) {
+    int N = B * T, C = NH * hd, KV = NKV * hd, Cr = C + 2 * KV, G = NH / NKV;
+    dt x = dt_make((size_t)N * Cr, 1, 0), y = dt_make((size_t)N * 3 * C, 0, 7.0);
+    CT_ASSERT_OK(ct_gqa_expand_forward(g_dev, y.v, x.v, B, T, NH, NKV, hd),
+                 ct_device_errmsg(g_dev));
+    double *r = calloc(y.n, sizeof(double)), *dr = calloc(x.n, sizeof(double));
+    for (int n = 0; n < N; n++)
+        for (int s = 0; s < 3; s++)
+            for (int h = 0; h < NH; h++)
+                for (int d = 0; d < hd; d++) {
+                    int src = s == 0 ? h * hd + d : C + (s - 1) * KV + (h / G) * hd + d;
+                    r[(size_t)n * 3 * C + (size_t)s * C + (size_t)h * hd + d] =
+                        x.d[(size_t)n * Cr + src];
+                }
+    dt_read(&y);
+    close_to("gqa_expand_forward", &y, r, 1e-30, 0); /* a copy: exact */
+    dt dy = dt_make(y.n, 1, 0), dx = dt_make(x.n, 0, 7.0);
+    CT_ASSERT_OK(ct_gqa_expand_backward(g_dev, dx.v, dy.v, B, T, NH, NKV, hd),
+                 ct_device_errmsg(g_dev));
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < Cr; j++) {
+            double sum = 0;
+            if (j < C) sum = dy.d[(size_t)n * 3 * C + j];
+            else
+                for (int q = 0; q < G; q++) {
+                    int s = (j - C) / KV, w = (j - C) % KV, kvh = w / hd, d = w % hd;
+                    sum += dy.d[(size_t)n * 3 * C + (size_t)(s + 1) * C + (size_t)(kvh * G + q) * hd + d];
+                }
+            dr[(size_t)n * Cr + j] = sum;
+        }
+    dt_read(&dx);
+    close_to("gqa_expand_backward", &dx, dr, ATOL, RTOL);
+    double lhs = 0, rhs = 0;
+    for (size_t i = 0; i < y.n; i++) lhs += r[i] * dy.d[i];
+    for (size_t i = 0; i < x.n; i++) rhs += x.d[i] * dr[i];
+    ct_test_checks++;
+    if (!(fabs(lhs - rhs) <= 1e-9 * (fabs(lhs) + 1)))
+        CT__FAIL("gqa reference: <E x, y> = %.15g but <x, E^T y> = %.15g", lhs, rhs);
+    free(r), free(dr);
+    dt_free(&x), dt_free(&y), dt_free(&dy), dt_free(&dx);
+}
+
 static void test_llama_bad_input(void) {
     dt x = dt_make(64, 1, 0);
     CT_ASSERT_EQ_INT(ct_rope_forward(g_dev, x.v, x.v, 1, 2, 2, 5, 10, 10000.0f), CT_ERR_ARG);
@@ -536,6 +603,8 @@ static void test_llama_bad_input(void) {
     ct_view h = ct_view_bf16(x.v.mem, x.v.off);
     CT_ASSERT_EQ_INT(ct_swiglu_forward(g_dev, h, h, h, 8), CT_ERR_UNSUPPORTED);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "ct_swiglu_forward");
+    CT_ASSERT_EQ_INT(ct_gqa_expand_forward(g_dev, x.v, x.v, 1, 2, 4, 3, 2), CT_ERR_ARG);
+    CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "NKV must divide NH");
     dt_free(&x);
 }
 
@@ -574,6 +643,11 @@ int main(void) {
     test_rope(2, 5, 3, 1, 2);  /* multi-query, the smallest head */
     test_swiglu(3 * 7 * 52);   /* an intermediate size not a multiple of 64 */
     test_swiglu(5);
+    test_embed(3, 7, 20, 37, 40);
+    test_embed(1, 1, 3, 5, 5);
+    test_gqa(3, 7, 4, 2, 6); /* grouped */
+    test_gqa(2, 5, 3, 1, 2); /* multi-query */
+    test_gqa(1, 3, 2, 2, 4); /* NKV = NH: a copy */
     test_llama_bad_input();
     ct_mem_stats ms;
     ct_device_mem_stats(g_dev, &ms);

@@ -24,7 +24,7 @@
 static ct_plan_problem problem(int L, int NH, int C, int V, int T, int B, int micro, int W, int D) {
     ct_train_params p = ct_train_params_default();
     p.seq = T, p.batch = B, p.total_batch = micro > 1 ? micro * B * T : 0;
-    ct_gpt_config cfg = {T, V, (V + 127) / 128 * 128, L, NH, C, 0, 0};
+    ct_gpt_config cfg = {T, V, (V + 127) / 128 * 128, L, NH, C, 0, 0, 0, 0, 0, 0, 0, 0};
     ct_plan_problem pb;
     ct_plan_problem_from_params(&pb, &p, &cfg, W, D);
     return pb;

@@ -37,7 +37,7 @@
 #define V_ 64
 #define STEPS 6
 
-static const ct_gpt_config CFG = {T_, V_, V_, L_, NH_, C_, 0, 0};
+static const ct_gpt_config CFG = {T_, V_, V_, L_, NH_, C_, 0, 0, 0, 0, 0, 0, 0, 0};
 
 /* Tokens of step s: M_ x B_ rows of T_ (inputs) and the shifted targets. */
 static void batch(int s, int *in, int *tg) {

@@ -360,7 +360,7 @@ static void test_gather_scatter(ctx *c, ct_tp *tp) {
 /* ------------------------------------------------------------------ the whole model */
 
 static void test_model(ctx *c, ct_grid *grid, int sp) {
-    ct_gpt_config cfg = {T_, 45, 48, 2, 12, 24, 0, 0};
+    ct_gpt_config cfg = {T_, 45, 48, 2, 12, 24, 0, 0, 0, 0, 0, 0, 0, 0};
     ct_err err = {0};
     ct_layout one = {1, 1, 1, 0, 1}, lay = {1, c->N, 1, 0, 1};
     ct_coords at0 = {0, 0, 0, 0};
@@ -432,13 +432,13 @@ static void test_refusals(ctx *c, ct_grid *grid) {
     int N = c->N;
     if (N < 2) return;
     /* the checks, pure */
-    ct_gpt_config bad_h = {T_, 45, 48, 2, 2 * N + 1, 24 * (2 * N + 1), 0, 0};
+    ct_gpt_config bad_h = {T_, 45, 48, 2, 2 * N + 1, 24 * (2 * N + 1), 0, 0, 0, 0, 0, 0, 0, 0};
     CT_ASSERT_EQ_INT(ct_model_tp_check(&bad_h, N, 0, T_, &err), CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(err.msg, "attention heads");
-    ct_gpt_config bad_v = {T_, 45, 48 * N + 1, 2, 12, 24, 0, 0};
+    ct_gpt_config bad_v = {T_, 45, 48 * N + 1, 2, 12, 24, 0, 0, 0, 0, 0, 0, 0, 0};
     CT_ASSERT_EQ_INT(ct_model_tp_check(&bad_v, N, 0, T_, &err), CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(err.msg, "padded vocabulary");
-    ct_gpt_config ok = {T_, 45, 48, 2, 12, 24, 0, 0};
+    ct_gpt_config ok = {T_, 45, 48, 2, 12, 24, 0, 0, 0, 0, 0, 0, 0, 0};
     CT_ASSERT_EQ_INT(ct_model_tp_check(&ok, N, 1, T_ + 1, &err), CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(err.msg, "sequence length");
     CT_ASSERT_EQ_INT(ct_model_tp_check(&ok, N, 0, T_ + 1, &err), CT_OK);

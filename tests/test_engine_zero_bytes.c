@@ -35,7 +35,7 @@
 #define B_ 8 /* rows per micro-batch, divisible by W = 2 and 4 */
 #define V_ 64
 
-static const ct_gpt_config CFG = {T_, V_, V_, L_, NH_, C_, 0, 0};
+static const ct_gpt_config CFG = {T_, V_, V_, L_, NH_, C_, 0, 0, 0, 0, 0, 0, 0, 0};
 static const ct_adamw_hp HP = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
 
 static void batch(int s, int M, int d, int b, int *in, int *tg) {

@@ -159,7 +159,8 @@ int ct_safetensors_sniff(const unsigned char *head, size_t n);
  * "cltrain-gpt"): Hugging Face's; 1 otherwise (cltrain's, or broken: its reader says how). */
 int ct_safetensors_is_cltrain(const char *path);
 
-/* Hugging Face GPT2LMHeadModel directories (io_hf.c, io_hf_config.c). `path` is the directory,
+/* Hugging Face GPT2LMHeadModel and LlamaForCausalLM directories (io_hf.c, io_hf_config.c,
+ * io_hf_llama.c). `path` is the directory,
  * DIR/model.safetensors (or another *.safetensors in it) or DIR/model.safetensors.index.json.
  * config.json gives the shape: n_layer, n_head, n_embd, vocab_size, n_positions (padded_vocab is
  * vocab_size rounded up to 128, as llm.c pads); a field the engine does not implement is refused
@@ -174,13 +175,26 @@ int ct_safetensors_is_cltrain(const char *path);
  * weights (in, out), transposed to the engine's (out, in); F32, BF16 or F16. lm_head.weight, if
  * present, must equal wte (refused if it differs); the attention's causal-mask buffers
  * (h.N.attn.bias, h.N.attn.masked_bias) are ignored. A tensor missing, repeated, unexpected, or
- * of a shape config.json does not give is refused naming it. */
+ * of a shape config.json does not give is refused naming it.
+ *
+ * A LlamaForCausalLM directory (config.json's model_type "llama"; io_hf_llama.c): hidden_size,
+ * num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
+ * max_position_embeddings required; num_key_value_heads, rope_theta, rms_norm_eps and
+ * tie_word_embeddings optional (Hugging Face's defaults: NH, 10000, 1e-6, false); refused naming
+ * the field: attention_bias or mlp_bias true, rope_scaling not null, a sliding window,
+ * hidden_act other than silu, head_dim other than C / NH, pretraining_tp other than 1, a field
+ * not known to the reader. The weights: model.embed_tokens, model.layers.N.{input_layernorm,
+ * self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm,
+ * lm_head (its own tensor when untied; when tied, if present, equal to the embedding), all
+ * .weight, (out, in); q, k, v stacked into qkvw's rows and gate, up into fcw's; the V real rows
+ * of the embedding and head. */
 ct_status ct_hf_read_config(const char *path, ct_gpt_config *cfg, ct_err *err);
 ct_status ct_hf_read(const char *path, ct_gpt_config *cfg, float **params, size_t *nparams,
                      ct_err *err);
 /* Write `dir` (created if its parent exists): config.json and model.safetensors ("transformer."
- * names, Conv1D layout, the V real rows of wte, lm_head tied so not stored), each atomically. A
- * model with experts is refused. */
+ * names, Conv1D layout, the V real rows of wte, lm_head tied so not stored; a Llama model in
+ * Hugging Face's Llama names, q, k, v, gate and up apart, lm_head when untied), each atomically.
+ * A model with experts is refused. */
 ct_status ct_hf_write(const char *dir, const ct_gpt_config *cfg, const float *params,
                       ct_file_dtype dtype, ct_err *err);
 /* Parse config.json's text into a config (the rules above); `what` names it in messages. */

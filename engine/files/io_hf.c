@@ -35,14 +35,86 @@ static const struct {
                    {"mlp.c_proj.bias", CT_GPT_fcprojb, 0}};
 #define NBLOCK ((int)(sizeof block_names / sizeof block_names[0]))
 
+/* A LlamaForCausalLM block's tensors after "model.layers.N.": the table tensor and which of its
+ * stacked parts (q, k, v of qkvw; gate, up of fcw) the name is. */
+static const struct {
+    const char *hf;
+    int t, part;
+} llama_names[] = {{"input_layernorm.weight", CT_GPT_ln1w, 0},
+                   {"self_attn.q_proj.weight", CT_GPT_qkvw, 0},
+                   {"self_attn.k_proj.weight", CT_GPT_qkvw, 1},
+                   {"self_attn.v_proj.weight", CT_GPT_qkvw, 2},
+                   {"self_attn.o_proj.weight", CT_GPT_attprojw, 0},
+                   {"post_attention_layernorm.weight", CT_GPT_ln2w, 0},
+                   {"mlp.gate_proj.weight", CT_GPT_fcw, 0},
+                   {"mlp.up_proj.weight", CT_GPT_fcw, 1},
+                   {"mlp.down_proj.weight", CT_GPT_fcprojw, 0}};
+#define NLLAMA ((int)(sizeof llama_names / sizeof llama_names[0]))
+
 enum { NAME_TENSOR, NAME_IGNORED, NAME_LM_HEAD, NAME_UNKNOWN };
 
 typedef struct slot {
     int t, layer, conv1d;
+    int part; /* a Llama stacked tensor's part (q, k, v; gate, up); 0 otherwise */
 } slot;
 
+/* Parts of table tensor t in a file (a Llama model's q|k|v and gate|up are three and two). */
+static int nparts(const ct_gpt_config *c, int t) {
+    if (!ct_gpt_is_llama(c)) return 1;
+    return t == CT_GPT_qkvw ? 3 : t == CT_GPT_fcw ? 2 : 1;
+}
+
+/* The rows [*row0, *row0 + *nrows) of table tensor t's slice that part `part` is. */
+static void part_rows(const ct_gpt_config *c, int t, int part, size_t *row0, size_t *nrows) {
+    ct_gpt_tensor_info ti = ct_gpt_tensor(c, t);
+    size_t C = (size_t)c->channels, KV = (size_t)ct_gpt_kv_heads(c) * ct_gpt_head_size(c);
+    size_t F = (size_t)ct_gpt_ffn(c);
+    *row0 = 0, *nrows = ti.rows;
+    if (nparts(c, t) == 1) return;
+    if (t == CT_GPT_qkvw) *row0 = part == 0 ? 0 : C + (size_t)(part - 1) * KV;
+    if (t == CT_GPT_qkvw) *nrows = part == 0 ? C : KV;
+    if (t == CT_GPT_fcw) *row0 = (size_t)part * F, *nrows = F;
+}
+
+/* A block index "N." at d (no leading zeros, below layers): its end, or NULL. */
+static const char *layer_of(const char *d, int layers, long *l) {
+    const char *s0 = d;
+    int nd = 0;
+    *l = 0;
+    while (*d >= '0' && *d <= '9' && nd < 9)
+        *l = *l * 10 + (*d++ - '0'), nd++;
+    if (!nd || *d != '.' || (nd > 1 && s0[0] == '0') || *l >= layers) return NULL;
+    return d + 1;
+}
+
+/* A Llama model's names: model.embed_tokens, model.layers.N.*, model.norm, lm_head (its own
+ * tensor when untied; with tied embeddings a copy of the embedding, checked by the caller). */
+static int llama_name_kind(const char *name, const ct_gpt_config *c, slot *s) {
+    s->layer = 0, s->conv1d = 0, s->part = 0;
+    if (!strcmp(name, "lm_head.weight")) {
+        if (c->tie_embeddings) return NAME_LM_HEAD;
+        return s->t = CT_GPT_lmhead, NAME_TENSOR;
+    }
+    if (!strcmp(name, "model.embed_tokens.weight")) return s->t = CT_GPT_wte, NAME_TENSOR;
+    if (!strcmp(name, "model.norm.weight")) return s->t = CT_GPT_lnfw, NAME_TENSOR;
+    if (strncmp(name, "model.layers.", 13)) return NAME_UNKNOWN;
+    long l;
+    const char *d = layer_of(name + 13, c->layers, &l);
+    if (!d) return NAME_UNKNOWN;
+    if (!strcmp(d, "self_attn.rotary_emb.inv_freq")) return NAME_IGNORED; /* older files */
+    for (int k = 0; k < NLLAMA; k++)
+        if (!strcmp(d, llama_names[k].hf)) {
+            s->t = llama_names[k].t, s->layer = (int)l, s->part = llama_names[k].part;
+            return NAME_TENSOR;
+        }
+    return NAME_UNKNOWN;
+}
+
 /* What a tensor name is; a table tensor's slot in *s. */
-static int name_kind(const char *name, int layers, slot *s) {
+static int name_kind(const char *name, const ct_gpt_config *c, slot *s) {
+    int layers = c->layers;
+    if (ct_gpt_is_llama(c)) return llama_name_kind(name, c, s);
+    s->part = 0;
     if (!strcmp(name, "lm_head.weight")) return NAME_LM_HEAD;
     if (!strncmp(name, "transformer.", 12)) name += 12;
     s->layer = 0, s->conv1d = 0;
@@ -51,13 +123,9 @@ static int name_kind(const char *name, int layers, slot *s) {
     if (!strcmp(name, "ln_f.weight")) return s->t = CT_GPT_lnfw, NAME_TENSOR;
     if (!strcmp(name, "ln_f.bias")) return s->t = CT_GPT_lnfb, NAME_TENSOR;
     if (strncmp(name, "h.", 2)) return NAME_UNKNOWN;
-    const char *d = name + 2;
-    long l = 0;
-    int nd = 0;
-    while (*d >= '0' && *d <= '9' && nd < 9)
-        l = l * 10 + (*d++ - '0'), nd++;
-    if (!nd || *d != '.' || (nd > 1 && name[2] == '0') || l >= layers) return NAME_UNKNOWN;
-    d++;
+    long l;
+    const char *d = layer_of(name + 2, layers, &l);
+    if (!d) return NAME_UNKNOWN;
     if (!strcmp(d, "attn.bias") || !strcmp(d, "attn.masked_bias")) return NAME_IGNORED;
     for (int k = 0; k < NBLOCK; k++)
         if (!strcmp(d, block_names[k].hf)) {
@@ -67,13 +135,16 @@ static int name_kind(const char *name, int layers, slot *s) {
     return NAME_UNKNOWN;
 }
 
-/* The shape Hugging Face stores table tensor t in; returns the rank. */
-static int hf_shape(const ct_gpt_config *c, int t, int conv1d, uint64_t s[2]) {
+/* The shape Hugging Face stores table tensor t (its part `part`) in; returns the rank. */
+static int hf_shape(const ct_gpt_config *c, int t, int conv1d, int part, uint64_t s[2]) {
     ct_gpt_tensor_info ti = ct_gpt_tensor(c, t);
-    if (t == CT_GPT_wte) return s[0] = (uint64_t)c->vocab, s[1] = (uint64_t)c->channels, 2;
+    if (t == CT_GPT_wte || t == CT_GPT_lmhead)
+        return s[0] = (uint64_t)c->vocab, s[1] = (uint64_t)c->channels, 2;
     if (ti.ndim == 1) return s[0] = (uint64_t)ti.rows * ti.cols, 1;
     if (conv1d) return s[0] = ti.cols, s[1] = ti.rows, 2;
-    return s[0] = ti.rows, s[1] = ti.cols, 2;
+    size_t r0, nr;
+    part_rows(c, t, part, &r0, &nr);
+    return s[0] = nr, s[1] = ti.cols, 2;
 }
 
 /* ------------------------------------------------------------------ files */
@@ -166,7 +237,7 @@ typedef struct reader {
 static ct_status take(reader *r, ct__st_file *sf, const ct__st_tensor *t, const char *shard,
                       ct_err *err) {
     const ct_gpt_config *c = r->cfg;
-    slot s = {0, 0, 0};
+    slot s = {0, 0, 0, 0};
     ct_status st = CT_OK;
     if (r->map) {
         const ct_json *m = ct__json_get(r->map, t->name);
@@ -182,27 +253,32 @@ static ct_status take(reader *r, ct__st_file *sf, const ct__st_tensor *t, const 
                           sf->path, t->name, m->str);
         r->matched++;
     }
-    int kind = name_kind(t->name, c->layers, &s);
+    int kind = name_kind(t->name, c, &s), llama = ct_gpt_is_llama(c);
     if (kind == NAME_IGNORED) return CT_OK;
     if (kind == NAME_UNKNOWN)
-        return CT_ERR(
-            err, CT_ERR_FORMAT,
-            "%s: unexpected tensor \"%.100s\" (not part of a GPT2LMHeadModel of %d layers)",
-            sf->path, t->name, c->layers);
+        return CT_ERR(err, CT_ERR_FORMAT,
+                      "%s: unexpected tensor \"%.100s\" (not part of a %s of %d layers)",
+                      sf->path, t->name, llama ? "LlamaForCausalLM" : "GPT2LMHeadModel",
+                      c->layers);
     uint64_t want[2];
     int wr = kind == NAME_LM_HEAD
                  ? (want[0] = (uint64_t)c->vocab, want[1] = (uint64_t)c->channels, 2)
-                 : hf_shape(c, s.t, s.conv1d, want);
+                 : hf_shape(c, s.t, s.conv1d, s.part, want);
     if (t->rank != wr || memcmp(t->shape, want, sizeof want[0] * (size_t)wr)) {
-        char ws[64], gs[160];
+        char ws[64], gs[160], fields[200];
         ct__st_shape_str(ws, sizeof ws, want, wr);
         ct__st_shape_str(gs, sizeof gs, t->shape, t->rank);
-        return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: tensor \"%s\" has shape %s, but config.json "
-                      "(n_layer %d, n_head %d, n_embd %d, vocab_size %d, "
-                      "n_positions %d) gives %s",
-                      sf->path, t->name, gs, c->layers, c->heads, c->channels, c->vocab, c->max_seq,
-                      ws);
+        if (llama)
+            snprintf(fields, sizeof fields,
+                     "num_hidden_layers %d, num_attention_heads %d, num_key_value_heads %d, "
+                     "hidden_size %d, intermediate_size %d, vocab_size %d",
+                     c->layers, c->heads, c->kv_heads, c->channels, c->ffn_dim, c->vocab);
+        else
+            snprintf(fields, sizeof fields,
+                     "n_layer %d, n_head %d, n_embd %d, vocab_size %d, n_positions %d", c->layers,
+                     c->heads, c->channels, c->vocab, c->max_seq);
+        return CT_ERR(err, CT_ERR_FORMAT, "%s: tensor \"%s\" has shape %s, but config.json (%s) gives %s",
+                      sf->path, t->name, gs, fields, ws);
     }
     if (!t->readable)
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
@@ -220,14 +296,15 @@ static ct_status take(reader *r, ct__st_file *sf, const ct__st_tensor *t, const 
         return ct__st_read_f32(sf, t, r->lm_head, err);
     }
     unsigned char *done = &r->filled[s.t * c->layers + s.layer];
-    if (*done)
+    if (*done & (1u << s.part))
         return CT_ERR(err, CT_ERR_FORMAT,
-                      "%s: tensor \"%s\" is given twice (with and without the "
-                      "\"transformer.\" prefix, or in two shards)",
-                      sf->path, t->name);
-    *done = 1;
+                      "%s: tensor \"%s\" is given twice (%s, or in two shards)", sf->path,
+                      t->name, llama ? "twice in one file" : "with and without the \"transformer.\" prefix");
+    *done |= (unsigned char)(1u << s.part);
     ct_gpt_tensor_info ti = ct_gpt_tensor(c, s.t);
-    float *dst = r->p + r->off[s.t] + (size_t)s.layer * ti.rows * ti.cols;
+    size_t row0, nrows;
+    part_rows(c, s.t, s.part, &row0, &nrows);
+    float *dst = r->p + r->off[s.t] + ((size_t)s.layer * ti.rows + row0) * ti.cols;
     if (!s.conv1d) return ct__st_read_f32(sf, t, dst, err); /* wte: its V rows; the rest stay 0 */
     float *tmp = ct_malloc((size_t)t->count * sizeof(float));
     if (!tmp)
@@ -344,8 +421,18 @@ done:
     return st;
 }
 
-/* The HF name of a table tensor's slice, for messages. */
-static void hf_name(char *b, size_t len, int t, int layer) {
+/* The HF name of a table tensor's slice (its part), for messages. */
+static void hf_name(char *b, size_t len, const ct_gpt_config *c, int t, int layer, int part) {
+    if (ct_gpt_is_llama(c)) {
+        snprintf(b, len, "%s", t == CT_GPT_wte      ? "model.embed_tokens.weight"
+                               : t == CT_GPT_lnfw   ? "model.norm.weight"
+                               : t == CT_GPT_lmhead ? "lm_head.weight"
+                                                    : "?");
+        for (int k = 0; k < NLLAMA; k++)
+            if (llama_names[k].t == t && llama_names[k].part == part)
+                snprintf(b, len, "model.layers.%d.%s", layer, llama_names[k].hf);
+        return;
+    }
     const char *top = t == CT_GPT_wte    ? "wte.weight"
                       : t == CT_GPT_wpe  ? "wpe.weight"
                       : t == CT_GPT_lnfw ? "ln_f.weight"
@@ -385,14 +472,22 @@ ct_status ct_hf_read(const char *path, ct_gpt_config *cfg, float **params, size_
     for (int t = 0; st == CT_OK && t < CT_GPT_NUM_TENSORS; t++) {
         ct_gpt_tensor_info ti = ct_gpt_tensor(cfg, t);
         if (!sizes[t]) continue; /* the router of a dense model */
-        for (int l = 0; l < (ti.per_layer ? cfg->layers : 1); l++)
-            if (!r.filled[t * cfg->layers + l]) {
-                char name[96];
-                hf_name(name, sizeof name, t, l);
-                st = CT_ERR(err, CT_ERR_FORMAT, "%s: tensor \"%s\" is missing", path, name);
-                break;
-            }
+        for (int l = 0; st == CT_OK && l < (ti.per_layer ? cfg->layers : 1); l++)
+            for (int part = 0; part < nparts(cfg, t); part++)
+                if (!(r.filled[t * cfg->layers + l] & (1u << part))) {
+                    char name[96];
+                    hf_name(name, sizeof name, cfg, t, l, part);
+                    st = CT_ERR(err, CT_ERR_FORMAT, "%s: tensor \"%s\" is missing", path, name);
+                    break;
+                }
     }
+    if (st == CT_OK && r.lm_head && ct_gpt_is_llama(cfg) &&
+        memcmp(r.lm_head, r.p + r.off[CT_GPT_wte],
+               (size_t)cfg->vocab * cfg->channels * sizeof(float)))
+        st = CT_ERR(err, CT_ERR_FORMAT,
+                    "%s: lm_head.weight differs from model.embed_tokens.weight, but config.json "
+                    "ties them (tie_word_embeddings true)",
+                    r.lm_head_file);
     if (st == CT_OK && r.lm_head &&
         memcmp(r.lm_head, r.p + r.off[CT_GPT_wte],
                (size_t)cfg->vocab * cfg->channels * sizeof(float)))
@@ -414,6 +509,34 @@ done:
 }
 
 /* ------------------------------------------------------------------ write */
+
+/* A Llama model's tensors in Hugging Face's names and order (embedding, each layer's nine, the
+ * final norm, an untied head), the stacked ones cut into their parts; returns the count
+ * (at most 3 + 9 L). */
+static int llama_outs(const ct_gpt_config *cfg, const float *params, const size_t *off,
+                      ct__st_out *ts) {
+    int n = 0;
+    for (int k = -1; k <= cfg->layers; k++) {
+        int cnt = k < 0 ? 1 : k == cfg->layers ? 1 + ct_gpt_has_lm_head(cfg) : NLLAMA;
+        for (int j = 0; j < cnt; j++) {
+            int t, part = 0, layer = k < 0 || k == cfg->layers ? 0 : k;
+            if (k < 0) t = CT_GPT_wte;
+            else if (k == cfg->layers) t = j ? CT_GPT_lmhead : CT_GPT_lnfw;
+            else t = llama_names[j].t, part = llama_names[j].part;
+            ct_gpt_tensor_info ti = ct_gpt_tensor(cfg, t);
+            size_t row0, nrows;
+            part_rows(cfg, t, part, &row0, &nrows);
+            ct__st_out *o = &ts[n++];
+            hf_name(o->name, sizeof o->name, cfg, t, layer, part);
+            o->rank = hf_shape(cfg, t, 0, part, o->shape);
+            o->src = params + off[t] + ((size_t)layer * ti.rows + row0) * ti.cols;
+            /* the embedding and head: their V real rows */
+            o->rows = t == CT_GPT_wte || t == CT_GPT_lmhead ? (size_t)cfg->vocab : nrows;
+            o->cols = ti.cols;
+        }
+    }
+    return n;
+}
 
 ct_status ct_hf_write(const char *dir, const ct_gpt_config *cfg, const float *params,
                       ct_file_dtype dtype, ct_err *err) {
@@ -439,7 +562,8 @@ ct_status ct_hf_write(const char *dir, const ct_gpt_config *cfg, const float *pa
     int L = cfg->layers, n = 0;
     ct__st_out *ts = ct_calloc((size_t)(4 + NBLOCK * L), sizeof *ts);
     if (!ts) return CT_ERR(err, CT_ERR_NOMEM, "%s: out of memory", dir);
-    for (int k = 0; k < 4 + NBLOCK * L; k++) { /* wte, wpe, the blocks, ln_f */
+    if (ct_gpt_is_llama(cfg)) n = llama_outs(cfg, params, off, ts);
+    for (int k = 0; !ct_gpt_is_llama(cfg) && k < 4 + NBLOCK * L; k++) { /* wte, wpe, blocks, ln_f */
         int t, layer = 0, conv1d = 0, b = k - 2;
         const char *name;
         if (k < 2) {
@@ -460,7 +584,7 @@ ct_status ct_hf_write(const char *dir, const ct_gpt_config *cfg, const float *pa
             snprintf(o->name, sizeof o->name, "transformer.h.%d.%s", layer, name);
         else
             snprintf(o->name, sizeof o->name, "transformer.%s", name);
-        o->rank = hf_shape(cfg, t, conv1d, o->shape);
+        o->rank = hf_shape(cfg, t, conv1d, 0, o->shape);
         o->src = params + off[t] + (size_t)layer * ti.rows * ti.cols;
         o->rows = t == CT_GPT_wte ? (size_t)cfg->vocab : ti.rows; /* wte: the V real rows */
         o->cols = ti.cols;

@@ -1,5 +1,6 @@
 /* io_hf_config.c - Hugging Face's config.json of a GPT2LMHeadModel, read into the engine's config
- * and written from it (ct_engine_io.h states the rules). Every field is placed in one table: the
+ * and written from it (ct_engine_io.h states the rules); a LlamaForCausalLM's (model_type "llama")
+ * is handed to io_hf_llama.c. Every field is placed in one table: the
  * shape (required integers), the ones whose values the engine implements only in part (checked,
  * refused naming the field and value otherwise), and the ones that do not change the model the
  * engine computes (ignored: dropout, token ids, the double-heads model's summary, bookkeeping).
@@ -12,7 +13,7 @@
 
 #include "ct_alloc.h"
 #include "ct_engine_io.h"
-#include "io_json_impl.h"
+#include "io_hf_impl.h"
 
 #define CONFIG_MAX_BYTES (1u << 20)
 
@@ -108,7 +109,7 @@ static ct_status check_field(const char *k, const ct_json *v, const char *what, 
         if (v->t != CT_JSON_STR || strcmp(v->str, "gpt2"))
             return CT_ERR(err, CT_ERR_UNSUPPORTED,
                           "%s: \"model_type\": %s%.40s%s is not supported "
-                          "(this reader takes GPT-2's: \"gpt2\")",
+                          "(this reader takes GPT-2's, \"gpt2\", and Llama's, \"llama\")",
                           what, v->t == CT_JSON_STR ? "\"" : "",
                           v->t == CT_JSON_STR ? v->str : ct__json_type_name(v->t),
                           v->t == CT_JSON_STR ? "\"" : "");
@@ -181,6 +182,11 @@ ct_status ct_hf_config_parse(const char *text, size_t n, const char *what, ct_gp
         st = CT_ERR(err, CT_ERR_FORMAT, "%s is not a JSON object", what);
         goto done;
     }
+    const ct_json *mt = ct__json_get(&root, "model_type");
+    if (mt && mt->t == CT_JSON_STR && !strcmp(mt->str, "llama")) {
+        st = ct__hf_llama_parse(&root, what, is_ignored, cfg, err);
+        goto done;
+    }
     if ((st = need_int(&root, what, "n_layer", &cfg->layers, err)) != CT_OK ||
         (st = need_int(&root, what, "n_head", &cfg->heads, err)) != CT_OK ||
         (st = need_int(&root, what, "n_embd", &cfg->channels, err)) != CT_OK ||
@@ -203,6 +209,7 @@ done:
 }
 
 char *ct_hf_config_format(const ct_gpt_config *c, ct_file_dtype dtype) {
+    if (ct_gpt_is_llama(c)) return ct__hf_llama_format(c, dtype);
     size_t cap = 1024;
     char *b = ct_malloc(cap);
     if (!b) return NULL;

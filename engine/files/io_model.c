@@ -213,6 +213,11 @@ ct_status ct_model_file_write_as(const char *path, const ct_gpt_config *cfg, con
                       "%s: llm.c's model format has no place for experts (this model has %d); "
                       "name the file *.safetensors",
                       path, cfg->experts);
+    if (ct_gpt_is_llama(cfg))
+        return CT_ERR(err, CT_ERR_ARG,
+                      "%s: llm.c's model format is GPT-2's (learned positions, LayerNorm, GELU) "
+                      "and has no place for a Llama model; name the file *.safetensors",
+                      path);
     int32_t h[HEADER_INTS] = {0};
     h[0] = CT_MODEL_MAGIC;
     h[1] = dtype == CT_FILE_BF16 ? CT_MODEL_VERSION_BF16 : CT_MODEL_VERSION_FP32;

@@ -40,6 +40,12 @@ ct_status ct_safetensors_write(const char *path, const ct_gpt_config *cfg, const
              "\"experts\":\"%d\",\"top_k\":\"%d\"",
              cfg->max_seq, cfg->vocab, cfg->padded_vocab, cfg->layers, cfg->heads, cfg->channels,
              cfg->experts, cfg->top_k);
+    if (ct_gpt_is_llama(cfg)) /* a GPT-2 file's metadata stays as it was */
+        snprintf(meta + strlen(meta), sizeof meta - strlen(meta),
+                 ",\"arch\":\"llama\",\"kv_heads\":\"%d\",\"ffn_dim\":\"%d\","
+                 "\"rope_theta\":\"%.9g\",\"norm_eps\":\"%.9g\",\"tie_embeddings\":\"%d\"",
+                 cfg->kv_heads, cfg->ffn_dim, (double)cfg->rope_theta, (double)cfg->norm_eps,
+                 cfg->tie_embeddings);
     ct__st_out ts[CT_GPT_NUM_TENSORS];
     int n = 0;
     size_t at = 0;
@@ -79,6 +85,22 @@ static ct_status meta_int(const ct__st_file *sf, const char *key, int *out, ct_e
     return CT_OK;
 }
 
+static ct_status meta_float(const ct__st_file *sf, const char *key, float *out, ct_err *err) {
+    const char *v = ct__st_meta(sf, key);
+    if (!v)
+        return CT_ERR(err, CT_ERR_FORMAT, "%s: the safetensors metadata has no \"%s\"", sf->path,
+                      key);
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!v[0] || !end || *end || errno || !(x > 0) || x > 3e38)
+        return CT_ERR(err, CT_ERR_FORMAT,
+                      "%s: metadata \"%s\" = \"%.40s\" is not a positive number", sf->path, key,
+                      v);
+    *out = (float)x;
+    return CT_OK;
+}
+
 /* The file opened and its configuration read and checked. */
 static ct_status open_model(ct__st_file *sf, const char *path, ct_gpt_config *cfg, ct_err *err) {
     ct_status st = ct__st_open(sf, path, err);
@@ -100,6 +122,17 @@ static ct_status open_model(ct__st_file *sf, const char *path, ct_gpt_config *cf
     int *fields[] = {&cfg->max_seq, &cfg->vocab,    &cfg->padded_vocab, &cfg->layers,
                      &cfg->heads,   &cfg->channels, &cfg->experts,      &cfg->top_k};
     for (int k = 0; k < 8 && st == CT_OK; k++) st = meta_int(sf, keys[k], fields[k], err);
+    const char *arch = st == CT_OK ? ct__st_meta(sf, "arch") : NULL;
+    if (arch && ct_arch_parse(arch, &cfg->arch) != CT_OK)
+        st = CT_ERR(err, CT_ERR_FORMAT, "%s: metadata \"arch\" = \"%.40s\" is not gpt2 or llama",
+                    path, arch);
+    if (st == CT_OK && ct_gpt_is_llama(cfg)) {
+        st = meta_int(sf, "kv_heads", &cfg->kv_heads, err);
+        if (st == CT_OK) st = meta_int(sf, "ffn_dim", &cfg->ffn_dim, err);
+        if (st == CT_OK) st = meta_int(sf, "tie_embeddings", &cfg->tie_embeddings, err);
+        if (st == CT_OK) st = meta_float(sf, "rope_theta", &cfg->rope_theta, err);
+        if (st == CT_OK) st = meta_float(sf, "norm_eps", &cfg->norm_eps, err);
+    }
     if (st == CT_OK) st = ct_gpt_config_check(cfg, path, err);
     if (st != CT_OK) ct__st_close(sf);
     return st;

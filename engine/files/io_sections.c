@@ -74,12 +74,17 @@ ct_status ct__ckpt_head_write(ct_atomic_file *af, const ct_checkpoint *ck, uint3
     uint32_t head[2] = {version, nsections};
     CT_CHECK(ct_atomic_file_write(af, CT_CKPT_MAGIC, 8, err));
     CT_CHECK(ct_atomic_file_write(af, head, sizeof head, err));
-    /* a dense model's CONFIG is the 6 sizes (as before experts existed); a mixture of experts
-     * adds the experts and top-k */
-    int32_t cfg[8] = {ck->cfg.max_seq, ck->cfg.vocab,    ck->cfg.padded_vocab, ck->cfg.layers,
-                      ck->cfg.heads,   ck->cfg.channels, ck->cfg.experts,      ck->cfg.top_k};
-    CT_CHECK(
-        ct__section_write(af, "CONFIG", cfg, (ck->cfg.experts > 0 ? 8 : 6) * sizeof(int32_t), err));
+    /* a dense GPT-2 model's CONFIG is the 6 sizes (as before experts existed); a mixture of
+     * experts adds the experts and top-k; a Llama model those and its 6 fields (arch, kv heads,
+     * ffn dim, theta and eps as float bits, tie) */
+    int32_t cfg[14] = {ck->cfg.max_seq, ck->cfg.vocab,    ck->cfg.padded_vocab, ck->cfg.layers,
+                       ck->cfg.heads,   ck->cfg.channels, ck->cfg.experts,      ck->cfg.top_k,
+                       ck->cfg.arch,    ck->cfg.kv_heads, ck->cfg.ffn_dim,      0,
+                       0,               ck->cfg.tie_embeddings};
+    memcpy(&cfg[11], &ck->cfg.rope_theta, 4);
+    memcpy(&cfg[12], &ck->cfg.norm_eps, 4);
+    size_t ncfg = ck->cfg.arch != CT_ARCH_GPT2 ? 14 : ck->cfg.experts > 0 ? 8 : 6;
+    CT_CHECK(ct__section_write(af, "CONFIG", cfg, ncfg * sizeof(int32_t), err));
     ct__state_rec s;
     memset(&s, 0, sizeof s);
     s.step = ck->step;
@@ -104,14 +109,21 @@ ct_status ct__ckpt_head_read(FILE *f, const char *path, long fsize, ct_checkpoin
     void *cfgp = NULL, *statep = NULL, *meta = NULL;
     size_t cfgn = 0;
     CT_CHECK(ct__section_read(f, path, fsize, "CONFIG", SIZE_MAX, &cfgp, &cfgn, err));
-    if (cfgn != 6 * sizeof(int32_t) && cfgn != 8 * sizeof(int32_t)) {
+    if (cfgn != 6 * sizeof(int32_t) && cfgn != 8 * sizeof(int32_t) &&
+        cfgn != 14 * sizeof(int32_t)) {
         st = CT_ERR(err, CT_ERR_FORMAT,
-                    "%s: corrupt checkpoint: section CONFIG has %zu bytes, 24 or 32 expected", path,
-                    cfgn);
+                    "%s: corrupt checkpoint: section CONFIG has %zu bytes, 24, 32 or 56 expected",
+                    path, cfgn);
         goto cleanup;
     }
     int32_t *c = (int32_t *)cfgp;
-    if (cfgn == 8 * sizeof(int32_t)) ck->cfg.experts = c[6], ck->cfg.top_k = c[7];
+    if (cfgn >= 8 * sizeof(int32_t)) ck->cfg.experts = c[6], ck->cfg.top_k = c[7];
+    if (cfgn == 14 * sizeof(int32_t)) {
+        ck->cfg.arch = c[8], ck->cfg.kv_heads = c[9], ck->cfg.ffn_dim = c[10];
+        memcpy(&ck->cfg.rope_theta, &c[11], 4);
+        memcpy(&ck->cfg.norm_eps, &c[12], 4);
+        ck->cfg.tie_embeddings = c[13];
+    }
     ck->cfg.max_seq = c[0];
     ck->cfg.vocab = c[1];
     ck->cfg.padded_vocab = c[2];

@@ -91,8 +91,17 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
     int fused = attn == CT_ATTN_FUSED;
     size_t att = fused ? B * NHl * T : B * NHl * T * T, g = fused ? 0 : 1;
     size_t dense = c->experts > 0 ? 0 : 1; /* the MoE layer keeps its own tensors instead */
-    size_t bsz[B__COUNT] = {rowC, BTl,     BTl,           BT * Cq,       att, BT * Ca, rowC,
-                            rowC, BTl,     BTl,           dense * BT * F, dense * BT * F, rowC};
+    /* A Llama block (one worker: no TP) keeps the same tensors: the RMSNorms' outputs and rstd
+     * (no means), the expanded q|k|v (B,T,3C) after RoPE (each kv head repeated for its query
+     * heads: the attention's input), fch = [gate (B,T,F) | up (B,T,F)], fchg the SwiGLU
+     * output (B,T,F). Its scratch: the GEMM's q|k|v (B,T,Cr), Cr = C + 2 NKV hd, in dB in the
+     * forward (dB is the backward's), its gradient in dA in the backward. */
+    int llama = ct_gpt_is_llama(c);
+    size_t Fl = (size_t)ct_gpt_ffn(c), Cr = (size_t)ct_gpt_qkv_rows(c);
+    size_t Ffch = llama ? 2 * Fl : F, Ffchg = llama ? Fl : F, stat = llama ? 0 : BTl;
+    size_t wA = llama ? (Fl > Cr ? Fl : Cr) : F, wB = llama ? (2 * Fl > Cr ? 2 * Fl : Cr) : F;
+    size_t bsz[B__COUNT] = {rowC, stat,    BTl,           BT * Cq,       att, BT * Ca, rowC,
+                            rowC, stat,    BTl,   dense * BT * Ffch, dense * BT * Ffchg, rowC};
     for (int t = 0; t < B__COUNT; t++) a->bsz[t] = bsz[t], a->kept[t] = 1;
     if (rc == CT_RECOMPUTE_BLOCK) /* a block keeps only its output (the next one's input) */
         for (int t = 0; t < B__COUNT; t++) a->kept[t] = t == B_RES3;
@@ -128,8 +137,8 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
     XACT(proj, BTC, "the projection scratch");
     XACT(vaccum, g * BT * Ca, "the attention output scratch");
     XACT(dres, rowC, "the residual gradient");
-    XACT(dA, BT * (F > C ? F : C), "gradient scratch A");
-    XACT(dB, BT * (F > Cq ? F : Cq), "gradient scratch B");
+    XACT(dA, BT * (wA > C ? wA : C), "gradient scratch A");
+    XACT(dB, BT * (wB > Cq ? wB : Cq), "gradient scratch B");
     REGIONA(xr, nxr, x, datt, att, 0, fused ? "the attention row sums" : "the score gradient",
             fused ? "the attention row sums" : "the score gradient", !fused); /* the score gradient; fused: rowsum(dout * out) */
     /* the attention backward's head-major temporaries share the forward's: each is written and
@@ -163,7 +172,7 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
             "every block's weight-gradient inputs", 1);
     size_t h = head ? 1 : 0;
     SACT(lnf, h * rowC, "the final LayerNorm");
-    SREG(lnfm, h * BTl, "the final LayerNorm's means");
+    SREG(lnfm, h * stat, "the final LayerNorm's means");
     SREG(lnfr, h * BTl, "the final LayerNorm's deviations");
     SACT(logits, h * ct__head_rows(loss_chunk, B, T) * Vl, "the logits");
     SREG(losses, h * BT, "the losses");
@@ -238,6 +247,11 @@ ct_status ct_model_tp_check(const ct_gpt_config *c, int N, int sp, int T, ct_err
                       "tensor parallelism: tp = %d does not divide the %d attention heads (each "
                       "worker runs NH / tp whole heads)",
                       N, c->heads);
+    if (ct_gpt_is_llama(c) && ct_gpt_kv_heads(c) % N)
+        return CT_ERR(err, CT_ERR_ARG,
+                      "tensor parallelism: tp = %d does not divide the %d key/value heads (each "
+                      "worker would hold NKV / tp whole kv heads with their query heads)",
+                      N, ct_gpt_kv_heads(c));
     if (c->padded_vocab % N)
         return CT_ERR(err, CT_ERR_ARG,
                       "tensor parallelism: tp = %d does not divide the padded vocabulary Vp = %d "
@@ -372,6 +386,22 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                       "%s: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
                       "are built; a ZeRO stage needs dp >= 2)",
                       layout->zero, layout->dp);
+    if (ct_gpt_is_llama(cfg)) {
+        /* the Llama block runs on one worker's whole model: data parallelism and ZeRO only */
+        const char *axis = N > 1 ? "tp" : ep > 1 ? "ep" : NULL;
+        int n = N > 1 ? N : ep;
+        if (axis)
+            return PFAIL(CT_ERR_UNSUPPORTED,
+                         "%s: a Llama model with %s %d is not built yet (it trains with data and "
+                         "pipeline parallelism, ZeRO 0 to 3)%s",
+                         axis, n, "");
+        const char *what2 = plan->precision != CT_PRECISION_FP32 ? "bf16"
+                            : plan->sp                        ? "sequence parallelism"
+                                                              : NULL;
+        if (what2)
+            return PFAIL(CT_ERR_UNSUPPORTED, "%s: a Llama model with %s is not built yet%s",
+                         what2, " (fp32)");
+    }
     if (plan->precision != CT_PRECISION_FP32 && plan->precision != CT_PRECISION_BF16)
         return PFAIL(CT_ERR_ARG, "%s: precision %d is not fp32 or bf16%s", (int)plan->precision,
                      "");

@@ -1,10 +1,22 @@
-/* backward.c - GPT-2's backward on activation slots: the head (cross-entropy, logits, final
+/* backward.c - the model's backward on activation slots (a Llama model's block is llama.c's,
+ * its final RMSNorm and embedding picked here): the head (cross-entropy, logits, final
  * LayerNorm), block l (whole, or the zero-bubble input and weight halves), the embedding. Each
  * adds into the worker's gradients and passes the residual gradient along in ct_model_dres;
  * none reads its forward's outputs but from the slot (or, under recomputation, from the scratch
  * its recomputed forward refills: forward.c). */
+#include "ct_engine_ops_llama.h"
 #include "model_impl.h"
 
+
+/* The final norm's backward: dres = the gradient of the last block's output (from dA). */
+static ct_status final_norm_backward(ct_model *m, size_t sb, ct_view last, int rb, int rt) {
+    int C = m->cfg.channels;
+    if (ct_gpt_is_llama(&m->cfg))
+        return ct_rmsnorm_backward(m->dev, XA(dres), GV(lnfw, 0), XA(dA), last, PV(lnfw, 0),
+                                   SV(lnfr), rb, rt, C, 0);
+    return ct_layernorm_backward(m->dev, XA(dres), GV(lnfw, 0), GV(lnfb, 0), XA(dA), last,
+                                 PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C, 0);
+}
 
 ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     ct_status st = CT_OK;
@@ -19,6 +31,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
                       "backward per forward)");
     row_shape(m, B, T, &rb, &rt);
     ct_view last = BA(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
+    ct_view hw = ct__model_head_weight(m, 0), dhw = ct__model_head_weight(m, 1);
     ss->logits_valid = 0; /* the logits become their gradient */
     ss->loss_scale = loss_scale;
     double tg_ = ct_time_now();
@@ -30,19 +43,17 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
             int n = (int)(BT - r0 < rows ? BT - r0 : rows);
             ct_view x = ct_view_at(SA(lnf), r0 * C), dx = ct_view_at(XA(dA), r0 * C);
             RUN(CT_PROF_recompute,
-                ct_tp_col_forward(m->dev, m->tp, SA(logits), x, XA(xfull), PV(wte, 0),
-                                  ct_view_none(), 1, n, C, Vp / m->N));
+                ct_tp_col_forward(m->dev, m->tp, SA(logits), x, XA(xfull), hw, ct_view_none(), 1,
+                                  n, C, Vp / m->N));
             RUN(CT_PROF_crossentropy_bwd,
                 ct_tp_crossentropy_backward(m->dev, m->tp, SA(logits), ct_view_at(SV(lse), r0),
                                             ct_view_at(SV(targets), r0), loss_scale / (float)BT,
                                             1, n, m->cfg.vocab, Vp));
             RUN(CT_PROF_matmul_logits_bwd,
-                ct_tp_col_backward(m->dev, m->tp, dx, GV(wte, 0), ct_view_none(), SA(logits), x,
-                                   XA(xfull), dx, PV(wte, 0), 1, n, C, Vp / m->N));
+                ct_tp_col_backward(m->dev, m->tp, dx, dhw, ct_view_none(), SA(logits), x,
+                                   XA(xfull), dx, hw, 1, n, C, Vp / m->N));
         }
-        RUN(CT_PROF_layernorm_bwd,
-            ct_layernorm_backward(m->dev, XA(dres), GV(lnfw, 0), GV(lnfb, 0), XA(dA), last,
-                                  PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C, 0));
+        RUN(CT_PROF_layernorm_bwd, final_norm_backward(m, sb, last, rb, rt));
         GROUP("logits and loss backward");
         goto cleanup;
     }
@@ -50,11 +61,9 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
         ct_tp_crossentropy_backward(m->dev, m->tp, SA(logits), SV(lse), SV(targets),
                                     loss_scale / (float)BT, B, T, m->cfg.vocab, Vp));
     RUN(CT_PROF_matmul_logits_bwd,
-        ct_tp_col_backward(m->dev, m->tp, XA(dA), GV(wte, 0), ct_view_none(), SA(logits), SA(lnf),
-                           XA(xfull), XA(dA), PV(wte, 0), B, T, C, Vp / m->N));
-    RUN(CT_PROF_layernorm_bwd, ct_layernorm_backward(m->dev, XA(dres), GV(lnfw, 0), GV(lnfb, 0), XA(dA),
-                                                last, PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C,
-                                                0));
+        ct_tp_col_backward(m->dev, m->tp, XA(dA), dhw, ct_view_none(), SA(logits), SA(lnf),
+                           XA(xfull), XA(dA), hw, B, T, C, Vp / m->N));
+    RUN(CT_PROF_layernorm_bwd, final_norm_backward(m, sb, last, rb, rt));
     GROUP("logits and loss backward");
 cleanup:
     return dev_fail(m, st, "ct_model_head_backward");
@@ -117,6 +126,10 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part
     if (part != CT_BACKWARD_WEIGHT && m->plan.recompute != CT_RECOMPUTE_NONE &&
         (st = ct__model_block_run(m, slot, l, 1)) != CT_OK)
         goto cleanup;
+    if (ct_gpt_is_llama(&m->cfg)) {
+        st = ct__llama_block_backward(m, slot, l, part);
+        goto cleanup;
+    }
     double tg_ = ct_time_now();
     /* ---- the MLP: dA = the gradient of ln2's output */
     if (whole && m->moe) {
@@ -222,6 +235,11 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
                       "ct_model_embed_backward: this worker does not hold the embedding");
     slot_state *ss = &m->st[slot];
     size_t sb = slot_base(m, slot);
+    if (ct_gpt_is_llama(&m->cfg)) {
+        RUN(CT_PROF_encoder_bwd, ct_embed_backward(m->dev, GV(wte, 0), XA(dres), SV(tokens), ss->B,
+                                                   ss->T, m->cfg.channels, m->cfg.padded_vocab));
+        goto cleanup;
+    }
     RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XA(dres),
                                              XA(dfull), SV(tokens), ss->B, ss->T,
                                              m->cfg.channels, m->cfg.padded_vocab));

@@ -1,5 +1,6 @@
 /* ct_engine_ops_llama.h - the device ops the Llama family needs beyond GPT-2's (ct_engine_ops.h):
- * RMSNorm, the rotary position embedding in Hugging Face's convention, and the SwiGLU gate. Same
+ * RMSNorm, the rotary position embedding in Hugging Face's convention, the SwiGLU gate, the token
+ * embedding without positions and grouped-query attention's kv-head repetition. Same
  * conventions as ct_engine_ops.h: views, llm.c's argument order, activation gradients "=" (or
  * "+=" where asked), parameter gradients "+=", everything enqueued, nothing read back.
  *
@@ -47,6 +48,24 @@ ct_status ct_swiglu_forward(ct_device *dev, ct_view out /* (N) = */, ct_view gat
 ct_status ct_swiglu_backward(ct_device *dev, ct_view dgate /* (N) = */, ct_view dup /* (N) = */,
                              ct_view dout /* (N) */, ct_view gate /* (N) */, ct_view up /* (N) */,
                              size_t N);
+
+/* ---- The token embedding without positions: out = wte[token]. */
+ct_status ct_embed_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
+                           ct_view tokens /* (B,T) int32 */, ct_view wte /* (Vp,C) */, int B, int T,
+                           int C, int Vp);
+ct_status ct_embed_backward(ct_device *dev, ct_view dwte /* (Vp,C) += */,
+                            ct_view dout /* (B,T,C) */, ct_view tokens /* (B,T) int32 */, int B,
+                            int T, int C, int Vp);
+
+/* ---- Grouped-query attention through the multi-head attention ops: the fused q|k|v of NH query
+ * and NKV kv heads (Cr = (NH + 2 NKV) hd per row) becomes (B,T,3C) with each kv head repeated for
+ * its NH / NKV query heads (query head h reads kv head h / (NH / NKV)); the backward is its
+ * adjoint (the repeated heads' gradients summed). NKV = NH is a copy. */
+ct_status ct_gqa_expand_forward(ct_device *dev, ct_view out /* (B,T,3C) = */,
+                                ct_view inp /* (B,T,Cr) */, int B, int T, int NH, int NKV, int hd);
+ct_status ct_gqa_expand_backward(ct_device *dev, ct_view dinp /* (B,T,Cr) = */,
+                                 ct_view dout /* (B,T,3C) */, int B, int T, int NH, int NKV,
+                                 int hd);
 
 #ifdef __cplusplus
 }

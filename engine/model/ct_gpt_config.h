@@ -1,5 +1,7 @@
-/* ct_gpt_config.h - the GPT-2 configuration, the layout a model is built for, and the one table
- * of parameter tensors (llm.c's order) from which offsets, sizes, file I/O and views are derived.
+/* ct_gpt_config.h - the model's configuration (GPT-2, or a Llama-style model: arch), the layout a
+ * model is built for, and the one table of parameter tensors (llm.c's order) from which offsets,
+ * sizes, file I/O and views are derived. A Llama model uses the same table: the rows it has no use
+ * for (position embedding, biases) have zero elements, its own (lm_head when untied) zero in GPT-2.
  *
  *     ct_gpt_config c = {.max_seq = 1024, .vocab = 50257, .padded_vocab = 50304,
  *                        .layers = 12, .heads = 12, .channels = 768};  // .experts = 0: dense
@@ -22,11 +24,44 @@ typedef struct ct_gpt_config {
     int channels;     /* C; C % NH == 0 */
     int experts;      /* E: every block's MLP is a mixture of E experts; 0 = the dense MLP */
     int top_k;        /* K: experts per token, 1..E (0 with a dense model) */
+    /* The architecture and its shape (all 0 in a GPT-2 config: the fields below are Llama's). */
+    int arch;           /* ct_arch: CT_ARCH_GPT2 (0) or CT_ARCH_LLAMA */
+    int kv_heads;       /* NKV: key/value heads, NH % NKV == 0 (llama; 0 in GPT-2: NH) */
+    int ffn_dim;        /* F: the MLP's hidden width, any size (llama; 0 in GPT-2: 4C) */
+    float rope_theta;   /* the rotary embedding's base theta (llama; 0 in GPT-2) */
+    float norm_eps;     /* RMSNorm's eps (llama; 0 in GPT-2, whose LayerNorm eps is 1e-5) */
+    int tie_embeddings; /* llama: 1 = the head reads the embedding (no lm_head); GPT-2 always is */
 } ct_gpt_config;
 
+typedef enum ct_arch { CT_ARCH_GPT2 = 0, CT_ARCH_LLAMA = 1 } ct_arch;
+
+/* "gpt2" / "llama" ("?" otherwise); the parse returns CT_ERR_ARG for another name. */
+const char *ct_arch_name(int arch);
+ct_status ct_arch_parse(const char *s, int *arch);
+
+static inline int ct_gpt_is_llama(const ct_gpt_config *c) { return c->arch == CT_ARCH_LLAMA; }
+/* NKV, F, the head size, the fused q|k|v rows (C + 2 NKV hd; 3C in GPT-2) */
+static inline int ct_gpt_kv_heads(const ct_gpt_config *c) {
+    return ct_gpt_is_llama(c) && c->kv_heads > 0 ? c->kv_heads : c->heads;
+}
+static inline int ct_gpt_ffn(const ct_gpt_config *c) {
+    return ct_gpt_is_llama(c) && c->ffn_dim > 0 ? c->ffn_dim : 4 * c->channels;
+}
+static inline int ct_gpt_head_size(const ct_gpt_config *c) {
+    return c->heads > 0 ? c->channels / c->heads : 0;
+}
+static inline int ct_gpt_qkv_rows(const ct_gpt_config *c) {
+    return c->channels + 2 * ct_gpt_kv_heads(c) * ct_gpt_head_size(c);
+}
+/* Whether the head has its own weight (lm_head): an untied Llama model. */
+static inline int ct_gpt_has_lm_head(const ct_gpt_config *c) {
+    return ct_gpt_is_llama(c) && !c->tie_embeddings;
+}
+
 /* Validate a config (sizes positive, C % NH == 0, V <= Vp, experts 0 with top-k 0 or
- * 1 <= top-k <= experts, a plausible parameter count); `what` names its source in the message
- * (gpt_config.c). */
+ * 1 <= top-k <= experts, a plausible parameter count; a GPT-2 config with the Llama fields 0 or
+ * GPT-2's values; a Llama one with NH % NKV == 0, an even head size, F >= 1, theta > 1, eps > 0,
+ * no experts); `what` names its source in the message, the message the field (gpt_config.c). */
 ct_status ct_gpt_config_check(const ct_gpt_config *cfg, const char *what, ct_err *err);
 
 /* The layout a model is built for (ct_layout, ct_coords) lives in parallel/ct_parallel.h. */
@@ -59,25 +94,38 @@ typedef enum ct_init {
  * (the TP split then applies within each expert); with experts = 0 it is the dense MLP's. Shapes
  * are (out, in) for linear weights, y = x W^T + b; ndim: the slice as a file stores it (2: a
  * (rows, cols) matrix, 1: a vector of rows*cols); decay: AdamW weight decay applies (the 2-D
- * weights). The router routerw has E rows: none in a dense model. */
+ * weights). The router routerw has E rows: none in a dense model.
+ *
+ * A Llama model (arch llama) reads the rows as: wte embed_tokens; ln1w, ln2w, lnfw the RMSNorm
+ * weights (input, post-attention, final); qkvw [Wq; Wk; Wv] stacked ((C + 2 NKV hd) rows);
+ * attprojw o_proj; fcw [gate; up] stacked (2F rows); fcprojw down_proj (C x F); lmhead its own
+ * head (untied; tied: none, the head reads wte). Its biases, wpe and the LayerNorm biases have
+ * no elements. */
+/* rows a Llama model does not have (GPT-2's position embedding, biases, LayerNorm biases) */
+#define CT__GPT2_ONLY(c, n) (ct_gpt_is_llama(c) ? 0 : (n))
+/* the MLP's first weight: GPT-2's fc (4C rows); Llama's gate and up stacked, [gate; up] (2F) */
+#define CT__GPT_FC_ROWS(c) (ct_gpt_is_llama(c) ? 2 * ct_gpt_ffn(c) : 4 * (c)->channels)
 #define CT_GPT_TABLE(X, c)                                                                         \
     X(wte, 0, 0, (c)->padded_vocab, (c)->channels, 2, CT_SPLIT_VOCAB, 1, CT_INIT_NORMAL_VOCAB)     \
-    X(wpe, 0, 0, (c)->max_seq, (c)->channels, 2, CT_SPLIT_NONE, 1, CT_INIT_NORMAL)                 \
+    X(wpe, 0, 0, CT__GPT2_ONLY(c, (c)->max_seq), (c)->channels, 2, CT_SPLIT_NONE, 1,             \
+      CT_INIT_NORMAL)                                                                              \
     X(ln1w, 1, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ONE)                              \
-    X(ln1b, 1, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                             \
-    X(qkvw, 1, 0, 3 * (c)->channels, (c)->channels, 2, CT_SPLIT_QKV, 1, CT_INIT_NORMAL)            \
-    X(qkvb, 1, 0, 3 * (c)->channels, 1, 1, CT_SPLIT_QKV, 0, CT_INIT_ZERO)                          \
+    X(ln1b, 1, 0, CT__GPT2_ONLY(c, 1), (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)           \
+    X(qkvw, 1, 0, ct_gpt_qkv_rows(c), (c)->channels, 2, CT_SPLIT_QKV, 1, CT_INIT_NORMAL)           \
+    X(qkvb, 1, 0, CT__GPT2_ONLY(c, 3 * (c)->channels), 1, 1, CT_SPLIT_QKV, 0, CT_INIT_ZERO)        \
     X(attprojw, 1, 0, (c)->channels, (c)->channels, 2, CT_SPLIT_ROW, 1, CT_INIT_RESID)             \
-    X(attprojb, 1, 0, (c)->channels, 1, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                         \
+    X(attprojb, 1, 0, CT__GPT2_ONLY(c, (c)->channels), 1, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)       \
     X(ln2w, 1, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ONE)                              \
-    X(ln2b, 1, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                             \
+    X(ln2b, 1, 0, CT__GPT2_ONLY(c, 1), (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)           \
     X(routerw, 1, 0, (c)->experts, (c)->channels, 2, CT_SPLIT_NONE, 1, CT_INIT_NORMAL)             \
-    X(fcw, 1, 1, 4 * (c)->channels, (c)->channels, 2, CT_SPLIT_COL, 1, CT_INIT_NORMAL)             \
-    X(fcb, 1, 1, 4 * (c)->channels, 1, 1, CT_SPLIT_COL, 0, CT_INIT_ZERO)                           \
-    X(fcprojw, 1, 1, (c)->channels, 4 * (c)->channels, 2, CT_SPLIT_ROW, 1, CT_INIT_RESID)          \
-    X(fcprojb, 1, 1, (c)->channels, 1, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)                          \
+    X(fcw, 1, 1, CT__GPT_FC_ROWS(c), (c)->channels, 2, CT_SPLIT_COL, 1, CT_INIT_NORMAL)            \
+    X(fcb, 1, 1, CT__GPT2_ONLY(c, 4 * (c)->channels), 1, 1, CT_SPLIT_COL, 0, CT_INIT_ZERO)         \
+    X(fcprojw, 1, 1, (c)->channels, ct_gpt_ffn(c), 2, CT_SPLIT_ROW, 1, CT_INIT_RESID)              \
+    X(fcprojb, 1, 1, CT__GPT2_ONLY(c, (c)->channels), 1, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)        \
     X(lnfw, 0, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ONE)                              \
-    X(lnfb, 0, 0, 1, (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)
+    X(lnfb, 0, 0, CT__GPT2_ONLY(c, 1), (c)->channels, 1, CT_SPLIT_NONE, 0, CT_INIT_ZERO)           \
+    X(lmhead, 0, 0, ct_gpt_has_lm_head(c) ? (c)->padded_vocab : 0, (c)->channels, 2,              \
+      CT_SPLIT_VOCAB, 1, CT_INIT_NORMAL_VOCAB)
 
 enum {
 #define CT__GPT_ENUM(name, pl, ex, rows, cols, nd, split, decay, init) CT_GPT_##name,
@@ -142,7 +190,7 @@ static inline const char *ct_gpt_tensor_name(int i) {
 static inline int ct_gpt_stage_holds(int i, int blocks, int first, int last) {
     if (i == CT_GPT_wte) return first || last;
     if (i == CT_GPT_wpe) return first;
-    if (i == CT_GPT_lnfw || i == CT_GPT_lnfb) return last;
+    if (i == CT_GPT_lnfw || i == CT_GPT_lnfb || i == CT_GPT_lmhead) return last;
     return blocks > 0;
 }
 

@@ -1,4 +1,5 @@
-/* forward.c - GPT-2's forward on activation slots: the embedding, block l (and, before a
+/* forward.c - the model's forward on activation slots (a Llama model's block is llama.c's, its
+ * embedding and final norm picked here): the embedding, block l (and, before a
  * block's backward, what the plan's recompute mode dropped) and the head with the loss, as
  * sequences of ops (ops.c, tp.c, moe.c) over views of the worker's parameters (params.c) and of
  * the arena (arena.c). The tokens go in and (when asked) the loss comes out; under TP the
@@ -6,6 +7,7 @@
  * back (moe.c). The model knows nothing of other workers beyond its TP and EP groups: the
  * executor (engine/step) gathers ZeRO-3 parameters before a block, reduces gradients after
  * one, and moves activations between pipeline stages. */
+#include "ct_engine_ops_llama.h"
 #include "model_impl.h"
 
 
@@ -39,9 +41,13 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     ss->loss_scale = 1.0f;
     size_t sb = slot_base(m, slot);
     RUN(CT_PROF_upload, ct_model_view_write(m, SV(tokens), tokens, BT * sizeof(int)));
-    RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SA(in), XA(proj), SV(tokens),
-                                            PV(wte, 0), PV(wpe, 0), B, T, m->cfg.channels,
-                                            m->cfg.padded_vocab));
+    if (ct_gpt_is_llama(&m->cfg)) /* no positions: the rotary embedding turns q and k */
+        RUN(CT_PROF_encoder_fwd, ct_embed_forward(m->dev, SA(in), SV(tokens), PV(wte, 0), B, T,
+                                                  m->cfg.channels, m->cfg.padded_vocab));
+    else
+        RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SA(in), XA(proj), SV(tokens),
+                                                PV(wte, 0), PV(wpe, 0), B, T, m->cfg.channels,
+                                                m->cfg.padded_vocab));
 cleanup:
     return dev_fail(m, st, "ct_model_embed_forward");
 }
@@ -86,6 +92,7 @@ ct_status ct_model_block_output(ct_model *m, int slot, int l, ct_view *out) {
  * recomputes up to ln2 (its layer's input); the layer's own tensors stay in the slot. */
 ct_status ct__model_block_run(ct_model *m, int slot, int l, int recompute) {
     ct_status st = CT_OK;
+    if (ct_gpt_is_llama(&m->cfg)) return ct__llama_block_forward(m, slot, l, recompute);
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels, N = m->N, rb, rt;
     int Cl = C / N, NHl = m->cfg.heads / N; /* this worker's attention channels and heads */
@@ -211,8 +218,13 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
     double tg_ = ct_time_now();
     if (targets)
         RUN(CT_PROF_upload, ct_model_view_write(m, SV(targets), targets, BT * sizeof(int)));
-    RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SA(lnf), SV(lnfm), SV(lnfr), last,
-                                               PV(lnfw, 0), PV(lnfb, 0), rb, rt, C));
+    ct_view headw = ct__model_head_weight(m, 0); /* wte, or an untied Llama's lm_head */
+    if (ct_gpt_is_llama(&m->cfg))
+        RUN(CT_PROF_layernorm_fwd, ct_rmsnorm_forward(m->dev, SA(lnf), SV(lnfr), last,
+                                                      PV(lnfw, 0), rb, rt, C, m->cfg.norm_eps));
+    else
+        RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SA(lnf), SV(lnfm), SV(lnfr), last,
+                                                   PV(lnfw, 0), PV(lnfb, 0), rb, rt, C));
     size_t rows = ct__head_rows(m->plan.loss_chunk, B, T);
     if (rows < BT) {
         if (!targets) {
@@ -227,7 +239,7 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
             int n = (int)(BT - r0 < rows ? BT - r0 : rows);
             RUN(CT_PROF_matmul_logits_fwd,
                 ct_tp_col_forward(m->dev, m->tp, SA(logits), ct_view_at(SA(lnf), r0 * C),
-                                  XA(xfull), PV(wte, 0), ct_view_none(), 1, n, C, Vp / m->N));
+                                  XA(xfull), headw, ct_view_none(), 1, n, C, Vp / m->N));
             RUN(CT_PROF_crossentropy_fwd,
                 ct_tp_crossentropy_forward(m->dev, m->tp, ct_view_at(SV(losses), r0),
                                            ct_view_at(SV(lse), r0), XV(stats), SA(logits),
@@ -242,7 +254,7 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
     }
     /* the logits: column-parallel over the vocabulary (this worker's Vp/N columns) */
     RUN(CT_PROF_matmul_logits_fwd, ct_tp_col_forward(m->dev, m->tp, SA(logits), SA(lnf), XA(xfull),
-                                                PV(wte, 0), ct_view_none(), B, T, C, Vp / m->N));
+                                                headw, ct_view_none(), B, T, C, Vp / m->N));
     ss->have_targets = targets != NULL;
     ss->logits_valid = 1;
     if (targets) {

@@ -349,6 +349,11 @@ cleanup:
 
 /* ------------------------------------------------------------------ views */
 
+ct_view ct__model_head_weight(const ct_model *m, int grads) {
+    int i = ct_gpt_has_lm_head(&m->cfg) ? CT_GPT_lmhead : CT_GPT_wte;
+    return grads ? ct_params_gv(m->P, i, 0) : ct__model_pv(m, i, 0);
+}
+
 
 ct_status ct__model_check_ids(ct_model *m, const int *ids, size_t n, const char *what) {
     for (size_t i = 0; i < n; i++)

@@ -1,7 +1,8 @@
 /* model_impl.h - what the model's files share (not installed, not for other parts): the
  * activation arena's plan, the model's struct, the op-running and view macros, and the small
  * helpers the forward and backward files use. model.c creates and owns a model, arena.c plans
- * its arena (and checks a plan), forward.c and backward.c are the layer math. */
+ * its arena (and checks a plan), forward.c and backward.c are the layer math (a Llama block's
+ * in llama.c). */
 #ifndef CT_MODEL_IMPL_H
 #define CT_MODEL_IMPL_H
 
@@ -189,6 +190,16 @@ ct_status ct__model_group_end(ct_model *m, const char *name, double t0);
 /* Tensor i of block l in the parameters the ops read: the fp32 master, or its bf16 working
  * copy (model.c). */
 ct_view ct__model_pv(const ct_model *m, int i, int l);
+
+/* The head's weight (grads 0: the parameters the ops read; 1: its gradient): wte, or an untied
+ * Llama model's lm_head (model.c). */
+ct_view ct__model_head_weight(const ct_model *m, int grads);
+
+/* A Llama block's forward (recompute 1: what the plan's recompute mode dropped, before its
+ * backward), and its backward, whole or one zero-bubble half (dres: the output's gradient in,
+ * the input's out) (llama.c). */
+ct_status ct__llama_block_forward(ct_model *m, int slot, int l, int recompute);
+ct_status ct__llama_block_backward(ct_model *m, int slot, int l, ct_backward_part part);
 
 /* The MoE layer's parameters of block l (params or grads). */
 ct_moe_weights ct__model_moe_weights(const ct_model *m, int l, int grads);

@@ -83,3 +83,47 @@ ct_status ct_swiglu_backward(ct_device *dev, ct_view dgate, ct_view dup, ct_view
     karg a[] = {KMEM(dgate), KMEM(dup), KMEM(dout), KMEM(gate), KMEM(up), KINT(N)};
     return ct__ops_launch(dev, "llama", "swiglu_backward", 0, N, 256, a, NARGS(a));
 }
+
+ct_status ct_embed_forward(ct_device *dev, ct_view out, ct_view tokens, ct_view wte, int B, int T,
+                           int C, int Vp) {
+    NEED(dims_ok(B, T, C) && Vp > 0, "ct_embed_forward", "B, T, C and Vp must be positive");
+    NEED(has(out) && has(tokens) && has(wte), "ct_embed_forward",
+         "out, tokens and wte are required");
+    NO_BF16_YET("ct_embed_forward", VIEWS(NV(out), NV(wte)), VIEWS(NV(tokens)));
+    karg a[] = {KMEM(out), KMEM(tokens), KMEM(wte), KINT(B * T), KINT(C), KINT(Vp)};
+    return ct__ops_launch2(dev, "llama", "embed_forward", 0, (size_t)C, (size_t)B * T, 256, a,
+                           NARGS(a));
+}
+
+ct_status ct_embed_backward(ct_device *dev, ct_view dwte, ct_view dout, ct_view tokens, int B,
+                            int T, int C, int Vp) {
+    NEED(dims_ok(B, T, C) && Vp > 0, "ct_embed_backward", "B, T, C and Vp must be positive");
+    NEED(has(dwte) && has(dout) && has(tokens), "ct_embed_backward",
+         "dwte, dout and tokens are required");
+    NO_BF16_YET("ct_embed_backward", VIEWS(NV(dout)), VIEWS(NV(dwte), NV(tokens)));
+    karg a[] = {KMEM(dwte), KMEM(dout), KMEM(tokens), KINT(B * T), KINT(C), KINT(Vp)};
+    return ct__ops_launch(dev, "llama", "embed_backward", 0, (size_t)C, 64, a, NARGS(a));
+}
+
+static ct_status gqa(ct_device *dev, const char *op, const char *kernel, ct_view out, ct_view inp,
+                     int B, int T, int NH, int NKV, int hd, size_t n) {
+    NEED(dims_ok(B, T, NH) && NKV > 0 && hd > 0 && NH % NKV == 0, op,
+         "B, T, the heads and the head size must be positive, NKV must divide NH");
+    NEED(dims_ok(B, T, 3 * NH * hd), op, "B x T x 3C too large");
+    NEED(has(out) && has(inp), op, "both tensors are required");
+    NO_BF16_YET(op, VIEWS(NV(out), NV(inp)), NO_VIEWS);
+    karg a[] = {KMEM(out), KMEM(inp), KINT(B * T), KINT(NH), KINT(NKV), KINT(hd)};
+    return ct__ops_launch(dev, "llama", kernel, 0, n, 256, a, NARGS(a));
+}
+
+ct_status ct_gqa_expand_forward(ct_device *dev, ct_view out, ct_view inp, int B, int T, int NH,
+                                int NKV, int hd) {
+    return gqa(dev, "ct_gqa_expand_forward", "gqa_expand", out, inp, B, T, NH, NKV, hd,
+               (size_t)B * T * 3 * NH * hd);
+}
+
+ct_status ct_gqa_expand_backward(ct_device *dev, ct_view dinp, ct_view dout, int B, int T, int NH,
+                                 int NKV, int hd) {
+    return gqa(dev, "ct_gqa_expand_backward", "gqa_reduce", dinp, dout, B, T, NH, NKV, hd,
+               (size_t)B * T * (NH + 2 * NKV) * hd);
+}

@@ -331,6 +331,7 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
     P->lnf_lo = o;
     P->foff[CT_GPT_lnfw] = o, o += P->head ? P->slen[CT_GPT_lnfw] : 0;
     P->foff[CT_GPT_lnfb] = o, o += P->head ? P->slen[CT_GPT_lnfb] : 0;
+    P->foff[CT_GPT_lmhead] = o, o += P->head ? P->slen[CT_GPT_lmhead] : 0; /* untied Llama */
     P->local_len = o;
     int N = dp;
     P->nsh = 0;

@@ -22,6 +22,20 @@ static ct_status config_of_flags(const ct_train_params *p, ct_gpt_config *cfg, c
         return CT_ERR(err, CT_ERR_ARG, "--top-k %d is above --experts %d (each token goes to K "
                                        "distinct experts)",
                       p->top_k, p->experts);
+    if (ct_arch_parse(p->arch, &cfg->arch) != CT_OK)
+        return CT_ERR(err, CT_ERR_ARG, "--arch must be gpt2 or llama (got '%s')", p->arch);
+    if (ct_gpt_is_llama(cfg)) {
+        cfg->kv_heads = p->kv_heads ? p->kv_heads : p->heads;
+        cfg->ffn_dim = p->ffn_dim ? p->ffn_dim : 4 * p->dim;
+        cfg->rope_theta = (float)p->rope_theta;
+        cfg->norm_eps = (float)p->norm_eps;
+        cfg->tie_embeddings = p->tie_embeddings;
+        if (p->heads > 0 && cfg->kv_heads > 0 && p->heads % cfg->kv_heads)
+            return CT_ERR(err, CT_ERR_ARG,
+                          "--kv-heads %d does not divide --heads %d (each kv head serves NH / "
+                          "NKV query heads)",
+                          cfg->kv_heads, p->heads);
+    }
     if (p->dim % p->heads != 0)
         return CT_ERR(err, CT_ERR_ARG, "--heads %d does not divide --dim %d (the head size must be whole)",
                       p->heads, p->dim);
@@ -44,6 +58,32 @@ static ct_status config_vs_flags(const ct_train_params *p,
             !(!strcmp(f[i].flag, "top-k") && cfg->experts == 0)) /* no K without experts */
             return CT_ERR(err, CT_ERR_ARG, "--%s %d contradicts the model of %s (%d); leave it out",
                           f[i].flag, f[i].given, origin, f[i].file);
+    int arch = 0;
+    if (ct_train_given(p, "arch") && ct_arch_parse(p->arch, &arch) == CT_OK && arch != cfg->arch)
+        return CT_ERR(err, CT_ERR_ARG, "--arch %s contradicts the model of %s (%s); leave it out",
+                      p->arch, origin, ct_arch_name(cfg->arch));
+    if (ct_gpt_is_llama(cfg)) {
+        struct {
+            const char *flag;
+            double given, file;
+        } g[] = {{"kv-heads", p->kv_heads, cfg->kv_heads},
+                 {"ffn-dim", p->ffn_dim, cfg->ffn_dim},
+                 {"rope-theta", (float)p->rope_theta, cfg->rope_theta},
+                 {"norm-eps", (float)p->norm_eps, cfg->norm_eps},
+                 {"tie-embeddings", p->tie_embeddings, cfg->tie_embeddings}};
+        for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+            if (ct_train_given(p, g[i].flag) && g[i].given != g[i].file)
+                return CT_ERR(err, CT_ERR_ARG,
+                              "--%s %g contradicts the model of %s (%g); leave it out", g[i].flag,
+                              g[i].given, origin, g[i].file);
+        char ab[80];
+        const char *axis = ct__train_llama_axis(p, ab, sizeof ab);
+        if (axis)
+            return CT_ERR(err, CT_ERR_ARG,
+                          "%s holds a Llama model, which does not train with %s yet (data and "
+                          "pipeline parallelism, ZeRO 0 to 3)",
+                          origin, axis);
+    }
     return CT_OK;
 }
 
@@ -99,6 +139,23 @@ ct_status ct_train_config(const ct_train_params *p, ct_gpt_config *cfg, ct_err *
 ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg, ct_sched_kind kind,
                              ct_err *err) {
     char m[400];
+    if (ct_gpt_is_llama(cfg)) { /* the layouts a Llama model trains on; llm.c's file refused */
+        char ab[80];
+        const char *axis = ct__train_llama_axis(p, ab, sizeof ab);
+        if (axis)
+            return CT_ERR(err, CT_ERR_ARG,
+                          "a Llama model with %s is not built yet (data and pipeline "
+                          "parallelism, ZeRO 0 to 3)",
+                          axis);
+        if (p->save_model[0] && !ct_model_file_is_safetensors(p->save_model) &&
+            !ct_model_file_is_hf_dir(p->save_model)) {
+            snprintf(m, sizeof m, "--save-model %s: llm.c's model format is GPT-2's and has no "
+                                  "place for a Llama model; name a *.safetensors file or a "
+                                  "Hugging Face directory DIR/",
+                     p->save_model);
+            return CT_ERR(err, CT_ERR_ARG, "%s", m);
+        }
+    }
     if (cfg->experts == 0 && p->ep > 1)
         return CT_ERR(err, CT_ERR_ARG,
                       "--ep needs a mixture of experts (--experts E, or a model file with experts)");

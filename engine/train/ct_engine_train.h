@@ -77,6 +77,15 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, experts, "experts", "0",                                                             \
       "mixture of experts: every block's MLP is E experts (new model); 0 = the dense MLP")     \
     X(INT, top_k, "top-k", "2", "experts per token K, 1..E, of a mixture of experts (new model)") \
+    X(STR, arch, "arch", "gpt2",                                                                \
+      "gpt2 | llama: the architecture of a new model (a model file or checkpoint brings its own)") \
+    X(INT, kv_heads, "kv-heads", "0",                                                           \
+      "llama: key/value heads NKV, dividing --heads (1: multi-query); 0 = --heads")             \
+    X(INT, ffn_dim, "ffn-dim", "0", "llama: the SwiGLU MLP's hidden width F, any size; 0 = 4C")  \
+    X(FLOAT, rope_theta, "rope-theta", "10000", "llama: the rotary embedding's base theta")     \
+    X(FLOAT, norm_eps, "norm-eps", "1e-5", "llama: RMSNorm's eps")                              \
+    X(INT, tie_embeddings, "tie-embeddings", "0",                                               \
+      "llama: 1 = the head reads the token embedding (no lm_head); GPT-2 always ties")          \
     X(FLOAT, capacity_factor, "capacity-factor", "1.25",                                        \
       "each expert takes at most ceil(F*K*T/E) choices of a row; the rest are dropped; 0 = no limit") \
     X(FLOAT, aux_loss, "aux-loss", "0.01",                                                      \
@@ -84,7 +93,7 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "cross-entropy)")                                                                         \
     X(STR, init, "init", "",                                                                    \
       "start from this model file (llm.c's GPT-2 format, fp32 or bf16; .safetensors; a Hugging " \
-      "Face GPT-2 directory or its model.safetensors) instead of random init")                  \
+      "Face GPT-2 or Llama directory or its model.safetensors) instead of random init")         \
     X(STR, data, "data", "", "llm.c token shards (glob, sorted, concatenated)")                 \
     X(STR, text, "text", "", "a plain text file, trained on as bytes (vocabulary 256)")         \
     X(STR, val_data, "val-data", "", "validation token shards (glob); default: a held-out tail") \
@@ -132,9 +141,9 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "background thread while training goes on (the next save and the end wait for it)")       \
     X(STR, resume, "resume", "", "resume from a checkpoint directory or file")                 \
     X(STR, save_model, "save-model", "",                                                        \
-      "write the final model: a Hugging Face GPT-2 directory for a name ending in / (config.json " \
-      "+ model.safetensors), safetensors for a *.safetensors name, else llm.c's GPT-2 format "  \
-      "(dense models only)")                                                                    \
+      "write the final model: a Hugging Face GPT-2 or Llama directory for a name ending in / "  \
+      "(config.json + model.safetensors), safetensors for a *.safetensors name, else llm.c's "  \
+      "GPT-2 format (dense GPT-2 models only)")                                                 \
     X(STR, save_dtype, "save-dtype", "fp32",                                                    \
       "how --save-model stores the parameters: fp32, or bf16 (rounded to nearest even; llm.c's " \
       "version 5, BF16 tensors)")                                                               \
@@ -369,7 +378,8 @@ ct_status ct_train_mem_predict(const ct_train_params *p, const ct_gpt_config *cf
 ct_status ct_train_config(const ct_train_params *p, ct_gpt_config *cfg, ct_err *err);
 /* What the layouts support with a mixture of experts (cfg->experts > 0), the checks
  * ct_train_run_open makes: ep divides E, ZeRO 0 or 1, no zb1, a safetensors
- * --save-model; --ep > 1 needs experts. CT_ERR_ARG naming the flag. */
+ * --save-model; --ep > 1 needs experts. A Llama model: data and pipeline parallelism (ZeRO 0
+ * to 3), fp32, a safetensors or Hugging Face --save-model. CT_ERR_ARG naming the flag. */
 ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg, ct_sched_kind kind,
                              ct_err *err);
 /* Which of the selected devices (list[picks[0..npicks)]) worker `thread` of this process opens:

@@ -29,15 +29,16 @@ void ct_train_report_free(ct_train_report *rep) {
 static void config_record(ct_trainer *t, const ct_train_report *o) {
     const ct_train_params *p = o->params;
     const ct_gpt_config *cfg = &o->cfg;
-    char line[320];
+    char line[480];
     snprintf(line, sizeof line,
              "\"params\":%zu,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"seq\":%d,"
              "\"tokens_per_step\":%d,\"peak_tflops\":%.6g,\"workers\":%d,\"zero\":%d,"
              "\"dp\":%d,\"tp\":%d,\"sequence_parallel\":%d,\"experts\":%d,\"top_k\":%d,"
-             "\"ep\":%d",
+             "\"ep\":%d,\"arch\":\"%s\",\"kv_heads\":%d,\"ffn_dim\":%d",
              o->num_params, cfg->layers, cfg->heads, cfg->channels, cfg->vocab, p->seq,
              p->batch * p->seq * o->micro_batches, o->peak_tflops, o->workers, p->zero, p->dp,
-             p->tp, p->sequence_parallel, cfg->experts, cfg->top_k, p->ep);
+             p->tp, p->sequence_parallel, cfg->experts, cfg->top_k, p->ep, ct_arch_name(cfg->arch),
+             ct_gpt_kv_heads(cfg), ct_gpt_ffn(cfg));
     ct_metrics_record(t->mx, "config", line);
 }
 

@@ -95,3 +95,64 @@ __kernel void swiglu_backward(__global float *dgate, ulong dgate_off, __global f
     dgate[dgate_off + i] = d * up[up_off + i] * sg * (1.0f + g * (1.0f - sg));
     dup[dup_off + i] = d * g * sg;
 }
+
+/* The token embedding alone (no positions): out (N,C) = wte[tok]; an id outside [0, Vp) reads
+ * zeros (the host checks ids first). 2-D range (channel, row). */
+__kernel void embed_forward(__global float *out, ulong out_off, __global const int *tok,
+                            ulong tok_off, __global const float *wte, ulong wte_off, int N, int C,
+                            int Vp) {
+    int c = (int)get_global_id(0), r = (int)get_global_id(1);
+    if (c >= C || r >= N) return;
+    int t = tok[tok_off + r];
+    out[out_off + (size_t)r * C + c] = t >= 0 && t < Vp ? wte[wte_off + (size_t)t * C + c] : 0.0f;
+}
+
+/* dwte (Vp,C) += dout's rows scattered by token; one work-item per channel walks the rows in
+ * order (rows of one token summed in a fixed order: deterministic). */
+__kernel void embed_backward(__global float *dwte, ulong dwte_off, __global const float *dout,
+                             ulong dout_off, __global const int *tok, ulong tok_off, int N, int C,
+                             int Vp) {
+    size_t c = get_global_id(0);
+    if (c >= (size_t)C) return;
+    for (int r = 0; r < N; r++) {
+        int t = tok[tok_off + r];
+        if (t >= 0 && t < Vp) dwte[dwte_off + (size_t)t * C + c] += dout[dout_off + (size_t)r * C + c];
+    }
+}
+
+/* Grouped-query attention's kv heads repeated: raw (N, C + 2 NKV hd) = [q | k | v] with NH query
+ * heads and NKV kv heads becomes out (N, 3C) = [q | k' | v'], query head h reading kv head
+ * h / (NH / NKV). One work-item per output element. */
+__kernel void gqa_expand(__global float *out, ulong out_off, __global const float *raw,
+                         ulong raw_off, int N, int NH, int NKV, int hd) {
+    size_t gid = get_global_id(0);
+    size_t C = (size_t)NH * hd, Cr = C + 2 * (size_t)NKV * hd;
+    if (gid >= (size_t)N * 3 * C) return;
+    size_t r = gid / (3 * C), j = gid % (3 * C), sec = j / C, w = j % C;
+    size_t src = w;
+    if (sec > 0) {
+        size_t h = w / hd, d = w % hd, kvh = h / (size_t)(NH / NKV);
+        src = C + (sec - 1) * (size_t)NKV * hd + kvh * hd + d;
+    }
+    out[out_off + gid] = raw[raw_off + r * Cr + src];
+}
+
+/* Its adjoint: draw (N, Cr) = the q gradient as it is, each kv head's gradient the sum over its
+ * NH / NKV query heads' (in head order: deterministic). One work-item per draw element. */
+__kernel void gqa_reduce(__global float *draw, ulong draw_off, __global const float *dexp,
+                         ulong dexp_off, int N, int NH, int NKV, int hd) {
+    size_t gid = get_global_id(0);
+    size_t C = (size_t)NH * hd, KV = (size_t)NKV * hd, Cr = C + 2 * KV;
+    if (gid >= (size_t)N * Cr) return;
+    size_t r = gid / Cr, j = gid % Cr;
+    __global const float *g = dexp + dexp_off + r * 3 * C;
+    if (j < C) {
+        draw[draw_off + gid] = g[j];
+        return;
+    }
+    size_t sec = (j - C) / KV, w = (j - C) % KV, kvh = w / hd, d = w % hd;
+    size_t G = (size_t)(NH / NKV);
+    float s = 0.0f;
+    for (size_t q = 0; q < G; q++) s += g[C + sec * C + (kvh * G + q) * hd + d];
+    draw[draw_off + gid] = s;
+}

@@ -1,0 +1,106 @@
+#!/bin/sh
+# test_engine_llama.sh TRAIN_GPT MPIEXEC [part] - a Llama model (issue 29) through train_gpt.
+#
+# "dp": data parallelism over the flat parameter table: a Llama model (NKV 2 of 4 heads, an MLP
+#   width of 40, T = 15, untied head, 2 micro-batches, clipping on) trained 20 steps as 2 threads
+#   with ZeRO-1 and ZeRO-3, as 2 MPI ranks (ZeRO-0), and on the fused attention path as 2
+#   threads (ZeRO-2), each within 1e-5 relative of the single device's losses (of its own path);
+#   the head in chunks of rows (--loss-chunk, its lm_head products chunk by chunk) likewise;
+#   recomputation (block, attention; block on the fused path) bitwise the run without.
+# "files": a checkpoint resumes the run's loss curve bitwise (its CONFIG carries the Llama
+#   fields), a sharded one written by dp 2 ZeRO-3 resumes on one device within 1e-5; the model saved as x.safetensors, converted to a Hugging Face directory
+#   (--save-model DIR/) and read back from it (--init DIR/), trains bitwise like x.safetensors;
+#   llm.c's format is refused naming why.
+# "pp": four blocks over 2 stages (1f1b and interleaved as threads, gpipe as ranks), dp 2 x pp 2
+#   with ZeRO-1 mixed, zb1 (the split backward's halves: threads, and ranks with recompute
+#   attention), and a tied model's embedding at both ends: within 1e-5 of one device.
+# "refuse": the layouts not built for it (tp, sequence parallelism, experts, bf16) and Llama
+#   flags without --arch llama are refused with status 2 naming the flag.
+. "$(dirname "$0")/lib.sh"
+TRAIN=$1
+MPIEXEC=$2
+PART=${3:-all}
+
+text_file 300
+ARGS="--arch llama --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-dim 40 --seq 15 --batch 4 \
+      --total-batch 120 --steps 20 --lr 3e-3 --warmup 2 --grad-clip 0.3 --text $D/text.txt \
+      --sample-len 0 --eval-every 0 --peak-tflops 1"
+
+# bitwise A B WHAT: B's train losses are A's at the same steps, bit for bit.
+bitwise() {
+    $PY - "$1" "$2" "$3" <<'PYEOF' || fail "$3: the losses are not bitwise the same"
+import json, sys
+def l(p): return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b = l(sys.argv[1]), l(sys.argv[2])
+bad = [s for s in b if a.get(s) != b[s]]
+print("ok: %s: steps %s bitwise" % (sys.argv[3], sorted(b)) if not bad else "   differ at %s" % bad)
+sys.exit(1 if bad or not b else 0)
+PYEOF
+}
+
+if want dp; then
+    need_ref ref --attention gemm
+    train z1 1 2 --dp 2 --zero 1 --attention gemm && compare "$D/ref.jsonl" "$D/z1.jsonl" "dp 2 threads ZeRO-1"
+    train z3 1 2 --dp 2 --zero 3 --attention gemm && compare "$D/ref.jsonl" "$D/z3.jsonl" "dp 2 threads ZeRO-3"
+    train r2 2 1 --dp 2 --attention gemm && compare "$D/ref.jsonl" "$D/r2.jsonl" "dp 2 ranks ZeRO-0"
+    train lc 1 1 --attention gemm --loss-chunk 20 && compare "$D/ref.jsonl" "$D/lc.jsonl" "the head in chunks of 20 rows"
+    train rcb 1 1 --attention gemm --recompute block && bitwise "$D/ref.jsonl" "$D/rcb.jsonl" "--recompute block"
+    train rca 1 1 --attention gemm --recompute attention && bitwise "$D/ref.jsonl" "$D/rca.jsonl" "--recompute attention"
+    need_ref reff --attention fused
+    train rcf 1 1 --attention fused --recompute block && bitwise "$D/reff.jsonl" "$D/rcf.jsonl" "fused: --recompute block"
+    train f2 1 2 --dp 2 --zero 2 --attention fused && compare "$D/reff.jsonl" "$D/f2.jsonl" "fused: dp 2 threads ZeRO-2"
+fi
+
+if want pp; then
+    # four blocks, two micro-batches per step
+    ARGS="$ARGS --layers 4 --total-batch 240"
+    need_ref ref4 --attention gemm
+    train p1 1 2 --pp 2 --schedule 1f1b --attention gemm && compare "$D/ref4.jsonl" "$D/p1.jsonl" "pp 2 1f1b threads"
+    train pg 2 1 --pp 2 --schedule gpipe --attention gemm && compare "$D/ref4.jsonl" "$D/pg.jsonl" "pp 2 gpipe ranks"
+    train pi 1 2 --pp 2 --schedule interleaved --virtual-stages 2 --attention gemm &&
+        compare "$D/ref4.jsonl" "$D/pi.jsonl" "pp 2 interleaved (2 chunks per stage) threads"
+    train pz 2 2 --dp 2 --pp 2 --schedule 1f1b --zero 1 --attention gemm &&
+        compare "$D/ref4.jsonl" "$D/pz.jsonl" "dp 2 x pp 2 ZeRO-1, 2 ranks x 2 threads"
+    train pzb 1 2 --pp 2 --schedule zb1 --attention gemm && compare "$D/ref4.jsonl" "$D/pzb.jsonl" "pp 2 zb1 threads (the split backward)" &&
+        bitwise "$D/p1.jsonl" "$D/pzb.jsonl" "zb1's halves against 1f1b's whole backward"
+    train pzr 2 1 --pp 2 --schedule zb1 --attention gemm --recompute attention &&
+        compare "$D/ref4.jsonl" "$D/pzr.jsonl" "pp 2 zb1 ranks, --recompute attention"
+    need_ref ref4t --attention gemm --tie-embeddings 1
+    train pt 1 2 --pp 2 --schedule 1f1b --attention gemm --tie-embeddings 1 &&
+        compare "$D/ref4t.jsonl" "$D/pt.jsonl" "tied: pp 2 1f1b threads (the embedding's two ends)"
+fi
+
+if want files; then
+    need_ref ref --attention gemm
+    train half 1 1 --attention gemm --steps 20 --save "$D/ck" --save-every 10 \
+        --save-model "$D/m.safetensors"
+    train resumed 1 1 --attention gemm --resume "$D/ck/ckpt_00000010.bin" &&
+        compare "$D/ref.jsonl" "$D/resumed.jsonl" "resumed at step 10" 11
+    bitwise "$D/ref.jsonl" "$D/resumed.jsonl" "resumed at step 10"
+    # a sharded ZeRO-3 checkpoint of 2 workers resumed on one device
+    train sh 1 2 --attention gemm --dp 2 --zero 3 --save "$D/cks" --save-every 10 \
+        --save-format sharded
+    train shr 1 1 --attention gemm --resume "$D/cks/ckpt_00000010.bin" &&
+        compare "$D/ref.jsonl" "$D/shr.jsonl" "dp 2 ZeRO-3 sharded checkpoint resumed on 1 device" 11
+    # the saved model read back; written again as a Hugging Face directory, read back from it
+    train from1 1 1 --attention gemm --steps 5 --init "$D/m.safetensors"
+    train conv 1 1 --attention gemm --steps 0 --init "$D/m.safetensors" --save-model "$D/hf/"
+    train from2 1 1 --attention gemm --steps 5 --init "$D/hf/"
+    bitwise "$D/from1.jsonl" "$D/from2.jsonl" "--init of the Hugging Face directory it was saved as"
+    logsays "$D/from2.log" "llama L=2 NH=4 NKV=2 C=32 F=40"
+    [ -f "$D/hf/config.json" ] && grep -q '"LlamaForCausalLM"' "$D/hf/config.json" &&
+        echo "ok: hf/config.json names LlamaForCausalLM" || fail "hf/config.json"
+    refused "llm.c's format" "llm.c's model format is GPT-2's" 1 1 --save-model "$D/m.bin"
+fi
+
+if want refuse; then
+    refused "--tp" "--arch llama with --tp 2 is not built yet" 1 2 --tp 2 --devices-per-rank 2
+    refused "--experts" "--arch llama with --experts 4" 1 1 --experts 4
+    refused "--precision" "--arch llama with --precision bf16" 1 1 --precision bf16
+    refused "--kv-heads 3" "--kv-heads 3 does not divide --heads 4" 1 1 --kv-heads 3
+    rm -f "$D/bad.jsonl"
+    expect_refusal --no-output "$D/bad.jsonl" "--kv-heads with gpt2" \
+        "--kv-heads is a Llama model's; give --arch llama" launch 1 1 "$TRAIN" --layers 2 \
+        --heads 4 --dim 32 --kv-heads 2 --text "$D/text.txt" --metrics "$D/bad.jsonl"
+fi
+finish
