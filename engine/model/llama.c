@@ -65,7 +65,7 @@ ct_status ct__llama_block_forward(ct_model *m, int slot, int l, int recompute) {
         RUN(P_att, ct_gqa_expand_forward(m->dev, XA(qkv), raw, B, T, NH, NKV, hd));
         RUN(P_att, ct_attention_forward(m->dev, atty, qkv, att, XA(qkv), XA(vaccum), B, T, C, NH));
     } else if (do_probs) {
-        RUN(P_att, ct_attention_probs(m->dev, att, qkv, B, T, C, NH));
+        RUN(P_att, ct_attention_probs(m->dev, att, qkv, XA(vaccum), B, T, C, NH));
     }
     if (do_res2) {
         RUN(P_proj, ct_matmul_forward(m->dev, XA(proj), atty, PV(attprojw, l), none, B, T, C, C));
