@@ -115,13 +115,15 @@ void ct_grads_free(ct_grads *g);
 const char *ct_grads_errmsg(const ct_grads *g);
 int ct_grads_num_buckets(const ct_grads *g);
 size_t ct_grads_host_bytes(const ct_grads *g); /* host staging (the "comm" category) */
-/* Before a micro-step's backward: `last` = the step's last micro-step. Under ZeRO < 2 only the
- * last one's gradients are reduced (accumulation sums locally first). */
+/* Before a backward action: `last` = no later action of the step writes the gradients this one
+ * writes. Under ZeRO < 2 only the last ones are reduced (accumulation sums locally first). */
 ct_status ct_grads_begin(ct_grads *g, int last);
-/* The commands finishing flat gradients [ready_from, local_len) have been ENQUEUED (after the
- * head, each block, the embedding): buckets inside it leave (overlap: staged behind those
- * commands and reduced by the communication thread). */
-ct_status ct_grads_ready(ct_grads *g, size_t ready_from);
+/* The commands writing flat gradients [lo, hi) (the head's LayerNorm, a block, the embeddings)
+ * have been ENQUEUED. ZeRO < 2, on the last action: every range from lo to local_len is final
+ * and its buckets leave. ZeRO-2: the piece's buckets leave now, every micro-step, whatever the
+ * order (a range outside the block slots with a second group only on the last action). Leaving:
+ * staged behind those commands and reduced by the communication thread. */
+ct_status ct_grads_ready(ct_grads *g, size_t lo, size_t hi);
 /* After the last backward: every bucket reduced and written back (ZeRO-1: this worker's shard
  * reduced, the rest of the buffer stale; ZeRO-2: the averaged shard to the device). sumsq (may
  * be NULL) receives, when ct_grads_sharded, the global sum of squares of the gradient (the

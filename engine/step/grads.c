@@ -1,7 +1,7 @@
 /* grads.c - gradient ranges reduced over their groups, in buckets cut from the END of the flat
  * gradient layout (reverse layer order): bucket 0 is the last piece (lnf and the last layers),
  * the last bucket starts at 0 (the embeddings). Backward finishes gradients from the end towards
- * the start, so bucket k can leave once the executor reports ready_from <= its start.
+ * the start, so bucket k can leave once the executor reports a range from at most its start.
  *
  * Overlap: ct_grads_ready enqueues a non-blocking read of each finished bucket into host staging
  * on the in-order queue, right behind the kernels that finish it, and posts it to this worker's
@@ -18,11 +18,18 @@
  * writes it back unreduced (nothing reads gradients outside the shard), and the global norm comes
  * from the shards' sums of squares, summed over the group in ct_grads_finish.
  *
- * ZeRO-2: one bucket per backward stage (the head's LayerNorm, each block, the embeddings), read
- * from the gradient WORKING buffer (params.c) and the slot zeroed behind the read (so block
- * l - 2 can reuse it); every micro-step's buckets leave (the full gradient is never kept), and
- * the thread adds this worker's part of each reduced bucket to a host shard accumulator;
- * ct_grads_finish writes the shard to the device and sums the shards' squares over the group. */
+ * ZeRO-2: one bucket per backward piece (the head's LayerNorm, each block, the embeddings), read
+ * from the gradient WORKING buffer (params.c) and the slot zeroed behind the read. A piece's
+ * buckets leave right after the action that wrote it (ct_grads_ready names the piece), in
+ * whatever order the schedule runs them, so a slot never carries a gradient past its pass and
+ * two slots serve every schedule: the interleaved one's chunks, zb1's deferred weight passes
+ * (the input half writes no block gradient). A bucket staged again waits for its previous
+ * reduction only. Every micro-step's buckets leave (the full gradient is never kept) but a
+ * range outside the slots with a second group (the tied wte, whose pipeline ends do not run a
+ * micro-step's backward at the same time), which accumulates and leaves once, at the action
+ * that finishes it. The thread adds this worker's part of each reduced bucket to a host shard
+ * accumulator; ct_grads_finish writes the shard to the device and sums the shards' squares over
+ * the group. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -59,8 +66,10 @@ struct ct_grads {
     double ss;      /* ZeRO-1: sum of squares of this worker's reduced parts (not norm_skip) */
     ct_comm *ssg;   /* the group the shards' sums of squares are summed over (DP) */
     int armed, next_issue;
-    int last;   /* the micro-step running is the step's last */
-    int *order; /* [nb] the buckets in the order posted this micro-step (ZeRO-2 skips some) */
+    int last;   /* the action running is the last to write its gradients */
+    int *order; /* [nb] ring: the buckets in the order posted (entry i % nb) */
+    char *pending; /* [nb] ZeRO-2: posted, not reduced yet (its staging is in use) */
+    size_t blk_lo, blk_hi; /* ZeRO-2: the blocks' part of the flat layout (the two slots) */
     int all_bucketed; /* every range has a group (else only the buckets are written back) */
     /* communication thread */
     pthread_t th;
@@ -152,7 +161,7 @@ static void *comm_main(void *arg) {
     for (;;) {
         while (!g->quit && g->ndone == g->nposted) pthread_cond_wait(&g->cv, &g->mu);
         if (g->quit) break;
-        int k = g->order[g->ndone];
+        int k = g->order[g->ndone % g->nb];
         pthread_mutex_unlock(&g->mu);
         ct_status st = ct_event_wait_err(g->ev[k], &g->th_err);
         ct_event_release(g->ev[k]);
@@ -164,6 +173,7 @@ static void *comm_main(void *arg) {
         pthread_mutex_lock(&g->mu);
         if (st != CT_OK && g->th_st == CT_OK) g->th_st = st;
         g->th_busy_ms += 1e3 * (t1 - t0);
+        g->pending[k] = 0;
         g->ndone++;
         pthread_cond_broadcast(&g->cv);
     }
@@ -340,9 +350,13 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     g->stage_floats = stage_floats(g);
     g->ev = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->ev);
     g->order = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->order);
+    g->pending = ct_calloc((size_t)(g->nb ? g->nb : 1), 1);
     g->stage = ct_malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));
     if (g->zero >= 2) g->acc = ct_calloc(g->hi - g->lo ? g->hi - g->lo : 1, sizeof(float));
-    if (!g->ev || !g->order || !g->stage || (g->zero >= 2 && !g->acc)) {
+    size_t lnf_hi;
+    g->blk_lo = ct_params_layer_begin(g->P, -1);
+    ct_params_lnf_range(g->P, &g->blk_hi, &lnf_hi);
+    if (!g->ev || !g->order || !g->pending || !g->stage || (g->zero >= 2 && !g->acc)) {
         ct_grads_free(g);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory for staging");
     }
@@ -375,6 +389,7 @@ void ct_grads_free(ct_grads *g) {
     free(g->b);
     free(g->ev);
     free(g->order);
+    free(g->pending);
     free(g->stage);
     free(g->acc);
     free(g->counts);
@@ -382,58 +397,56 @@ void ct_grads_free(ct_grads *g) {
 }
 
 ct_status ct_grads_begin(ct_grads *g, int last) {
-    if (g->zero >= 2 && g->next_issue == g->nb && g->nb > 0) {
-        /* a new micro-step: the previous one's buckets must have left the staging */
-        double t0 = ct_time_now();
-        pthread_mutex_lock(&g->mu);
-        while (g->ndone < g->nposted) pthread_cond_wait(&g->cv, &g->mu);
-        g->nposted = g->ndone = 0;
-        pthread_mutex_unlock(&g->mu);
-        g->next_issue = 0;
-        g->times.exposed_ms += 1e3 * (ct_time_now() - t0);
-    }
     g->armed = last || g->zero >= 2;
     g->last = last;
     return CT_OK;
 }
 
-ct_status ct_grads_ready(ct_grads *g, size_t ready_from) {
-    if (!g->armed || !g->overlap) return CT_OK;
-    int posted = 0;
+/* Stage bucket k behind the enqueued commands and hand it to the thread (ZeRO-2: after its
+ * previous reduction, whose staging it reuses; the slot emptied behind the read). */
+static ct_status post_bucket(ct_grads *g, int k) {
+    size_t n = g->b[k].hi - g->b[k].lo;
     ct_arena *gb = ct_params_grads(g->P);
-    while (g->next_issue < g->nb && g->b[g->next_issue].lo >= ready_from) {
-        int k = g->next_issue;
-        size_t n = g->b[k].hi - g->b[k].lo;
-        if (g->zero >= 2 && !g->last && g->ranges[g->b[k].range].groups[1]) {
-            /* a range reduced over a second group too (the tied wte over the first and last
-             * pipeline stage) keeps accumulating in the working buffer and leaves once, at the
-             * last micro-step: the two ends of a pipeline do not run a micro-step's backward at
-             * the same time, and waiting on the other end at every one would serialise them */
-            g->next_issue++;
-            continue;
-        }
+    if (g->zero >= 2) {
+        double t0 = ct_time_now();
         pthread_mutex_lock(&g->mu);
-        g->order[g->nposted + posted] = k;
+        while (g->pending[k]) pthread_cond_wait(&g->cv, &g->mu);
         pthread_mutex_unlock(&g->mu);
-        ct_status st = ct_arena_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
-                                            g->stage + g->b[k].lo, &g->ev[k]);
-        /* ZeRO-2: empty the slot behind the read (in order), before a later block reuses it */
-        if (st == CT_OK && g->zero >= 2)
-            st = ct_arena_zero(gb, g->b[k].work * sizeof(float), n * sizeof(float));
-        if (st != CT_OK)
-            return CT_ERR(&g->err, st, "staging gradient bucket %d: %s", k,
-                          ct_device_errmsg(g->dev));
-        g->next_issue++;
-        posted++;
+        g->times.exposed_ms += 1e3 * (ct_time_now() - t0);
     }
-    if (posted) {
-        ct_device_flush(g->dev);
-        pthread_mutex_lock(&g->mu);
-        g->nposted += posted;
-        pthread_cond_broadcast(&g->cv);
-        pthread_mutex_unlock(&g->mu);
-    }
+    ct_status st = ct_arena_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
+                                        g->stage + g->b[k].lo, &g->ev[k]);
+    if (st == CT_OK && g->zero >= 2)
+        st = ct_arena_zero(gb, g->b[k].work * sizeof(float), n * sizeof(float));
+    if (st != CT_OK)
+        return CT_ERR(&g->err, st, "staging gradient bucket %d: %s", k, ct_device_errmsg(g->dev));
+    ct_device_flush(g->dev);
+    pthread_mutex_lock(&g->mu);
+    g->order[g->nposted % g->nb] = k;
+    g->pending[k] = 1;
+    g->nposted++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
     return CT_OK;
+}
+
+ct_status ct_grads_ready(ct_grads *g, size_t lo, size_t hi) {
+    if (!g->armed || !g->overlap) return CT_OK;
+    ct_status st = CT_OK;
+    if (g->zero >= 2) {
+        /* the piece's buckets (stored last first, like the pieces) */
+        for (int k = 0; k < g->nb && st == CT_OK; k++) {
+            const bucket *bk = &g->b[k];
+            if (bk->lo < lo || bk->hi > hi) continue;
+            int slotted = bk->lo >= g->blk_lo && bk->hi <= g->blk_hi;
+            if (!g->last && !slotted && g->ranges[bk->range].groups[1]) continue; /* once */
+            st = post_bucket(g, k);
+        }
+        return st;
+    }
+    while (st == CT_OK && g->next_issue < g->nb && g->b[g->next_issue].lo >= lo)
+        st = post_bucket(g, g->next_issue++);
+    return st;
 }
 
 ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
@@ -442,7 +455,7 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
     ct_arena *gb = ct_params_grads(g->P);
     if (sumsq) *sumsq = 0;
     if (g->overlap && g->armed) {
-        if (g->next_issue != g->nb)
+        if (g->zero < 2 && g->next_issue != g->nb)
             return CT_ERR(&g->err, CT_ERR_STATE,
                           "ct_grads_finish: %d of %d buckets were handed over (was the backward "
                           "of the last micro-step reported up to 0?)",
