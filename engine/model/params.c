@@ -351,18 +351,11 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
     P->shlo[P->nsh] = P->lo, P->shhi[P->nsh] = P->hi, P->nsh++;
     P->opt_len = 0;
     for (int k = 0; k < P->nsh; k++) P->opt_len += P->shhi[k] - P->shlo[k];
-    int z2 = layout->zero >= 2;
-    /* working buffer: [embeddings | slot 0 | slot 1 | lnf] */
+    /* working buffer: [experts, embeddings | slot 0 | slot 1 | lnf]: the held experts stay whole
+     * there (gathered once per pass over the expert-data-parallel group, their gradients
+     * reduced once per step); the dense blocks take turns in two slots */
     int slots = P->nheld < 2 ? P->nheld : 2;
     P->wlen = P->lbase + (size_t)slots * P->lstride + (P->local_len - P->lnf_lo);
-    if (P->xlen && z2) {
-        ct_params_free(P);
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ZeRO-%d with experts is not built (ZeRO-0 and 1 are): the gradient and "
-                      "parameter working buffers hold one block's dense tensors at a time, and "
-                      "the experts would need shards over the expert-data-parallel group there too",
-                      layout->zero);
-    }
     if (!dev) { /* the layout only: what the memory model reads (ct_params_buffers) */
         *out = P;
         return CT_OK;

@@ -168,6 +168,8 @@ size_t ct_zero_host_bytes(const ct_zero *z);
 double ct_zero_gather_ms(const ct_zero *z); /* time the worker waited for gathers */
 /* ZeRO-3: bytes the parameter gathers moved so far (ct_comm_bytes of their handle; else 0). */
 uint64_t ct_zero_gather_bytes(const ct_zero *z);
+/* The same for the experts' gathers over the expert-data-parallel group (ZeRO-3 with experts). */
+uint64_t ct_zero_expert_gather_bytes(const ct_zero *z);
 void ct_zero_times_reset(ct_zero *z);
 /* Record gathers (waits on the worker's lane, prefetches on the prefetch lane). */
 void ct_zero_set_trace(ct_zero *z, ct_trace *t);

@@ -57,7 +57,9 @@ struct ct_grads {
     ct_event **ev;
     float *stage; /* overlap: local floats (bucket k at stage + b[k].lo); else one bucket */
     size_t stage_floats;
-    float *acc;   /* ZeRO-2: this worker's averaged shard, summed over micro-steps */
+    float *acc;   /* ZeRO-2: this worker's averaged shard, summed over micro-steps, laid out as
+                     the gradient shard: [the experts' shard run | the dense shard run] */
+    size_t opt_len, xs_lo, xsh; /* the shard's floats; the experts' run [xs_lo, xs_lo + xsh) */
     /* ZeRO >= 1: the shards of a range's first group, rank k's [base + k len, base + (k+1) len):
      * the dense tensors' over DP (base: the experts' region's end), the experts' over their
      * expert-data-parallel group (base 0) */
@@ -95,7 +97,16 @@ ct_grads_opts ct_grads_opts_default(void) {
 const char *ct_grads_errmsg(const ct_grads *g) { return g->err.msg; }
 int ct_grads_num_buckets(const ct_grads *g) { return g->nb; }
 size_t ct_grads_host_bytes(const ct_grads *g) {
-    return (g->stage_floats + (g->acc ? g->hi - g->lo : 0)) * sizeof(float);
+    return (g->stage_floats + (g->acc ? g->opt_len : 0)) * sizeof(float);
+}
+
+/* ZeRO-2: add p (flat [lo, hi)) into the accumulator where it meets this worker's shard runs. */
+static void acc_add(ct_grads *g, const float *p, size_t lo, size_t hi) {
+    size_t run[2][3] = {{g->xs_lo, g->xs_lo + g->xsh, 0}, {g->lo, g->hi, g->xsh}};
+    for (int r = 0; r < 2; r++) {
+        size_t a = lo > run[r][0] ? lo : run[r][0], e = hi < run[r][1] ? hi : run[r][1];
+        for (size_t i = a; i < e; i++) g->acc[run[r][2] + i - run[r][0]] += p[i - lo];
+    }
 }
 
 /* This worker's part [*a, *e) of flat range [lo, hi) (empty: *a == *e) under its first group's
@@ -131,7 +142,7 @@ static ct_status reduce_bucket(ct_grads *g, int k, ct_err *err) {
             return CT_ERR(err, st, "gradient reduce-scatter of [%zu, %zu): %s", bk->lo, bk->hi,
                           ct_comm_errmsg(c0));
         if (g->acc) { /* ZeRO-2: keep this worker's part */
-            for (size_t i = a; i < e; i++) g->acc[i - g->lo] += p[i - bk->lo];
+            acc_add(g, p + (a - bk->lo), a, e);
         } else if (!r->norm_skip) {
             double ss = 0;
             for (size_t i = a; i < e; i++) ss += (double)p[i - bk->lo] * p[i - bk->lo];
@@ -147,10 +158,8 @@ static ct_status reduce_bucket(ct_grads *g, int k, ct_err *err) {
             return CT_ERR(err, st, "gradient reduction of [%zu, %zu): %s", bk->lo, bk->hi,
                           ct_comm_errmsg(r->groups[i]));
     }
-    if (g->acc) { /* ZeRO-2: keep this worker's part */
-        size_t a = bk->lo > g->lo ? bk->lo : g->lo, e = bk->hi < g->hi ? bk->hi : g->hi;
-        for (size_t i = a; i < e; i++) g->acc[i - g->lo] += p[i - bk->lo];
-    }
+    if (g->acc) acc_add(g, p, bk->lo, bk->hi); /* ZeRO-2: keep this worker's part (the
+                                                   experts held by no other worker: all) */
     return CT_OK;
 }
 
@@ -272,7 +281,7 @@ ct_status ct__grads_host_bytes_plan(const ct_params *P, const ct_grad_range *ran
     if (bf < 1024) bf = 1024;
     ct_status st = cut_buckets(&g, bf);
     if (st == CT_OK)
-        *bytes = (stage_floats(&g) + (g.zero >= 2 ? g.hi - g.lo : 0)) * sizeof(float);
+        *bytes = (stage_floats(&g) + (g.zero >= 2 ? ct_params_opt_len(P) : 0)) * sizeof(float);
     else
         CT_ERR(err, st, "%s", g.err.msg);
     free(g.b);
@@ -327,7 +336,9 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     if (g->zero >= 1) {
         size_t x0, x1, slo[2], shi[2];
         ct_params_expert_range(g->P, &x0, &x1);
-        if (ct_params_shards(g->P, slo, shi) == 2) g->xend = x1, g->xlen = shi[0] - slo[0];
+        if (ct_params_shards(g->P, slo, shi) == 2)
+            g->xend = x1, g->xlen = shi[0] - slo[0], g->xs_lo = slo[0], g->xsh = g->xlen;
+        g->opt_len = ct_params_opt_len(g->P);
         g->dlen = g->hi - g->lo;
         g->dbase = g->lo - g->dlen * (size_t)ct_params_coords(g->P)->dp_rank;
         g->ssg = ranges[n - 1].groups[0];
@@ -352,7 +363,7 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     g->order = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->order);
     g->pending = ct_calloc((size_t)(g->nb ? g->nb : 1), 1);
     g->stage = ct_malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));
-    if (g->zero >= 2) g->acc = ct_calloc(g->hi - g->lo ? g->hi - g->lo : 1, sizeof(float));
+    if (g->zero >= 2) g->acc = ct_calloc(g->opt_len ? g->opt_len : 1, sizeof(float));
     size_t lnf_hi;
     g->blk_lo = ct_params_layer_begin(g->P, -1);
     ct_params_lnf_range(g->P, &g->blk_hi, &lnf_hi);
@@ -439,7 +450,10 @@ ct_status ct_grads_ready(ct_grads *g, size_t lo, size_t hi) {
             const bucket *bk = &g->b[k];
             if (bk->lo < lo || bk->hi > hi) continue;
             int slotted = bk->lo >= g->blk_lo && bk->hi <= g->blk_hi;
-            if (!g->last && !slotted && g->ranges[bk->range].groups[1]) continue; /* once */
+            /* outside the slots, a range with a second group and the experts accumulate and
+             * leave once */
+            if (!g->last && !slotted && (g->ranges[bk->range].groups[1] || bk->hi <= g->xend))
+                continue;
             st = post_bucket(g, k);
         }
         return st;
@@ -471,14 +485,18 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
         pthread_mutex_unlock(&g->mu);
         if (st == CT_OK && g->acc) {
             /* the shard to the device; the global sum of squares from every worker's shard */
-            size_t sh = g->hi - g->lo;
+            size_t sh = g->opt_len;
+            size_t run[2][3] = {{g->xs_lo, g->xs_lo + g->xsh, 0}, {g->lo, g->hi, g->xsh}};
             double ss = 0;
-            for (int r = 0; r < g->nranges; r++) { /* ranges counted on another worker left out */
-                size_t a = g->ranges[r].lo > g->lo ? g->ranges[r].lo : g->lo;
-                size_t e = g->ranges[r].hi < g->hi ? g->ranges[r].hi : g->hi;
-                for (size_t i = a; !g->ranges[r].norm_skip && i < e; i++)
-                    ss += (double)g->acc[i - g->lo] * g->acc[i - g->lo];
-            }
+            for (int r = 0; r < g->nranges; r++) /* ranges counted on another worker left out */
+                for (int k = 0; k < 2 && !g->ranges[r].norm_skip; k++) {
+                    size_t a = g->ranges[r].lo > run[k][0] ? g->ranges[r].lo : run[k][0];
+                    size_t e = g->ranges[r].hi < run[k][1] ? g->ranges[r].hi : run[k][1];
+                    for (size_t i = a; i < e; i++) {
+                        double v = g->acc[run[k][2] + i - run[k][0]];
+                        ss += v * v;
+                    }
+                }
             float fs = (float)ss;
             st = ct_arena_write(ct_params_grad_shard(g->P), 0, g->acc, sh * sizeof(float));
             if (st != CT_OK)

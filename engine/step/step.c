@@ -345,12 +345,12 @@ static ct_status action_done(ct_exec *x, step_run *r, int i, double t_act, doubl
     return ct__xfer_pump(x, 0);
 }
 
-/* Every group's ct_comm_bytes now: dp (both handles), tp (both), ep, edp, emb. */
+/* Every group's ct_comm_bytes now: dp (both handles), tp (both), ep, edp (both), emb. */
 static void bytes_now(const ct_exec *x, uint64_t v[5]) {
     v[0] = ct_comm_bytes(x->dp) + ct_zero_gather_bytes(x->z);
     v[1] = ct_comm_bytes(x->tp) + ct_comm_bytes(x->tpg);
     v[2] = ct_comm_bytes(x->ep);
-    v[3] = ct_comm_bytes(x->edp);
+    v[3] = ct_comm_bytes(x->edp) + ct_zero_expert_gather_bytes(x->z);
     v[4] = ct_comm_bytes(x->emb);
 }
 
