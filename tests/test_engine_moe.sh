@@ -34,7 +34,7 @@
 # part: "all" (default), "threads", "ranks" (the threads part's layouts over ranks: a transport
 # repeat, labelled slow in tests/suites.cmake), "mixed", "ep" (dp 4 (ep 2) ZeRO-1 over 2 ranks x
 # 2 threads: expert parallelism's one layout in the sanitizer pass), "resume" (slow: the tp part
-# resumes experts across layouts too), "files", "refuse", "recompute", "tp".
+# resumes experts across layouts too), "files", "refuse", "recompute", "tp", "zero23" (ZeRO 2, 3).
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
