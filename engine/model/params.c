@@ -482,6 +482,7 @@ size_t ct_params_work_off(const ct_params *P, size_t f) {
     return P->lbase + (k % 2) * P->lstride + (f - P->lbase - k * P->lstride);
 }
 size_t ct_params_work_len(const ct_params *P) { return P->wlen; }
+size_t ct_params_buffer_len(const ct_params *P) { return P->lay.zero >= 3 ? P->wlen : P->flat; }
 
 size_t ct_params_pview(const ct_params *P, int i, int l) {
     size_t f = ct_params_flat_off(P, i, l);

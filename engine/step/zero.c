@@ -109,10 +109,17 @@ static ct_status gather_host(ct_zero *z, ct_comm *c, size_t a, size_t b, float *
                      "parameter gather", err);
 }
 
+/* The gathered floats to the working buffer at `work` (non-blocking: *ev until src is read);
+ * a bf16 model's working copy of them made behind the write, on the device (the conversion the
+ * single device makes of its whole parameters, so the copies agree bitwise). */
 static ct_status write_slot(ct_zero *z, size_t work, const float *src, size_t n, ct_event **ev) {
-    return dev_fail(z, ct_arena_write_async(ct_params_buffer(z->P), work * sizeof(float),
-                                            n * sizeof(float), src, ev),
-                    "writing gathered parameters");
+    ct_status st = dev_fail(z, ct_arena_write_async(ct_params_buffer(z->P), work * sizeof(float),
+                                                    n * sizeof(float), src, ev),
+                            "writing gathered parameters");
+    if (st == CT_OK && (st = ct_model_refresh_working_range(z->m, work, n)) != CT_OK)
+        CT_ERR(&z->err, st, "the bf16 working copy of gathered parameters: %s",
+               ct_model_errmsg(z->m));
+    return st;
 }
 
 /* Synchronous gather of [a, b) into the working buffer at `work`, on the gather handle (the

@@ -177,13 +177,12 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(ct_precision_parse(p->precision, &prec) == CT_OK,
          "--precision must be fp32 or bf16 (got '%s')", p->precision);
     {
-        const char *axis = p->zero >= 3 ? "--zero" : p->tp > 1 ? "--tp" : p->pp > 1 ? "--pp"
-                           : p->ep > 1 ? "--ep" : p->experts > 0 ? "--experts" : NULL;
-        int n = p->zero >= 3 ? p->zero : p->tp > 1 ? p->tp : p->pp > 1 ? p->pp
-                                                   : p->ep > 1 ? p->ep : p->experts;
+        const char *axis = p->tp > 1 ? "--tp" : p->pp > 1 ? "--pp" : p->ep > 1 ? "--ep"
+                           : p->experts > 0 ? "--experts" : NULL;
+        int n = p->tp > 1 ? p->tp : p->pp > 1 ? p->pp : p->ep > 1 ? p->ep : p->experts;
         NEED(prec != CT_PRECISION_BF16 || !axis,
              "--precision bf16 with %s %d is not built yet (bf16 runs with data parallelism, "
-             "ZeRO 0 to 2: --tp, --pp and --ep 1, a dense model)",
+             "ZeRO 0 to 3: --tp, --pp and --ep 1, a dense model)",
              axis ? axis : "", n);
         NEED(prec != CT_PRECISION_BF16 || strcmp(p->recompute, "attention"),
              "--precision bf16 with --recompute attention is not built yet (recomputing the "
