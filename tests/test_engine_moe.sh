@@ -156,8 +156,9 @@ layouts() {
 
 # ZeRO-2 and 3 with experts (issue 30), 20 steps: dp 2 (ep 2: each worker's experts its own, the
 # shard all of them) and dp 4 (ep 2: the experts sharded over the 2 workers holding the same
-# ones) against the single device; the memory records (model state by the formula, predicted ==
-# allocated) and the per-group bytes (zero23_bytes below).
+# ones) against the single device, as threads, ranks and mixed; with a pipeline (dp 2 (ep 2) x
+# pp 2) and with TP and SP (tp 2 x dp 2 (ep 2)); the memory records (model state by the formula,
+# predicted == allocated). The per-group bytes: test_engine_zero_bytes.
 if want zero23; then
     need_ref ref20 --steps 20
     zlayout() {
@@ -174,6 +175,9 @@ if want zero23; then
     train pp2z3 1 4 --pp 2 --dp 2 --ep 2 --zero 3 --steps 20 &&
         compare_moe "$D/ref20.jsonl" "$D/pp2z3.jsonl" "threads dp 2 (ep 2) x pp 2 ZeRO-3" &&
         predcheck "$D/pp2z3.jsonl"
+    train tpz3 2 2 --tp 2 --dp 2 --ep 2 --sequence-parallel 1 --zero 3 --steps 20 &&
+        compare_moe "$D/ref20.jsonl" "$D/tpz3.jsonl" "mixed tp 2 x dp 2 (ep 2) SP ZeRO-3" 0 2 &&
+        predcheck "$D/tpz3.jsonl"
 fi
 if want threads; then
     need_ref
