@@ -9,8 +9,10 @@
  *   - ZeRO-0: 2 P (N-1)/N (the gradient all-reduce, once: accumulation is local);
  *   - ZeRO-1: (P - mine) reduce-scatter + S (N-1) all-gather = 2 P (N-1)/N;
  *   - ZeRO-2: M (P - mine) + S (N-1) (every micro-step's buckets leave);
- *   - ZeRO-3: M [(P - mine) reduce-scatter + (P - mine) the forward's gathers + the backward's
- *     gathers of every block below the last two (still in their slots)]: about 3 P (N-1)/N;
+ *   - ZeRO-3: M [(P - mine) reduce-scatter + (P - mine) the forward's gathers + wte's again for
+ *     the head (it shares the working buffer with the block slots: the embedding's copy gave way
+ *     to the blocks) + the backward's gathers of every block but the last one still in its slot
+ *     (the head's wte evicted slot 0, and slot 1 too when wte is larger)]: about 3 P (N-1)/N;
  * plus the step's scalars (the loss, the shards' sum of squares). The counters are the
  * collectives' bandwidth terms (ct_comm_bytes), so they are exact; allowed: the scalars and a
  * rounding per collective. The other groups (tp, ep, edp, emb) are absent (-1). Also checked:
@@ -117,10 +119,25 @@ static void worker(ct_topo *topo, int thread, ct_device_info *info) {
             case 1: want = rs + S * (N - 1); break;
             case 2: want = M * rs + S * (N - 1); break;
             case 3: {
+                /* wte gathered again for the head, which evicts the slot(s) it overlaps: their
+                 * blocks are gathered again in the backward too */
+                size_t w0, w1, r0, wl, sl;
+                ct_params_wte_range(P, &w0, &w1);
+                ct_params_pwork_region(P, &r0, &wl, &sl);
+                int ev = wl > sl ? 2 : 1;
+                /* the working buffer: [experts | wpe | max(wte, two blocks) | lnf], from the
+                 * model's sizes (a block's dense tensors 12 C^2 + 13 C floats; with experts
+                 * the attention's, the LayerNorms' and the router's, 4 C^2 + 8 C + E C) */
+                size_t blk = ex ? 4 * C_ * C_ + 8 * C_ + 4 * C_ : 12 * C_ * C_ + 13 * C_;
+                size_t wte = (size_t)V_ * C_;
+                size_t wlen = X + (size_t)T_ * C_ + (wte > 2 * blk ? wte : 2 * blk) + 2 * C_;
+                CT_ASSERT_MSG(ct_params_buffer_len(P) == wlen && wl == wte && sl == blk,
+                              "ZeRO-3 parameter working buffer of %zu floats (wte %zu, a slot "
+                              "%zu), expected %zu", ct_params_buffer_len(P), wl, sl, wlen);
                 double back = 0;
-                for (int l = 0; l < L_ - 2; l++)
+                for (int l = 0; l < L_ - 2 + ev; l++)
                     back += others(ct_params_layer_begin(P, l), ct_params_layer_end(P, l), lo, hi);
-                want = M * (2 * rs + back);
+                want = M * (2 * rs + others(w0, w1, lo, hi) + back);
                 break;
             }
             }

@@ -164,6 +164,10 @@ ct_status ct_zero_begin_pass(ct_zero *z);
 /* ZeRO-3, collective: block l's parameters in its working slot before the model uses it (from
  * the prefetch when it was block l's); then block `next` (-1: none) is prefetched. */
 ct_status ct_zero_need_block(ct_zero *z, int l, int next);
+/* ZeRO-3: before the embedding's forward or the head's forward or backward reads wte: gathered
+ * into the working buffer's region it shares with the block slots, unless still there (a block
+ * gathered since took its place). Collective over the DP group. A no-op otherwise. */
+ct_status ct_zero_need_wte(ct_zero *z);
 size_t ct_zero_host_bytes(const ct_zero *z);
 double ct_zero_gather_ms(const ct_zero *z); /* time the worker waited for gathers */
 /* ZeRO-3: bytes the parameter gathers moved so far (ct_comm_bytes of their handle; else 0). */

@@ -65,6 +65,12 @@ static ct_status before_ep_wait(ct_exec *x) {
     return x->epsize > 1 && x->nxf ? ct__xfer_pump(x, 1) : CT_OK;
 }
 
+/* ZeRO-3: wte in the working buffer before the embedding or the head reads it. */
+static ct_status need_wte(ct_exec *x) {
+    ct_status st = ct_zero_need_wte(x->z);
+    return st == CT_OK ? st : CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
+}
+
 ct_status ct__exec_forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int chunk,
                                  const int *tokens, const int *targets, int rows, int T,
                                  double *loss) {
@@ -74,8 +80,11 @@ ct_status ct__exec_forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int
     if ((st = before_zero_wait(x, 3)) != CT_OK || (st = before_ep_wait(x)) != CT_OK) return st;
     if ((st = ct_zero_begin_pass(x->z)) != CT_OK)
         return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
-    if (chunk == 0 && (st = ct_model_embed_forward(x->m, slot, tokens, rows, T)) != CT_OK)
-        return fail_model(x, st);
+    if (chunk == 0) {
+        if ((st = need_wte(x)) != CT_OK) return st;
+        if ((st = ct_model_embed_forward(x->m, slot, tokens, rows, T)) != CT_OK)
+            return fail_model(x, st);
+    }
     for (int l = lo; l < hi; l++) {
         if ((st = ct_zero_need_block(x->z, l, l + 1 < hi ? l + 1 : -1)) != CT_OK)
             return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
@@ -83,6 +92,7 @@ ct_status ct__exec_forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int
     }
     if (last_chunk(x, s, chunk)) {
         float lv = NAN;
+        if ((st = need_wte(x)) != CT_OK) return st;
         if ((st = ct_model_head_forward(x->m, slot, targets, loss ? &lv : NULL)) != CT_OK)
             return fail_model(x, st);
         if (loss) *loss = lv;
@@ -117,6 +127,7 @@ static ct_status backward_chunk(ct_exec *x, const ct_schedule *s, int slot, int 
     /* the blocks' own terms of the objective (the MoE auxiliary loss) take the head's scale */
     if ((st = ct_model_set_loss_scale(x->m, slot, scale)) != CT_OK) return fail_model(x, st);
     if (kind != CT_ACT_BWD_WEIGHT && last_chunk(x, s, chunk)) {
+        if ((st = need_wte(x)) != CT_OK) return st;
         if ((st = ct_model_head_backward(x->m, slot, scale)) != CT_OK) return fail_model(x, st);
         size_t a, b;
         ct_params_lnf_range(x->P, &a, &b);

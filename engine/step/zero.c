@@ -14,7 +14,10 @@
  * is gathered on a prefetch thread while the device computes, into a double buffer, and written
  * to its slot with a non-blocking write that the in-order queue puts after the kernels that used
  * the slot before. Blocks still in their slot (the last two of forward, the first two of
- * backward) are not gathered again. The experts' region (the held experts of every block, at
+ * backward) are not gathered again. wte shares its room in the working buffer with the two
+ * slots (params.c's region R): gathered when the embedding or the head reads it
+ * (ct_zero_need_wte) unless still there, and given up to the next block gathered into a slot
+ * it overlaps. The experts' region (the held experts of every block, at
  * the start of the flat layout) stays whole in the working buffer: gathered at the start of
  * each pass over the expert-data-parallel group (its own second handle), or, when no other
  * worker holds the same experts, copied from the shard (which is then all of them). */
@@ -44,6 +47,8 @@ struct ct_zero {
     size_t *counts;  /* stage 3: [2N] per-rank counts of a gather (the worker's, the prefetch's) */
     ct_event *ev_ptmp, *ev_pf[2]; /* slot writes still reading ptmp / pf_buf halves */
     int hold_l[2];   /* stage 3: block in each working slot (-1 none) */
+    int wte_held;    /* stage 3: the working buffer's region R holds wte (not the slots) */
+    size_t r0, wte_len, slot_len; /* R's start, wte's floats (0: not held here), a slot's */
     pthread_t pth;
     int pth_started, quit, pf_block, pf_state; /* 0 idle, 1 requested, 2 done */
     size_t pf_a, pf_b;
@@ -192,6 +197,7 @@ ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *edp, 
     z->opt_len = ct_params_opt_len(z->P);
     ct_params_shard(z->P, &z->lo, &z->hi);
     z->hold_l[0] = z->hold_l[1] = -1;
+    ct_params_pwork_region(z->P, &z->r0, &z->wte_len, &z->slot_len);
     if (z->stage == 0) {
         *out = z;
         return CT_OK;
@@ -312,6 +318,7 @@ ct_status ct_zero_begin_pass(ct_zero *z) {
     if (z->stage < 3) return CT_OK;
     double t0 = ct_time_now();
     z->hold_l[0] = z->hold_l[1] = -1; /* the shard may have changed (optimizer): slots stale */
+    z->wte_held = 0;
     pthread_mutex_lock(&z->mu); /* ... and so may an unused prefetch */
     while (z->pf_state == 1) pthread_cond_wait(&z->cv, &z->mu);
     z->pf_state = 0;
@@ -322,9 +329,10 @@ ct_status ct_zero_begin_pass(ct_zero *z) {
     size_t emb = ct_params_layer_begin(z->P, 0), a, b, x0, x1;
     ct_params_expert_range(z->P, &x0, &x1);
     ct_params_lnf_range(z->P, &a, &b);
+    size_t pe = x1 + z->wte_len; /* wpe (wte: gathered when read, ct_zero_need_wte) */
     if (st == CT_OK && x1 > 0) st = gather_experts(z, x1);
-    if (st == CT_OK && emb > x1) st = gather_range(z, x1, emb, x1);
-    if (st == CT_OK && b > a) st = gather_range(z, a, b, ct_params_work_off(z->P, a));
+    if (st == CT_OK && emb > pe) st = gather_range(z, pe, emb, ct_params_pwork_off(z->P, pe));
+    if (st == CT_OK && b > a) st = gather_range(z, a, b, ct_params_pwork_off(z->P, a));
     z->gather_ms += 1e3 * (ct_time_now() - t0);
     ct_trace_event(z->tr, CT_TRACE_MAIN, "parameter gather", "comm", t0, -1);
     return st;
@@ -332,9 +340,8 @@ ct_status ct_zero_begin_pass(ct_zero *z) {
 
 /* The working slot (0 or 1) of block l. */
 static int slot_of(const ct_zero *z, int l) {
-    size_t w = ct_params_work_off(z->P, ct_params_layer_begin(z->P, l));
-    size_t base = ct_params_layer_begin(z->P, -1); /* first held block: slot 0's start */
-    return w == ct_params_work_off(z->P, base) ? 0 : 1;
+    size_t w = ct_params_pwork_off(z->P, ct_params_layer_begin(z->P, l));
+    return w == z->r0 ? 0 : 1; /* slot 0 starts R */
 }
 
 static void prefetch(ct_zero *z, int l) {
@@ -357,7 +364,7 @@ ct_status ct_zero_need_block(ct_zero *z, int l, int next) {
     if (z->stage < 3) return CT_OK;
     double t0 = ct_time_now();
     size_t a = ct_params_layer_begin(z->P, l), b = ct_params_layer_end(z->P, l);
-    size_t work = ct_params_work_off(z->P, a);
+    size_t work = ct_params_pwork_off(z->P, a);
     int s = slot_of(z, l);
     ct_status st = CT_OK;
     if (z->hold_l[s] != l) {
@@ -375,8 +382,25 @@ ct_status ct_zero_need_block(ct_zero *z, int l, int next) {
             st = gather_range(z, a, b, work);
         }
         if (st == CT_OK) z->hold_l[s] = l;
+        if ((size_t)s * z->slot_len < z->wte_len) z->wte_held = 0; /* it took wte's place */
     }
     if (st == CT_OK) prefetch(z, next);
+    z->gather_ms += 1e3 * (ct_time_now() - t0);
+    ct_trace_event(z->tr, CT_TRACE_MAIN, "parameter gather", "comm", t0, CT_TRACE_MB);
+    return st;
+}
+
+ct_status ct_zero_need_wte(ct_zero *z) {
+    if (z->stage < 3 || z->wte_len == 0 || z->wte_held) return CT_OK;
+    double t0 = ct_time_now();
+    size_t w0, w1;
+    ct_params_wte_range(z->P, &w0, &w1);
+    ct_status st = gather_range(z, w0, w1, z->r0);
+    if (st == CT_OK) {
+        z->wte_held = 1;
+        for (int s = 0; s < 2; s++) /* the slots it overwrote */
+            if ((size_t)s * z->slot_len < z->wte_len) z->hold_l[s] = -1;
+    }
     z->gather_ms += 1e3 * (ct_time_now() - t0);
     ct_trace_event(z->tr, CT_TRACE_MAIN, "parameter gather", "comm", t0, CT_TRACE_MB);
     return st;
