@@ -71,6 +71,7 @@ struct ct_grads {
     int last;   /* the action running is the last to write its gradients */
     int *order; /* [nb] ring: the buckets in the order posted (entry i % nb) */
     char *pending; /* [nb] ZeRO-2: posted, not reduced yet (its staging is in use) */
+    char *left;    /* [nb] ZeRO-2: posted by a last action this step (every bucket must be) */
     size_t blk_lo, blk_hi; /* ZeRO-2: the blocks' part of the flat layout (the two slots) */
     int all_bucketed; /* every range has a group (else only the buckets are written back) */
     /* communication thread */
@@ -362,12 +363,13 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     g->ev = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->ev);
     g->order = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->order);
     g->pending = ct_calloc((size_t)(g->nb ? g->nb : 1), 1);
+    g->left = ct_calloc((size_t)(g->nb ? g->nb : 1), 1);
     g->stage = ct_malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));
     if (g->zero >= 2) g->acc = ct_calloc(g->opt_len ? g->opt_len : 1, sizeof(float));
     size_t lnf_hi;
     g->blk_lo = ct_params_layer_begin(g->P, -1);
     ct_params_lnf_range(g->P, &g->blk_hi, &lnf_hi);
-    if (!g->ev || !g->order || !g->pending || !g->stage || (g->zero >= 2 && !g->acc)) {
+    if (!g->ev || !g->order || !g->pending || !g->left || !g->stage || (g->zero >= 2 && !g->acc)) {
         ct_grads_free(g);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory for staging");
     }
@@ -401,6 +403,7 @@ void ct_grads_free(ct_grads *g) {
     free(g->ev);
     free(g->order);
     free(g->pending);
+    free(g->left);
     free(g->stage);
     free(g->acc);
     free(g->counts);
@@ -455,6 +458,7 @@ ct_status ct_grads_ready(ct_grads *g, size_t lo, size_t hi) {
             if (!g->last && !slotted && (g->ranges[bk->range].groups[1] || bk->hi <= g->xend))
                 continue;
             st = post_bucket(g, k);
+            if (st == CT_OK && g->last) g->left[k] = 1;
         }
         return st;
     }
@@ -469,6 +473,13 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
     ct_arena *gb = ct_params_grads(g->P);
     if (sumsq) *sumsq = 0;
     if (g->overlap && g->armed) {
+        for (int k = 0; g->zero >= 2 && k < g->nb; k++) /* a gradient never left: lost */
+            if (!g->left[k])
+                return CT_ERR(&g->err, CT_ERR_STATE,
+                              "ct_grads_finish: gradient bucket %d [%zu, %zu) was not handed over "
+                              "by the last action writing it (ct_grads_ready)",
+                              k, g->b[k].lo, g->b[k].hi);
+        if (g->zero >= 2) memset(g->left, 0, (size_t)g->nb);
         if (g->zero < 2 && g->next_issue != g->nb)
             return CT_ERR(&g->err, CT_ERR_STATE,
                           "ct_grads_finish: %d of %d buckets were handed over (was the backward "
