@@ -7,6 +7,7 @@
 # update). Four micro-batches; 8 blocks (4 a worker: they reuse the two working slots; the
 # interleaved schedule's chunks alternate on them) and, for ZeRO-3 with zb1, 4. Before the
 # gradient pieces left as each action wrote them (grads.c), both interleaved runs failed here.
+# Also dp 2 x tp 2 with SP and ZeRO-2 on 4 blocks (no pipeline).
 # part: "threads" (one process, 4 devices), "ranks" (4 processes), "all" (both).
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
@@ -36,6 +37,12 @@ if want threads; then
     layout t_z3il 1 4 ref8 "threads dp 2 x pp 2 ZeRO-3 interleaved" --layers 8 $IL --zero 3
     layout t_z3zb 1 4 ref4 "threads dp 2 x pp 2 ZeRO-3 zb1" --layers 4 $ZB --zero 3
     layout t_z2il 1 4 ref8 "threads dp 2 x pp 2 ZeRO-2 interleaved" --layers 8 $IL --zero 2
+    # SP's LayerNorm gradients (a second group, TP) inside blocks that share the two slots: they
+    # leave every micro-step too (before this change they waited for the last one, summed with
+    # the other block's of their slot: 8e-5 off here); 4 heads, 2 micro-batches
+    need_ref refsp --layers 4 --heads 4 --total-batch 128
+    layout t_z2sp 1 4 refsp "threads dp 2 x tp 2 SP ZeRO-2, 4 blocks" --layers 4 --heads 4 \
+        --total-batch 128 --dp 2 --tp 2 --sequence-parallel 1 --zero 2
 fi
 if want ranks; then
     layout r_z2zb 4 1 ref8 "ranks dp 2 x pp 2 ZeRO-2 zb1" --layers 8 $ZB --zero 2
