@@ -19,7 +19,7 @@
 #    copy is made after ZeRO's all-gather (ZeRO-3: from each gathered range, on the device).
 # 4. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
 #    tp 2, pp 2, experts, --recompute attention; an unknown precision.
-# part: "all" (default), "converge", "memory", "dp", "refuse".
+# part: "all" (default), "converge", "memory", "dp", "zero3" (the dp part's ZeRO-3 runs), "refuse".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -126,12 +126,15 @@ print("ok: %-28s 20 steps within %.2g of the single-device bf16 run" % (what, wo
 EOF
 }
 
+DPA="--steps 20 --batch 8 --grad-clip 0.3 --log-every 1 --precision bf16"
 if want dp; then
-    DPA="--steps 20 --batch 8 --grad-clip 0.3 --log-every 1 --precision bf16"
-    train dp_ref 1 1 $DPA &&
-        train dp_threads_z1 1 2 $DPA --dp 2 --zero 1 &&
+    need_ref dp_ref $DPA
+    train dp_threads_z1 1 2 $DPA --dp 2 --zero 1 &&
         near dp_ref dp_threads_z1 "dp 2 threads ZeRO-1" &&
         train dp_ranks_z2 2 1 $DPA --dp 2 --zero 2 && near dp_ref dp_ranks_z2 "dp 2 ranks ZeRO-2"
+fi
+if want zero3; then
+    need_ref dp_ref $DPA
     # ZeRO-3: each gathered fp32 range converted to bf16 where it lands (the memory model counts
     # the working copy in the working buffer's layout: predicted == allocated)
     for kind in "threads 1 2" "ranks 2 1"; do
