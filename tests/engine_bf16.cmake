@@ -4,10 +4,10 @@
 # ranks ZeRO-2) and tp 2 (threads, ranks with SP, device-resident, mixed; its bytes half of
 # fp32's), pp 2 with every schedule ("pp"), experts with ep 2 ("ep"), ranks x threads ("mixed_pp", "mixed_ep"), --grad-reduce bf16 ("grad_reduce"), a bitwise resume with either
 # --bf16-round ("resume"), ct_plan's bf16 bytes ("plan"), their bytes
-# half too, against the single-device bf16 run, ZeRO-3 (not built yet)
-# refused ("refuse"). The ops in bf16: test_engine_ops_bf16 (engine_ops.cmake).
+# half too, against the single-device bf16 run, dp 2 ZeRO-3 (threads, ranks: "zero3"), the
+# refusals ("refuse"). The ops in bf16: test_engine_ops_bf16 (engine_ops.cmake).
 if(TARGET train_gpt)
-  foreach(part converge memory dp tp pp ep mixed_pp mixed_ep grad_reduce resume plan refuse)
+  foreach(part converge memory dp zero3 tp pp ep mixed_pp mixed_ep grad_reduce resume plan refuse)
     add_test(NAME test_engine_bf16_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_bf16.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})

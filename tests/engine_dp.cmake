@@ -50,3 +50,13 @@ if(TARGET ct_engine)
       ENVIRONMENT "OMP_WAIT_POLICY=passive;POCL_DEVICES=pthread pthread")
   endforeach()
 endif()
+# ZeRO-2 and 3 with the interleaved and zb1 schedules at dp 2 x pp 2 against the single device.
+if(TARGET train_gpt)
+  foreach(part threads ranks)
+    add_test(NAME test_engine_zero_sched_${part}
+             COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_zero_sched.sh
+                     $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE} ${part})
+    set_tests_properties(test_engine_zero_sched_${part} PROPERTIES LABELS "mpi;opencl"
+                         ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  endforeach()
+endif()

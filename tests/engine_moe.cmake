@@ -23,9 +23,9 @@ endif()
 # inside dp 4, ZeRO 0 and 1; threads, ranks, mixed; pipelines), memory records, resume across
 # layouts, safetensors files (round trips, Python's reader, damaged files), refusals,
 # recomputation (attention, block) bitwise the losses of none with MoE blocks, experts under
-# tensor parallelism (tp 2, SP, tp 2 x dp 2 (ep 2); resume).
+# tensor parallelism (tp 2, SP, tp 2 x dp 2 (ep 2); resume); ZeRO 2 and 3 with experts.
 if(TARGET train_gpt)
-  foreach(part threads ranks mixed ep resume files refuse recompute tp)
+  foreach(part threads ranks mixed ep resume files refuse recompute tp zero23)
     add_test(NAME test_engine_moe_layout_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_moe.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})

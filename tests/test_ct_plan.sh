@@ -79,7 +79,7 @@ fi
 
 # 1b. a mixture of experts (2 blocks, 2 micro-batches): exactly the layouts a plain restatement of
 #     the MoE rules allows (ep divides dp and the 4 experts; tp divides the 4 heads, sequence
-#     parallelism on or off with tp > 1; ZeRO 0/1 with dp > 1; no zb1; no interleaving: 2
+#     parallelism on or off with tp > 1; ZeRO 0 to 3 with dp > 1; no zb1; no interleaving: 2
 #     blocks), ep > 1 and tp > 1 among them, memory answered for each
 if want rules; then
     if logged "$D/plan_moe.json" "$D/plan_moe.err" launch 1 1 "$PLAN" $MODEL --experts 4 --top-k 2 \
@@ -91,7 +91,7 @@ want = set()
 for dp, tp, pp in ((4, 1, 1), (2, 1, 2), (2, 2, 1), (1, 2, 2), (1, 4, 1)):
     for ep in range(1, dp + 1):
         if dp % ep or 4 % ep: continue
-        for z in range(0, 2 if dp > 1 else 1):
+        for z in range(0, 4 if dp > 1 else 1):
             for s in (["1f1b", "gpipe"] if pp > 1 else ["none"]):
                 for sp in ((0, 1) if tp > 1 else (0,)):
                     want.add((dp, tp, pp, ep, z, s, sp))

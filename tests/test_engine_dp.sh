@@ -55,8 +55,10 @@ EOF
 # bytescheck FILE N ZERO: the leader's "comm_dp_bytes" in every train record within 2 % of the
 # formula for N workers, P parameters, M = 2 micro-steps and 2 layers (P (N-1)/N units: DDP and
 # ZeRO-1 2, ZeRO-2 M + 1 (every micro-step's reduce-scatter), ZeRO-3 2M (reduce-scatter and the
-# forward's gathers; with two layers the backward finds both blocks in their slots)); no other
-# group's field on a DP-only layout. test_engine_zero_bytes checks the exact counts.
+# forward's gathers) plus, per micro-step, what the leader (DP rank 0, the shard at the start)
+# gathers again: wte for the head (it shares the working buffer with the block slots) and block
+# 0, whose slot the head's wte took, in the backward; no other group's field on a DP-only
+# layout. test_engine_zero_bytes checks the exact counts.
 bytescheck() {
     if $PY - "$1" "$2" "$3" <<'EOF'; then :; else fail "bytes in $1"; fi
 import json, sys
@@ -66,6 +68,13 @@ psi = [r for r in recs if r.get("type") == "memory"][0]["num_params"]
 M = 2
 units = {0: 2, 1: 2, 2: M + 1, 3: 2 * M}[zero]
 want = units * psi * (n - 1) / n * 4
+if zero == 3:  # this script's --dim 32 --layers 2 --seq 16: [wte | wpe | block 0 | block 1 | lnf]
+    C, L, T = 32, 2, 16
+    S, E = 12 * C * C + 13 * C, T * C
+    W, sh = psi - L * S - 2 * C - E, -(-psi // n)
+    assert 0 < W <= S, (W, S)  # wte fits slot 0: block 1 stays in slot 1
+    def others(a, b): return (b - a) - max(0, min(b, sh) - max(a, 0))
+    want += 4 * M * (others(0, W) + others(W + E, W + E + S))
 tr = [r for r in recs if r.get("type") == "train"]
 got = [r.get("comm_dp_bytes", -1) for r in tr]
 ok = len(tr) > 0 and all(abs(g - want) <= 0.02 * want for g in got)

@@ -186,10 +186,6 @@ if want refuse threads; then
         1 2 --pp 2 --virtual-stages 2
     expect_bad "interleaved micro-batches" "to be a multiple of --pp 3" 1 3 --layers 4 --pp 3 \
         --schedule interleaved $M4
-    expect_bad "ZeRO-2 with zb1" "--zero 2 with --schedule zb1" 1 4 --dp 2 --pp 2 --zero 2 \
-        --schedule zb1
-    expect_bad "ZeRO-3 with interleaved" "--zero 3 with --schedule interleaved" 1 4 --dp 2 --pp 2 \
-        --zero 3 --schedule interleaved --virtual-stages 2
     expect_bad "split without a pipeline" "--pp-split needs --pp >= 2" 1 1 --pp-split 2,2
 fi
 

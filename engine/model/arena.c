@@ -406,13 +406,6 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
         return PFAIL(CT_ERR_ARG, "%s: precision %d is not fp32 or bf16%s", (int)plan->precision,
                      "");
     if (plan->precision == CT_PRECISION_BF16) {
-        /* ZeRO-3 gathers the parameters before each block: the working copy would need making
-         * after every gather */
-        if (layout->zero >= 3)
-            return PFAIL(CT_ERR_UNSUPPORTED,
-                         "%s: --precision bf16 with --zero %d is not built yet (bf16 runs with "
-                         "every other layout: ZeRO 0 to 2)%s",
-                         layout->zero, "");
     }
 #undef PFAIL
     return CT_OK;
@@ -448,7 +441,7 @@ ct_status ct__model_arena_plan(const ct_gpt_config *cfg, const ct_params *P,
     out->recompute = a.x.rc_hi - a.x.rc_lo;
     out->blocks = nb;
     out->attention = attn;
-    out->working = plan->precision == CT_PRECISION_BF16 ? 2 * ct_params_flat_len(P) : 0;
+    out->working = plan->precision == CT_PRECISION_BF16 ? 2 * ct_params_buffer_len(P) : 0;
     out->tp_staging = N > 1 ? ct__model_tp_staging_floats(cfg, plan->max_B, plan->max_T) : 0;
     /* the largest part: the arena's regions and copies, as the model cuts them */
     size_t total = a.x.total + plan->slots * a.s.total, *parts = NULL, np;

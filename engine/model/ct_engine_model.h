@@ -75,9 +75,11 @@ ct_status ct_model_recompute_check(ct_recompute rc, ct_attn_path attn, int split
  *   BF16  those in bf16 (ct_view_bf16): the activation arena's tensors (logits and their gradient
  *         included; the GEMM path's scores are computed in fp32 inside the bf16 scratch), and a
  *         bf16 working copy of the parameters in the flat layout, made from the fp32 master at
- *         init, set_params and after every optimizer step (ct_model_refresh_working). Parameter
+ *         init, set_params and after every optimizer step (ct_model_refresh_working); under
+ *         ZeRO-3 in the parameter working buffer's layout, made from each gathered fp32 range
+ *         where it lands (ct_model_refresh_working_range). Parameter
  *         gradients, Adam's state, LayerNorm statistics, losses and log-sum-exp stay fp32. Built
- *         for every layout but ZeRO-3. */
+ *         for every layout. */
 typedef enum ct_precision { CT_PRECISION_FP32 = 0, CT_PRECISION_BF16 } ct_precision;
 const char *ct_precision_name(ct_precision p); /* "fp32", "bf16" */
 /* "fp32" or "bf16"; anything else is CT_ERR_ARG (no message: the caller names the flag). */
@@ -221,6 +223,9 @@ ct_status ct_model_refresh_working(ct_model *m);
  * rounding draws from; kept for later refreshes (set_params: a resumed run calls this with the
  * checkpoint's step, so it rounds as the uninterrupted run did). */
 ct_status ct_model_refresh_working_at(ct_model *m, uint64_t step);
+/* The same for floats [lo, lo + n) of the parameter buffer (ZeRO-3: the working buffer, after a
+ * gather wrote them; enqueued behind that write). A no-op in fp32. */
+ct_status ct_model_refresh_working_range(ct_model *m, size_t lo, size_t n);
 
 /* ---- the stage entry points. `slot` in [0, plan.slots). Forward of a slot overwrites what
  * the slot held; backward of a slot needs that slot's forward (with targets for the head). */

@@ -157,6 +157,14 @@ ct_view ct_params_gv(const ct_params *P, int i, int l);
  * the offset of flat position `flat_off` of the piece that starts at flat `piece_lo`. */
 size_t ct_params_work_off(const ct_params *P, size_t flat_off);
 size_t ct_params_work_len(const ct_params *P);
+/* Floats of the parameter buffer (ct_params_buffer): the flat layout, or under ZeRO-3 the
+ * working buffer (what a bf16 model's working copy mirrors). */
+size_t ct_params_buffer_len(const ct_params *P);
+/* ZeRO-3's parameter working buffer: [experts | wpe | R | lnf], where R holds either wte (when
+ * the embedding or the head reads it) or the two block slots (their gathers take wte's place):
+ * where flat position f lies in it, and R's start, wte's and a slot's floats. */
+size_t ct_params_pwork_off(const ct_params *P, size_t f);
+void ct_params_pwork_region(const ct_params *P, size_t *r0, size_t *wte_len, size_t *slot_len);
 
 /* The device memory, each an arena (cl/: one buffer, or several when the device's largest
  * single allocation is smaller; a piece holds whole (tensor, layer) slices, so a slice's view

@@ -32,21 +32,23 @@ ct_status ct_model_attention_choose(ct_device *dev, const ct_gpt_config *cfg,
     return CT_OK;
 }
 
-/* The bf16 working copy of the parameters: the flat layout at 2 bytes an element, cut into
- * parts where the held (tensor, layer) slices start, so a piece holds whole tensors. */
+/* The bf16 working copy of the parameters: the parameter buffer's layout at 2 bytes an element
+ * (the flat layout, or ZeRO-3's working buffer: each gathered range is converted where it
+ * lands), cut into parts where the held (tensor, layer) slices start, so a piece holds whole
+ * tensors. */
 static int size_cmp(const void *a, const void *b) {
     size_t x = *(const size_t *)a, y = *(const size_t *)b;
     return x < y ? -1 : x > y;
 }
 static ct_status work_alloc(ct_model *m, ct_err *err) {
-    size_t n = ct_params_flat_len(m->P), np = 0;
+    size_t n = ct_params_buffer_len(m->P), np = 0;
     size_t *parts = ct_malloc(sizeof *parts * (CT_GPT_NUM_TENSORS * (size_t)m->cfg.layers + 1));
     if (!parts) return CT_ERR(err, CT_ERR_NOMEM, "ct_model_create: out of host memory");
     parts[np++] = 0;
     for (int i = 0; i < CT_GPT_NUM_TENSORS; i++)
         for (int l = 0; l < m->cfg.layers; l++)
             if (ct_params_slice_len(m->P, i) > 0 && ct_params_holds_layer(m->P, l)) {
-                size_t f = ct_params_flat_off(m->P, i, l);
+                size_t f = ct_params_pview(m->P, i, l);
                 if (f < n) parts[np++] = 2 * f;
             }
     qsort(parts, np, sizeof *parts, size_cmp);
@@ -68,11 +70,20 @@ ct_status ct_model_refresh_working_at(ct_model *m, uint64_t step) {
 }
 
 ct_status ct_model_refresh_working(ct_model *m) {
+    /* ZeRO-3: the gathers convert what they write (the working buffer is stale in between) */
+    if (!m->work || ct_params_zero_stage(m->P) >= 3) return CT_OK;
+    return ct_model_refresh_working_range(m, 0, ct_params_flat_len(m->P));
+}
+
+ct_status ct_model_refresh_working_range(ct_model *m, size_t lo, size_t len) {
     if (!m->work) return CT_OK;
     int sr = m->plan.bf16_round != 0;
     ct_arena *src = ct_params_buffer(m->P);
-    size_t n = ct_params_flat_len(m->P);
-    for (size_t e = 0; e < n;) { /* runs that lie within one piece of each */
+    size_t n = lo + len;
+    if (n > ct_params_buffer_len(m->P) || n < lo)
+        return CT_ERR(&m->err, CT_ERR_ARG, "ct_model_refresh_working_range: [%zu, %zu) outside "
+                      "the %zu parameters", lo, n, ct_params_buffer_len(m->P));
+    for (size_t e = lo; e < n;) { /* runs that lie within one piece of each */
         size_t is, id;
         ct_buffer *bs = ct_arena_at(src, e * 4, &is), *bd = ct_arena_at(m->work, e * 2, &id);
         size_t run = ct_arena_span(src, e * 4) / 4, rd = ct_arena_span(m->work, e * 2) / 2;

@@ -32,6 +32,10 @@ struct ct_params {
                                         within a block; expert tensors: within a block's experts */
     size_t estride, xlen, xpad; /* experts: floats per held block, real, padded to ne * shard */
     size_t lbase, lstride, lnf_lo, local_len, flat, lo, hi, opt_len, wlen, nparams;
+    /* ZeRO-3's parameter working buffer: [experts | wpe | R | lnf], R (pr0, prlen floats) holding
+     * either wte or the two block slots: wte is gathered when the embedding or the head reads
+     * it, and the blocks' gathers take its place after */
+    size_t pr0, prlen, pwlen;
     /* the optimizer's shard as runs of the flat layout, in the order Adam's m, v store them:
      * ZeRO >= 1 with experts: [the expert shard over the expert-data-parallel group | the DP
      * shard of the rest]; otherwise one run [lo, hi) */
@@ -60,10 +64,13 @@ static int holds(const ct_params *P, int i) {
 
 /* How a buffer lays the parameters out: the flat layout, the ZeRO working buffer, or the
  * optimizer's shard (its runs back to back). */
-enum { LAYOUT_FLAT, LAYOUT_WORK, LAYOUT_SHARD };
+enum { LAYOUT_FLAT, LAYOUT_WORK, LAYOUT_PWORK, LAYOUT_SHARD };
 
 static size_t layout_len(const ct_params *P, int kind) {
-    return kind == LAYOUT_FLAT ? P->flat : kind == LAYOUT_WORK ? P->wlen : P->opt_len;
+    return kind == LAYOUT_FLAT   ? P->flat
+           : kind == LAYOUT_WORK  ? P->wlen
+           : kind == LAYOUT_PWORK ? P->pwlen
+                                  : P->opt_len;
 }
 
 /* Where an indivisible part of a buffer starts (floats), and what it holds: tensor i of layer
@@ -113,7 +120,12 @@ static size_t part_starts(const ct_params *P, int kind, part_start *out) {
         for (size_t c = 0; c < nc; c++) {
             out[n] = cut[c];
             if (kind == LAYOUT_WORK) out[n].at = ct_params_work_off(P, cut[c].at);
-            n++;
+            if (kind == LAYOUT_PWORK) out[n].at = ct_params_pwork_off(P, cut[c].at);
+            /* wte lies in one part: the slots' cuts inside its span are dropped */
+            size_t w0, w1;
+            ct_params_wte_range(P, &w0, &w1);
+            if (kind != LAYOUT_PWORK || out[n].at <= P->pr0 || out[n].at >= P->pr0 + (w1 - w0))
+                n++;
         }
     }
     free(cut);
@@ -206,7 +218,7 @@ static int buffer_table(ct_params *P, ct_params_buf *b, ct_arena ***dst, int *ki
         n++;                                                                                     \
     } while (0)
     BUF(z3 ? CT_MEM_WORKSPACE : CT_MEM_PARAMS, z3 ? "parameter working buffer" : "params",
-        z3 ? LAYOUT_WORK : LAYOUT_FLAT, &P->params);
+        z3 ? LAYOUT_PWORK : LAYOUT_FLAT, &P->params);
     if (z3) BUF(CT_MEM_PARAMS, "parameter shard", LAYOUT_SHARD, &P->pshard);
     BUF(z2 ? CT_MEM_WORKSPACE : CT_MEM_GRADS, z2 ? "gradient working buffer" : "grads",
         z2 ? LAYOUT_WORK : LAYOUT_FLAT, &P->grads);
@@ -352,18 +364,15 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
     P->shlo[P->nsh] = P->lo, P->shhi[P->nsh] = P->hi, P->nsh++;
     P->opt_len = 0;
     for (int k = 0; k < P->nsh; k++) P->opt_len += P->shhi[k] - P->shlo[k];
-    int z2 = layout->zero >= 2;
-    /* working buffer: [embeddings | slot 0 | slot 1 | lnf] */
+    /* working buffer: [experts, embeddings | slot 0 | slot 1 | lnf]: the held experts stay whole
+     * there (gathered once per pass over the expert-data-parallel group, their gradients
+     * reduced once per step); the dense blocks take turns in two slots */
     int slots = P->nheld < 2 ? P->nheld : 2;
     P->wlen = P->lbase + (size_t)slots * P->lstride + (P->local_len - P->lnf_lo);
-    if (P->xlen && z2) {
-        ct_params_free(P);
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "ZeRO-%d with experts is not built (ZeRO-0 and 1 are): the gradient and "
-                      "parameter working buffers hold one block's dense tensors at a time, and "
-                      "the experts would need shards over the expert-data-parallel group there too",
-                      layout->zero);
-    }
+    size_t wte_len = holds(P, CT_GPT_wte) ? P->slen[CT_GPT_wte] : 0;
+    P->pr0 = P->lbase - wte_len;
+    P->prlen = (size_t)slots * P->lstride > wte_len ? (size_t)slots * P->lstride : wte_len;
+    P->pwlen = P->pr0 + P->prlen + (P->local_len - P->lnf_lo);
     if (!dev) { /* the layout only: what the memory model reads (ct_params_buffers) */
         *out = P;
         return CT_OK;
@@ -490,10 +499,27 @@ size_t ct_params_work_off(const ct_params *P, size_t f) {
     return P->lbase + (k % 2) * P->lstride + (f - P->lbase - k * P->lstride);
 }
 size_t ct_params_work_len(const ct_params *P) { return P->wlen; }
+size_t ct_params_buffer_len(const ct_params *P) { return P->lay.zero >= 3 ? P->pwlen : P->flat; }
+
+size_t ct_params_pwork_off(const ct_params *P, size_t f) {
+    size_t w0, w1;
+    ct_params_wte_range(P, &w0, &w1);
+    if (f >= w0 && f < w1) return P->pr0 + (f - w0);
+    if (f < P->xpad) return f;
+    if (f < P->lbase) return f - (w1 - w0); /* wpe: after the experts */
+    if (f >= P->lnf_lo) return P->pr0 + P->prlen + (f - P->lnf_lo);
+    size_t k = (f - P->lbase) / P->lstride; /* local block index */
+    return P->pr0 + (k % 2) * P->lstride + (f - P->lbase - k * P->lstride);
+}
+void ct_params_pwork_region(const ct_params *P, size_t *r0, size_t *wte_len, size_t *slot_len) {
+    size_t w0, w1;
+    ct_params_wte_range(P, &w0, &w1);
+    *r0 = P->pr0, *wte_len = w1 - w0, *slot_len = P->lstride;
+}
 
 size_t ct_params_pview(const ct_params *P, int i, int l) {
     size_t f = ct_params_flat_off(P, i, l);
-    return P->lay.zero >= 3 ? ct_params_work_off(P, f) : f;
+    return P->lay.zero >= 3 ? ct_params_pwork_off(P, f) : f;
 }
 size_t ct_params_gview(const ct_params *P, int i, int l) {
     size_t f = ct_params_flat_off(P, i, l);

@@ -61,7 +61,7 @@ ct_status ct_plan_layout_check(const ct_plan_problem *pb, const ct_plan_layout *
     ct_train_params q, d = ct_train_params_default();
     ct__plan_params(pb, l, &d, &q);
     q.virtual_stages = l->virt; /* as asked, not as applied: train_gpt refuses them unused */
-    q.precision = pb->base.precision, q.grad_reduce = pb->base.grad_reduce; /* bf16: no ZeRO-3 */
+    q.precision = pb->base.precision, q.grad_reduce = pb->base.grad_reduce;
     if (l->pp > 1 && l->sched == CT_SCHED_TRIVIAL)
         return CT_ERR(err, CT_ERR_ARG, "a pipeline needs a schedule other than trivial");
     ct_lr_schedule ls;

@@ -117,13 +117,15 @@ void ct_grads_free(ct_grads *g);
 const char *ct_grads_errmsg(const ct_grads *g);
 int ct_grads_num_buckets(const ct_grads *g);
 size_t ct_grads_host_bytes(const ct_grads *g); /* host staging (the "comm" category) */
-/* Before a micro-step's backward: `last` = the step's last micro-step. Under ZeRO < 2 only the
- * last one's gradients are reduced (accumulation sums locally first). */
+/* Before a backward action: `last` = no later action of the step writes the gradients this one
+ * writes. Under ZeRO < 2 only the last ones are reduced (accumulation sums locally first). */
 ct_status ct_grads_begin(ct_grads *g, int last);
-/* The commands finishing flat gradients [ready_from, local_len) have been ENQUEUED (after the
- * head, each block, the embedding): buckets inside it leave (overlap: staged behind those
- * commands and reduced by the communication thread). */
-ct_status ct_grads_ready(ct_grads *g, size_t ready_from);
+/* The commands writing flat gradients [lo, hi) (the head's LayerNorm, a block, the embeddings)
+ * have been ENQUEUED. ZeRO < 2, on the last action: every range from lo to local_len is final
+ * and its buckets leave. ZeRO-2: the piece's buckets leave now, every micro-step, whatever the
+ * order (a range outside the block slots with a second group only on the last action). Leaving:
+ * staged behind those commands and reduced by the communication thread. */
+ct_status ct_grads_ready(ct_grads *g, size_t lo, size_t hi);
 /* After the last backward: every bucket reduced and written back (ZeRO-1: this worker's shard
  * reduced, the rest of the buffer stale; ZeRO-2: the averaged shard to the device). sumsq (may
  * be NULL) receives, when ct_grads_sharded, the global sum of squares of the gradient (the
@@ -164,10 +166,16 @@ ct_status ct_zero_begin_pass(ct_zero *z);
 /* ZeRO-3, collective: block l's parameters in its working slot before the model uses it (from
  * the prefetch when it was block l's); then block `next` (-1: none) is prefetched. */
 ct_status ct_zero_need_block(ct_zero *z, int l, int next);
+/* ZeRO-3: before the embedding's forward or the head's forward or backward reads wte: gathered
+ * into the working buffer's region it shares with the block slots, unless still there (a block
+ * gathered since took its place). Collective over the DP group. A no-op otherwise. */
+ct_status ct_zero_need_wte(ct_zero *z);
 size_t ct_zero_host_bytes(const ct_zero *z);
 double ct_zero_gather_ms(const ct_zero *z); /* time the worker waited for gathers */
 /* ZeRO-3: bytes the parameter gathers moved so far (ct_comm_bytes of their handle; else 0). */
 uint64_t ct_zero_gather_bytes(const ct_zero *z);
+/* The same for the experts' gathers over the expert-data-parallel group (ZeRO-3 with experts). */
+uint64_t ct_zero_expert_gather_bytes(const ct_zero *z);
 void ct_zero_times_reset(ct_zero *z);
 /* Record gathers (waits on the worker's lane, prefetches on the prefetch lane). */
 void ct_zero_set_trace(ct_zero *z, ct_trace *t);

@@ -1,7 +1,7 @@
 /* grads.c - gradient ranges reduced over their groups, in buckets cut from the END of the flat
  * gradient layout (reverse layer order): bucket 0 is the last piece (lnf and the last layers),
  * the last bucket starts at 0 (the embeddings). Backward finishes gradients from the end towards
- * the start, so bucket k can leave once the executor reports ready_from <= its start.
+ * the start, so bucket k can leave once the executor reports a range from at most its start.
  *
  * Overlap: ct_grads_ready enqueues a non-blocking read of each finished bucket into host staging
  * on the in-order queue, right behind the kernels that finish it, and posts it to this worker's
@@ -18,11 +18,18 @@
  * writes it back unreduced (nothing reads gradients outside the shard), and the global norm comes
  * from the shards' sums of squares, summed over the group in ct_grads_finish.
  *
- * ZeRO-2: one bucket per backward stage (the head's LayerNorm, each block, the embeddings), read
- * from the gradient WORKING buffer (params.c) and the slot zeroed behind the read (so block
- * l - 2 can reuse it); every micro-step's buckets leave (the full gradient is never kept), and
- * the thread adds this worker's part of each reduced bucket to a host shard accumulator;
- * ct_grads_finish writes the shard to the device and sums the shards' squares over the group.
+ * ZeRO-2: one bucket per backward piece (the head's LayerNorm, each block, the embeddings), read
+ * from the gradient WORKING buffer (params.c) and the slot zeroed behind the read. A piece's
+ * buckets leave right after the action that wrote it (ct_grads_ready names the piece), in
+ * whatever order the schedule runs them, so a slot never carries a gradient past its pass and
+ * two slots serve every schedule: the interleaved one's chunks, zb1's deferred weight passes
+ * (the input half writes no block gradient). A bucket staged again waits for its previous
+ * reduction only. Every micro-step's buckets leave (the full gradient is never kept) but a
+ * range outside the slots with a second group (the tied wte, whose pipeline ends do not run a
+ * micro-step's backward at the same time), which accumulates and leaves once, at the action
+ * that finishes it. The thread adds this worker's part of each reduced bucket to a host shard
+ * accumulator; ct_grads_finish writes the shard to the device and sums the shards' squares over
+ * the group.
  *
  * --grad-reduce bf16 (ct_grads_opts.wire_bf16): the buckets cross as bf16, half the bytes.
  * parallel/'s reductions combine in the type on the wire, and it has no bf16 type: summing bf16
@@ -64,7 +71,9 @@ struct ct_grads {
     ct_event **ev;
     float *stage; /* overlap: local floats (bucket k at stage + b[k].lo); else one bucket */
     size_t stage_floats;
-    float *acc;   /* ZeRO-2: this worker's averaged shard, summed over micro-steps */
+    float *acc;   /* ZeRO-2: this worker's averaged shard, summed over micro-steps, laid out as
+                     the gradient shard: [the experts' shard run | the dense shard run] */
+    size_t opt_len, xs_lo, xsh; /* the shard's floats; the experts' run [xs_lo, xs_lo + xsh) */
     int wire_bf16;   /* --grad-reduce bf16 */
     uint16_t *wire;  /* wire_bf16: 2 x WIRE_ELEMS bf16 (send, receive) */
     size_t *wcnt;    /* wire_bf16: 6 x the largest group: counts, offsets, round's counts */
@@ -76,8 +85,11 @@ struct ct_grads {
     double ss;      /* ZeRO-1: sum of squares of this worker's reduced parts (not norm_skip) */
     ct_comm *ssg;   /* the group the shards' sums of squares are summed over (DP) */
     int armed, next_issue;
-    int last;   /* the micro-step running is the step's last */
-    int *order; /* [nb] the buckets in the order posted this micro-step (ZeRO-2 skips some) */
+    int last;   /* the action running is the last to write its gradients */
+    int *order; /* [nb] ring: the buckets in the order posted (entry i % nb) */
+    char *pending; /* [nb] ZeRO-2: posted, not reduced yet (its staging is in use) */
+    char *left;    /* [nb] ZeRO-2: posted by a last action this step (every bucket must be) */
+    size_t blk_lo, blk_hi; /* ZeRO-2: the blocks' part of the flat layout (the two slots) */
     int all_bucketed; /* every range has a group (else only the buckets are written back) */
     /* communication thread */
     pthread_t th;
@@ -103,8 +115,17 @@ ct_grads_opts ct_grads_opts_default(void) {
 const char *ct_grads_errmsg(const ct_grads *g) { return g->err.msg; }
 int ct_grads_num_buckets(const ct_grads *g) { return g->nb; }
 size_t ct_grads_host_bytes(const ct_grads *g) {
-    return (g->stage_floats + (g->acc ? g->hi - g->lo : 0)) * sizeof(float) +
+    return (g->stage_floats + (g->acc ? g->opt_len : 0)) * sizeof(float) +
            (g->wire ? 2 * (size_t)WIRE_ELEMS * sizeof(uint16_t) : 0);
+}
+
+/* ZeRO-2: add p (flat [lo, hi)) into the accumulator where it meets this worker's shard runs. */
+static void acc_add(ct_grads *g, const float *p, size_t lo, size_t hi) {
+    size_t run[2][3] = {{g->xs_lo, g->xs_lo + g->xsh, 0}, {g->lo, g->hi, g->xsh}};
+    for (int r = 0; r < 2; r++) {
+        size_t a = lo > run[r][0] ? lo : run[r][0], e = hi < run[r][1] ? hi : run[r][1];
+        for (size_t i = a; i < e; i++) g->acc[run[r][2] + i - run[r][0]] += p[i - lo];
+    }
 }
 
 /* This worker's part [*a, *e) of flat range [lo, hi) (empty: *a == *e) under its first group's
@@ -227,7 +248,7 @@ static ct_status reduce_bucket(ct_grads *g, int k, ct_err *err) {
             return CT_ERR(err, st, "gradient reduce-scatter of [%zu, %zu): %s", bk->lo, bk->hi,
                           ct_comm_errmsg(c0));
         if (g->acc) { /* ZeRO-2: keep this worker's part */
-            for (size_t i = a; i < e; i++) g->acc[i - g->lo] += p[i - bk->lo];
+            acc_add(g, p + (a - bk->lo), a, e);
         } else if (!r->norm_skip) {
             double ss = 0;
             for (size_t i = a; i < e; i++) ss += (double)p[i - bk->lo] * p[i - bk->lo];
@@ -242,10 +263,8 @@ static ct_status reduce_bucket(ct_grads *g, int k, ct_err *err) {
             return CT_ERR(err, st, "gradient reduction of [%zu, %zu): %s", bk->lo, bk->hi,
                           ct_comm_errmsg(r->groups[i]));
     }
-    if (g->acc) { /* ZeRO-2: keep this worker's part */
-        size_t a = bk->lo > g->lo ? bk->lo : g->lo, e = bk->hi < g->hi ? bk->hi : g->hi;
-        for (size_t i = a; i < e; i++) g->acc[i - g->lo] += p[i - bk->lo];
-    }
+    if (g->acc) acc_add(g, p, bk->lo, bk->hi); /* ZeRO-2: keep this worker's part (the
+                                                   experts held by no other worker: all) */
     return CT_OK;
 }
 
@@ -256,7 +275,7 @@ static void *comm_main(void *arg) {
     for (;;) {
         while (!g->quit && g->ndone == g->nposted) pthread_cond_wait(&g->cv, &g->mu);
         if (g->quit) break;
-        int k = g->order[g->ndone];
+        int k = g->order[g->ndone % g->nb];
         pthread_mutex_unlock(&g->mu);
         ct_status st = ct_event_wait_err(g->ev[k], &g->th_err);
         ct_event_release(g->ev[k]);
@@ -268,6 +287,7 @@ static void *comm_main(void *arg) {
         pthread_mutex_lock(&g->mu);
         if (st != CT_OK && g->th_st == CT_OK) g->th_st = st;
         g->th_busy_ms += 1e3 * (t1 - t0);
+        g->pending[k] = 0;
         g->ndone++;
         pthread_cond_broadcast(&g->cv);
     }
@@ -366,7 +386,8 @@ ct_status ct__grads_host_bytes_plan(const ct_params *P, const ct_grad_range *ran
     if (bf < 1024) bf = 1024;
     ct_status st = cut_buckets(&g, bf);
     if (st == CT_OK)
-        *bytes = (stage_floats(&g) + (g.zero >= 2 ? g.hi - g.lo : 0)) * sizeof(float) +
+        *bytes = (stage_floats(&g) + (g.zero >= 2 ? ct_params_opt_len(P) : 0)) *
+                     sizeof(float) +
                  (o->wire_bf16 ? 2 * (size_t)WIRE_ELEMS * sizeof(uint16_t) : 0);
     else
         CT_ERR(err, st, "%s", g.err.msg);
@@ -423,7 +444,9 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     if (g->zero >= 1) {
         size_t x0, x1, slo[2], shi[2];
         ct_params_expert_range(g->P, &x0, &x1);
-        if (ct_params_shards(g->P, slo, shi) == 2) g->xend = x1, g->xlen = shi[0] - slo[0];
+        if (ct_params_shards(g->P, slo, shi) == 2)
+            g->xend = x1, g->xlen = shi[0] - slo[0], g->xs_lo = slo[0], g->xsh = g->xlen;
+        g->opt_len = ct_params_opt_len(g->P);
         g->dlen = g->hi - g->lo;
         g->dbase = g->lo - g->dlen * (size_t)ct_params_coords(g->P)->dp_rank;
         g->ssg = ranges[n - 1].groups[0];
@@ -446,8 +469,13 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
     g->stage_floats = stage_floats(g);
     g->ev = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->ev);
     g->order = ct_calloc((size_t)(g->nb ? g->nb : 1), sizeof *g->order);
+    g->pending = ct_calloc((size_t)(g->nb ? g->nb : 1), 1);
+    g->left = ct_calloc((size_t)(g->nb ? g->nb : 1), 1);
     g->stage = ct_malloc((g->stage_floats ? g->stage_floats : 1) * sizeof(float));
-    if (g->zero >= 2) g->acc = ct_calloc(g->hi - g->lo ? g->hi - g->lo : 1, sizeof(float));
+    if (g->zero >= 2) g->acc = ct_calloc(g->opt_len ? g->opt_len : 1, sizeof(float));
+    size_t lnf_hi;
+    g->blk_lo = ct_params_layer_begin(g->P, -1);
+    ct_params_lnf_range(g->P, &g->blk_hi, &lnf_hi);
     if ((g->wire_bf16 = o->wire_bf16 != 0) && nmax > WIRE_ELEMS / 8) {
         ct_grads_free(g);
         return CT_ERR(err, CT_ERR_UNSUPPORTED, "--grad-reduce bf16: at most %d workers in a "
@@ -457,8 +485,8 @@ ct_status ct_grads_create(ct_grads **out, ct_model *m, const ct_grad_range *rang
         g->wire = ct_malloc(2 * (size_t)WIRE_ELEMS * sizeof(uint16_t));
         g->wcnt = ct_malloc(6 * (size_t)nmax * sizeof(size_t));
     }
-    if (!g->ev || !g->order || !g->stage || (g->zero >= 2 && !g->acc) ||
-        (g->wire_bf16 && (!g->wire || !g->wcnt))) {
+    if (!g->ev || !g->order || !g->pending || !g->left || !g->stage ||
+        (g->zero >= 2 && !g->acc) || (g->wire_bf16 && (!g->wire || !g->wcnt))) {
         ct_grads_free(g);
         return CT_ERR(err, CT_ERR_NOMEM, "ct_grads_create: out of host memory for staging");
     }
@@ -491,6 +519,8 @@ void ct_grads_free(ct_grads *g) {
     free(g->b);
     free(g->ev);
     free(g->order);
+    free(g->pending);
+    free(g->left);
     free(g->stage);
     free(g->acc);
     free(g->wire);
@@ -500,58 +530,60 @@ void ct_grads_free(ct_grads *g) {
 }
 
 ct_status ct_grads_begin(ct_grads *g, int last) {
-    if (g->zero >= 2 && g->next_issue == g->nb && g->nb > 0) {
-        /* a new micro-step: the previous one's buckets must have left the staging */
-        double t0 = ct_time_now();
-        pthread_mutex_lock(&g->mu);
-        while (g->ndone < g->nposted) pthread_cond_wait(&g->cv, &g->mu);
-        g->nposted = g->ndone = 0;
-        pthread_mutex_unlock(&g->mu);
-        g->next_issue = 0;
-        g->times.exposed_ms += 1e3 * (ct_time_now() - t0);
-    }
     g->armed = last || g->zero >= 2;
     g->last = last;
     return CT_OK;
 }
 
-ct_status ct_grads_ready(ct_grads *g, size_t ready_from) {
-    if (!g->armed || !g->overlap) return CT_OK;
-    int posted = 0;
+/* Stage bucket k behind the enqueued commands and hand it to the thread (ZeRO-2: after its
+ * previous reduction, whose staging it reuses; the slot emptied behind the read). */
+static ct_status post_bucket(ct_grads *g, int k) {
+    size_t n = g->b[k].hi - g->b[k].lo;
     ct_arena *gb = ct_params_grads(g->P);
-    while (g->next_issue < g->nb && g->b[g->next_issue].lo >= ready_from) {
-        int k = g->next_issue;
-        size_t n = g->b[k].hi - g->b[k].lo;
-        if (g->zero >= 2 && !g->last && g->ranges[g->b[k].range].groups[1]) {
-            /* a range reduced over a second group too (the tied wte over the first and last
-             * pipeline stage) keeps accumulating in the working buffer and leaves once, at the
-             * last micro-step: the two ends of a pipeline do not run a micro-step's backward at
-             * the same time, and waiting on the other end at every one would serialise them */
-            g->next_issue++;
-            continue;
-        }
+    if (g->zero >= 2) {
+        double t0 = ct_time_now();
         pthread_mutex_lock(&g->mu);
-        g->order[g->nposted + posted] = k;
+        while (g->pending[k]) pthread_cond_wait(&g->cv, &g->mu);
         pthread_mutex_unlock(&g->mu);
-        ct_status st = ct_arena_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
-                                            g->stage + g->b[k].lo, &g->ev[k]);
-        /* ZeRO-2: empty the slot behind the read (in order), before a later block reuses it */
-        if (st == CT_OK && g->zero >= 2)
-            st = ct_arena_zero(gb, g->b[k].work * sizeof(float), n * sizeof(float));
-        if (st != CT_OK)
-            return CT_ERR(&g->err, st, "staging gradient bucket %d: %s", k,
-                          ct_device_errmsg(g->dev));
-        g->next_issue++;
-        posted++;
+        g->times.exposed_ms += 1e3 * (ct_time_now() - t0);
     }
-    if (posted) {
-        ct_device_flush(g->dev);
-        pthread_mutex_lock(&g->mu);
-        g->nposted += posted;
-        pthread_cond_broadcast(&g->cv);
-        pthread_mutex_unlock(&g->mu);
-    }
+    ct_status st = ct_arena_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
+                                        g->stage + g->b[k].lo, &g->ev[k]);
+    if (st == CT_OK && g->zero >= 2)
+        st = ct_arena_zero(gb, g->b[k].work * sizeof(float), n * sizeof(float));
+    if (st != CT_OK)
+        return CT_ERR(&g->err, st, "staging gradient bucket %d: %s", k, ct_device_errmsg(g->dev));
+    ct_device_flush(g->dev);
+    pthread_mutex_lock(&g->mu);
+    g->order[g->nposted % g->nb] = k;
+    g->pending[k] = 1;
+    g->nposted++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
     return CT_OK;
+}
+
+ct_status ct_grads_ready(ct_grads *g, size_t lo, size_t hi) {
+    if (!g->armed || !g->overlap) return CT_OK;
+    ct_status st = CT_OK;
+    if (g->zero >= 2) {
+        /* the piece's buckets (stored last first, like the pieces) */
+        for (int k = 0; k < g->nb && st == CT_OK; k++) {
+            const bucket *bk = &g->b[k];
+            if (bk->lo < lo || bk->hi > hi) continue;
+            int slotted = bk->lo >= g->blk_lo && bk->hi <= g->blk_hi;
+            /* outside the slots, a range with a second group and the experts accumulate and
+             * leave once */
+            if (!g->last && !slotted && (g->ranges[bk->range].groups[1] || bk->hi <= g->xend))
+                continue;
+            st = post_bucket(g, k);
+            if (st == CT_OK && g->last) g->left[k] = 1;
+        }
+        return st;
+    }
+    while (st == CT_OK && g->next_issue < g->nb && g->b[g->next_issue].lo >= lo)
+        st = post_bucket(g, g->next_issue++);
+    return st;
 }
 
 ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
@@ -560,7 +592,14 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
     ct_arena *gb = ct_params_grads(g->P);
     if (sumsq) *sumsq = 0;
     if (g->overlap && g->armed) {
-        if (g->next_issue != g->nb)
+        for (int k = 0; g->zero >= 2 && k < g->nb; k++) /* a gradient never left: lost */
+            if (!g->left[k])
+                return CT_ERR(&g->err, CT_ERR_STATE,
+                              "ct_grads_finish: gradient bucket %d [%zu, %zu) was not handed over "
+                              "by the last action writing it (ct_grads_ready)",
+                              k, g->b[k].lo, g->b[k].hi);
+        if (g->zero >= 2) memset(g->left, 0, (size_t)g->nb);
+        if (g->zero < 2 && g->next_issue != g->nb)
             return CT_ERR(&g->err, CT_ERR_STATE,
                           "ct_grads_finish: %d of %d buckets were handed over (was the backward "
                           "of the last micro-step reported up to 0?)",
@@ -576,14 +615,18 @@ ct_status ct_grads_finish(ct_grads *g, double *sumsq) {
         pthread_mutex_unlock(&g->mu);
         if (st == CT_OK && g->acc) {
             /* the shard to the device; the global sum of squares from every worker's shard */
-            size_t sh = g->hi - g->lo;
+            size_t sh = g->opt_len;
+            size_t run[2][3] = {{g->xs_lo, g->xs_lo + g->xsh, 0}, {g->lo, g->hi, g->xsh}};
             double ss = 0;
-            for (int r = 0; r < g->nranges; r++) { /* ranges counted on another worker left out */
-                size_t a = g->ranges[r].lo > g->lo ? g->ranges[r].lo : g->lo;
-                size_t e = g->ranges[r].hi < g->hi ? g->ranges[r].hi : g->hi;
-                for (size_t i = a; !g->ranges[r].norm_skip && i < e; i++)
-                    ss += (double)g->acc[i - g->lo] * g->acc[i - g->lo];
-            }
+            for (int r = 0; r < g->nranges; r++) /* ranges counted on another worker left out */
+                for (int k = 0; k < 2 && !g->ranges[r].norm_skip; k++) {
+                    size_t a = g->ranges[r].lo > run[k][0] ? g->ranges[r].lo : run[k][0];
+                    size_t e = g->ranges[r].hi < run[k][1] ? g->ranges[r].hi : run[k][1];
+                    for (size_t i = a; i < e; i++) {
+                        double v = g->acc[run[k][2] + i - run[k][0]];
+                        ss += v * v;
+                    }
+                }
             float fs = (float)ss;
             st = ct_arena_write(ct_params_grad_shard(g->P), 0, g->acc, sh * sizeof(float));
             if (st != CT_OK)

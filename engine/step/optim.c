@@ -242,6 +242,15 @@ ct_status ct_optim_shard_sumsq(ct_optim *o, double *out) {
     return st;
 }
 
+/* Where flat offset f lies in the optimizer shard's layout (its runs back to back). */
+static size_t shard_off(const ct_params *P, size_t f) {
+    size_t lo[2], hi[2], base = 0;
+    int nr = ct_params_shards(P, lo, hi);
+    for (int k = 0; k < nr; base += hi[k] - lo[k], k++)
+        if (f >= lo[k] && f < hi[k]) return base + (f - lo[k]);
+    return base; /* not in the shard: callers pass owned runs only */
+}
+
 ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
     *out = 0;
     if (!o->runs)
@@ -250,16 +259,15 @@ ct_status ct_optim_owned_sumsq(ct_optim *o, double *out) {
                       "single worker or replicas use the local norm)");
     if (o->nruns == 0) return CT_OK; /* a DP replica under ZeRO-0: rank 0 counts */
     /* the device's norm of each run (in its cell), read back at once: one float per run */
-    size_t lo, hi;
-    ct_params_shard(o->P, &lo, &hi);
-    ct_arena *g = ct_params_grad_shard(o->P);
-    size_t g0 = g ? lo : 0; /* flat offset of the buffer's first float */
+    ct_arena *g = ct_params_grad_shard(o->P); /* the shard's layout, or the flat one */
+    int sharded = g != NULL;
     if (!g) g = ct_params_grads(o->P);
     cl_mem cm = ct_buffer_mem(o->cells), sm = ct_buffer_mem(o->scratch);
     double t0 = ct_time_now();
     ct_status st = CT_OK;
     for (int k = 0; k < o->nruns && st == CT_OK; k++) {
-        size_t a = o->runs[k][0] - g0, n = o->runs[k][1] - o->runs[k][0];
+        size_t n = o->runs[k][1] - o->runs[k][0];
+        size_t a = sharded ? shard_off(o->P, o->runs[k][0]) : o->runs[k][0];
         if (within(g, a, n)) {
             st = ct_global_norm_forward(o->dev, ct_view_of(cm, (size_t)k),
                                         ct_view_of(sm, PARTIALS_OFF), ct_arena_view(g, a), n);
@@ -398,10 +406,20 @@ static ct_status first_bad(ct_optim *o, ct_arena *b, size_t b0, size_t lo, size_
 
 ct_status ct_optim_find_nonfinite(ct_optim *o, int grads, int *tensor, int *layer) {
     ct_params *P = o->P;
-    size_t lo, hi;
-    ct_params_shard(P, &lo, &hi);
     ct_arena *b = grads ? ct_params_grad_shard(P) : ct_params_param_shard(P);
-    if (b) return first_bad(o, b, lo, lo, hi, tensor, layer); /* the shard is what is held */
+    if (b) { /* the shard is what is held: each run, the earliest tensor in table order */
+        size_t lo[2], hi[2], base = 0;
+        int nr = ct_params_shards(P, lo, hi);
+        *tensor = *layer = -1;
+        for (int k = 0; k < nr; base += hi[k] - lo[k], k++) {
+            int t = -1, l = -1;
+            ct_status st = first_bad(o, b, lo[k] - base, lo[k], hi[k], &t, &l);
+            if (st != CT_OK) return st;
+            if (t >= 0 && (*tensor < 0 || t < *tensor || (t == *tensor && l < *layer)))
+                *tensor = t, *layer = l;
+        }
+        return CT_OK;
+    }
     return first_bad(o, grads ? ct_params_grads(P) : ct_params_buffer(P), 0, 0,
                      ct_params_local_len(P), tensor, layer);
 }

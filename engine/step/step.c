@@ -65,6 +65,12 @@ static ct_status before_ep_wait(ct_exec *x) {
     return x->epsize > 1 && x->nxf ? ct__xfer_pump(x, 1) : CT_OK;
 }
 
+/* ZeRO-3: wte in the working buffer before the embedding or the head reads it. */
+static ct_status need_wte(ct_exec *x) {
+    ct_status st = ct_zero_need_wte(x->z);
+    return st == CT_OK ? st : CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
+}
+
 ct_status ct__exec_forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int chunk,
                                  const int *tokens, const int *targets, int rows, int T,
                                  double *loss) {
@@ -74,8 +80,11 @@ ct_status ct__exec_forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int
     if ((st = before_zero_wait(x, 3)) != CT_OK || (st = before_ep_wait(x)) != CT_OK) return st;
     if ((st = ct_zero_begin_pass(x->z)) != CT_OK)
         return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
-    if (chunk == 0 && (st = ct_model_embed_forward(x->m, slot, tokens, rows, T)) != CT_OK)
-        return fail_model(x, st);
+    if (chunk == 0) {
+        if ((st = need_wte(x)) != CT_OK) return st;
+        if ((st = ct_model_embed_forward(x->m, slot, tokens, rows, T)) != CT_OK)
+            return fail_model(x, st);
+    }
     for (int l = lo; l < hi; l++) {
         if ((st = ct_zero_need_block(x->z, l, l + 1 < hi ? l + 1 : -1)) != CT_OK)
             return CT_ERR(&x->err, st, "%s", ct_zero_errmsg(x->z));
@@ -83,6 +92,7 @@ ct_status ct__exec_forward_chunk(ct_exec *x, const ct_schedule *s, int slot, int
     }
     if (last_chunk(x, s, chunk)) {
         float lv = NAN;
+        if ((st = need_wte(x)) != CT_OK) return st;
         if ((st = ct_model_head_forward(x->m, slot, targets, loss ? &lv : NULL)) != CT_OK)
             return fail_model(x, st);
         if (loss) *loss = lv;
@@ -94,8 +104,8 @@ static ct_status grads_begin(ct_exec *x, int armed) {
     ct_status st = x->g ? ct_grads_begin(x->g, armed) : CT_OK;
     return st == CT_OK ? st : sub_fail(x, st, "gradients", ct_grads_errmsg(x->g));
 }
-static ct_status grads_ready(ct_exec *x, size_t from) {
-    ct_status st = x->g ? ct_grads_ready(x->g, from) : CT_OK;
+static ct_status grads_ready(ct_exec *x, size_t from, size_t to) {
+    ct_status st = x->g ? ct_grads_ready(x->g, from, to) : CT_OK;
     return st == CT_OK ? st : sub_fail(x, st, "gradients", ct_grads_errmsg(x->g));
 }
 
@@ -105,7 +115,7 @@ static ct_status grads_ready(ct_exec *x, size_t from) {
  * one writes (the chunk's last BWD or BWD_WEIGHT; for BWD_INPUT, the last chunk's last one, which
  * finishes the head's), so the ranges it finishes go to the reducer as it goes (every range below
  * the chunk once its lowest local chunk is done: the embeddings, or the last stage's tied wte).
- * Every micro-step is "final" under ZeRO-2 (its buckets leave every time). */
+ * Under ZeRO-2 every action's pieces leave as it writes them (grads.c). */
 static ct_status backward_chunk(ct_exec *x, const ct_schedule *s, int slot, int chunk,
                                 ct_act_kind kind, int final, float scale) {
     ct_status st = CT_OK;
@@ -117,10 +127,11 @@ static ct_status backward_chunk(ct_exec *x, const ct_schedule *s, int slot, int 
     /* the blocks' own terms of the objective (the MoE auxiliary loss) take the head's scale */
     if ((st = ct_model_set_loss_scale(x->m, slot, scale)) != CT_OK) return fail_model(x, st);
     if (kind != CT_ACT_BWD_WEIGHT && last_chunk(x, s, chunk)) {
+        if ((st = need_wte(x)) != CT_OK) return st;
         if ((st = ct_model_head_backward(x->m, slot, scale)) != CT_OK) return fail_model(x, st);
         size_t a, b;
         ct_params_lnf_range(x->P, &a, &b);
-        if ((st = grads_ready(x, a)) != CT_OK) return st;
+        if ((st = grads_ready(x, a, b)) != CT_OK) return st;
     }
     for (int l = hi - 1; l >= lo; l--) {
         if (kind == CT_ACT_BWD_WEIGHT) { /* reads no parameter: nothing to gather */
@@ -134,13 +145,17 @@ static ct_status backward_chunk(ct_exec *x, const ct_schedule *s, int slot, int 
             if (st != CT_OK) return fail_model(x, st);
         }
         if (kind != CT_ACT_BWD_INPUT &&
-            (st = grads_ready(x, ct_params_layer_begin(x->P, l))) != CT_OK)
+            (st = grads_ready(x, ct_params_layer_begin(x->P, l), ct_params_layer_end(x->P, l))) !=
+                CT_OK)
             return st;
     }
     if (kind != CT_ACT_BWD_WEIGHT && chunk == 0 &&
         (st = ct_model_embed_backward(x->m, slot)) != CT_OK)
         return fail_model(x, st);
-    if (kind != CT_ACT_BWD_INPUT && lc == 0 && (st = grads_ready(x, 0)) != CT_OK) return st;
+    /* the embeddings (written by a BWD_INPUT before) leave with the chunk's weight half */
+    if (kind != CT_ACT_BWD_INPUT && lc == 0 &&
+        (st = grads_ready(x, 0, ct_params_layer_begin(x->P, 0))) != CT_OK)
+        return st;
     return CT_OK;
 }
 
@@ -265,12 +280,6 @@ static ct_status step_begin(ct_exec *x, step_run *r) {
             if (last_chunk(x, s, a->chunk)) r->last_bin = i;
         }
     }
-    if (ct_params_zero_stage(x->P) >= 2 && x->nstages > 1 && (virt > 1 || r->last_bin >= 0))
-        return CT_ERR(&x->err, CT_ERR_UNSUPPORTED,
-                      "executor: ZeRO-%d with the %s schedule: its gradient buckets leave after "
-                      "every backward through a two-block working buffer, which the interleaved "
-                      "and split-backward orders would overwrite before they left",
-                      ct_params_zero_stage(x->P), ct_sched_name(s->kind));
     ct__exec_slots_free(x);
     if ((st = ct_model_zero_grad(x->m)) != CT_OK) return fail_model(x, st);
     if (x->timeline) {
@@ -347,12 +356,13 @@ static ct_status action_done(ct_exec *x, step_run *r, int i, double t_act, doubl
     return ct__xfer_pump(x, 0);
 }
 
-/* Every group's ct_comm_bytes now: dp (both handles), tp (both), ep, edp, emb; pp's sends. */
+/* Every group's ct_comm_bytes now: dp (both handles), tp (both), ep, edp (both), emb; pp's
+ * sends. */
 static void bytes_now(const ct_exec *x, uint64_t v[6]) {
     v[0] = ct_comm_bytes(x->dp) + ct_zero_gather_bytes(x->z);
     v[1] = ct_comm_bytes(x->tp) + ct_comm_bytes(x->tpg);
     v[2] = ct_comm_bytes(x->ep);
-    v[3] = ct_comm_bytes(x->edp);
+    v[3] = ct_comm_bytes(x->edp) + ct_zero_expert_gather_bytes(x->z);
     v[4] = ct_comm_bytes(x->emb);
     v[5] = x->pp_bytes;
 }

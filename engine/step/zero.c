@@ -14,7 +14,13 @@
  * is gathered on a prefetch thread while the device computes, into a double buffer, and written
  * to its slot with a non-blocking write that the in-order queue puts after the kernels that used
  * the slot before. Blocks still in their slot (the last two of forward, the first two of
- * backward) are not gathered again. */
+ * backward) are not gathered again. wte shares its room in the working buffer with the two
+ * slots (params.c's region R): gathered when the embedding or the head reads it
+ * (ct_zero_need_wte) unless still there, and given up to the next block gathered into a slot
+ * it overlaps. The experts' region (the held experts of every block, at
+ * the start of the flat layout) stays whole in the working buffer: gathered at the start of
+ * each pass over the expert-data-parallel group (its own second handle), or, when no other
+ * worker holds the same experts, copied from the shard (which is then all of them). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,15 +36,19 @@ struct ct_zero {
     ct_comm *ec; /* the expert-data-parallel group (experts' shards), or NULL */
     size_t xlo, xhi; /* the experts' shard of the flat layout ([0, 0): none) */
     ct_comm *pc; /* ZeRO-3: a second handle for every parameter gather */
+    ct_comm *epc; /* ZeRO-3: a second handle on the expert-data-parallel group (NULL: none) */
     int stage, N, rank;
     size_t flat, local, lo, hi;
     float *hostflat; /* stages 1, 2: flat floats for the all-gather */
-    float *mirror;   /* stage 3: host copy of the shard */
+    float *mirror;   /* stage 3: host copy of the shard: [experts' run | dense run] */
+    size_t opt_len;  /* the shard's floats (both runs) */
     float *ptmp;     /* stage 3: one gathered range (synchronous gathers) */
     float *pf_buf;   /* stage 3: two halves of `local` floats, block parity's half */
     size_t *counts;  /* stage 3: [2N] per-rank counts of a gather (the worker's, the prefetch's) */
     ct_event *ev_ptmp, *ev_pf[2]; /* slot writes still reading ptmp / pf_buf halves */
     int hold_l[2];   /* stage 3: block in each working slot (-1 none) */
+    int wte_held;    /* stage 3: the working buffer's region R holds wte (not the slots) */
+    size_t r0, wte_len, slot_len; /* R's start, wte's floats (0: not held here), a slot's */
     pthread_t pth;
     int pth_started, quit, pf_block, pf_state; /* 0 idle, 1 requested, 2 done */
     size_t pf_a, pf_b;
@@ -55,7 +65,7 @@ void ct_zero_set_trace(ct_zero *z, ct_trace *t) { z->tr = t; }
 
 const char *ct_zero_errmsg(const ct_zero *z) { return z->err.msg; }
 size_t ct_zero_host_bytes(const ct_zero *z) {
-    return ((z->hostflat ? z->flat : 0) + (z->mirror ? z->hi - z->lo : 0) +
+    return ((z->hostflat ? z->flat : 0) + (z->mirror ? z->opt_len : 0) +
             (z->ptmp ? 3 * z->local : 0)) *
            sizeof(float);
 }
@@ -68,12 +78,13 @@ size_t ct__zero_host_bytes_plan(const ct_params *P) {
     switch (ct_params_zero_stage(P)) {
     case 1:
     case 2: return ct_params_flat_len(P) * sizeof(float);
-    case 3: return (hi - lo + 3 * ct_params_local_len(P)) * sizeof(float);
+    case 3: return (ct_params_opt_len(P) + 3 * ct_params_local_len(P)) * sizeof(float);
     default: return 0;
     }
 }
 double ct_zero_gather_ms(const ct_zero *z) { return z->gather_ms; }
 uint64_t ct_zero_gather_bytes(const ct_zero *z) { return z ? ct_comm_bytes(z->pc) : 0; }
+uint64_t ct_zero_expert_gather_bytes(const ct_zero *z) { return z ? ct_comm_bytes(z->epc) : 0; }
 void ct_zero_times_reset(ct_zero *z) { z->gather_ms = 0; }
 
 static ct_status comm_fail(ct_zero *z, ct_comm *c, ct_status st, const char *what, ct_err *err) {
@@ -97,15 +108,23 @@ static ct_status gather_host(ct_zero *z, ct_comm *c, size_t a, size_t b, float *
         cnt[k] = x1 > x0 ? x1 - x0 : 0;
     }
     size_t x0 = a > z->lo ? a : z->lo;
-    const float *mine = cnt[z->rank] ? z->mirror + (x0 - z->lo) : z->mirror;
+    const float *dense = z->mirror + (z->xhi - z->xlo); /* the mirror's dense run */
+    const float *mine = cnt[z->rank] ? dense + (x0 - z->lo) : dense;
     return comm_fail(z, c, ct_comm_allgatherv(c, mine, buf, cnt, CT_F32, NULL),
                      "parameter gather", err);
 }
 
+/* The gathered floats to the working buffer at `work` (non-blocking: *ev until src is read);
+ * a bf16 model's working copy of them made behind the write, on the device (the conversion the
+ * single device makes of its whole parameters, so the copies agree bitwise). */
 static ct_status write_slot(ct_zero *z, size_t work, const float *src, size_t n, ct_event **ev) {
-    return dev_fail(z, ct_arena_write_async(ct_params_buffer(z->P), work * sizeof(float),
-                                            n * sizeof(float), src, ev),
-                    "writing gathered parameters");
+    ct_status st = dev_fail(z, ct_arena_write_async(ct_params_buffer(z->P), work * sizeof(float),
+                                                    n * sizeof(float), src, ev),
+                            "writing gathered parameters");
+    if (st == CT_OK && (st = ct_model_refresh_working_range(z->m, work, n)) != CT_OK)
+        CT_ERR(&z->err, st, "the bf16 working copy of gathered parameters: %s",
+               ct_model_errmsg(z->m));
+    return st;
 }
 
 /* Synchronous gather of [a, b) into the working buffer at `work`, on the gather handle (the
@@ -119,6 +138,23 @@ static ct_status gather_range(ct_zero *z, size_t a, size_t b, size_t work) {
     if (st != CT_OK) return dev_fail(z, st, "writing gathered parameters");
     if ((st = gather_host(z, z->pc, a, b, z->ptmp, 0, &z->err)) != CT_OK) return st;
     return write_slot(z, work, z->ptmp, b - a, &z->ev_ptmp);
+}
+
+/* The experts' region [0, x1) into the working buffer: the shards' all-gather over the
+ * expert-data-parallel group, or this worker's run (all of them) when it has none. */
+static ct_status gather_experts(ct_zero *z, size_t x1) {
+    ct_status st = ct_event_wait_release(z->ev_ptmp);
+    z->ev_ptmp = NULL;
+    if (st != CT_OK) return dev_fail(z, st, "writing gathered parameters");
+    size_t xsh = z->xhi - z->xlo;
+    if (z->epc) {
+        st = comm_fail(z, z->epc, ct_comm_allgather(z->epc, z->mirror, z->ptmp, xsh, CT_F32, NULL),
+                       "the experts' parameter gather", &z->err);
+        if (st != CT_OK) return st;
+    } else {
+        memcpy(z->ptmp, z->mirror, xsh * sizeof(float));
+    }
+    return write_slot(z, 0, z->ptmp, x1, &z->ev_ptmp);
 }
 
 static void *prefetch_main(void *arg) {
@@ -158,8 +194,10 @@ ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *edp, 
     z->rank = dp ? ct_comm_rank(dp) : 0;
     z->flat = ct_params_flat_len(z->P);
     z->local = ct_params_local_len(z->P);
+    z->opt_len = ct_params_opt_len(z->P);
     ct_params_shard(z->P, &z->lo, &z->hi);
     z->hold_l[0] = z->hold_l[1] = -1;
+    ct_params_pwork_region(z->P, &z->r0, &z->wte_len, &z->slot_len);
     if (z->stage == 0) {
         *out = z;
         return CT_OK;
@@ -198,9 +236,15 @@ ct_status ct_zero_create(ct_zero **out, ct_model *m, ct_comm *dp, ct_comm *edp, 
             CT_OK)
             CT_ERR(err, st, "ct_zero_create: a second handle on the DP group: %s",
                    ct_comm_errmsg(from));
+        else if (z->ec &&
+                 (st = ct_comm_split(world ? world : z->ec,
+                                     world ? ct_comm_world_rank(z->ec, 0) : 0,
+                                     ct_comm_rank(z->ec), &z->epc)) != CT_OK)
+            CT_ERR(err, st, "ct_zero_create: a second handle on the expert-data-parallel group: %s",
+                   ct_comm_errmsg(world ? world : z->ec));
         else if (!(z->ptmp = ct_malloc(z->local * sizeof(float))) ||
                  !(z->pf_buf = ct_malloc(2 * z->local * sizeof(float))) ||
-                 !(z->mirror = ct_malloc((z->hi - z->lo) * sizeof(float))) ||
+                 !(z->mirror = ct_malloc(z->opt_len * sizeof(float))) ||
                  !(z->counts = ct_malloc(2 * (size_t)z->N * sizeof(size_t))))
             st = CT_ERR(err, CT_ERR_NOMEM, "ct_zero_create: out of host memory for gathers");
         else if (pthread_create(&z->pth, NULL, prefetch_main, z) != 0)
@@ -231,6 +275,7 @@ void ct_zero_free(ct_zero *z) {
     pthread_mutex_destroy(&z->mu);
     pthread_cond_destroy(&z->cv);
     ct_comm_free(z->pc);
+    ct_comm_free(z->epc);
     free(z->hostflat);
     free(z->mirror);
     free(z->ptmp);
@@ -273,17 +318,21 @@ ct_status ct_zero_begin_pass(ct_zero *z) {
     if (z->stage < 3) return CT_OK;
     double t0 = ct_time_now();
     z->hold_l[0] = z->hold_l[1] = -1; /* the shard may have changed (optimizer): slots stale */
+    z->wte_held = 0;
     pthread_mutex_lock(&z->mu); /* ... and so may an unused prefetch */
     while (z->pf_state == 1) pthread_cond_wait(&z->cv, &z->mu);
     z->pf_state = 0;
     pthread_mutex_unlock(&z->mu);
     ct_status st = dev_fail(z, ct_arena_read(ct_params_param_shard(z->P), 0, z->mirror,
-                                             (z->hi - z->lo) * sizeof(float)),
+                                             z->opt_len * sizeof(float)),
                             "reading the parameter shard");
-    size_t emb = ct_params_layer_begin(z->P, 0), a, b;
+    size_t emb = ct_params_layer_begin(z->P, 0), a, b, x0, x1;
+    ct_params_expert_range(z->P, &x0, &x1);
     ct_params_lnf_range(z->P, &a, &b);
-    if (st == CT_OK && emb > 0) st = gather_range(z, 0, emb, 0);
-    if (st == CT_OK && b > a) st = gather_range(z, a, b, ct_params_work_off(z->P, a));
+    size_t pe = x1 + z->wte_len; /* wpe (wte: gathered when read, ct_zero_need_wte) */
+    if (st == CT_OK && x1 > 0) st = gather_experts(z, x1);
+    if (st == CT_OK && emb > pe) st = gather_range(z, pe, emb, ct_params_pwork_off(z->P, pe));
+    if (st == CT_OK && b > a) st = gather_range(z, a, b, ct_params_pwork_off(z->P, a));
     z->gather_ms += 1e3 * (ct_time_now() - t0);
     ct_trace_event(z->tr, CT_TRACE_MAIN, "parameter gather", "comm", t0, -1);
     return st;
@@ -291,9 +340,8 @@ ct_status ct_zero_begin_pass(ct_zero *z) {
 
 /* The working slot (0 or 1) of block l. */
 static int slot_of(const ct_zero *z, int l) {
-    size_t w = ct_params_work_off(z->P, ct_params_layer_begin(z->P, l));
-    size_t base = ct_params_layer_begin(z->P, -1); /* first held block: slot 0's start */
-    return w == ct_params_work_off(z->P, base) ? 0 : 1;
+    size_t w = ct_params_pwork_off(z->P, ct_params_layer_begin(z->P, l));
+    return w == z->r0 ? 0 : 1; /* slot 0 starts R */
 }
 
 static void prefetch(ct_zero *z, int l) {
@@ -316,7 +364,7 @@ ct_status ct_zero_need_block(ct_zero *z, int l, int next) {
     if (z->stage < 3) return CT_OK;
     double t0 = ct_time_now();
     size_t a = ct_params_layer_begin(z->P, l), b = ct_params_layer_end(z->P, l);
-    size_t work = ct_params_work_off(z->P, a);
+    size_t work = ct_params_pwork_off(z->P, a);
     int s = slot_of(z, l);
     ct_status st = CT_OK;
     if (z->hold_l[s] != l) {
@@ -334,8 +382,25 @@ ct_status ct_zero_need_block(ct_zero *z, int l, int next) {
             st = gather_range(z, a, b, work);
         }
         if (st == CT_OK) z->hold_l[s] = l;
+        if ((size_t)s * z->slot_len < z->wte_len) z->wte_held = 0; /* it took wte's place */
     }
     if (st == CT_OK) prefetch(z, next);
+    z->gather_ms += 1e3 * (ct_time_now() - t0);
+    ct_trace_event(z->tr, CT_TRACE_MAIN, "parameter gather", "comm", t0, CT_TRACE_MB);
+    return st;
+}
+
+ct_status ct_zero_need_wte(ct_zero *z) {
+    if (z->stage < 3 || z->wte_len == 0 || z->wte_held) return CT_OK;
+    double t0 = ct_time_now();
+    size_t w0, w1;
+    ct_params_wte_range(z->P, &w0, &w1);
+    ct_status st = gather_range(z, w0, w1, z->r0);
+    if (st == CT_OK) {
+        z->wte_held = 1;
+        for (int s = 0; s < 2; s++) /* the slots it overwrote */
+            if ((size_t)s * z->slot_len < z->wte_len) z->hold_l[s] = -1;
+    }
     z->gather_ms += 1e3 * (ct_time_now() - t0);
     ct_trace_event(z->tr, CT_TRACE_MAIN, "parameter gather", "comm", t0, CT_TRACE_MB);
     return st;

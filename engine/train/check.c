@@ -191,13 +191,6 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(!(p->loss_chunk > 0 && p->sequence_parallel && p->tp > 1),
          "--loss-chunk with --sequence-parallel is not built (the logits' product gathers the "
          "rows first); drop one of them");
-    NEED(!(p->pp > 1 && p->zero >= 2 && (kind == CT_SCHED_INTERLEAVED || kind == CT_SCHED_ZB1)),
-         "--zero %d with --schedule %s: ZeRO-2 and 3 send each block's gradient to its DP group "
-         "after every backward, through a gradient working buffer of two blocks; the interleaved "
-         "and zero-bubble orders run the backwards of other chunks or micro-batches (or defer the "
-         "weight gradients) before a block's gradient leaves, and would overwrite it. Use "
-         "--schedule gpipe or 1f1b, or --zero 1",
-         p->zero, p->schedule);
     {
         int accum = ct__train_accum(p);
         NEED(!(p->pp > 1 && kind == CT_SCHED_INTERLEAVED && accum % p->pp),
@@ -224,10 +217,6 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
     NEED(ct_precision_parse(p->precision, &prec) == CT_OK,
          "--precision must be fp32 or bf16 (got '%s')", p->precision);
     {
-        NEED(prec != CT_PRECISION_BF16 || p->zero < 3,
-             "--precision bf16 with --zero %d is not built yet (bf16 runs with every other "
-             "layout: ZeRO 0 to 2)",
-             p->zero);
     }
     {
         ct_gemm_path gp = CT_GEMM_CLBLAST;

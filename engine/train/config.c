@@ -169,10 +169,6 @@ ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg,
                       "--precision bf16 with --ep %d needs an even --dim (got %d): a row of bf16 "
                       "crosses the EP link as 4-byte pairs",
                       p->ep, cfg->channels);
-    if (p->zero >= 2)
-        return CT_ERR(err, CT_ERR_ARG, "experts with --zero %d are not built (ZeRO-0 and 1 are): the "
-                                       "working buffers hold one block's dense tensors at a time",
-                      p->zero);
     if (kind == CT_SCHED_ZB1)
         return CT_ERR(err, CT_ERR_ARG,
                       "experts with --schedule zb1 are not built (the MoE layer's backward runs its "
