@@ -215,7 +215,7 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
       "(a threshold drawn per element and step from --seed: a resumed run rounds alike)")        \
     X(STR, precision, "precision", "fp32",                                                      \
       "storage of activations, their gradients and the working weights: fp32 | bf16 (fp32 "     \
-      "master weights, gradients and Adam state; every layout but --zero 3)")                    \
+      "master weights, gradients and Adam state; every layout)")                                \
     X(STR, gemm, "gemm", "auto",                                                                \
       "GEMM path: auto (bf16, or fp32 with --tf32 1: every path the device runs timed on the "   \
       "model's shapes at start, the fastest per shape, kept as a tuning record; fp32: clblast) | " \
