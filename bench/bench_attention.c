@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
     ct_attn_cfg cfg;
     char src[300];
     if (nblk == 8) {
-        ct_attn_cfg c = {{blk[0], blk[1], blk[2], blk[3]}, {blk[4], blk[5], blk[6], blk[7]}};
+        ct_attn_cfg c = {{blk[0], blk[1], blk[2], blk[3]}, {blk[4], blk[5], blk[6], blk[7]}, 0};
         cfg = c;
         snprintf(src, sizeof src, "--blocks");
     } else if (ct_attn_tune(dev, hs, search, &cfg, src, sizeof src) != CT_OK) {

@@ -282,10 +282,10 @@ static void test_bad_input(void) {
                                                  8, 2),
                      CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "ct_attention_fused_backward");
-    ct_attn_cfg bad = {{16, 12, 64, 1}, {16, 16, 64, 1}}; /* 12 is not a power of two */
+    ct_attn_cfg bad = {{16, 12, 64, 1}, {16, 16, 64, 1}, 0}; /* 12 is not a power of two */
     CT_ASSERT_EQ_INT(ct_attention_fused_forward(g_dev, &bad, x.v, x.v, x.v, 1, 2, 8, 2), CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "powers of two");
-    ct_attn_cfg untileable = {{4, 4, 64, 1}, {4, 4, 64, 1}}; /* 64 work-items cannot tile 4 x 4 */
+    ct_attn_cfg untileable = {{4, 4, 64, 1}, {4, 4, 64, 1}, 0}; /* 64 work-items cannot tile 4 x 4 */
     CT_ASSERT_EQ_INT(ct_attention_fused_forward(g_dev, &untileable, x.v, x.v, x.v, 1, 2, 8, 2),
                      CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "do not tile");
@@ -343,11 +343,11 @@ int main(int argc, char **argv) {
      * queries per block and the reverse, narrow work-groups, 2- to 16-wide vectors per work-item
      * (CPU devices pick 16); T not a multiple of any block, blocks larger than T */
     if (blocks) {
-        ct_attn_cfg c1 = {{32, 16, 64, 1}, {16, 32, 64, 1}};
-        ct_attn_cfg c2 = {{8, 32, 32, 1}, {32, 8, 32, 1}};
-        ct_attn_cfg v1 = {{64, 64, 4, 16}, {64, 64, 4, 16}};
-        ct_attn_cfg v2 = {{16, 32, 2, 8}, {32, 16, 4, 4}};
-        ct_attn_cfg v3 = {{8, 8, 2, 4}, {16, 8, 4, 2}};
+        ct_attn_cfg c1 = {{32, 16, 64, 1}, {16, 32, 64, 1}, 0};
+        ct_attn_cfg c2 = {{8, 32, 32, 1}, {32, 8, 32, 1}, 0};
+        ct_attn_cfg v1 = {{64, 64, 4, 16}, {64, 64, 4, 16}, 0};
+        ct_attn_cfg v2 = {{16, 32, 2, 8}, {32, 16, 4, 4}, 0};
+        ct_attn_cfg v3 = {{8, 8, 2, 4}, {16, 8, 4, 2}, 0};
         test_fused(2, 130, 3, 64, &c1, 1);
         test_fused(1, 7, 1, 64, &c1, 0);
         test_fused(2, 33, 3, 20, &c2, 0);
