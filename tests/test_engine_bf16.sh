@@ -18,7 +18,12 @@
 #    copy is made after ZeRO's all-gather.
 # 4. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
 #    ZeRO-3, tp 2, pp 2, experts, --recompute attention; an unknown precision.
-# part: "all" (default), "converge", "memory", "dp", "refuse".
+# 5. "mma": the fused attention's mma variant (attention_mma.cl, here through the portable
+#    stand-ins: --gemm mma-emulated picks it, the start-up line says so) trains 10 steps within
+#    5e-3 relative of the scalar fused kernel's bf16 losses (--gemm portable, whose start-up line
+#    says the scalar kernels), every step; the two differ in the GEMM path too (both bf16
+#    operands, fp32 accumulation), so the bound covers both; not bitwise equal (the variant ran).
+# part: "all" (default), "converge", "memory", "dp", "refuse", "mma".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -131,6 +136,26 @@ if want dp; then
         train dp_threads_z1 1 2 $DPA --dp 2 --zero 1 &&
         near dp_ref dp_threads_z1 "dp 2 threads ZeRO-1" &&
         train dp_ranks_z2 2 1 $DPA --dp 2 --zero 2 && near dp_ref dp_ranks_z2 "dp 2 ranks ZeRO-2"
+fi
+
+if want mma; then
+    MA="--steps 10 --log-every 1 --precision bf16 --attention fused"
+    train mma_ref 1 1 $MA --gemm portable && train mma_var 1 1 $MA --gemm mma-emulated &&
+        logsays "$D/mma_ref.log" "bf16 on the scalar kernels" &&
+        logsays "$D/mma_var.log" "bf16 on the mma variant, emulated" &&
+        if $PY - "$D/mma_ref.jsonl" "$D/mma_var.jsonl" <<'EOF'; then :; else fail "mma variant"; fi
+import json, sys
+def tr(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b = tr(sys.argv[1]), tr(sys.argv[2])
+worst = max((abs(b[s] - a[s]) / abs(a[s]) if s in b else float("inf")) for s in a) if a else float("inf")
+if len(a) != 10 or not worst <= 5e-3 or a == b:
+    print("mma variant: %d steps, worst relative difference %.3g (5e-3 allowed)%s"
+          % (len(a), worst, "; bitwise equal: the variant did not run" if a == b else ""))
+    for s in sorted(a): print(" ", s, a[s], b.get(s))
+    sys.exit(1)
+print("ok: the mma variant's 10 bf16 steps within %.2g of the scalar fused kernel's" % worst)
+EOF
 fi
 
 if want refuse; then
