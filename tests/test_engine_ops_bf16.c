@@ -1230,14 +1230,27 @@ static void test_refusals(void) {
     bt_free(&h);
 }
 
-/* The fused attention's mma variant through the portable stand-ins (CT_ATTN_MMA_EMULATED): the
- * head sizes it has shapes for, T not a multiple of its blocks (several query blocks and key
- * steps: 16 W own rows, BKV rows a step; W, BKV = 4, 64 at 32 and 64, 2, 32 at 128), B, NH > 1. */
-static void test_attention_mma(void) {
-    const ct_attn_cfg mma = {{16, 16, 64, 1}, {16, 16, 64, 1}, CT_ATTN_MMA_EMULATED};
+/* The fused attention's mma variant through the portable stand-ins (CT_ATTN_MMA_EMULATED) and,
+ * where the mma GEMM path's rule and probe pass (an NVIDIA sm_80+ GPU), with the instructions
+ * (CT_ATTN_MMA_PTX): the head sizes it has shapes for, T not a multiple of its blocks (several
+ * query blocks and key steps: 16 W own rows, BKV rows a step; W, BKV = 4, 64 at 32 and 64, 2, 32
+ * at 128), B, NH > 1. */
+static void test_attention_mma_variant(int variant) {
+    const ct_attn_cfg mma = {{16, 16, 64, 1}, {16, 16, 64, 1}, variant};
     test_attention_fused(2, 70, 64, 2, &mma);   /* hs 32: 2 query blocks of 64, 2 key steps */
     test_attention_fused(2, 67, 192, 3, &mma);  /* hs 64 */
     test_attention_fused(1, 45, 256, 2, &mma);  /* hs 128: 2 blocks of 32 */
+}
+
+static void test_attention_mma(void) {
+    const ct_attn_cfg mma = {{16, 16, 64, 1}, {16, 16, 64, 1}, CT_ATTN_MMA_EMULATED};
+    test_attention_mma_variant(CT_ATTN_MMA_EMULATED);
+    if (ct_gemm_path_check(g_dev, CT_GEMM_MMA) == CT_OK) {
+        printf("mma attention: the instructions (the mma path runs here)\n");
+        test_attention_mma_variant(CT_ATTN_MMA_PTX);
+    } else {
+        printf("mma attention: emulated only (%s)\n", ct_device_errmsg(g_dev));
+    }
     /* a head size it has no shape for is refused by name (the host falls back before this) */
     bt inp = bt_make(3 * 2 * 5 * 40, 1, 1, 0), out = bt_make(2 * 5 * 40, 1, 0, 0);
     bt lse = bt_make(2 * 2 * 5, 0, 0, 0);
