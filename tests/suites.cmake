@@ -113,7 +113,8 @@ set(CT_TEST_COSTS
   test_engine_arena_layouts 20 test_train_cli 18 test_engine_pp_mixed 17 test_engine_torch 13
   test_engine_moe_layout_tp 13 test_engine_split 12 test_engine_arena_state 11
   test_engine_gemm_plan_tf32 30 test_engine_gemm_plan_emulated 23
-  test_engine_layout_moe 10 test_engine_moe_layout_recompute 11 test_engine_bf16_converge 30)
+  test_engine_layout_moe 10 test_engine_moe_layout_recompute 11 test_engine_bf16_converge 30
+  test_engine_ops_bf16_mma 33)
 
 # ---------------------------------------------------------------- applied
 get_property(ct_registered DIRECTORY PROPERTY TESTS)
