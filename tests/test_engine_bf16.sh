@@ -21,7 +21,7 @@
 # 5. "mma": the fused attention's mma variant (attention_mma.cl, here through the portable
 #    stand-ins: --gemm mma-emulated picks it, the start-up line says so) trains 10 steps within
 #    5e-3 relative of the scalar fused kernel's bf16 losses (--gemm portable, whose start-up line
-#    says the scalar kernels), every step; the two differ in the GEMM path too (both bf16
+#    names no mma variant), every step; the two differ in the GEMM path too (both bf16
 #    operands, fp32 accumulation), so the bound covers both; not bitwise equal (the variant ran).
 # part: "all" (default), "converge", "memory", "dp", "refuse", "mma".
 . "$(dirname "$0")/lib.sh"
@@ -141,7 +141,8 @@ fi
 if want mma; then
     MA="--steps 10 --log-every 1 --precision bf16 --attention fused"
     train mma_ref 1 1 $MA --gemm portable && train mma_var 1 1 $MA --gemm mma-emulated &&
-        logsays "$D/mma_ref.log" "bf16 on the scalar kernels" &&
+        logsays "$D/mma_ref.log" "attention path = fused (blocks" &&
+        if grep -q "mma variant" "$D/mma_ref.log"; then fail "mma_ref: the log names the mma variant"; fi &&
         logsays "$D/mma_var.log" "bf16 on the mma variant, emulated" &&
         if $PY - "$D/mma_ref.jsonl" "$D/mma_var.jsonl" <<'EOF'; then :; else fail "mma variant"; fi
 import json, sys

@@ -308,7 +308,8 @@ ct_status ct_attn_tune(ct_device *dev, int hs, int again, ct_attn_cfg *out, char
  * on the mma path (--gemm mma, or auto having picked it for any product): that path's rule and
  * probe passed there, so the attention takes its form (the real instructions, or the emulated
  * stand-ins that --gemm mma-emulated names on any device). Head sizes without a shape keep the
- * scalar kernels, said in the note. One decision, kept in cfg->mma. */
+ * scalar kernels, said in the note (as the choice of the variant is; a plan without the mma path,
+ * every fp32 plan among them, adds nothing). One decision, kept in cfg->mma. */
 static int mma_choice(ct_device *dev, int hs, char *why, size_t len) {
     const ct_gemm_plan *p = ct_device_gemm_plan(dev);
     int v = 0;
@@ -317,10 +318,8 @@ static int mma_choice(ct_device *dev, int hs, char *why, size_t len) {
         if (g == CT_GEMM_MMA) v = CT_ATTN_MMA_PTX;
         if (g == CT_GEMM_MMA_EMULATED && !v) v = CT_ATTN_MMA_EMULATED;
     }
-    if (!v) {
-        snprintf(why, len, "; bf16 on the scalar kernels (the GEMM plan has no mma path)");
-        return 0;
-    }
+    why[0] = '\0';
+    if (!v) return 0; /* nothing skipped: no mma path here (and fp32 plans never have one) */
     if (!ct_attn_mma_supports(hs)) {
         snprintf(why, len, "; bf16 on the scalar kernels: the mma variant has no shape for head "
                  "size %d (32, 64, 128)", hs);
