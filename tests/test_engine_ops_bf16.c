@@ -1234,12 +1234,14 @@ static void test_refusals(void) {
  * where the mma GEMM path's rule and probe pass (an NVIDIA sm_80+ GPU), with the instructions
  * (CT_ATTN_MMA_PTX): the head sizes it has shapes for, T not a multiple of its blocks (several
  * query blocks and key steps: 16 W own rows, BKV rows a step; W, BKV = 4, 64 at 32 and 64, 2, 32
- * at 128), B, NH > 1. */
+ * at 128), T = 1, B, NH > 1. */
 static void test_attention_mma_variant(int variant) {
     const ct_attn_cfg mma = {{16, 16, 64, 1}, {16, 16, 64, 1}, variant};
     test_attention_fused(2, 70, 64, 2, &mma);   /* hs 32: 2 query blocks of 64, 2 key steps */
     test_attention_fused(2, 67, 192, 3, &mma);  /* hs 64 */
     test_attention_fused(1, 45, 256, 2, &mma);  /* hs 128: 2 blocks of 32 */
+    test_attention_fused(2, 1, 64, 2, &mma);    /* T 1: one real row of 64 */
+    test_attention_fused(3, 32, 128, 2, &mma);  /* T a multiple of 16, not of the block (64) */
 }
 
 static void test_attention_mma(void) {
