@@ -15,6 +15,11 @@
 #              CLBlast's fp32 on the engine's shapes), and bench_gemm_torch.py: the same rows
 #              against torch.matmul fp32 (TF32 off), bf16 and tf32 (allow_tf32) on CUDA. Target:
 #              mma's geometric mean >= 0.4x torch bf16's
+#   attention  issue 28 item 4: test_engine_ops_bf16 mma on the GPU (the fused attention's mma
+#              variant, with the real instructions where the mma path's rule and probe pass, and
+#              emulated, against the double reference at head sizes 32, 64, 128), then
+#              bench_attention --mma on: the variant against the scalar fused kernels, both bf16,
+#              at GPT-2 124M's heads (hs 64, NH 12, B 8) and hs 128 (NH 6), T 256 to 2048
 #   bf16train  issue 28: bench_train --precision bf16 --gemm auto at GPT-2 124M, T 1024, B 8 (the
 #              auto record and its per-shape lines in the output; the record copied to
 #              OUT/tune/), then bench_train_torch.py --precision bf16 (autocast) on the same GPU.
@@ -49,7 +54,7 @@ shift
 mkdir -p "$OUT" || exit 1
 : "${CT_DEVICE:=gpu}"
 export CT_DEVICE
-SECTIONS=${*:-devices mma bf16train recompute tp arena state train gemm layouts lock tune}
+SECTIONS=${*:-devices mma attention bf16train recompute tp arena state train gemm layouts lock tune}
 Q=${CT_GPU_QUICK:-0}
 PY=${PYTHON:-python3}
 status=0
@@ -173,6 +178,14 @@ for s in $SECTIONS; do
                 >/dev/null
         else
             echo "no PyTorch with CUDA here: torch.matmul was not run" >>"$OUT/mma.txt"
+        fi ;;
+    attention)
+        run attention 300 test_engine_ops_bf16 mma
+        if [ "$Q" = 1 ]; then # PoCL has no mma path: the emulated variant checks the bench
+            run attention 120 bench_attention --mma emulated --T 64 --B 1 --NH 2 --hs 64 --reps 1
+        else
+            run attention 200 bench_attention --mma on --T 256,1024,2048 --B 8 --NH 12 --hs 64
+            run attention 200 bench_attention --mma on --T 256,1024,2048 --B 8 --NH 6 --hs 128
         fi ;;
     bf16train)
         # a tuning folder of the section's own: auto measures here and its record comes back

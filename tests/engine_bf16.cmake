@@ -5,9 +5,10 @@
 # fp32's), pp 2 with every schedule ("pp"), experts with ep 2 ("ep"), ranks x threads ("mixed_pp", "mixed_ep"), --grad-reduce bf16 ("grad_reduce"), a bitwise resume with either
 # --bf16-round ("resume"), ct_plan's bf16 bytes ("plan"), their bytes
 # half too, against the single-device bf16 run, dp 2 ZeRO-3 (threads, ranks: "zero3"), the
-# refusals ("refuse"). The ops in bf16: test_engine_ops_bf16 (engine_ops.cmake).
+# refusals ("refuse"), the fused attention's mma variant (emulated) against the scalar fused
+# kernel over 10 steps ("mma"). The ops in bf16: test_engine_ops_bf16 (engine_ops.cmake).
 if(TARGET train_gpt)
-  foreach(part converge memory dp zero3 tp pp ep mixed_pp mixed_ep grad_reduce resume plan refuse)
+  foreach(part converge memory dp zero3 tp pp ep mixed_pp mixed_ep grad_reduce resume plan refuse mma)
     add_test(NAME test_engine_bf16_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_bf16.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})

@@ -17,3 +17,7 @@ ct_add_test(NAME test_engine_gemm_select SOURCES test_engine_gemm_select.c LIBS 
 # The same ops with bf16 storage against the double reference on bf16-rounded inputs (tolerances
 # derived in the file), the conversions' round trip and ties, and the storage refusals.
 ct_add_test(NAME test_engine_ops_bf16 SOURCES test_engine_ops_bf16.c LIBS ct_test_ref LABELS opencl)
+# The fused attention's mma variant (attention_mma.cl) through the portable stand-ins, bf16, head
+# sizes 32, 64, 128 at T not a multiple of its blocks (its argument: only these cases).
+add_test(NAME test_engine_ops_bf16_mma COMMAND test_engine_ops_bf16 mma)
+set_tests_properties(test_engine_ops_bf16_mma PROPERTIES LABELS opencl)

@@ -1,4 +1,6 @@
 /* test_engine_attention.c - the fused causal attention (engine/kernels/attention_fused.cl)
+ * (and which form a bf16 run takes: ct_attn_select's cfg.mma; the mma variant's numbers are
+ * test_engine_ops_bf16's)
  * against the double-precision reference (tests/ct_ref.c), forward (output and log-sum-exp) and
  * backward (dq, dk, dv), on awkward shapes: T = 1, 7, 33, 130, 1000; head sizes 8, 20, 64, 128;
  * NH = 1, 3, 12; several block shapes (blocks larger than T, T not a multiple of the blocks, more
@@ -282,10 +284,10 @@ static void test_bad_input(void) {
                                                  8, 2),
                      CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "ct_attention_fused_backward");
-    ct_attn_cfg bad = {{16, 12, 64, 1}, {16, 16, 64, 1}}; /* 12 is not a power of two */
+    ct_attn_cfg bad = {{16, 12, 64, 1}, {16, 16, 64, 1}, 0}; /* 12 is not a power of two */
     CT_ASSERT_EQ_INT(ct_attention_fused_forward(g_dev, &bad, x.v, x.v, x.v, 1, 2, 8, 2), CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "powers of two");
-    ct_attn_cfg untileable = {{4, 4, 64, 1}, {4, 4, 64, 1}}; /* 64 work-items cannot tile 4 x 4 */
+    ct_attn_cfg untileable = {{4, 4, 64, 1}, {4, 4, 64, 1}, 0}; /* 64 work-items cannot tile 4 x 4 */
     CT_ASSERT_EQ_INT(ct_attention_fused_forward(g_dev, &untileable, x.v, x.v, x.v, 1, 2, 8, 2),
                      CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(ct_device_errmsg(g_dev), "do not tile");
@@ -300,6 +302,40 @@ static void test_bad_input(void) {
     CT_ASSERT_EQ_INT(ct_attn_blocks_check(&small, 64, &d.fwd, 0, NULL, 0), 0);
     CT_ASSERT_EQ_INT(ct_attn_blocks_check(&small, 64, &d.bwd, 1, NULL, 0), 0);
     dt_free(&x);
+}
+
+/* Which fused form a bf16 run takes (ct_attn_select, cfg.mma): the mma variant exactly where the
+ * device's GEMM plan has the mma path, in that path's form (an entry on CT_GEMM_MMA: the
+ * instructions; only CT_GEMM_MMA_EMULATED: the stand-ins), at the head sizes it has shapes for;
+ * at another head size the scalar kernels, said in the note; nothing said without the path. No
+ * kernel runs (the blocks are given, the path is fused). */
+static void select_case(const ct_gemm_plan *plan, int hs, int want_mma, const char *says,
+                        const char *never) {
+    ct_attn_cfg blocks = ct_attn_cfg_default(g_info, hs), cfg;
+    memset(&cfg, 0x55, sizeof cfg);
+    ct_attn_path path = CT_ATTN_GEMM;
+    char note[1800];
+    ct_device_set_gemm_plan(g_dev, plan);
+    CT_ASSERT_OK(ct_attn_select(g_dev, CT_ATTN_FUSED, &blocks, 64, 2 * hs, 2, &path, &cfg, note,
+                                sizeof note),
+                 ct_device_errmsg(g_dev));
+    CT_ASSERT_EQ_INT(path, CT_ATTN_FUSED);
+    CT_ASSERT_EQ_INT(cfg.mma, want_mma);
+    if (says) CT_ASSERT_STR_CONTAINS(note, says);
+    if (never) CT_ASSERT(strstr(note, never) == NULL);
+    ct_device_set_gemm_plan(g_dev, NULL);
+}
+
+static void test_select_mma(void) {
+    ct_gemm_plan def = ct_gemm_plan_default(), emu = def, ptx = def;
+    emu.bf16 = CT_GEMM_MMA_EMULATED;
+    ptx.n = 1; /* one product on the mma path is enough */
+    ptx.shapes[0] = (ct_gemm_choice){0, 1, 64, 64, 32, 2, CT_GEMM_MMA, 1.0};
+    select_case(&def, 32, 0, NULL, "mma");
+    select_case(&emu, 32, CT_ATTN_MMA_EMULATED, "bf16 on the mma variant, emulated", NULL);
+    select_case(&ptx, 64, CT_ATTN_MMA_PTX, "bf16 on the mma variant (the GEMM plan", NULL);
+    select_case(&emu, 20, 0, "no shape for head size 20", NULL);
+    select_case(&ptx, 128, CT_ATTN_MMA_PTX, "mma variant", NULL);
 }
 
 int main(int argc, char **argv) {
@@ -332,6 +368,7 @@ int main(int argc, char **argv) {
         test_fused(2, 33, 3, 20, NULL, 0);
         test_fused(1, 130, 3, 128, NULL, 0);
         test_bad_input();
+        test_select_mma();
     }
     if (hs64) {
         test_fused(1, 130, 1, 64, NULL, 1);
@@ -343,11 +380,11 @@ int main(int argc, char **argv) {
      * queries per block and the reverse, narrow work-groups, 2- to 16-wide vectors per work-item
      * (CPU devices pick 16); T not a multiple of any block, blocks larger than T */
     if (blocks) {
-        ct_attn_cfg c1 = {{32, 16, 64, 1}, {16, 32, 64, 1}};
-        ct_attn_cfg c2 = {{8, 32, 32, 1}, {32, 8, 32, 1}};
-        ct_attn_cfg v1 = {{64, 64, 4, 16}, {64, 64, 4, 16}};
-        ct_attn_cfg v2 = {{16, 32, 2, 8}, {32, 16, 4, 4}};
-        ct_attn_cfg v3 = {{8, 8, 2, 4}, {16, 8, 4, 2}};
+        ct_attn_cfg c1 = {{32, 16, 64, 1}, {16, 32, 64, 1}, 0};
+        ct_attn_cfg c2 = {{8, 32, 32, 1}, {32, 8, 32, 1}, 0};
+        ct_attn_cfg v1 = {{64, 64, 4, 16}, {64, 64, 4, 16}, 0};
+        ct_attn_cfg v2 = {{16, 32, 2, 8}, {32, 16, 4, 4}, 0};
+        ct_attn_cfg v3 = {{8, 8, 2, 4}, {16, 8, 4, 2}, 0};
         test_fused(2, 130, 3, 64, &c1, 1);
         test_fused(1, 7, 1, 64, &c1, 0);
         test_fused(2, 33, 3, 20, &c2, 0);

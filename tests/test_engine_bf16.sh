@@ -53,9 +53,14 @@
 # 10. "refuse": status 2 and a message naming --precision bf16 and the axis before any work, for
 #    ep with an odd --dim (bf16 rows cross as 4-byte pairs); an unknown
 #    precision, --grad-reduce and --bf16-round.
+# 11. "mma": the fused attention's mma variant (attention_mma.cl, here through the portable
+#    stand-ins: --gemm mma-emulated picks it, the start-up line says so) trains 10 steps within
+#    5e-3 relative of the scalar fused kernel's bf16 losses (--gemm portable, whose start-up line
+#    names no mma variant), every step; the two differ in the GEMM path too (both bf16
+#    operands, fp32 accumulation), so the bound covers both; not bitwise equal (the variant ran).
 # part: "all" (default), "converge", "memory", "dp", "zero3", "tp", "pp", "ep", "mixed_pp", "mixed_ep",
 # "grad_reduce",
-# "resume", "plan", "refuse".
+# "resume", "plan", "refuse", "mma".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -360,6 +365,27 @@ for n in b:
 if timed < 10: bad("only %d layouts timed" % timed)
 if ok: print("ok: plan: bf16 ranks %d layouts (fp32 %d), %d timed: activations <= 0.55x, TP and PP bytes half, DP half with --grad-reduce bf16" % (len(b), len(f), timed))
 sys.exit(0 if ok else 1)
+EOF
+fi
+
+if want mma; then
+    MA="--steps 10 --log-every 1 --precision bf16 --attention fused"
+    train mma_ref 1 1 $MA --gemm portable && train mma_var 1 1 $MA --gemm mma-emulated &&
+        logsays "$D/mma_ref.log" "attention path = fused (blocks" &&
+        if grep -q "mma variant" "$D/mma_ref.log"; then fail "mma_ref: the log names the mma variant"; fi &&
+        logsays "$D/mma_var.log" "bf16 on the mma variant, emulated" &&
+        if $PY - "$D/mma_ref.jsonl" "$D/mma_var.jsonl" <<'EOF'; then :; else fail "mma variant"; fi
+import json, sys
+def tr(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b = tr(sys.argv[1]), tr(sys.argv[2])
+worst = max((abs(b[s] - a[s]) / abs(a[s]) if s in b else float("inf")) for s in a) if a else float("inf")
+if len(a) != 10 or not worst <= 5e-3 or a == b:
+    print("mma variant: %d steps, worst relative difference %.3g (5e-3 allowed)%s"
+          % (len(a), worst, "; bitwise equal: the variant did not run" if a == b else ""))
+    for s in sorted(a): print(" ", s, a[s], b.get(s))
+    sys.exit(1)
+print("ok: the mma variant's 10 bf16 steps within %.2g of the scalar fused kernel's" % worst)
 EOF
 fi
 

@@ -518,7 +518,13 @@ static void test_crossentropy(int B, int T, int V, int Vp) {
 
 /* ------------------------------------------------------------------ fused attention */
 
+/* cfg->mma (the variant on the mma wrappers, attention_mma.cl) rounds two more things to bf16,
+ * as FlashAttention-2 does: P before P.V (forward) and P^T.dO (dV), and dS before dS.K and
+ * dS^T.Q. Each rounding is off by at most u of the rounded value, so it adds u times the same
+ * magnitudes the fp32 bounds below use (sum p |v| for out, sum p |dO| for dV, sum S |k| and
+ * sum S |q| for dQ and dK, S >= |dS|): `mu` below, u for the variant, 0 for the scalar kernels. */
 static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg *cfg) {
+    const double mu = cfg && cfg->mma ? U : 0;
     size_t BTC = (size_t)B * T * C, A = (size_t)B * NH * T * T;
     int hs = C / NH;
     bt inp = bt_make(3 * BTC, 1, 1.5, 0), out = bt_make(BTC, 1, 0, 7.0);
@@ -574,7 +580,7 @@ static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg 
                             p[t2] *
                             fabs(inp.d[((size_t)b * T + t2) * 3 * C + 2 * C + (size_t)h * hs + d]);
                     mo[((size_t)b * T + t) * C + (size_t)h * hs + d] =
-                        sv * (2 * es + (5.0 * T + 16) * U32);
+                        sv * (2 * es + (5.0 * T + 16) * U32 + mu);
                 }
             }
     bt_read(&out);
@@ -599,7 +605,7 @@ static void test_attention_fused(int B, int T, int C, int NH, const ct_attn_cfg 
     memset(dinp.d, 0, dinp.n * sizeof(double));
     ct_ref_attention_backward(dinp.d, dout.d, inp.d, ra, B, T, C, NH);
     double *eb = dalloc(dinp.n), sc = 1.0 / sqrt((double)hs);
-    double rel = 2 * es + (5.0 * T + 16) * U32 + gam(hs + 2) + gam(T + 1);
+    double rel = 2 * es + (5.0 * T + 16) * U32 + gam(hs + 2) + gam(T + 1) + mu;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
@@ -1237,11 +1243,52 @@ static void test_refusals(void) {
     bt_free(&h);
 }
 
-int main(void) {
+/* The fused attention's mma variant through the portable stand-ins (CT_ATTN_MMA_EMULATED) and,
+ * where the mma GEMM path's rule and probe pass (an NVIDIA sm_80+ GPU), with the instructions
+ * (CT_ATTN_MMA_PTX): the head sizes it has shapes for, T not a multiple of its blocks (several
+ * query blocks and key steps: 16 W own rows, BKV rows a step; W, BKV = 4, 64 at 32 and 64, 2, 32
+ * at 128), T = 1, B, NH > 1. */
+static void test_attention_mma_variant(int variant) {
+    const ct_attn_cfg mma = {{16, 16, 64, 1}, {16, 16, 64, 1}, variant};
+    test_attention_fused(2, 70, 64, 2, &mma);   /* hs 32: 2 query blocks of 64, 2 key steps */
+    test_attention_fused(2, 67, 192, 3, &mma);  /* hs 64 */
+    test_attention_fused(1, 45, 256, 2, &mma);  /* hs 128: 2 blocks of 32 */
+    test_attention_fused(2, 1, 64, 2, &mma);    /* T 1: one real row of 64 */
+    test_attention_fused(3, 32, 128, 2, &mma);  /* T a multiple of 16, not of the block (64) */
+}
+
+static void test_attention_mma(void) {
+    const ct_attn_cfg mma = {{16, 16, 64, 1}, {16, 16, 64, 1}, CT_ATTN_MMA_EMULATED};
+    test_attention_mma_variant(CT_ATTN_MMA_EMULATED);
+    if (ct_gemm_path_check(g_dev, CT_GEMM_MMA) == CT_OK) {
+        printf("mma attention: the instructions (the mma path runs here)\n");
+        test_attention_mma_variant(CT_ATTN_MMA_PTX);
+    } else {
+        printf("mma attention: emulated only (%s)\n", ct_device_errmsg(g_dev));
+    }
+    /* a head size it has no shape for is refused by name (the host falls back before this) */
+    bt inp = bt_make(3 * 2 * 5 * 40, 1, 1, 0), out = bt_make(2 * 5 * 40, 1, 0, 0);
+    bt lse = bt_make(2 * 2 * 5, 0, 0, 0);
+    ct_status st = ct_attention_fused_forward(g_dev, &mma, out.v, lse.v, inp.v, 2, 5, 40, 2);
+    CT_ASSERT_EQ_INT(st, CT_ERR_ARG);
+    CT_ASSERT(strstr(ct_device_errmsg(g_dev), "head size 20") != NULL);
+    bt_free(&inp);
+    bt_free(&out);
+    bt_free(&lse);
+}
+
+int main(int argc, char **argv) {
     ct_test_devices ds;
+    int only_mma = argc > 1 && !strcmp(argv[1], "mma");
     g_dev = ct_test_device_open(&ds, NULL);
     if (!g_dev) return ct_test_end("test_engine_ops_bf16");
     printf("device: %s\n", ds.list[ds.pick[0]].name);
+    if (only_mma) {
+        test_attention_mma();
+        ct_device_free(g_dev);
+        ct_test_devices_free(&ds);
+        return ct_test_end("test_engine_ops_bf16 mma");
+    }
     CT_REQUIRE_OK_OR(ct_gemm_path_check(g_dev, CT_GEMM_PORTABLE), ct_device_errmsg(g_dev),
                      ct_test_end("test_engine_ops_bf16"));
     CT_REQUIRE_OK_OR(ct_ops_warmup_store(g_dev, CT_STORE_BF16), ct_device_errmsg(g_dev),
@@ -1264,7 +1311,7 @@ int main(void) {
     test_attention_fused(2, 33, 24, 3, NULL);
     test_attention_fused(1, 70, 16, 2, NULL);
     /* vectors of 4 lanes per work-item (the CPU shapes): the lane-by-lane bf16 stores */
-    const ct_attn_cfg vec4 = {{16, 16, 16, 4}, {16, 16, 16, 4}};
+    const ct_attn_cfg vec4 = {{16, 16, 16, 4}, {16, 16, 16, 4}, 0};
     test_attention_fused(2, 37, 16, 2, &vec4);
     test_vocab_parallel(3, 7, 20, 37, 40, 24); /* the second half holds 13 real columns + padding */
     test_vocab_parallel(2, 5, 8, 11, 16, 12);  /* the second half is all padding */

@@ -188,13 +188,13 @@ static ct_status search(ct_device *dev, int hs, ct_attn_cfg *out, char *note, si
     double bf = INFINITY, bb = INFINITY;
     char why[200] = "";
     for (int i = 0; i < nc; i++) {
-        ct_attn_cfg c = {cand[i], cand[i]};
+        ct_attn_cfg c = {cand[i], cand[i], 0};
         double tf = INFINITY, tb = INFINITY;
         if (!ct_attn_blocks_check(info, hs, &cand[i], 0, why, sizeof why) &&
             best_of(dev, &b, CT_ATTN_FUSED, &c, 0, B, T, C, NH, 2, &tf) == CT_OK && tf < bf)
             bf = tf, best.fwd = cand[i];
         /* the backward reads a forward's out and lse: the default blocks make them */
-        ct_attn_cfg cb = {best.fwd, cand[i]};
+        ct_attn_cfg cb = {best.fwd, cand[i], 0};
         if (!ct_attn_blocks_check(info, hs, &cand[i], 1, why, sizeof why) &&
             best_of(dev, &b, CT_ATTN_FUSED, &cb, 1, B, T, C, NH, 2, &tb) == CT_OK && tb < bb)
             bb = tb, best.bwd = cand[i];
@@ -227,7 +227,7 @@ static int from_record(const ct_tune_set *s, const ct_device_info *info, int hs,
             for (int j = 0; j < e->n; j++)
                 if (!strcmp(e->names[j], names[n]) && e->values[j] <= 4096) v[n] = (int)e->values[j], got++;
         if (got != 8) return 0;
-        ct_attn_cfg c = {{v[0], v[1], v[2], v[3]}, {v[4], v[5], v[6], v[7]}};
+        ct_attn_cfg c = {{v[0], v[1], v[2], v[3]}, {v[4], v[5], v[6], v[7]}, 0};
         if (ct_attn_blocks_check(info, hs, &c.fwd, 0, NULL, 0) ||
             ct_attn_blocks_check(info, hs, &c.bwd, 1, NULL, 0))
             return 0;
@@ -304,6 +304,32 @@ ct_status ct_attn_tune(ct_device *dev, int hs, int again, ct_attn_cfg *out, char
 
 /* ------------------------------------------------------------------ the path */
 
+/* The mma variant (attention_mma.cl) goes where the device's GEMM plan multiplies bf16 operands
+ * on the mma path (--gemm mma, or auto having picked it for any product): that path's rule and
+ * probe passed there, so the attention takes its form (the real instructions, or the emulated
+ * stand-ins that --gemm mma-emulated names on any device). Head sizes without a shape keep the
+ * scalar kernels, said in the note (as the choice of the variant is; a plan without the mma path,
+ * every fp32 plan among them, adds nothing). One decision, kept in cfg->mma. */
+static int mma_choice(ct_device *dev, int hs, char *why, size_t len) {
+    const ct_gemm_plan *p = ct_device_gemm_plan(dev);
+    int v = 0;
+    for (int i = -1; p && i < p->n; i++) {
+        ct_gemm_path g = i < 0 ? p->bf16 : p->shapes[i].path;
+        if (g == CT_GEMM_MMA) v = CT_ATTN_MMA_PTX;
+        if (g == CT_GEMM_MMA_EMULATED && !v) v = CT_ATTN_MMA_EMULATED;
+    }
+    why[0] = '\0';
+    if (!v) return 0; /* nothing skipped: no mma path here (and fp32 plans never have one) */
+    if (!ct_attn_mma_supports(hs)) {
+        snprintf(why, len, "; bf16 on the scalar kernels: the mma variant has no shape for head "
+                 "size %d (32, 64, 128)", hs);
+        return 0;
+    }
+    snprintf(why, len, "; bf16 on the mma variant%s (the GEMM plan's mma path)",
+             v == CT_ATTN_MMA_EMULATED ? ", emulated" : "");
+    return v;
+}
+
 ct_status ct_attn_select(ct_device *dev, ct_attn_path want, const ct_attn_cfg *blocks, int T,
                          int C, int NH, ct_attn_path *path, ct_attn_cfg *cfg, char *note,
                          size_t len) {
@@ -328,10 +354,11 @@ ct_status ct_attn_select(ct_device *dev, ct_attn_path want, const ct_attn_cfg *b
     } else if ((st = ct_attn_tune(dev, hs, 0, cfg, src, sizeof src)) != CT_OK) {
         return st;
     }
-    char shape[1800];
-    snprintf(shape, sizeof shape, "blocks fwd %dx%d/%dx%d bwd %dx%d/%dx%d, %s", cfg->fwd.bq,
+    char shape[1900], mwhy[120];
+    cfg->mma = mma_choice(dev, hs, mwhy, sizeof mwhy);
+    snprintf(shape, sizeof shape, "blocks fwd %dx%d/%dx%d bwd %dx%d/%dx%d, %s%s", cfg->fwd.bq,
              cfg->fwd.bk, cfg->fwd.nt, cfg->fwd.vw, cfg->bwd.bq, cfg->bwd.bk, cfg->bwd.nt,
-             cfg->bwd.vw, src);
+             cfg->bwd.vw, src, mwhy);
     if (want == CT_ATTN_FUSED) {
         *path = CT_ATTN_FUSED;
         snprintf(note, len, "fused (%s)", shape);

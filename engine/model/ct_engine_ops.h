@@ -197,7 +197,16 @@ typedef struct ct_attn_blocks {
 typedef struct ct_attn_cfg {
     ct_attn_blocks fwd; /* the forward kernel */
     ct_attn_blocks bwd; /* the two backward kernels (dK/dV per key block, dQ per query block) */
+    int mma;            /* bf16 activations run the mma variant (attention_mma.cl) instead:
+                         * 0 no, CT_ATTN_MMA_PTX (NVIDIA sm_80+), CT_ATTN_MMA_EMULATED (the
+                         * portable stand-ins, any device); fp32 activations ignore it */
 } ct_attn_cfg;
+#define CT_ATTN_MMA_PTX 1
+#define CT_ATTN_MMA_EMULATED 2
+/* 1 if the mma variant has a block shape for head size hs (32, 64, 128), else 0. */
+int ct_attn_mma_supports(int hs);
+/* Local memory (bytes) the mma variant's kernels take at head size hs (0: no shape). */
+size_t ct_attn_mma_local_bytes(int hs, int emulated);
 /* 0 if blocks k can run at head size hs on this device (info may be NULL: no local-memory
  * check); otherwise 1 with the reason in why (may be NULL). */
 int ct_attn_blocks_check(const ct_device_info *info, int hs, const ct_attn_blocks *k, int backward,
@@ -205,7 +214,7 @@ int ct_attn_blocks_check(const ct_device_info *info, int hs, const ct_attn_block
 /* Local memory (bytes) one work-group of k takes (backward: the larger of its two kernels). */
 size_t ct_attn_blocks_local_bytes(int hs, const ct_attn_blocks *k, int backward);
 /* The first of a short fixed list that fits the device: 16 x 16 blocks of 64 work-items where
- * they fit, smaller ones where not (any head size, any device). */
+ * they fit, smaller ones where not (any head size, any device); mma 0. */
 ct_attn_cfg ct_attn_cfg_default(const ct_device_info *info, int hs);
 
 /* Compile the programs cfg needs at head size hs now (so the step only enqueues). */

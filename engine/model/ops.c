@@ -138,10 +138,12 @@ const char *ct_profile_name(int bucket) {
 
 /* ------------------------------------------------------------------ warm-up */
 
-/* The programs a GPT-2 model builds at creation: all but the fused attention (built per head size
- * and block shape when first used) and the Llama family's ops (built when first used). */
+/* The programs a GPT-2 model builds at creation: all but the fused attention and its mma variant
+ * (built per head size and block shape when first used) and the Llama family's ops (built when
+ * first used). */
 static int warmed(const ct_cl_source *src) {
-    return strcmp(src->name, "attention_fused") != 0 && strcmp(src->name, "llama") != 0;
+    return strcmp(src->name, "attention_fused") != 0 && strcmp(src->name, "attention_mma") != 0 &&
+           strcmp(src->name, "llama") != 0;
 }
 /* The sources with a bf16 variant (store.clh) that the warm-up builds; the fused attention's
  * are built per shape (ct_attention_fused_warmup_store). */

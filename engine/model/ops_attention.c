@@ -1,6 +1,7 @@
 /* ops_attention.c - the attention ops: the GEMM path (batched GEMMs over (B,NH,T,T) scores,
  * causal softmax, and its backward) and the fused path (online-softmax kernels whose block
- * shapes are checked against the device, keeping only the (B,NH,T) log-sum-exp). */
+ * shapes are checked against the device, keeping only the (B,NH,T) log-sum-exp; with bf16
+ * activations and cfg->mma, the same op on the mma wrappers, attention_mma.cl). */
 #include "ops_impl.h"
 
 /* ------------------------------------------------------------------ attention */
@@ -293,7 +294,7 @@ int ct_attn_blocks_check(const ct_device_info *info, int hs, const ct_attn_block
 ct_attn_cfg ct_attn_cfg_default(const ct_device_info *info, int hs) {
     static const ct_attn_blocks cand[] = {{16, 16, 64, 1}, {16, 16, 16, 1}, {8, 8, 8, 1},
                                           {4, 4, 4, 1},    {2, 2, 2, 1},    {1, 1, 1, 1}};
-    ct_attn_cfg c = {{1, 1, 1, 1}, {1, 1, 1, 1}};
+    ct_attn_cfg c = {{1, 1, 1, 1}, {1, 1, 1, 1}, 0};
     int nf = 0, nb = 0;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
         if (!nf && !ct_attn_blocks_check(info, hs, &cand[i], 0, NULL, 0)) c.fwd = cand[i], nf = 1;
@@ -340,10 +341,89 @@ static ct_status fused_launch(ct_device *dev, int hs, const ct_attn_blocks *k, i
     return ct_kernel_launch(dev, kern, 2, global, local, NULL);
 }
 
+/* ------------------------------------------------------------------ the mma variant */
+
+/* attention_mma.cl's shape per head size: W warps (16 W rows of the work-group's own block),
+ * BKV rows per step. Chosen so the four (rows x HS + 8) bf16 arrays fit NVIDIA's 48 KiB and
+ * ptxas (scripts/ptx_check) reports no spills at sm_80 and sm_90. */
+typedef struct mma_shape {
+    int hs, w, bkv;
+} mma_shape;
+static const mma_shape kMmaShapes[] = {{32, 4, 64}, {64, 4, 64}, {128, 2, 32}};
+
+static const mma_shape *mma_shape_of(int hs) {
+    for (size_t i = 0; i < sizeof kMmaShapes / sizeof kMmaShapes[0]; i++)
+        if (kMmaShapes[i].hs == hs) return &kMmaShapes[i];
+    return NULL;
+}
+
+int ct_attn_mma_supports(int hs) { return mma_shape_of(hs) != NULL; }
+
+size_t ct_attn_mma_local_bytes(int hs, int emulated) {
+    const mma_shape *m = mma_shape_of(hs);
+    if (!m) return 0;
+    size_t rows = (size_t)(16 * m->w > m->bkv ? 16 * m->w : m->bkv);
+    /* the stand-ins' scratch: CT_WARP_SCRATCH (192) words a warp, mma_nv.clh */
+    return 4 * rows * (size_t)(hs + 8) * 2 + (emulated ? (size_t)m->w * 192 * 4 : 0);
+}
+
+static ct_status mma_kernel(ct_device *dev, int hs, int variant, const char *name,
+                            cl_kernel *out, int *nt) {
+    const mma_shape *m = mma_shape_of(hs);
+    if (variant != CT_ATTN_MMA_PTX && variant != CT_ATTN_MMA_EMULATED)
+        return CT_ERR(ct_device_err(dev), CT_ERR_ARG, "fused attention: mma variant %d", variant);
+    if (!m)
+        return CT_ERR(ct_device_err(dev), CT_ERR_ARG,
+                      "fused attention (mma): no block shape for head size %d (32, 64, 128)", hs);
+    size_t lm = ct_attn_mma_local_bytes(hs, variant == CT_ATTN_MMA_EMULATED);
+    const ct_device_info *info = ct_device_get_info(dev);
+    if (lm > info->local_mem_bytes)
+        return CT_ERR(ct_device_err(dev), CT_ERR_UNSUPPORTED,
+                      "fused attention (mma) at head size %d needs %zu bytes of local memory, "
+                      "the device has %llu", hs, lm, (unsigned long long)info->local_mem_bytes);
+    const ct_cl_source *src = ct__ops_find_source("attention_mma");
+    if (!src)
+        return CT_ERR(ct_device_err(dev), CT_ERR_NOT_FOUND,
+                      "engine kernel source 'attention_mma.cl' is not embedded (build problem)");
+    char opt[120];
+    snprintf(opt, sizeof opt, "-D HS=%d -D W=%d -D BKV=%d%s", hs, m->w, m->bkv,
+             variant == CT_ATTN_MMA_PTX ? " -D CT_MMA_NV_PTX" : "");
+    ct_status st = ct_kernel_get(dev, src, opt, name, out);
+    if (st != CT_OK) return st;
+    size_t wg = 1;
+    *nt = 32 * m->w;
+    if ((st = ct_kernel_max_work_group(dev, *out, &wg)) != CT_OK) return st;
+    if (wg < (size_t)*nt && strcmp(name, "attn_mma_dot"))
+        return CT_ERR(ct_device_err(dev), CT_ERR_UNSUPPORTED,
+                      "fused attention kernel %s with %d work-items: the device allows %zu for it",
+                      name, *nt, wg);
+    return CT_OK;
+}
+
+/* Launch `name` over (groups of the own block, BNH). */
+static ct_status mma_launch(ct_device *dev, int hs, int variant, const char *name, int T,
+                            size_t BNH, const karg *args, int nargs) {
+    cl_kernel kern = NULL;
+    int nt = 0;
+    ct_status st = mma_kernel(dev, hs, variant, name, &kern, &nt);
+    for (int i = 0; st == CT_OK && i < nargs; i++)
+        st = ct_kernel_set_arg(dev, kern, (cl_uint)i, args[i].size, args[i].p);
+    if (st != CT_OK) return st;
+    size_t bw = (size_t)nt / 2; /* 16 rows a warp */
+    size_t local[2] = {(size_t)nt, 1}, global[2] = {((size_t)T + bw - 1) / bw * nt, BNH};
+    return ct_kernel_launch(dev, kern, 2, global, local, NULL);
+}
+
 ct_status ct_attention_fused_warmup_store(ct_device *dev, const ct_attn_cfg *cfg, int hs,
                                           ct_store store) {
     cl_kernel k = NULL;
-    int bf = store == CT_STORE_BF16;
+    int bf = store == CT_STORE_BF16, nt;
+    if (bf && cfg->mma) {
+        ct_status st = mma_kernel(dev, hs, cfg->mma, "attn_mma_forward", &k, &nt);
+        if (st == CT_OK) st = mma_kernel(dev, hs, cfg->mma, "attn_mma_backward_dkv", &k, &nt);
+        if (st == CT_OK) st = mma_kernel(dev, hs, cfg->mma, "attn_mma_backward_dq", &k, &nt);
+        return st;
+    }
     ct_status st = fused_kernel(dev, hs, &cfg->fwd, 0, bf, "attn_fused_forward", &k);
     if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, bf, "attn_fused_backward_dkv", &k);
     if (st == CT_OK) st = fused_kernel(dev, hs, &cfg->bwd, 1, bf, "attn_fused_backward_dq", &k);
@@ -368,6 +448,8 @@ ct_status ct_attention_fused_forward(ct_device *dev, const ct_attn_cfg *cfg, ct_
     float scale = 1.0f / sqrtf((float)hs);
     size_t nqb = ((size_t)T + c.fwd.bq - 1) / c.fwd.bq;
     karg a[] = {KMEM(out), KMEM(lse), KMEM(inp), KINT(T), KINT(NH), KF(scale)};
+    if (bf && c.mma)
+        return mma_launch(dev, hs, c.mma, "attn_mma_forward", T, (size_t)B * NH, a, NARGS(a));
     return fused_launch(dev, hs, &c.fwd, 0, bf, "attn_fused_forward", nqb, (size_t)B * NH, a,
                         NARGS(a));
 }
@@ -385,10 +467,13 @@ ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg, ct
     float scale = 1.0f / sqrtf((float)hs);
     size_t BNH = (size_t)B * NH;
     ct_status st;
+    int mma = bf ? c.mma : 0;
     {
         cl_kernel k = NULL;
+        int nt;
         karg a[] = {KMEM(dsum), KMEM(dout), KMEM(out), KINT(B), KINT(T), KINT(NH)};
-        st = fused_kernel(dev, hs, &c.bwd, 1, bf, "attn_fused_dot", &k);
+        st = mma ? mma_kernel(dev, hs, mma, "attn_mma_dot", &k, &nt)
+                 : fused_kernel(dev, hs, &c.bwd, 1, bf, "attn_fused_dot", &k);
         for (int i = 0; st == CT_OK && i < NARGS(a); i++)
             st = ct_kernel_set_arg(dev, k, (cl_uint)i, a[i].size, a[i].p);
         size_t wg = 1;
@@ -403,12 +488,15 @@ ct_status ct_attention_fused_backward(ct_device *dev, const ct_attn_cfg *cfg, ct
         size_t nkb = ((size_t)T + c.bwd.bk - 1) / c.bwd.bk;
         karg a[] = {KMEM(dinp), KMEM(dout), KMEM(inp), KMEM(lse), KMEM(dsum),
                     KINT(T),    KINT(NH),   KF(scale)};
-        st = fused_launch(dev, hs, &c.bwd, 1, bf, "attn_fused_backward_dkv", nkb, BNH, a, NARGS(a));
+        st = mma ? mma_launch(dev, hs, mma, "attn_mma_backward_dkv", T, BNH, a, NARGS(a))
+                 : fused_launch(dev, hs, &c.bwd, 1, bf, "attn_fused_backward_dkv", nkb, BNH, a,
+                                NARGS(a));
         if (st != CT_OK) return st;
     }
     size_t nqb = ((size_t)T + c.bwd.bq - 1) / c.bwd.bq;
     karg a[] = {KMEM(dinp), KMEM(dout), KMEM(inp), KMEM(lse), KMEM(dsum),
                 KINT(T),    KINT(NH),   KF(scale)};
+    if (mma) return mma_launch(dev, hs, mma, "attn_mma_backward_dq", T, BNH, a, NARGS(a));
     return fused_launch(dev, hs, &c.bwd, 1, bf, "attn_fused_backward_dq", nqb, BNH, a, NARGS(a));
 }
 
