@@ -69,7 +69,8 @@ static ct_status convert_x(ct_device *d, const char *kernel, cl_mem src, size_t 
     ct_status st = ct_kernel_get(d, src_cl, "", kernel, &k);
     if (st != CT_OK) return st;
     /* pieces of ct_launch_piece_max() elements at advancing offsets (the stochastic form's
-     * index, extra[2], advances with them): each element is converted as in one launch */
+     * index, extra[2], advances with them): each element is converted as in one launch; `ev`,
+     * when asked, is the last piece's (the queue is in order) */
     size_t piece = ct_launch_piece_max();
     for (size_t at = 0; at < n || (at == 0 && n == 0); at += piece) {
         size_t len = n - at < piece ? n - at : piece;
