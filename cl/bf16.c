@@ -68,13 +68,26 @@ static ct_status convert_x(ct_device *d, const char *kernel, cl_mem src, size_t 
     cl_kernel k = NULL;
     ct_status st = ct_kernel_get(d, src_cl, "", kernel, &k);
     if (st != CT_OK) return st;
-    cl_ulong so = src_off, dof = dst_off, cn = n;
-    size_t sizes[8] = {sizeof(cl_mem), sizeof so, sizeof(cl_mem), sizeof dof, sizeof cn};
-    const void *vals[8] = {&src, &so, &dst, &dof, &cn};
-    for (int i = 0; i < nextra && i < 3; i++) sizes[5 + i] = sizeof(cl_ulong), vals[5 + i] = &extra[i];
-    if ((st = ct__kernel_args(d, k, 5 + (nextra < 3 ? nextra : 3), sizes, vals))) return st;
-    size_t local = 64, global = (n + local - 1) / local * local;
-    return ct_kernel_launch(d, k, 1, &global, &local, ev);
+    /* pieces of ct_launch_piece_max() elements at advancing offsets (the stochastic form's
+     * index, extra[2], advances with them): each element is converted as in one launch; `ev`,
+     * when asked, is the last piece's (the queue is in order) */
+    size_t piece = ct_launch_piece_max();
+    for (size_t at = 0; at < n || (at == 0 && n == 0); at += piece) {
+        size_t len = n - at < piece ? n - at : piece;
+        cl_ulong so = src_off + at, dof = dst_off + at, cn = len, ex[3] = {0, 0, 0};
+        size_t sizes[8] = {sizeof(cl_mem), sizeof so, sizeof(cl_mem), sizeof dof, sizeof cn};
+        const void *vals[8] = {&src, &so, &dst, &dof, &cn};
+        for (int i = 0; i < nextra && i < 3; i++) {
+            ex[i] = extra[i] + (i == 2 ? at : 0);
+            sizes[5 + i] = sizeof(cl_ulong), vals[5 + i] = &ex[i];
+        }
+        if ((st = ct__kernel_args(d, k, 5 + (nextra < 3 ? nextra : 3), sizes, vals))) return st;
+        size_t local = 64, global = (len + local - 1) / local * local; /* n = 0: a marker */
+        if ((st = ct_kernel_launch(d, k, 1, &global, &local, at + len >= n ? ev : NULL)))
+            return st;
+        if (n == 0) break;
+    }
+    return CT_OK;
 }
 
 ct_status ct_bf16_from_f32_enqueue(ct_device *d, cl_mem src, size_t src_off, cl_mem dst,

@@ -5,12 +5,27 @@
  * asked and what is in use by category. New buffers are zero-filled, which also makes drivers
  * that allocate lazily commit the memory now rather than fail later inside a step. Every copy,
  * map and fill checks its range first and names the buffer; the non-blocking forms hand back a
- * ct_event (event.c) when asked for one. */
+ * ct_event (event.c) when asked for one. The element-wise launch piece (ct_launch_piece_max, its
+ * test hook CT_TEST_MAX_LAUNCH) is kept here, read once. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ct_cl_impl.h"
+
+static size_t g_piece_max = (size_t)1 << 30;
+static pthread_once_t g_piece_once = PTHREAD_ONCE_INIT;
+static void piece_max_read(void) {
+    const char *e = getenv("CT_TEST_MAX_LAUNCH");
+    char *end = NULL;
+    unsigned long long v = e ? strtoull(e, &end, 10) : 0;
+    if (e && *e && end && !*end && v > 0 && v < g_piece_max) g_piece_max = (size_t)v;
+}
+size_t ct_launch_piece_max(void) {
+    pthread_once(&g_piece_once, piece_max_read);
+    return g_piece_max;
+}
 
 static const char *const cat_names[CT_MEM__COUNT] = {"params",      "grads",     "optimizer",
                                                      "activations", "workspace", "comm"};

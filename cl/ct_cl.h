@@ -298,6 +298,12 @@ ct_status ct_buffer_copy(ct_buffer *src, size_t soff, ct_buffer *dst, size_t dof
  * bytes; ranges are checked against the objects' sizes. */
 ct_status ct_mem_copy(ct_device *dev, cl_mem src, size_t soff, cl_mem dst, size_t doff,
                       size_t bytes);
+/* The most work-items one launch of an element-wise kernel covers (the engine's element-wise ops,
+ * the optimizer's, the bf16 conversions): a longer range is enqueued as pieces of this many, each
+ * at its own element offset (the kernels' offsets are 64-bit; the count and index inside a piece
+ * fit 32 bits). 2^30, or CT_TEST_MAX_LAUNCH when set to a positive count (a test hook, read once
+ * per process: the splitting paths run at tiny sizes). */
+size_t ct_launch_piece_max(void);
 /* Map for host access without blocking: *ptr may be used once *ev has completed. The unmap's
  * event completes when the device may use the memory again. Both flush. */
 ct_status ct_buffer_map_async(ct_buffer *b, size_t off, size_t bytes, cl_map_flags flags,

@@ -27,6 +27,15 @@ static ct_status check_mat(ct_device *d, const char *what, cl_mem m, size_t off,
                       "gemm: matrix %s needs %zu %s (offset %zu, %zu x %zu, ld %zu, batch %zu) "
                       "but its buffer holds %zu",
                       what, need, unit, off, rows, cols, ld, batch, have / esize);
+    /* CLBlast 1.5.3 takes size_t but hands m, n, k, offsets and leading dimensions to its kernels
+     * as int: past 2^31 elements it would compute wrong results. The other paths (64-bit
+     * offsets) are held to the same bound: not tried above it. */
+    if (need >= (size_t)1 << 31)
+        return CT_ERR(&d->err, CT_ERR_UNSUPPORTED,
+                      "gemm: matrix %s reaches element %zu (offset %zu, %zu x %zu, ld %zu, batch "
+                      "%zu): a GEMM operand must lie below 2^31 elements of its buffer (CLBlast "
+                      "indexes its kernels' arguments in int)",
+                      what, need, off, rows, cols, ld, batch);
     return CT_OK;
 }
 

@@ -70,6 +70,7 @@ set(CT_ASAN_TESTS
 set(CT_SLOW_TESTS
   test_engine_bf16_converge           # two 300-step trainings (bf16 against fp32): 90 s cold
   test_engine_loss_chunk_big          # one step of 49152 tokens x V 50257 (minutes on 2 cores)
+  test_engine_pieces_big              # 2^31 + 1000 bf16 elements, a 2^31-float GEMM buffer (8 GiB)
   # searches and sweeps
   test_cl_tune                        # ct_tune's candidate search (the text form: fuzz_replay_tune)
   test_engine_attention_search        # the fused attention's block search

@@ -331,15 +331,27 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                      "%s: the head in chunks (loss chunk %d) with sequence parallelism is not "
                      "built (its logits' product gathers the rows first)%s",
                      plan->loss_chunk, "; drop --sequence-parallel or --loss-chunk");
-    if ((double)ct__head_rows(plan->loss_chunk, max_B, max_T) * cfg->padded_vocab >=
-            2147483647.0 ||
-        (double)max_B * max_T * 4 * cfg->channels >= 2147483647.0 ||
-        (plan->attention == CT_ATTN_GEMM &&
-         (double)max_B * cfg->heads * max_T * max_T >= 2147483647.0))
-        return PFAIL(CT_ERR_UNSUPPORTED,
-                      "%s: batch %d x sequence %d is too large (a tensor would exceed "
-                      "2^31 elements)",
-                      max_B, max_T);
+    /* The limits that remain (docs/LIMITS.md, "64-bit sizes"): the element-wise and row-wise
+     * kernels take any tensor, but a GEMM operand must lie below 2^31 elements (CLBlast hands
+     * offsets and sizes to its kernels as int; cl/gemm.c checks every call), and so must the
+     * GEMM attention's scores (ops_attention.c indexes them in int). */
+    {
+        double big = 2147483647.0, head = (double)ct__head_rows(plan->loss_chunk, max_B, max_T) *
+                                          cfg->padded_vocab;
+        const char *tensor = head >= big ? "the head's logits (rows x Vp), a GEMM operand"
+                           : (double)max_B * max_T * 4 * cfg->channels >= big
+                               ? "the MLP's (B*T, 4C) activation, a GEMM operand"
+                           : plan->attention == CT_ATTN_GEMM &&
+                                   (double)max_B * cfg->heads * max_T * max_T >= big
+                               ? "the GEMM attention's scores (B, NH, T, T)"
+                               : NULL;
+        if (tensor)
+            return PFAIL(CT_ERR_UNSUPPORTED,
+                         "%s: batch %d x sequence %d is too large: %s would pass 2^31 elements "
+                         "(CLBlast indexes in int; --loss-chunk bounds the logits' rows, "
+                         "--attention fused keeps no scores)",
+                         max_B, max_T, tensor);
+    }
     if (layout->dp < 1 || layout->tp < 1 || layout->pp < 1 || coords->dp_rank < 0 ||
         coords->dp_rank >= layout->dp || coords->tp_rank < 0 || coords->tp_rank >= layout->tp ||
         coords->pp_rank < 0 || coords->pp_rank >= layout->pp)

@@ -68,6 +68,30 @@ ct_status ct__ops_launch2(ct_device *dev, const char *file, const char *name, in
     return ct_kernel_launch(dev, k, 2, global, local, NULL);
 }
 
+ct_status ct__ops_launch_pieces(ct_device *dev, const char *file, const char *name, int bf16,
+                                size_t n, size_t pref, const karg *args, int nargs,
+                                const int *offs, int noffs, int cnt) {
+    karg a[24];
+    cl_ulong ov[24], cu;
+    cl_int ci;
+    if (nargs > 24 || noffs > 24) return ct__ops_bad(dev, name, "too many kernel arguments");
+    size_t piece = ct_launch_piece_max();
+    ct_status st = CT_OK;
+    for (size_t at = 0; at < n && st == CT_OK; at += piece) {
+        size_t len = n - at < piece ? n - at : piece;
+        memcpy(a, args, (size_t)nargs * sizeof *a);
+        for (int j = 0; j < noffs; j++) {
+            ov[j] = *(const cl_ulong *)args[offs[j]].p + at;
+            a[offs[j]].p = &ov[j];
+        }
+        ci = (cl_int)len, cu = len;
+        a[cnt].p = args[cnt].size == sizeof ci ? (const void *)&ci : (const void *)&cu;
+        st = ct__ops_launch(dev, file, name, bf16, len, pref, a, nargs);
+    }
+    return st;
+}
+#define PIECES(...) (const int[]){__VA_ARGS__}, NARGS(((int[]){__VA_ARGS__}))
+
 /* A work-group per row (or per chunk): ngroups groups of a power-of-two size <= 256 (the
  * kernels' local reduction buffers) that the kernel allows. */
 ct_status ct__ops_launch_groups(ct_device *dev, const char *file, const char *name, int bf16,
@@ -182,7 +206,8 @@ ct_status ct_ops_warmup(ct_device *dev) { return ct_ops_warmup_store(dev, CT_STO
 
 ct_status ct_encoder_forward(ct_device *dev, ct_view out, ct_view inp, ct_view wte, ct_view wpe,
                              int B, int T, int C, int Vp) {
-    NEED(dims_ok(B, T, C) && Vp > 0, "ct_encoder_forward", "B, T, C, Vp must be positive");
+    NEED(rows_ok(B, T, C) && Vp > 0, "ct_encoder_forward",
+         "B, T, C, Vp must be positive, rows below 2^31");
     int bf;
     VARIANT("ct_encoder_forward", &bf, VIEWS(NV(out), NV(wte), NV(wpe)), VIEWS(NV(inp)));
     karg a[] = {KMEM(out), KMEM(inp), KMEM(wte), KMEM(wpe), KINT(B * T), KINT(T), KINT(C),
@@ -193,7 +218,8 @@ ct_status ct_encoder_forward(ct_device *dev, ct_view out, ct_view inp, ct_view w
 
 ct_status ct_encoder_backward(ct_device *dev, ct_view dwte, ct_view dwpe, ct_view dout,
                               ct_view inp, int B, int T, int C, int Vp) {
-    NEED(dims_ok(B, T, C) && Vp > 0, "ct_encoder_backward", "B, T, C, Vp must be positive");
+    NEED(rows_ok(B, T, C) && Vp > 0, "ct_encoder_backward",
+         "B, T, C, Vp must be positive, rows below 2^31");
     int bf;
     VARIANT("ct_encoder_backward", &bf, VIEWS(NV(dout)), VIEWS(NV(dwte), NV(dwpe), NV(inp)));
     ct_status st;
@@ -211,7 +237,7 @@ ct_status ct_encoder_backward(ct_device *dev, ct_view dwte, ct_view dwpe, ct_vie
 
 ct_status ct_layernorm_forward(ct_device *dev, ct_view out, ct_view mean, ct_view rstd,
                                ct_view inp, ct_view weight, ct_view bias, int B, int T, int C) {
-    NEED(dims_ok(B, T, C), "ct_layernorm_forward", "B, T, C must be positive");
+    NEED(rows_ok(B, T, C), "ct_layernorm_forward", "B, T, C must be positive, rows below 2^31");
     int bf;
     VARIANT("ct_layernorm_forward", &bf, VIEWS(NV(out), NV(inp), NV(weight), NV(bias)),
             VIEWS(NV(mean), NV(rstd)));
@@ -227,7 +253,7 @@ ct_status ct_layernorm_forward(ct_device *dev, ct_view out, ct_view mean, ct_vie
 ct_status ct_layernorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_view dbias,
                                 ct_view dout, ct_view inp, ct_view weight, ct_view mean,
                                 ct_view rstd, int B, int T, int C, int accumulate_dinp) {
-    NEED(dims_ok(B, T, C), "ct_layernorm_backward", "B, T, C must be positive");
+    NEED(rows_ok(B, T, C), "ct_layernorm_backward", "B, T, C must be positive, rows below 2^31");
     NEED((dweight.mem != NULL) == (dbias.mem != NULL), "ct_layernorm_backward",
          "dweight and dbias are given together or not at all");
     int bf;
@@ -265,7 +291,8 @@ ct_status ct_layernorm_backward(ct_device *dev, ct_view dinp, ct_view dweight, c
 /* ------------------------------------------------------------------ bias, residual, gelu */
 
 ct_status ct_bias_forward(ct_device *dev, ct_view out, ct_view bias, size_t N, int OC) {
-    NEED(dims_ok((long long)N, OC, 1), "ct_bias_forward", "N, OC must be positive");
+    NEED(rows_ok((long long)N, 1, OC), "ct_bias_forward",
+         "N, OC must be positive, rows below 2^31");
     int bf;
     VARIANT("ct_bias_forward", &bf, VIEWS(NV(out), NV(bias)), NO_VIEWS);
     karg a[] = {KMEM(out), KMEM(bias), KINT(N), KINT(OC)};
@@ -273,7 +300,8 @@ ct_status ct_bias_forward(ct_device *dev, ct_view out, ct_view bias, size_t N, i
 }
 
 ct_status ct_bias_backward(ct_device *dev, ct_view dbias, ct_view dout, size_t N, int OC) {
-    NEED(dims_ok((long long)N, OC, 1), "ct_bias_backward", "N, OC must be positive");
+    NEED(rows_ok((long long)N, 1, OC), "ct_bias_backward",
+         "N, OC must be positive, rows below 2^31");
     int bf;
     VARIANT("ct_bias_backward", &bf, VIEWS(NV(dout)), VIEWS(NV(dbias)));
     karg a[] = {KMEM(dbias), KMEM(dout), KINT(N), KINT(OC)};
@@ -281,35 +309,35 @@ ct_status ct_bias_backward(ct_device *dev, ct_view dbias, ct_view dout, size_t N
 }
 
 ct_status ct_residual_forward(ct_device *dev, ct_view out, ct_view a, ct_view b, size_t N) {
-    NEED(N < (size_t)INT_MAX, "ct_residual_forward", "N too large");
     int bf;
     VARIANT("ct_residual_forward", &bf, VIEWS(NV(out), NV(a), NV(b)), NO_VIEWS);
     karg k[] = {KMEM(out), KMEM(a), KMEM(b), KINT(N)};
-    return ct__ops_launch(dev, "elementwise", "residual_forward", bf, N, 256, k, NARGS(k));
+    return ct__ops_launch_pieces(dev, "elementwise", "residual_forward", bf, N, 256, k, NARGS(k),
+                                 PIECES(1, 3, 5), 6);
 }
 
 ct_status ct_residual_backward(ct_device *dev, ct_view da, ct_view db, ct_view dout, size_t N) {
-    NEED(N < (size_t)INT_MAX, "ct_residual_backward", "N too large");
     int bf;
     VARIANT("ct_residual_backward", &bf, VIEWS(NV(da), NV(db), NV(dout)), NO_VIEWS);
     karg k[] = {KMEM(da), KMEM(db), KMEM(dout), KINT(N)};
-    return ct__ops_launch(dev, "elementwise", "residual_backward", bf, N, 256, k, NARGS(k));
+    return ct__ops_launch_pieces(dev, "elementwise", "residual_backward", bf, N, 256, k, NARGS(k),
+                                 PIECES(1, 3, 5), 6);
 }
 
 ct_status ct_gelu_forward(ct_device *dev, ct_view out, ct_view inp, size_t N) {
-    NEED(N < (size_t)INT_MAX, "ct_gelu_forward", "N too large");
     int bf;
     VARIANT("ct_gelu_forward", &bf, VIEWS(NV(out), NV(inp)), NO_VIEWS);
     karg a[] = {KMEM(out), KMEM(inp), KINT(N)};
-    return ct__ops_launch(dev, "elementwise", "gelu_forward", bf, N, 256, a, NARGS(a));
+    return ct__ops_launch_pieces(dev, "elementwise", "gelu_forward", bf, N, 256, a, NARGS(a),
+                                 PIECES(1, 3), 4);
 }
 
 ct_status ct_gelu_backward(ct_device *dev, ct_view dinp, ct_view inp, ct_view dout, size_t N) {
-    NEED(N < (size_t)INT_MAX, "ct_gelu_backward", "N too large");
     int bf;
     VARIANT("ct_gelu_backward", &bf, VIEWS(NV(dinp), NV(inp), NV(dout)), NO_VIEWS);
     karg a[] = {KMEM(dinp), KMEM(inp), KMEM(dout), KINT(N)};
-    return ct__ops_launch(dev, "elementwise", "gelu_backward", bf, N, 256, a, NARGS(a));
+    return ct__ops_launch_pieces(dev, "elementwise", "gelu_backward", bf, N, 256, a, NARGS(a),
+                                 PIECES(1, 3, 5), 6);
 }
 
 /* ------------------------------------------------------------------ matmul */
@@ -367,7 +395,8 @@ static ct_status gemm_bf16(ct_device *dev, int ta, int tb, size_t m, size_t n, s
 
 ct_status ct_matmul_forward(ct_device *dev, ct_view out, ct_view inp, ct_view weight, ct_view bias,
                             int B, int T, int C, int OC) {
-    NEED(dims_ok(B, T, C) && dims_ok(B, T, OC), "ct_matmul_forward", "B, T, C, OC must be positive");
+    NEED(rows_ok(B, T, C) && rows_ok(B, T, OC), "ct_matmul_forward",
+         "B, T, C, OC must be positive, rows below 2^31");
     int bf;
     VARIANT("ct_matmul_forward", &bf, VIEWS(NV(out), NV(inp), NV(weight), NV(bias)), NO_VIEWS);
     size_t N = (size_t)B * T;
@@ -391,8 +420,8 @@ ct_status ct_matmul_forward(ct_device *dev, ct_view out, ct_view inp, ct_view we
 ct_status ct_matmul_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_view dbias,
                              ct_view dout, ct_view inp, ct_view weight, int B, int T, int C,
                              int OC) {
-    NEED(dims_ok(B, T, C) && dims_ok(B, T, OC), "ct_matmul_backward",
-         "B, T, C, OC must be positive");
+    NEED(rows_ok(B, T, C) && rows_ok(B, T, OC), "ct_matmul_backward",
+         "B, T, C, OC must be positive, rows below 2^31");
     int bf;
     VARIANT("ct_matmul_backward", &bf, VIEWS(NV(dinp), NV(dout), NV(inp), NV(weight)),
             VIEWS(NV(dweight), NV(dbias)));
@@ -421,8 +450,8 @@ ct_status ct_matmul_backward(ct_device *dev, ct_view dinp, ct_view dweight, ct_v
 
 ct_status ct_crossentropy_forward(ct_device *dev, ct_view losses, ct_view lse, ct_view logits,
                                   ct_view targets, int B, int T, int V, int Vp) {
-    NEED(dims_ok(B, T, Vp) && V > 0 && V <= Vp, "ct_crossentropy_forward",
-         "B, T, V must be positive and V <= Vp");
+    NEED(rows_ok(B, T, Vp) && V > 0 && V <= Vp, "ct_crossentropy_forward",
+         "B, T, V must be positive, rows below 2^31 and V <= Vp");
     int bf;
     VARIANT("ct_crossentropy_forward", &bf, VIEWS(NV(logits)),
             VIEWS(NV(losses), NV(lse), NV(targets)));
@@ -437,8 +466,8 @@ ct_status ct_crossentropy_forward(ct_device *dev, ct_view losses, ct_view lse, c
 
 ct_status ct_crossentropy_backward(ct_device *dev, ct_view dlogits, ct_view logits, ct_view lse,
                                    ct_view targets, float dloss, int B, int T, int V, int Vp) {
-    NEED(dims_ok(B, T, Vp) && V > 0 && V <= Vp, "ct_crossentropy_backward",
-         "B, T, V must be positive and V <= Vp");
+    NEED(rows_ok(B, T, Vp) && V > 0 && V <= Vp, "ct_crossentropy_backward",
+         "B, T, V must be positive, rows below 2^31 and V <= Vp");
     int bf;
     VARIANT("ct_crossentropy_backward", &bf, VIEWS(NV(dlogits), NV(logits)),
             VIEWS(NV(lse), NV(targets)));
@@ -591,7 +620,8 @@ ct_status ct_global_norm_forward(ct_device *dev, ct_view out, ct_view partials, 
 ct_status ct_scale_by_clip(ct_device *dev, ct_view x, ct_view norm, float clip, size_t n) {
     NO_BF16_YET("ct_scale_by_clip", NO_VIEWS, VIEWS(NV(x), NV(norm)));
     karg a[] = {KMEM(x), KMEM(norm), KF(clip), KUL(n)};
-    return ct__ops_launch(dev, "optim", "scale_by_clip", 0, n, 256, a, NARGS(a));
+    return ct__ops_launch_pieces(dev, "optim", "scale_by_clip", 0, n, 256, a, NARGS(a),
+                                 PIECES(1), 5);
 }
 
 ct_status ct_adamw_update(ct_device *dev, ct_view params, ct_view grads, ct_view m, ct_view v,
@@ -605,7 +635,8 @@ ct_status ct_adamw_update(ct_device *dev, ct_view params, ct_view grads, ct_view
     karg a[] = {KMEM(params), KMEM(grads), KMEM(m),   KMEM(v),          KMEM(norm),
                 KF(clip),     KUL(n),      KF(lr),    KF(beta1),        KF(beta2),
                 KF(eps),      KF(weight_decay), KF(bc1), KF(bc2)};
-    return ct__ops_launch(dev, "optim", "adamw_update", 0, n, 256, a, NARGS(a));
+    return ct__ops_launch_pieces(dev, "optim", "adamw_update", 0, n, 256, a, NARGS(a),
+                                 PIECES(1, 3, 5, 7), 11);
 }
 
 /* ------------------------------------------------------------------ mixture of experts */

@@ -85,10 +85,25 @@ ct_status ct__ops_variant(ct_device *dev, const char *op, const ct__named_view *
 #define NO_VIEWS {{"", {NULL, 0, CT_STORE_F32}}}
 #define VIEWS(...) {__VA_ARGS__}
 
-/* Shapes must be positive and every index the kernels compute must fit an int where they use one. */
+/* Shapes must be positive and every index the kernels compute must fit an int where they use one:
+ * the ops whose kernels still index the whole tensor in 32 bits (tp.cl, moe.cl, the attention's
+ * and the Llama ops': docs/LIMITS.md, "64-bit sizes"). */
 static inline int dims_ok(long long a, long long b, long long c) {
     return a > 0 && b > 0 && c > 0 && a * b * c < (long long)INT_MAX;
 }
+/* The same for the ops whose kernels index rows in 64 bits (row * C in size_t): the rows a*b and
+ * the row length c each fit an int (the kernels take them as int), the tensor any size. */
+static inline int rows_ok(long long a, long long b, long long c) {
+    return a > 0 && b > 0 && c > 0 && a < INT_MAX && b < INT_MAX && a * b < (long long)INT_MAX &&
+           c < (long long)INT_MAX;
+}
+/* An element-wise kernel over n elements, enqueued in pieces of ct_launch_piece_max() (cl/): the
+ * offsets at argument indices offs[0..noffs) advance by each piece's start, the count at index
+ * cnt (cl_int or cl_ulong, by its size) is the piece's length. Every element is computed by the
+ * same kernel as in one launch, so the results are bitwise those of one launch. */
+ct_status ct__ops_launch_pieces(ct_device *dev, const char *file, const char *name, int bf16,
+                                size_t n, size_t pref, const karg *args, int nargs,
+                                const int *offs, int noffs, int cnt);
 
 #define NEED(cond, op, what)                                  \
     do {                                                      \
