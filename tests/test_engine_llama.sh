@@ -14,8 +14,13 @@
 # "pp": four blocks over 2 stages (1f1b and interleaved as threads, gpipe as ranks), dp 2 x pp 2
 #   with ZeRO-1 mixed, zb1 (the split backward's halves: threads, and ranks with recompute
 #   attention), and a tied model's embedding at both ends: within 1e-5 of one device.
-# "refuse": the layouts not built for it (tp, sequence parallelism, experts, bf16) and Llama
-#   flags without --arch llama are refused with status 2 naming the flag.
+# "tp": tensor parallelism (q|k|v by heads, NKV 2 over tp 2: one kv head each; gate and up by
+#   rows of each, o and down by columns; the embedding and head vocabulary-parallel) as 2
+#   threads, as 2 ranks (fused attention), dp 2 x tp 2 ZeRO-1 mixed (2 ranks x 2 threads), and
+#   with sequence parallelism (T = 16, the RMSNorms on split rows; ranks, and threads with
+#   --recompute block), each within 1e-5 relative of the single device over 20 steps.
+# "refuse": the layouts not built for it (experts, bf16) and Llama flags without --arch llama
+#   are refused with status 2 naming the flag; a tp not dividing NKV names both.
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -70,6 +75,20 @@ if want pp; then
         compare "$D/ref4t.jsonl" "$D/pt.jsonl" "tied: pp 2 1f1b threads (the embedding's two ends)"
 fi
 
+if want tp; then
+    need_ref ref --attention gemm
+    train t2 1 2 --tp 2 --attention gemm && compare "$D/ref.jsonl" "$D/t2.jsonl" "tp 2 threads"
+    train dt 2 2 --dp 2 --tp 2 --zero 1 --attention gemm &&
+        compare "$D/ref.jsonl" "$D/dt.jsonl" "dp 2 x tp 2 ZeRO-1, 2 ranks x 2 threads"
+    need_ref reff --attention fused
+    train t2f 2 1 --tp 2 --attention fused && compare "$D/reff.jsonl" "$D/t2f.jsonl" "fused: tp 2 ranks"
+    need_ref ref16 --attention gemm --seq 16 --total-batch 128
+    train sp 2 1 --tp 2 --sequence-parallel 1 --attention gemm --seq 16 --total-batch 128 &&
+        compare "$D/ref16.jsonl" "$D/sp.jsonl" "tp 2 sequence parallel ranks"
+    train spr 1 2 --tp 2 --sequence-parallel 1 --attention gemm --seq 16 --total-batch 128 --recompute block &&
+        compare "$D/ref16.jsonl" "$D/spr.jsonl" "tp 2 sequence parallel threads, --recompute block"
+fi
+
 if want files; then
     need_ref ref --attention gemm
     train half 1 1 --attention gemm --steps 20 --save "$D/ck" --save-every 10 \
@@ -94,7 +113,7 @@ if want files; then
 fi
 
 if want refuse; then
-    refused "--tp" "--arch llama with --tp 2 is not built yet" 1 2 --tp 2 --devices-per-rank 2
+    refused "--tp 4 over NKV 2" "tp = 4 does not divide the 2 key/value heads" 1 4 --tp 4 --devices-per-rank 4
     refused "--experts" "--arch llama with --experts 4" 1 1 --experts 4
     refused "--precision" "--arch llama with --precision bf16" 1 1 --precision bf16
     refused "--kv-heads 3" "--kv-heads 3 does not divide --heads 4" 1 1 --kv-heads 3

@@ -235,12 +235,9 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
                       "ct_model_embed_backward: this worker does not hold the embedding");
     slot_state *ss = &m->st[slot];
     size_t sb = slot_base(m, slot);
-    if (ct_gpt_is_llama(&m->cfg)) {
-        RUN(CT_PROF_encoder_bwd, ct_embed_backward(m->dev, GV(wte, 0), XA(dres), SV(tokens), ss->B,
-                                                   ss->T, m->cfg.channels, m->cfg.padded_vocab));
-        goto cleanup;
-    }
-    RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XA(dres),
+    /* a Llama model has no positions: no wpe (the token embedding alone) */
+    ct_view dwpe = ct_gpt_is_llama(&m->cfg) ? ct_view_none() : GV(wpe, 0);
+    RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), dwpe, XA(dres),
                                              XA(dfull), SV(tokens), ss->B, ss->T,
                                              m->cfg.channels, m->cfg.padded_vocab));
 cleanup:

@@ -41,13 +41,11 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     ss->loss_scale = 1.0f;
     size_t sb = slot_base(m, slot);
     RUN(CT_PROF_upload, ct_model_view_write(m, SV(tokens), tokens, BT * sizeof(int)));
-    if (ct_gpt_is_llama(&m->cfg)) /* no positions: the rotary embedding turns q and k */
-        RUN(CT_PROF_encoder_fwd, ct_embed_forward(m->dev, SA(in), SV(tokens), PV(wte, 0), B, T,
-                                                  m->cfg.channels, m->cfg.padded_vocab));
-    else
-        RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SA(in), XA(proj), SV(tokens),
-                                                PV(wte, 0), PV(wpe, 0), B, T, m->cfg.channels,
-                                                m->cfg.padded_vocab));
+    /* a Llama model has no positions (no wpe): the rotary embedding turns q and k */
+    ct_view wpe = ct_gpt_is_llama(&m->cfg) ? ct_view_none() : PV(wpe, 0);
+    RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SA(in), XA(proj), SV(tokens),
+                                            PV(wte, 0), wpe, B, T, m->cfg.channels,
+                                            m->cfg.padded_vocab));
 cleanup:
     return dev_fail(m, st, "ct_model_embed_forward");
 }

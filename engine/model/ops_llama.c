@@ -84,25 +84,37 @@ ct_status ct_swiglu_backward(ct_device *dev, ct_view dgate, ct_view dup, ct_view
     return ct__ops_launch(dev, "llama", "swiglu_backward", 0, N, 256, a, NARGS(a));
 }
 
-ct_status ct_embed_forward(ct_device *dev, ct_view out, ct_view tokens, ct_view wte, int B, int T,
-                           int C, int Vp) {
-    NEED(dims_ok(B, T, C) && Vp > 0, "ct_embed_forward", "B, T, C and Vp must be positive");
+ct_status ct_embed_forward_vp(ct_device *dev, ct_view out, ct_view tokens, ct_view wte, int B,
+                              int T, int C, int lo, int Vl) {
+    NEED(dims_ok(B, T, C) && Vl > 0 && lo >= 0, "ct_embed_forward",
+         "B, T, C and the rows held must be positive, lo >= 0");
     NEED(has(out) && has(tokens) && has(wte), "ct_embed_forward",
          "out, tokens and wte are required");
     NO_BF16_YET("ct_embed_forward", VIEWS(NV(out), NV(wte)), VIEWS(NV(tokens)));
-    karg a[] = {KMEM(out), KMEM(tokens), KMEM(wte), KINT(B * T), KINT(C), KINT(Vp)};
+    karg a[] = {KMEM(out), KMEM(tokens), KMEM(wte), KINT(B * T), KINT(C), KINT(lo), KINT(Vl)};
     return ct__ops_launch2(dev, "llama", "embed_forward", 0, (size_t)C, (size_t)B * T, 256, a,
                            NARGS(a));
 }
 
-ct_status ct_embed_backward(ct_device *dev, ct_view dwte, ct_view dout, ct_view tokens, int B,
-                            int T, int C, int Vp) {
-    NEED(dims_ok(B, T, C) && Vp > 0, "ct_embed_backward", "B, T, C and Vp must be positive");
+ct_status ct_embed_forward(ct_device *dev, ct_view out, ct_view tokens, ct_view wte, int B, int T,
+                           int C, int Vp) {
+    return ct_embed_forward_vp(dev, out, tokens, wte, B, T, C, 0, Vp);
+}
+
+ct_status ct_embed_backward_vp(ct_device *dev, ct_view dwte, ct_view dout, ct_view tokens, int B,
+                               int T, int C, int lo, int Vl) {
+    NEED(dims_ok(B, T, C) && Vl > 0 && lo >= 0, "ct_embed_backward",
+         "B, T, C and the rows held must be positive, lo >= 0");
     NEED(has(dwte) && has(dout) && has(tokens), "ct_embed_backward",
          "dwte, dout and tokens are required");
     NO_BF16_YET("ct_embed_backward", VIEWS(NV(dout)), VIEWS(NV(dwte), NV(tokens)));
-    karg a[] = {KMEM(dwte), KMEM(dout), KMEM(tokens), KINT(B * T), KINT(C), KINT(Vp)};
+    karg a[] = {KMEM(dwte), KMEM(dout), KMEM(tokens), KINT(B * T), KINT(C), KINT(lo), KINT(Vl)};
     return ct__ops_launch(dev, "llama", "embed_backward", 0, (size_t)C, 64, a, NARGS(a));
+}
+
+ct_status ct_embed_backward(ct_device *dev, ct_view dwte, ct_view dout, ct_view tokens, int B,
+                            int T, int C, int Vp) {
+    return ct_embed_backward_vp(dev, dwte, dout, tokens, B, T, C, 0, Vp);
 }
 
 static ct_status gqa(ct_device *dev, const char *op, const char *kernel, ct_view out, ct_view inp,

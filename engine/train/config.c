@@ -80,8 +80,8 @@ static ct_status config_vs_flags(const ct_train_params *p,
         const char *axis = ct__train_llama_axis(p, ab, sizeof ab);
         if (axis)
             return CT_ERR(err, CT_ERR_ARG,
-                          "%s holds a Llama model, which does not train with %s yet (data and "
-                          "pipeline parallelism, ZeRO 0 to 3)",
+                          "%s holds a Llama model, which does not train with %s yet (data, tensor "
+                          "and pipeline parallelism, ZeRO 0 to 3)",
                           origin, axis);
     }
     return CT_OK;
@@ -144,7 +144,7 @@ ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg,
         const char *axis = ct__train_llama_axis(p, ab, sizeof ab);
         if (axis)
             return CT_ERR(err, CT_ERR_ARG,
-                          "a Llama model with %s is not built yet (data and pipeline "
+                          "a Llama model with %s is not built yet (data, tensor and pipeline "
                           "parallelism, ZeRO 0 to 3)",
                           axis);
         if (p->save_model[0] && !ct_model_file_is_safetensors(p->save_model) &&

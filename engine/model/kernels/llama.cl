@@ -96,27 +96,28 @@ __kernel void swiglu_backward(__global float *dgate, ulong dgate_off, __global f
     dup[dup_off + i] = d * g * sg;
 }
 
-/* The token embedding alone (no positions): out (N,C) = wte[tok]; an id outside [0, Vp) reads
- * zeros (the host checks ids first). 2-D range (channel, row). */
+/* The token embedding alone (no positions), over rows [lo, lo + Vl) of the vocabulary (all of
+ * it: lo 0, Vl Vp; tensor parallelism: this worker's rows of wte): out (N,C) = wte[tok - lo]
+ * when the id is among them, else zeros (the host checks ids first). 2-D range (channel, row). */
 __kernel void embed_forward(__global float *out, ulong out_off, __global const int *tok,
                             ulong tok_off, __global const float *wte, ulong wte_off, int N, int C,
-                            int Vp) {
+                            int lo, int Vl) {
     int c = (int)get_global_id(0), r = (int)get_global_id(1);
     if (c >= C || r >= N) return;
-    int t = tok[tok_off + r];
-    out[out_off + (size_t)r * C + c] = t >= 0 && t < Vp ? wte[wte_off + (size_t)t * C + c] : 0.0f;
+    int t = tok[tok_off + r] - lo;
+    out[out_off + (size_t)r * C + c] = t >= 0 && t < Vl ? wte[wte_off + (size_t)t * C + c] : 0.0f;
 }
 
-/* dwte (Vp,C) += dout's rows scattered by token; one work-item per channel walks the rows in
- * order (rows of one token summed in a fixed order: deterministic). */
+/* dwte (Vl,C) += dout's rows scattered by token (ids in [lo, lo + Vl)); one work-item per
+ * channel walks the rows in order (rows of one token summed in a fixed order: deterministic). */
 __kernel void embed_backward(__global float *dwte, ulong dwte_off, __global const float *dout,
                              ulong dout_off, __global const int *tok, ulong tok_off, int N, int C,
-                             int Vp) {
+                             int lo, int Vl) {
     size_t c = get_global_id(0);
     if (c >= (size_t)C) return;
     for (int r = 0; r < N; r++) {
-        int t = tok[tok_off + r];
-        if (t >= 0 && t < Vp) dwte[dwte_off + (size_t)t * C + c] += dout[dout_off + (size_t)r * C + c];
+        int t = tok[tok_off + r] - lo;
+        if (t >= 0 && t < Vl) dwte[dwte_off + (size_t)t * C + c] += dout[dout_off + (size_t)r * C + c];
     }
 }
 
