@@ -19,7 +19,10 @@
 #   threads, as 2 ranks (fused attention), dp 2 x tp 2 ZeRO-1 mixed (2 ranks x 2 threads), and
 #   with sequence parallelism (T = 16, the RMSNorms on split rows; ranks, and threads with
 #   --recompute block), each within 1e-5 relative of the single device over 20 steps.
-# "refuse": the layouts not built for it (experts, bf16) and Llama flags without --arch llama
+# "moe": SwiGLU experts (4 experts, top-2, capacity 1.0 so some choices drop, aux loss 0.05):
+#   ep 2 as threads (dp 2) and as ranks, and dp 2 x tp 2 with ep 2 (2 ranks x 2 threads), each
+#   within 1e-5 relative of the single device with the same experts over 20 steps.
+# "refuse": the layouts not built for it (bf16) and Llama flags without --arch llama
 #   are refused with status 2 naming the flag; a tp not dividing NKV names both.
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
@@ -89,6 +92,15 @@ if want tp; then
         compare "$D/ref16.jsonl" "$D/spr.jsonl" "tp 2 sequence parallel threads, --recompute block"
 fi
 
+if want moe; then
+    MOE="--experts 4 --top-k 2 --capacity-factor 1.0 --aux-loss 0.05 --attention gemm"
+    need_ref refm $MOE
+    train e2 1 2 --dp 2 --ep 2 $MOE && compare "$D/refm.jsonl" "$D/e2.jsonl" "experts: ep 2 threads"
+    train e2r 2 1 --dp 2 --ep 2 --zero 1 $MOE && compare "$D/refm.jsonl" "$D/e2r.jsonl" "experts: ep 2 ranks ZeRO-1"
+    train e2t 2 2 --dp 2 --ep 2 --tp 2 $MOE &&
+        compare "$D/refm.jsonl" "$D/e2t.jsonl" "experts: dp 2 (ep 2) x tp 2, 2 ranks x 2 threads"
+fi
+
 if want files; then
     need_ref ref --attention gemm
     train half 1 1 --attention gemm --steps 20 --save "$D/ck" --save-every 10 \
@@ -114,7 +126,6 @@ fi
 
 if want refuse; then
     refused "--tp 4 over NKV 2" "tp = 4 does not divide the 2 key/value heads" 1 4 --tp 4 --devices-per-rank 4
-    refused "--experts" "--arch llama with --experts 4" 1 1 --experts 4
     refused "--precision" "--arch llama with --precision bf16" 1 1 --precision bf16
     refused "--kv-heads 3" "--kv-heads 3 does not divide --heads 4" 1 1 --kv-heads 3
     rm -f "$D/bad.jsonl"

@@ -298,7 +298,8 @@ ct_status ct__model_moe_config(const ct_gpt_config *cfg, const ct_layout *layout
     mc->experts = cfg->experts, mc->top_k = cfg->top_k, mc->capacity = plan->moe_capacity;
     mc->aux = plan->moe_aux, mc->max_B = plan->max_B, mc->max_T = plan->max_T;
     mc->channels = cfg->channels, mc->layers = cfg->layers, mc->slots = plan->slots;
-    mc->hidden = 4 * cfg->channels / (layout->tp > 1 ? layout->tp : 1); /* ct_model_tp_check */
+    mc->ffn = ct_gpt_ffn(cfg), mc->swiglu = ct_gpt_is_llama(cfg);
+    mc->hidden = mc->ffn / (layout->tp > 1 ? layout->tp : 1); /* ct_model_tp_check */
     mc->blocks = nb > 0 ? nb : 1;
     mc->bf16 = plan->precision == CT_PRECISION_BF16;
     ct_status st = ct_moe_check(mc, ep, err);
@@ -395,11 +396,6 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                       layout->zero, layout->dp);
     if (ct_gpt_is_llama(cfg)) {
         /* the layouts a Llama block is not built for */
-        if (ep > 1)
-            return PFAIL(CT_ERR_UNSUPPORTED,
-                         "%s: a Llama model with ep %d is not built yet (it trains with data, "
-                         "tensor and pipeline parallelism, ZeRO 0 to 3)%s",
-                         ep, "");
         const char *what2 = plan->precision != CT_PRECISION_FP32 ? "bf16" : NULL;
         if (what2)
             return PFAIL(CT_ERR_UNSUPPORTED, "%s: a Llama model with %s is not built yet%s",

@@ -60,8 +60,8 @@ static inline int ct_gpt_has_lm_head(const ct_gpt_config *c) {
 
 /* Validate a config (sizes positive, C % NH == 0, V <= Vp, experts 0 with top-k 0 or
  * 1 <= top-k <= experts, a plausible parameter count; a GPT-2 config with the Llama fields 0 or
- * GPT-2's values; a Llama one with NH % NKV == 0, an even head size, F >= 1, theta > 1, eps > 0,
- * no experts); `what` names its source in the message, the message the field (gpt_config.c). */
+ * GPT-2's values; a Llama one with NH % NKV == 0, an even head size, F >= 1, theta > 1, eps > 0);
+ * `what` names its source in the message, the message the field (gpt_config.c). */
 ct_status ct_gpt_config_check(const ct_gpt_config *cfg, const char *what, ct_err *err);
 
 /* The layout a model is built for (ct_layout, ct_coords) lives in parallel/ct_parallel.h. */

@@ -6,7 +6,8 @@
  * q|k|v column-parallel by heads (NH/N query and NKV/N kv heads each, params.c's sections),
  * attention on those heads, o row-parallel; gate and up column-parallel (F/N rows of each),
  * SwiGLU local, down row-parallel; the RMSNorms replicated, on this worker's rows under sequence
- * parallelism. The plan's recompute mode reruns what it dropped before the block's backward;
+ * parallelism. With experts the MLP is moe.c's layer of SwiGLU experts (forward.c's and
+ * backward.c's MoE helpers, as GPT-2's block). The plan's recompute mode reruns what it dropped before the block's backward;
  * the backward also runs as the zero-bubble schedules' input and weight halves (one worker per
  * block: arena.c refuses the split under TP). The embedding and head differ from GPT-2's in two
  * ops each (forward.c, backward.c). Saved tensors are the GPT-2 block's slots (arena.c says
@@ -48,7 +49,7 @@ ct_status ct__llama_block_forward(ct_model *m, int slot, int l, int recompute) {
     int do_probs = !do_attn && !kept[B_ATT];
     int do_res2 = all || !kept[B_RES2];
     int do_ln2 = all || !kept[B_LN2] || !kept[B_LN2R];
-    int do_fc = all || !kept[B_FCH], do_glu = all || !kept[B_FCHG];
+    int do_fc = !m->moe && (all || !kept[B_FCH]), do_glu = !m->moe && (all || !kept[B_FCHG]);
     int P_ln = recompute ? CT_PROF_recompute : CT_PROF_layernorm_fwd;
     int P_qkv = recompute ? CT_PROF_recompute : CT_PROF_matmul_qkv_fwd;
     int P_att = recompute ? CT_PROF_recompute : CT_PROF_attention_fwd;
@@ -95,8 +96,11 @@ ct_status ct__llama_block_forward(ct_model *m, int slot, int l, int recompute) {
         GROUP("recompute");
         goto cleanup;
     }
-    RUN(CT_PROF_matmul_fcproj_fwd, ct_tp_row_forward(m->dev, m->tp, XA(proj), XA(proj), fchg,
-                                                     PV(fcprojw, l), none, B, T, F, C));
+    if (m->moe) /* SwiGLU experts (moe.c) in place of gate, up and down */
+        RUN(CT_PROF_moe_fwd, ct__model_moe_layer_forward(m, slot, l, h2, rowC));
+    else
+        RUN(CT_PROF_matmul_fcproj_fwd, ct_tp_row_forward(m->dev, m->tp, XA(proj), XA(proj), fchg,
+                                                         PV(fcprojw, l), none, B, T, F, C));
     RUN(CT_PROF_residual_fwd, ct_residual_forward(m->dev, v.t[B_RES3], res2, XA(proj), rowC));
     GROUP("mlp");
 cleanup:
@@ -139,8 +143,10 @@ ct_status ct__llama_block_backward(ct_model *m, int slot, int l, ct_backward_par
     RUN(CT_PROF_attention_bwd, ct_mem_copy(m->dev, (from).mem, (from).off * sizeof(float),          \
                                            (to).mem, (to).off * sizeof(float), (n) * sizeof(float)))
     double tg_ = ct_time_now();
-    /* ---- the MLP */
-    if (!wonly) {
+    /* ---- the MLP: dh2 = the gradient of h2 (SwiGLU experts: moe.c, whole backward only) */
+    if (m->moe) {
+        RUN(CT_PROF_moe_bwd, ct__model_moe_layer_backward(m, slot, l, h2, rowC));
+    } else if (!wonly) {
         if (input) COPY(dres, wdout, BTC);
         /* down row-parallel (SP: the output gradient's rows gathered first) */
         RUN(CT_PROF_matmul_fcproj_bwd,

@@ -28,9 +28,7 @@ static ct_status check_out_dir(const char *path, const char *flag, ct_err *err) 
  * for --arch llama and config.c for a Llama model read from a file. */
 const char *ct__train_llama_axis(const ct_train_params *p, char *buf, size_t len) {
     buf[0] = 0;
-    if (p->ep > 1) snprintf(buf, len, "--ep %d", p->ep);
-    else if (p->experts > 0) snprintf(buf, len, "--experts %d", p->experts);
-    else if (strcmp(p->precision, "fp32")) snprintf(buf, len, "--precision %s", p->precision);
+    if (strcmp(p->precision, "fp32")) snprintf(buf, len, "--precision %s", p->precision);
     return buf[0] ? buf : NULL;
 }
 
