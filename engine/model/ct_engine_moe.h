@@ -68,13 +68,13 @@ typedef struct ct_moe_cfg {
     int layers;         /* statistics are kept per layer 0..layers-1 */
     int slots, blocks;  /* routing records for the backward: per slot and block copy in it */
     int hidden;         /* an expert's hidden width on this worker: F / tp (0: F, no TP) */
+    int bf16;           /* 1: the activations (router logits, rows, hidden, their gradients) are
+                           bf16, their regions and the staging half the floats; the layer's views
+                           must then be bf16 (0: fp32, the default) */
     int ffn;            /* F, an expert's whole hidden width (0: 4C, GPT-2's) */
     int swiglu;         /* 1: Llama's SwiGLU experts: fcw (El,2H,C) = [gate; up] per expert,
                            down_proj fcprojw (El,C,H), no biases; y = down(silu(gate x) * up x)
                            (0: GPT-2's MLP, fc + bias, GELU, fcproj + bias) */
-    int bf16;           /* 1: the activations (router logits, rows, hidden, their gradients) are
-                           bf16, their regions and the staging half the floats; the layer's views
-                           must then be bf16 (0: fp32, the default) */
 } ct_moe_cfg;
 
 /* c = min(T, ceil(F K T / E)), or T when F = 0: the choices an expert takes from one row. */
