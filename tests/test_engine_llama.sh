@@ -22,6 +22,9 @@
 # "moe": SwiGLU experts (4 experts, top-2, capacity 1.0 so some choices drop, aux loss 0.05):
 #   ep 2 as threads (dp 2) and as ranks, and dp 2 x tp 2 with ep 2 (2 ranks x 2 threads), each
 #   within 1e-5 relative of the single device with the same experts over 20 steps.
+# "every": the every-axis layout at W = 8: dp 2 x tp 2 x pp 2 with sequence parallelism,
+#   ZeRO-1 and SwiGLU experts over ep 2 (1f1b), as 2 ranks x 4 threads, within 1e-5 relative of
+#   the single device with the same experts over 20 steps.
 # "refuse": the layouts not built for it (bf16) and Llama flags without --arch llama
 #   are refused with status 2 naming the flag; a tp not dividing NKV names both.
 . "$(dirname "$0")/lib.sh"
@@ -99,6 +102,14 @@ if want moe; then
     train e2r 2 1 --dp 2 --ep 2 --zero 1 $MOE && compare "$D/refm.jsonl" "$D/e2r.jsonl" "experts: ep 2 ranks ZeRO-1"
     train e2t 2 2 --dp 2 --ep 2 --tp 2 $MOE &&
         compare "$D/refm.jsonl" "$D/e2t.jsonl" "experts: dp 2 (ep 2) x tp 2, 2 ranks x 2 threads"
+fi
+
+if want every; then
+    MOE="--experts 4 --top-k 2 --capacity-factor 1.0 --aux-loss 0.05 --attention gemm"
+    need_ref refe $MOE --seq 16 --total-batch 128
+    train every 2 4 --dp 2 --tp 2 --pp 2 --schedule 1f1b --sequence-parallel 1 --zero 1 --ep 2 \
+        $MOE --seq 16 --total-batch 128 &&
+        compare "$D/refe.jsonl" "$D/every.jsonl" "dp 2 x tp 2 x pp 2, SP, ZeRO-1, ep 2: 2 ranks x 4 threads"
 fi
 
 if want files; then
