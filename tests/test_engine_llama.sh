@@ -25,7 +25,11 @@
 # "every": the every-axis layout at W = 8: dp 2 x tp 2 x pp 2 with sequence parallelism,
 #   ZeRO-1 and SwiGLU experts over ep 2 (1f1b), as 2 ranks x 4 threads, within 1e-5 relative of
 #   the single device with the same experts over 20 steps.
-# "refuse": the layouts not built for it (bf16) and Llama flags without --arch llama
+# "bf16": --precision bf16 (the Llama ops' bf16 variants, bf16 activations and working weights):
+#   dp 2 threads ZeRO-1, tp 2 ranks, and experts over ep 2 (threads) within 5e-3 relative of
+#   the single-device bf16 run (with the same experts) over 20 steps; the dense single-device
+#   bf16 run is itself within 5e-3 of the fp32 run (the same model computed).
+# "refuse": Llama flags without --arch llama
 #   are refused with status 2 naming the flag; a tp not dividing NKV names both.
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
@@ -112,6 +116,32 @@ if want every; then
         compare "$D/refe.jsonl" "$D/every.jsonl" "dp 2 x tp 2 x pp 2, SP, ZeRO-1, ep 2: 2 ranks x 4 threads"
 fi
 
+# near A B WHAT: every step's loss of A in B within 5e-3 relative (bf16's tolerance).
+near() {
+    $PY - "$1" "$2" "$3" <<'PYEOF' || fail "$3"
+import json, sys
+def tr(p): return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b, what = tr(sys.argv[1]), tr(sys.argv[2]), sys.argv[3]
+worst = max((abs(b[s] - a[s]) / abs(a[s]) if s in b else float("inf")) for s in a) if a else float("inf")
+ok = len(a) == 20 and worst <= 5e-3
+print("%s %-44s 20 steps, worst relative difference %.2e (5e-3 allowed)" % ("ok:" if ok else "  ", what, worst))
+sys.exit(0 if ok else 1)
+PYEOF
+}
+
+if want bf16; then
+    need_ref ref --attention gemm
+    need_ref refb --attention gemm --precision bf16
+    near "$D/ref.jsonl" "$D/refb.jsonl" "bf16 single device against fp32"
+    train b2 1 2 --dp 2 --zero 1 --attention gemm --precision bf16 &&
+        near "$D/refb.jsonl" "$D/b2.jsonl" "bf16: dp 2 threads ZeRO-1"
+    train bt 2 1 --tp 2 --attention gemm --precision bf16 &&
+        near "$D/refb.jsonl" "$D/bt.jsonl" "bf16: tp 2 ranks"
+    BMOE="--experts 4 --top-k 2 --attention gemm --precision bf16"
+    need_ref refbm $BMOE
+    train bm 1 2 --dp 2 --ep 2 $BMOE && near "$D/refbm.jsonl" "$D/bm.jsonl" "bf16: SwiGLU experts, ep 2 threads"
+fi
+
 if want files; then
     need_ref ref --attention gemm
     train half 1 1 --attention gemm --steps 20 --save "$D/ck" --save-every 10 \
@@ -137,7 +167,6 @@ fi
 
 if want refuse; then
     refused "--tp 4 over NKV 2" "tp = 4 does not divide the 2 key/value heads" 1 4 --tp 4 --devices-per-rank 4
-    refused "--precision" "--arch llama with --precision bf16" 1 1 --precision bf16
     refused "--kv-heads 3" "--kv-heads 3 does not divide --heads 4" 1 1 --kv-heads 3
     rm -f "$D/bad.jsonl"
     expect_refusal --no-output "$D/bad.jsonl" "--kv-heads with gpt2" \

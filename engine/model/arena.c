@@ -394,13 +394,6 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                       "%s: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
                       "are built; a ZeRO stage needs dp >= 2)",
                       layout->zero, layout->dp);
-    if (ct_gpt_is_llama(cfg)) {
-        /* the layouts a Llama block is not built for */
-        const char *what2 = plan->precision != CT_PRECISION_FP32 ? "bf16" : NULL;
-        if (what2)
-            return PFAIL(CT_ERR_UNSUPPORTED, "%s: a Llama model with %s is not built yet%s",
-                         what2, " (fp32)");
-    }
     if (plan->precision != CT_PRECISION_FP32 && plan->precision != CT_PRECISION_BF16)
         return PFAIL(CT_ERR_ARG, "%s: precision %d is not fp32 or bf16%s", (int)plan->precision,
                      "");

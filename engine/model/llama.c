@@ -140,8 +140,9 @@ ct_status ct__llama_block_backward(ct_model *m, int slot, int l, ct_backward_par
 #define DW(t) (input ? none : GV(t, l))
 #define WI(t) (wonly ? none : PV(t, l))
 #define COPY(from, to, n)                                                                          \
-    RUN(CT_PROF_attention_bwd, ct_mem_copy(m->dev, (from).mem, (from).off * sizeof(float),          \
-                                           (to).mem, (to).off * sizeof(float), (n) * sizeof(float)))
+    RUN(CT_PROF_attention_bwd,                                                                     \
+        ct_mem_copy(m->dev, (from).mem, (from).off * ct_view_elem_bytes(from), (to).mem,           \
+                    (to).off * ct_view_elem_bytes(to), (n) * ct_view_elem_bytes(from)))
     double tg_ = ct_time_now();
     /* ---- the MLP: dh2 = the gradient of h2 (SwiGLU experts: moe.c, whole backward only) */
     if (m->moe) {
