@@ -5,7 +5,7 @@ if(TARGET ct_engine)
   target_compile_definitions(test_engine_llama_torch PRIVATE CT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 endif()
 if(TARGET train_gpt)
-  foreach(part dp pp tp moe every bf16 files refuse)
+  foreach(part dp pp tp tpck moe every bf16 files refuse)
     add_test(NAME test_engine_llama_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_llama.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})

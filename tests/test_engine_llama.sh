@@ -19,6 +19,8 @@
 #   threads, as 2 ranks (fused attention), dp 2 x tp 2 ZeRO-1 mixed (2 ranks x 2 threads), and
 #   with sequence parallelism (T = 16, the RMSNorms on split rows; ranks, and threads with
 #   --recompute block), each within 1e-5 relative of the single device over 20 steps.
+# "tpck": a tp 2 checkpoint (sharded; gathered) resumed on one device (on dp 2) within 1e-5 of
+#   the single device's run from step 11.
 # "moe": SwiGLU experts (4 experts, top-2, capacity 1.0 so some choices drop, aux loss 0.05):
 #   ep 2 as threads (dp 2) and as ranks, and dp 2 x tp 2 with ep 2 (2 ranks x 2 threads), each
 #   within 1e-5 relative of the single device with the same experts over 20 steps.
@@ -97,6 +99,18 @@ if want tp; then
         compare "$D/ref16.jsonl" "$D/sp.jsonl" "tp 2 sequence parallel ranks"
     train spr 1 2 --tp 2 --sequence-parallel 1 --attention gemm --seq 16 --total-batch 128 --recompute block &&
         compare "$D/ref16.jsonl" "$D/spr.jsonl" "tp 2 sequence parallel threads, --recompute block"
+fi
+
+if want tpck; then
+    # checkpoints of tp 2 (q|k|v and gate|up sliced by sections) resumed on one device:
+    # sharded (each worker its runs) and gathered
+    need_ref ref --attention gemm
+    train tck 1 2 --tp 2 --attention gemm --save "$D/tck" --save-every 10 --save-format sharded
+    train tckr 1 1 --attention gemm --resume "$D/tck/ckpt_00000010.bin" &&
+        compare "$D/ref.jsonl" "$D/tckr.jsonl" "tp 2 sharded checkpoint resumed on 1 device" 11
+    train tcg 2 1 --tp 2 --attention gemm --save "$D/tcg" --save-every 10 --save-format gathered
+    train tcgr 1 2 --dp 2 --attention gemm --resume "$D/tcg/ckpt_00000010.bin" &&
+        compare "$D/ref.jsonl" "$D/tcgr.jsonl" "tp 2 gathered checkpoint resumed on dp 2" 11
 fi
 
 if want moe; then
