@@ -28,8 +28,9 @@
 #   ZeRO-1 and SwiGLU experts over ep 2 (1f1b), as 2 ranks x 4 threads, within 1e-5 relative of
 #   the single device with the same experts over 20 steps.
 # "bf16": --precision bf16 (the Llama ops' bf16 variants, bf16 activations and working weights):
-#   dp 2 threads ZeRO-1, tp 2 ranks, and experts over ep 2 (threads) within 5e-3 relative of
-#   the single-device bf16 run (with the same experts) over 20 steps; the dense single-device
+#   dp 2 threads ZeRO-1, tp 2 ranks, experts over ep 2 (threads) and pp 2 zb1 (4 blocks: the
+#   split backward) within 5e-3 relative of the single-device bf16 run (with the same experts,
+#   blocks) over 20 steps; the dense single-device
 #   bf16 run is itself within 5e-3 of the fp32 run (the same model computed).
 # "refuse": Llama flags without --arch llama
 #   are refused with status 2 naming the flag; a tp not dividing NKV names both.
@@ -154,6 +155,10 @@ if want bf16; then
     BMOE="--experts 4 --top-k 2 --attention gemm --precision bf16"
     need_ref refbm $BMOE
     train bm 1 2 --dp 2 --ep 2 $BMOE && near "$D/refbm.jsonl" "$D/bm.jsonl" "bf16: SwiGLU experts, ep 2 threads"
+    # four blocks: the split backward's kept gradients copied as bf16 (zb1)
+    need_ref refb4 --attention gemm --precision bf16 --layers 4 --total-batch 240
+    train bz 1 2 --pp 2 --schedule zb1 --attention gemm --precision bf16 --layers 4 \
+        --total-batch 240 && near "$D/refb4.jsonl" "$D/bz.jsonl" "bf16: pp 2 zb1 threads"
 fi
 
 if want files; then
