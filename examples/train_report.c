@@ -113,8 +113,8 @@ void train_report_print(FILE *f, const ct_train_report *r) {
                 "  tensor parallel= %d workers per TP group: heads %d / %d, MLP %d / %d, "
                 "vocabulary %d / %d rows each; sequence parallelism %s; input-gradient overlap "
                 "%s; collectives %s\n",
-                p->tp, cfg->heads / p->tp, cfg->heads, 4 * cfg->channels / p->tp,
-                4 * cfg->channels, cfg->padded_vocab / p->tp, cfg->padded_vocab,
+                p->tp, cfg->heads / p->tp, cfg->heads, ct_gpt_ffn(cfg) / p->tp,
+                ct_gpt_ffn(cfg), cfg->padded_vocab / p->tp, cfg->padded_vocab,
                 p->sequence_parallel ? "on" : "off", p->tp_overlap ? "on" : "off",
                 r->tp_device ? "on the device (the TP workers share one device's context)"
                              : "staged through host memory");

@@ -120,7 +120,9 @@ set(CT_TEST_COSTS
   test_engine_bf16_pp 47 test_engine_bf16_ep 41 test_engine_bf16_grad_reduce 45
   test_engine_bf16_mixed_pp 30 test_engine_bf16_mixed_ep 30 test_engine_bf16_tp 28
   test_engine_llama_torch 15 test_engine_llama_dp 12 test_engine_llama_pp 12
-  test_engine_ops_bf16_mma 33)
+  test_engine_ops_bf16_mma 33
+  test_engine_llama_tp 20 test_engine_llama_tpck 15 test_engine_llama_moe 12
+  test_engine_llama_bf16 12)
 
 # ---------------------------------------------------------------- applied
 get_property(ct_registered DIRECTORY PROPERTY TESTS)

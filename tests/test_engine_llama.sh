@@ -14,8 +14,26 @@
 # "pp": four blocks over 2 stages (1f1b and interleaved as threads, gpipe as ranks), dp 2 x pp 2
 #   with ZeRO-1 mixed, zb1 (the split backward's halves: threads, and ranks with recompute
 #   attention), and a tied model's embedding at both ends: within 1e-5 of one device.
-# "refuse": the layouts not built for it (tp, sequence parallelism, experts, bf16) and Llama
-#   flags without --arch llama are refused with status 2 naming the flag.
+# "tp": tensor parallelism (q|k|v by heads, NKV 2 over tp 2: one kv head each; gate and up by
+#   rows of each, o and down by columns; the embedding and head vocabulary-parallel) as 2
+#   threads, as 2 ranks (fused attention), dp 2 x tp 2 ZeRO-1 mixed (2 ranks x 2 threads), and
+#   with sequence parallelism (T = 16, the RMSNorms on split rows; ranks, and threads with
+#   --recompute block), each within 1e-5 relative of the single device over 20 steps.
+# "tpck": a tp 2 checkpoint (sharded; gathered) resumed on one device (on dp 2) within 1e-5 of
+#   the single device's run from step 11.
+# "moe": SwiGLU experts (4 experts, top-2, capacity 1.0 so some choices drop, aux loss 0.05):
+#   ep 2 as threads (dp 2) and as ranks, and dp 2 x tp 2 with ep 2 (2 ranks x 2 threads), each
+#   within 1e-5 relative of the single device with the same experts over 20 steps.
+# "every": the every-axis layout at W = 8: dp 2 x tp 2 x pp 2 with sequence parallelism,
+#   ZeRO-1 and SwiGLU experts over ep 2 (1f1b), as 2 ranks x 4 threads, within 1e-5 relative of
+#   the single device with the same experts over 20 steps.
+# "bf16": --precision bf16 (the Llama ops' bf16 variants, bf16 activations and working weights):
+#   dp 2 threads ZeRO-1, tp 2 ranks, experts over ep 2 (threads) and pp 2 zb1 (4 blocks: the
+#   split backward) within 5e-3 relative of the single-device bf16 run (with the same experts,
+#   blocks) over 20 steps; the dense single-device
+#   bf16 run is itself within 5e-3 of the fp32 run (the same model computed).
+# "refuse": Llama flags without --arch llama
+#   are refused with status 2 naming the flag; a tp not dividing NKV names both.
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
 MPIEXEC=$2
@@ -70,6 +88,79 @@ if want pp; then
         compare "$D/ref4t.jsonl" "$D/pt.jsonl" "tied: pp 2 1f1b threads (the embedding's two ends)"
 fi
 
+if want tp; then
+    need_ref ref --attention gemm
+    train t2 1 2 --tp 2 --attention gemm && compare "$D/ref.jsonl" "$D/t2.jsonl" "tp 2 threads"
+    train dt 2 2 --dp 2 --tp 2 --zero 1 --attention gemm &&
+        compare "$D/ref.jsonl" "$D/dt.jsonl" "dp 2 x tp 2 ZeRO-1, 2 ranks x 2 threads"
+    need_ref reff --attention fused
+    train t2f 2 1 --tp 2 --attention fused && compare "$D/reff.jsonl" "$D/t2f.jsonl" "fused: tp 2 ranks"
+    need_ref ref16 --attention gemm --seq 16 --total-batch 128
+    train sp 2 1 --tp 2 --sequence-parallel 1 --attention gemm --seq 16 --total-batch 128 &&
+        compare "$D/ref16.jsonl" "$D/sp.jsonl" "tp 2 sequence parallel ranks"
+    train spr 1 2 --tp 2 --sequence-parallel 1 --attention gemm --seq 16 --total-batch 128 --recompute block &&
+        compare "$D/ref16.jsonl" "$D/spr.jsonl" "tp 2 sequence parallel threads, --recompute block"
+fi
+
+if want tpck; then
+    # checkpoints of tp 2 (q|k|v and gate|up sliced by sections) resumed on one device:
+    # sharded (each worker its runs) and gathered
+    need_ref ref --attention gemm
+    train tck 1 2 --tp 2 --attention gemm --save "$D/tck" --save-every 10 --save-format sharded
+    train tckr 1 1 --attention gemm --resume "$D/tck/ckpt_00000010.bin" &&
+        compare "$D/ref.jsonl" "$D/tckr.jsonl" "tp 2 sharded checkpoint resumed on 1 device" 11
+    train tcg 2 1 --tp 2 --attention gemm --save "$D/tcg" --save-every 10 --save-format gathered
+    train tcgr 1 2 --dp 2 --attention gemm --resume "$D/tcg/ckpt_00000010.bin" &&
+        compare "$D/ref.jsonl" "$D/tcgr.jsonl" "tp 2 gathered checkpoint resumed on dp 2" 11
+fi
+
+if want moe; then
+    MOE="--experts 4 --top-k 2 --capacity-factor 1.0 --aux-loss 0.05 --attention gemm"
+    need_ref refm $MOE
+    train e2 1 2 --dp 2 --ep 2 $MOE && compare "$D/refm.jsonl" "$D/e2.jsonl" "experts: ep 2 threads"
+    train e2r 2 1 --dp 2 --ep 2 --zero 1 $MOE && compare "$D/refm.jsonl" "$D/e2r.jsonl" "experts: ep 2 ranks ZeRO-1"
+    train e2t 2 2 --dp 2 --ep 2 --tp 2 $MOE &&
+        compare "$D/refm.jsonl" "$D/e2t.jsonl" "experts: dp 2 (ep 2) x tp 2, 2 ranks x 2 threads"
+fi
+
+if want every; then
+    MOE="--experts 4 --top-k 2 --capacity-factor 1.0 --aux-loss 0.05 --attention gemm"
+    need_ref refe $MOE --seq 16 --total-batch 128
+    train every 2 4 --dp 2 --tp 2 --pp 2 --schedule 1f1b --sequence-parallel 1 --zero 1 --ep 2 \
+        $MOE --seq 16 --total-batch 128 &&
+        compare "$D/refe.jsonl" "$D/every.jsonl" "dp 2 x tp 2 x pp 2, SP, ZeRO-1, ep 2: 2 ranks x 4 threads"
+fi
+
+# near A B WHAT: every step's loss of A in B within 5e-3 relative (bf16's tolerance).
+near() {
+    $PY - "$1" "$2" "$3" <<'PYEOF' || fail "$3"
+import json, sys
+def tr(p): return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "train"}
+a, b, what = tr(sys.argv[1]), tr(sys.argv[2]), sys.argv[3]
+worst = max((abs(b[s] - a[s]) / abs(a[s]) if s in b else float("inf")) for s in a) if a else float("inf")
+ok = len(a) == 20 and worst <= 5e-3
+print("%s %-44s 20 steps, worst relative difference %.2e (5e-3 allowed)" % ("ok:" if ok else "  ", what, worst))
+sys.exit(0 if ok else 1)
+PYEOF
+}
+
+if want bf16; then
+    need_ref ref --attention gemm
+    need_ref refb --attention gemm --precision bf16
+    near "$D/ref.jsonl" "$D/refb.jsonl" "bf16 single device against fp32"
+    train b2 1 2 --dp 2 --zero 1 --attention gemm --precision bf16 &&
+        near "$D/refb.jsonl" "$D/b2.jsonl" "bf16: dp 2 threads ZeRO-1"
+    train bt 2 1 --tp 2 --attention gemm --precision bf16 &&
+        near "$D/refb.jsonl" "$D/bt.jsonl" "bf16: tp 2 ranks"
+    BMOE="--experts 4 --top-k 2 --attention gemm --precision bf16"
+    need_ref refbm $BMOE
+    train bm 1 2 --dp 2 --ep 2 $BMOE && near "$D/refbm.jsonl" "$D/bm.jsonl" "bf16: SwiGLU experts, ep 2 threads"
+    # four blocks: the split backward's kept gradients copied as bf16 (zb1)
+    need_ref refb4 --attention gemm --precision bf16 --layers 4 --total-batch 240
+    train bz 1 2 --pp 2 --schedule zb1 --attention gemm --precision bf16 --layers 4 \
+        --total-batch 240 && near "$D/refb4.jsonl" "$D/bz.jsonl" "bf16: pp 2 zb1 threads"
+fi
+
 if want files; then
     need_ref ref --attention gemm
     train half 1 1 --attention gemm --steps 20 --save "$D/ck" --save-every 10 \
@@ -94,9 +185,7 @@ if want files; then
 fi
 
 if want refuse; then
-    refused "--tp" "--arch llama with --tp 2 is not built yet" 1 2 --tp 2 --devices-per-rank 2
-    refused "--experts" "--arch llama with --experts 4" 1 1 --experts 4
-    refused "--precision" "--arch llama with --precision bf16" 1 1 --precision bf16
+    refused "--tp 4 over NKV 2" "tp = 4 does not divide the 2 key/value heads" 1 4 --tp 4 --devices-per-rank 4
     refused "--kv-heads 3" "--kv-heads 3 does not divide --heads 4" 1 1 --kv-heads 3
     rm -f "$D/bad.jsonl"
     expect_refusal --no-output "$D/bad.jsonl" "--kv-heads with gpt2" \

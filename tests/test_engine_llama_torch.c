@@ -9,7 +9,8 @@
  * every gradient at fp32 tolerance against PyTorch's float64, then 10 AdamW steps (weight decay
  * 0.1, clipping at 0.5, which the first step's norm exceeds) with every loss within 1e-4
  * relative. The file read back gives bitwise the parameters and the config written. Every step is
- * the executor's, as train_gpt runs it (ct_test_exec.h). */
+ * the executor's, as train_gpt runs it (ct_test_exec.h). A model with 4 SwiGLU experts (top-2,
+ * capacity factor 1 so that choices drop, aux-loss weight 0.05) likewise through cltrain's file. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,14 +95,16 @@ static unsigned lcg(unsigned *s) {
     return *s >> 8;
 }
 
-static void one_case(ct_device *dev, int NKV, int tied, const int *in, const int *tg, int B,
-                     int T, const char *batch) {
+static void one_case(ct_device *dev, int NKV, int tied, int E, int K, const int *in,
+                     const int *tg, int B, int T, const char *batch) {
     const int steps = 10;
     ct_gpt_config cfg = {.max_seq = 16, .vocab = 50, .padded_vocab = 64, .layers = 2, .heads = 4,
-                         .channels = 32, .arch = CT_ARCH_LLAMA, .kv_heads = NKV, .ffn_dim = 40,
-                         .rope_theta = 500.0f, .norm_eps = 1e-6f, .tie_embeddings = tied};
+                         .channels = 32, .experts = E, .top_k = K, .arch = CT_ARCH_LLAMA,
+                         .kv_heads = NKV, .ffn_dim = 40, .rope_theta = 500.0f, .norm_eps = 1e-6f,
+                         .tie_embeddings = tied};
     char what[120];
-    snprintf(what, sizeof what, "NKV %d %s", NKV, tied ? "tied" : "untied");
+    snprintf(what, sizeof what, "NKV %d %s%s", NKV, tied ? "tied" : "untied",
+             E ? ", 4 SwiGLU experts top-2" : "");
     ct_layout lay = {1, 1, 1, 0, 1};
     ct_coords at = {0, 0, 0, 0};
     ct_model *ms[2] = {NULL, NULL};
@@ -112,6 +115,7 @@ static void one_case(ct_device *dev, int NKV, int tied, const int *in, const int
         memset(&plan, 0, sizeof plan);
         plan.max_B = B, plan.max_T = T, plan.slots = 1;
         plan.attention = pi ? CT_ATTN_FUSED : CT_ATTN_GEMM;
+        plan.moe_capacity = 1.0, plan.moe_aux = E ? 0.05 : 0; /* some choices dropped */
         CT_REQUIRE_OK(ct_model_create_plan(&ms[pi], &cfg, &lay, &at, dev, &plan, &err), err.msg);
         CT_REQUIRE_OK(ct_exec_create(&xs[pi], ms[pi], NULL, NULL, &err), err.msg);
     }
@@ -132,7 +136,7 @@ static void one_case(ct_device *dev, int NKV, int tied, const int *in, const int
         }
     }
     char path[300];
-    snprintf(path, sizeof path, "%s/llama_%d_%d.safetensors", dir, NKV, tied);
+    snprintf(path, sizeof path, "%s/llama_%d_%d_%d.safetensors", dir, NKV, tied, E);
     CT_ASSERT_OK(ct_model_file_write(path, &cfg, p0, &err), err.msg);
     { /* the round trip: bitwise the parameters, the same config */
         ct_gpt_config rc;
@@ -146,7 +150,11 @@ static void one_case(ct_device *dev, int NKV, int tied, const int *in, const int
         free(fp);
     }
     ref_out r;
-    if (!run_ref(path, batch, "--steps 10 --lr 1e-3 --weight-decay 0.1 --grad-clip 0.5", &r)) {
+    if (!run_ref(path, batch,
+                 E ? "--steps 10 --lr 1e-3 --weight-decay 0.1 --grad-clip 0.5 --capacity-factor 1.0 "
+                     "--aux-loss 0.05"
+                   : "--steps 10 --lr 1e-3 --weight-decay 0.1 --grad-clip 0.5",
+                 &r)) {
         CT_ASSERT_MSG(0, "%s: no reference", what);
         goto done;
     }
@@ -297,8 +305,9 @@ int main(void) {
                       fwrite(tg, 4, B * T, f) == B * T,
                   1, "cannot write %s", batch);
     fclose(f);
-    one_case(dev, 1, 0, in, tg, B, T, batch); /* multi-query, untied */
-    one_case(dev, 2, 1, in, tg, B, T, batch); /* NKV < NH, tied */
+    one_case(dev, 1, 0, 0, 0, in, tg, B, T, batch); /* multi-query, untied */
+    one_case(dev, 2, 1, 0, 0, in, tg, B, T, batch); /* NKV < NH, tied */
+    one_case(dev, 2, 0, 4, 2, in, tg, B, T, batch); /* SwiGLU experts, capacity 1: drops */
     hf_case(dev, 1, 1, in, tg, B, T, batch);
     hf_case(dev, 2, 0, in, tg, B, T, batch);
     ct_test_devices_free(&ds);

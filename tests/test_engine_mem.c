@@ -340,6 +340,29 @@ static void test_layouts(void) {
         CT_ASSERT(e3.act_layer < e1.act_layer); /* the experts' hidden (4C / tp) halves */
         pl.moe_capacity = 0, pl.moe_aux = 0;
     }
+    /* a Llama model (NKV 2 of 4 heads, hd 8, F 40, untied) under tp 2: q|k|v (C + 2 NKV hd rows),
+     * o, gate|up (2F rows), down and the embedding and lm_head halve, the RMSNorms stay whole;
+     * SP halves the rows outside the TP regions (ln1, res2, ln2, res3 and 2 RMSNorm rstd) */
+    {
+        ct_gpt_config cl = {32, 64, 64, 4, 4, 32, 0, 0, CT_ARCH_LLAMA, 2, 40, 1e4f, 1e-5f, 0};
+        size_t F = 40, lsplit = 2 * 64 * C + L * ((C + 32) * C + C * C + 2 * F * C + C * F);
+        size_t lwhole = L * 2 * C + C;
+        ct_mem_predict l1, l2, l3;
+        CT_ASSERT_OK(ct_model_mem_predict(&cl, &one, &at0, &pl, &xo, &l1, &err), err.msg);
+        CT_ASSERT_OK(ct_model_mem_predict(&cl, &tp2, &at1, &pl, &xo, &l2, &err), err.msg);
+        CT_ASSERT_EQ_INT(l1.device[CT_MEM_PARAMS], 4 * (lsplit + lwhole));
+        CT_ASSERT_EQ_INT(l2.device[CT_MEM_PARAMS], 4 * (lsplit / 2 + lwhole));
+        CT_ASSERT(l2.act_layer < l1.act_layer);
+        pl.sp = 1;
+        CT_ASSERT_OK(ct_model_mem_predict(&cl, &tp2, &at1, &pl, &xo, &l3, &err), err.msg);
+        CT_ASSERT_EQ_INT(l2.act_layer - l3.act_layer, 4 * (4 * 2 * 32 * C / 2 + 2 * 2 * 32 / 2));
+        pl.sp = 0;
+        /* a tp that does not divide NKV is refused naming both */
+        ct_layout tp4 = {1, 4, 1, 0, 1};
+        ct_coords a41 = {0, 1, 0, 0};
+        CT_ASSERT_EQ_INT(ct_model_mem_predict(&cl, &tp4, &a41, &pl, NULL, &l3, &err), CT_ERR_ARG);
+        CT_ASSERT_STR_CONTAINS(err.msg, "tp = 4 does not divide the 2 key/value heads");
+    }
     /* refusals, with the model's own codes */
     pl.recompute = CT_RECOMPUTE_BLOCK, pl.split_backward = 1;
     CT_ASSERT_EQ_INT(ct_model_mem_predict(&c, &one, &at0, &pl, NULL, &a, &err), CT_ERR_UNSUPPORTED);

@@ -207,7 +207,7 @@ static void test_layer(ctx *c, ct_comm *ep, const layer_case *lc) {
     int N = ep ? ct_comm_size(ep) : 1, r = ep ? ct_comm_rank(ep) : 0;
     int B = lc->B, T = lc->T, C = lc->C, E = lc->E, K = lc->K, El = E / N;
     size_t BT = (size_t)B * T, F = 4 * (size_t)C, all = (size_t)N * BT;
-    ct_moe_cfg mc = {E, K, lc->F, lc->alpha, B, T, C, 1, 1, 1, 0, 0};
+    ct_moe_cfg mc = {E, K, lc->F, lc->alpha, B, T, C, 1, 1, 1, 0, 0, 0, 0};
     int cap = ct_moe_row_capacity(&mc, T);
     /* the data every worker draws alike */
     double *x = rnd(1, all * C, 1.0), *dy = rnd(2, all * C, 1.0), *wr = rnd(3, (size_t)E * C, 0.6);
@@ -346,7 +346,7 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
     int N = ct_comm_size(tpc), r = ct_comm_rank(tpc);
     int B = lc->B, T = lc->T, C = lc->C, E = lc->E, K = lc->K;
     size_t BT = (size_t)B * T, F = 4 * (size_t)C, Fl = F / (size_t)N, Ez = (size_t)E;
-    ct_moe_cfg mc = {E, K, lc->F, lc->alpha, B, T, C, 1, 1, 1, (int)Fl, 0};
+    ct_moe_cfg mc = {E, K, lc->F, lc->alpha, B, T, C, 1, 1, 1, (int)Fl, 0, 0, 0};
     int cap = ct_moe_row_capacity(&mc, T);
     double *x = rnd(11, BT * C, 1.0), *dy = rnd(12, BT * C, 1.0), *wr = rnd(13, Ez * C, 0.6);
     double *fcw = rnd(14, Ez * F * C, 0.3), *fcb = rnd(15, Ez * F, 0.1);
@@ -445,7 +445,7 @@ static void test_layer_tp(ctx *c, ct_comm *tpc, const layer_case *lc) {
 
 static void test_refusals(ctx *c, int N) {
     ct_err err = {0};
-    ct_moe_cfg a = {4, 5, 1.0, 0.0, 2, 3, 8, 1, 1, 1, 0, 0};
+    ct_moe_cfg a = {4, 5, 1.0, 0.0, 2, 3, 8, 1, 1, 1, 0, 0, 0, 0};
     CT_ASSERT_EQ_INT(ct_moe_check(&a, 1, &err), CT_ERR_ARG);
     CT_ASSERT_STR_CONTAINS(err.msg, "top-k 5");
     a.top_k = 2, a.experts = 6;

@@ -11,6 +11,14 @@ reads kv head j // (NH/NKV), scale 1/sqrt(hd); x += o_proj(y); h = RMSNorm(x) wi
 post-attention weight; x += down(silu(gate(h)) * up(h)); the final RMSNorm, lm_head (or the
 embedding when tied), mean cross-entropy over the real vocabulary V.
 
+With experts (cltrain's file, metadata experts E > 0, top_k K) every block's MLP is E SwiGLU
+experts (gate, up, down each, no biases) routed as cltrain's GPT-2 experts are (torch_gpt2_ref.py,
+engine/model/ct_engine_moe.h): a softmax router, the K most probable per token (equal p: the lower
+expert), a per-row capacity min(T, ceil(F K T / E)) filled rank 0 choices in t order first, y =
+sum over kept choices of gate * expert(h); the objective adds alpha times the auxiliary loss
+(the mean over rows of E sum_e f_e P_e), summed over the blocks (--capacity-factor F,
+--aux-loss alpha). The losses written are the cross-entropy's.
+
 It reads either cltrain's safetensors file of a Llama model (json + numpy: metadata "arch" llama;
 the table's tensors, q|k|v stacked in qkvw, [gate; up] in fcw) or a Hugging Face Llama directory
 (config.json + model.safetensors with LlamaForCausalLM's names), and with --make-hf DIR writes
@@ -19,7 +27,7 @@ such a directory of its own (a seeded init, norm weights perturbed away from 1) 
 Batch file: int32 B, int32 T, B*T input ids, B*T target ids (int32).
 Output (little-endian): 16 int64 [0] magic 20241121 [1] version 1 [2] B [3] T [4] Vp [5] nparams
 [6] K [7] V, the rest 0; then float64: logits (B*T*Vp), loss, grads (cltrain's table order:
-wte, ln1w, qkvw, attprojw, ln2w, fcw, fcprojw, lnfw, lmhead), K step losses, 0.
+wte, ln1w, qkvw, attprojw, ln2w, routerw, fcw, fcprojw, lnfw, lmhead), K step losses, 0.
 
 AdamW as torch.optim.AdamW (bias correction), weight decay on the 2-D weights only, clipping with
 torch.nn.utils.clip_grad_norm_ (0 = off); loss k is measured before update k.
@@ -41,8 +49,9 @@ except ImportError:
 
 OUT_MAGIC = 20241121
 # cltrain's table order of a Llama model's tensors (zero-element rows left out)
-NAMES = ["wte", "ln1w", "qkvw", "attprojw", "ln2w", "fcw", "fcprojw", "lnfw", "lmhead"]
-DECAY = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
+NAMES = ["wte", "ln1w", "qkvw", "attprojw", "ln2w", "routerw", "fcw", "fcprojw", "lnfw",
+         "lmhead"]
+DECAY = {"wte", "qkvw", "attprojw", "routerw", "fcw", "fcprojw", "lmhead"}
 
 
 def read_st(path):
@@ -89,7 +98,14 @@ def from_cltrain(path):
     c.NH, c.C, c.NKV = int(meta["heads"]), int(meta["channels"]), int(meta["kv_heads"])
     c.F, c.theta, c.eps = int(meta["ffn_dim"]), float(meta["rope_theta"]), float(meta["norm_eps"])
     c.tied = int(meta["tie_embeddings"])
-    return c, [t[n] for n in NAMES if n in t]
+    c.E, c.K = int(meta.get("experts", 0)), int(meta.get("top_k", 0))
+    P = [t[n] for n in NAMES if n in t]
+    if c.E:  # (L, E, rows, cols) per expert tensor, (L, E, C) the router
+        i = NAMES.index
+        P[i("routerw")] = P[i("routerw")].reshape(c.L, c.E, c.C)
+        P[i("fcw")] = P[i("fcw")].reshape(c.L, c.E, 2 * c.F, c.C)
+        P[i("fcprojw")] = P[i("fcprojw")].reshape(c.L, c.E, c.C, c.F)
+    return c, P
 
 
 def from_hf(d):
@@ -104,6 +120,7 @@ def from_hf(d):
     c.theta, c.eps = float(j.get("rope_theta", 10000.0)), float(j.get("rms_norm_eps", 1e-6))
     c.tied = 1 if j.get("tie_word_embeddings", False) else 0
     c.Vp = (c.V + 127) // 128 * 128
+    c.E = c.K = 0
 
     def pad(w):
         return torch.cat([w, torch.zeros(c.Vp - c.V, c.C)]) if c.Vp > c.V else w
@@ -176,9 +193,43 @@ def rope(x, theta):  # x (B, nh, T, hd)
     return x * cos + rot * sin
 
 
-def forward(c, P, idx, tgt):
-    wte, n1, qkvw, ow, n2, fcw, dw, nf = P[:8]
-    head = wte if c.tied else P[8]
+def moe(x, wr, fcw, dw, E, K, F, Fd):
+    """SwiGLU experts on h (B, T, C): (y, aux). Selection, capacity and the counts f are
+    decisions (no gradient); the gates p and the mean probabilities P carry gradients."""
+    B, T, C = x.shape
+    p = (x @ wr.t()).softmax(-1)
+    order = torch.sort(p.detach(), dim=-1, descending=True, stable=True).indices[..., :K]
+    gate = torch.gather(p, -1, order)
+    cap = T if F == 0 else min(T, math.ceil(F * K * T / E))
+    keep = torch.zeros(B, T, K, dtype=torch.bool)
+    routed = torch.zeros(B, E, dtype=x.dtype)
+    for b in range(B):  # per row: rank 0 choices in t order, then rank 1, ...
+        cnt = [0] * E
+        for k in range(K):
+            for t in range(T):
+                e = int(order[b, t, k])
+                routed[b, e] += 1
+                if cnt[e] < cap:
+                    keep[b, t, k] = True
+                    cnt[e] += 1
+    y = torch.zeros_like(x)
+    for e in range(E):
+        w = (gate * ((order == e) & keep).to(x.dtype)).sum(-1, keepdim=True)
+        g, u = x @ fcw[e][:Fd].t(), x @ fcw[e][Fd:].t()
+        y = y + w * ((torch.nn.functional.silu(g) * u) @ dw[e].t())
+    f = routed / (K * T)
+    return y, (E * (f * p.mean(dim=1)).sum(-1)).mean()
+
+
+def forward(c, P, idx, tgt, capf=1.25):
+    """(logits, the cross-entropy, the auxiliary loss summed over the blocks)."""
+    if c.E:
+        wte, n1, qkvw, ow, n2, wr, fcw, dw, nf = P[:9]
+        head = wte if c.tied else P[9]
+    else:
+        wte, n1, qkvw, ow, n2, fcw, dw, nf = P[:8]
+        head = wte if c.tied else P[8]
+    aux = torch.zeros((), dtype=wte.dtype)
     B, T = idx.shape
     C, NH, NKV, F = c.C, c.NH, c.NKV, c.F
     hd = C // NH
@@ -198,12 +249,16 @@ def forward(c, P, idx, tgt):
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ ow[l].t()
         h = rmsnorm(x, n2[l], c.eps)
+        if c.E:
+            y, a = moe(h, wr[l], fcw[l], dw[l], c.E, c.K, capf, F)
+            x, aux = x + y, aux + a
+            continue
         g, u = h @ fcw[l][:F].t(), h @ fcw[l][F:].t()
         x = x + (torch.nn.functional.silu(g) * u) @ dw[l].t()
     x = rmsnorm(x, nf, c.eps)
     logits = x @ head.t()
     loss = torch.nn.functional.cross_entropy(logits[..., :c.V].reshape(-1, c.V), tgt.reshape(-1))
-    return logits, loss
+    return logits, loss, aux
 
 
 def main():
@@ -221,6 +276,8 @@ def main():
     ap.add_argument("--make-hf", help="write a Hugging Face Llama directory here first")
     ap.add_argument("--config", help="V,L,NH,NKV,C,F,theta,eps,tied for --make-hf")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--capacity-factor", type=float, default=1.25)
+    ap.add_argument("--aux-loss", type=float, default=0.01)
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.make_hf:
@@ -236,13 +293,13 @@ def main():
     ids = torch.frombuffer(bytearray(raw[8:]), dtype=torch.int32).long()
     idx, tgt = ids[:B * T].view(B, T), ids[B * T:].view(B, T)
 
-    logits, loss = forward(c, P, idx, tgt)
-    loss.backward()
+    logits, loss, aux = forward(c, P, idx, tgt, a.capacity_factor)
+    (loss + a.aux_loss * aux).backward()
     logits0, loss0 = logits.detach().clone(), loss.item()
     grads0 = [p.grad.detach().clone() for p in P]
     for p in P:
         p.grad = None
-    names = NAMES[:len(P)]
+    names = [n for n in NAMES if c.E or n != "routerw"][:len(P)]
     opt = torch.optim.AdamW(
         [{"params": [p for n, p in zip(names, P) if n in DECAY], "weight_decay": a.weight_decay},
          {"params": [p for n, p in zip(names, P) if n not in DECAY], "weight_decay": 0.0}],
@@ -250,8 +307,8 @@ def main():
     losses = []
     for _ in range(a.steps):
         opt.zero_grad(set_to_none=True)
-        _, l = forward(c, P, idx, tgt)
-        l.backward()
+        _, l, x = forward(c, P, idx, tgt, a.capacity_factor)
+        (l + a.aux_loss * x).backward()
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(P, a.grad_clip)
         opt.step()

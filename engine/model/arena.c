@@ -91,15 +91,17 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
     int fused = attn == CT_ATTN_FUSED;
     size_t att = fused ? B * NHl * T : B * NHl * T * T, g = fused ? 0 : 1;
     size_t dense = c->experts > 0 ? 0 : 1; /* the MoE layer keeps its own tensors instead */
-    /* A Llama block (one worker: no TP) keeps the same tensors: the RMSNorms' outputs and rstd
-     * (no means), the expanded q|k|v (B,T,3C) after RoPE (each kv head repeated for its query
-     * heads: the attention's input), fch = [gate (B,T,F) | up (B,T,F)], fchg the SwiGLU
-     * output (B,T,F). Its scratch: the GEMM's q|k|v (B,T,Cr), Cr = C + 2 NKV hd, in dB in the
+    /* A Llama block keeps the same tensors: the RMSNorms' outputs and rstd (no means), the
+     * expanded q|k|v (B,T,3C/N) after RoPE (each kv head repeated for its query heads: the
+     * attention's input), fch = [gate (B,T,F/N) | up (B,T,F/N)], fchg the SwiGLU output
+     * (B,T,F/N). Its scratch: the GEMM's q|k|v (B,T,Cr/N), Cr = C + 2 NKV hd, in dB in the
      * forward (dB is the backward's), its gradient in dA in the backward. */
     int llama = ct_gpt_is_llama(c);
-    size_t Fl = (size_t)ct_gpt_ffn(c), Cr = (size_t)ct_gpt_qkv_rows(c);
+    size_t Fl = (size_t)ct_gpt_ffn(c) / N, Cr = (size_t)ct_gpt_qkv_rows(c) / N;
     size_t Ffch = llama ? 2 * Fl : F, Ffchg = llama ? Fl : F, stat = llama ? 0 : BTl;
-    size_t wA = llama ? (Fl > Cr ? Fl : Cr) : F, wB = llama ? (2 * Fl > Cr ? 2 * Fl : Cr) : F;
+    /* dB also takes the q|k|v product's partial input gradient (B,T,C) under TP */
+    size_t wB2 = 2 * Fl > Cr ? 2 * Fl : Cr;
+    size_t wA = llama ? (Fl > Cr ? Fl : Cr) : F, wB = llama ? (wB2 > C ? wB2 : C) : F;
     size_t bsz[B__COUNT] = {rowC, stat,    BTl,           BT * Cq,       att, BT * Ca, rowC,
                             rowC, stat,    BTl,   dense * BT * Ffch, dense * BT * Ffchg, rowC};
     for (int t = 0; t < B__COUNT; t++) a->bsz[t] = bsz[t], a->kept[t] = 1;
@@ -257,6 +259,11 @@ ct_status ct_model_tp_check(const ct_gpt_config *c, int N, int sp, int T, ct_err
                       "tensor parallelism: tp = %d does not divide the padded vocabulary Vp = %d "
                       "(each worker holds Vp / tp rows of wte)",
                       N, c->padded_vocab);
+    if (ct_gpt_is_llama(c) && (ct_gpt_ffn(c) % N || c->channels % N))
+        return CT_ERR(err, CT_ERR_ARG,
+                      "tensor parallelism: tp = %d does not divide the MLP width F = %d and the "
+                      "channels C = %d (each worker holds F / tp rows of gate and of up)",
+                      N, ct_gpt_ffn(c), c->channels);
     if ((4 * c->channels) % N || c->channels % N)
         return CT_ERR(err, CT_ERR_ARG,
                       "tensor parallelism: tp = %d does not divide the MLP width 4C = %d and the "
@@ -291,7 +298,8 @@ ct_status ct__model_moe_config(const ct_gpt_config *cfg, const ct_layout *layout
     mc->experts = cfg->experts, mc->top_k = cfg->top_k, mc->capacity = plan->moe_capacity;
     mc->aux = plan->moe_aux, mc->max_B = plan->max_B, mc->max_T = plan->max_T;
     mc->channels = cfg->channels, mc->layers = cfg->layers, mc->slots = plan->slots;
-    mc->hidden = 4 * cfg->channels / (layout->tp > 1 ? layout->tp : 1); /* ct_model_tp_check */
+    mc->ffn = ct_gpt_ffn(cfg), mc->swiglu = ct_gpt_is_llama(cfg);
+    mc->hidden = mc->ffn / (layout->tp > 1 ? layout->tp : 1); /* ct_model_tp_check */
     mc->blocks = nb > 0 ? nb : 1;
     mc->bf16 = plan->precision == CT_PRECISION_BF16;
     ct_status st = ct_moe_check(mc, ep, err);
@@ -398,22 +406,6 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                       "%s: ZeRO stage %d with dp=%d is not supported (stages 0 to 3 "
                       "are built; a ZeRO stage needs dp >= 2)",
                       layout->zero, layout->dp);
-    if (ct_gpt_is_llama(cfg)) {
-        /* the Llama block runs on one worker's whole model: data parallelism and ZeRO only */
-        const char *axis = N > 1 ? "tp" : ep > 1 ? "ep" : NULL;
-        int n = N > 1 ? N : ep;
-        if (axis)
-            return PFAIL(CT_ERR_UNSUPPORTED,
-                         "%s: a Llama model with %s %d is not built yet (it trains with data and "
-                         "pipeline parallelism, ZeRO 0 to 3)%s",
-                         axis, n, "");
-        const char *what2 = plan->precision != CT_PRECISION_FP32 ? "bf16"
-                            : plan->sp                        ? "sequence parallelism"
-                                                              : NULL;
-        if (what2)
-            return PFAIL(CT_ERR_UNSUPPORTED, "%s: a Llama model with %s is not built yet%s",
-                         what2, " (fp32)");
-    }
     if (plan->precision != CT_PRECISION_FP32 && plan->precision != CT_PRECISION_BF16)
         return PFAIL(CT_ERR_ARG, "%s: precision %d is not fp32 or bf16%s", (int)plan->precision,
                      "");

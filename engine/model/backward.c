@@ -133,23 +133,7 @@ ct_status ct_model_block_backward(ct_model *m, int slot, int l, ct_backward_part
     double tg_ = ct_time_now();
     /* ---- the MLP: dA = the gradient of ln2's output */
     if (whole && m->moe) {
-        ct_moe_weights w = ct__model_moe_weights(m, l, 0), dw = ct__model_moe_weights(m, l, 1);
-        ct_view saved = av(m, slot_base(m, slot) + m->ar.s.moe + pos(m, l) * m->ar.lmoe);
-        ct_view xin = ln2, dy = XA(dres);
-        size_t rowC = (size_t)rb * rt * C;
-        if (m->sp) { /* SP: the layer's input and output gradient gathered over the TP group */
-            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XA(xfull), ln2, rowC));
-            RUN(CT_PROF_moe_bwd, ct_tp_allgather(m->dev, m->tp, XA(dfull), XA(dres), rowC));
-            xin = XA(xfull), dy = XA(dfull);
-        }
-        RUN(CT_PROF_moe_bwd, ct_moe_backward(m->moe, slot, (int)pos(m, l), XA(dA), &dw, dy, saved,
-                                             XV(moex), xin, &w, ss->loss_scale));
-        /* TP: the partial input gradients summed (SP: each worker its rows of the sum) */
-        if (m->sp)
-            RUN(CT_PROF_moe_bwd, ct_tp_reduce_scatter(m->dev, m->tp, XA(dA), XA(dA), rowC));
-        else if (m->tp)
-            RUN(CT_PROF_moe_bwd,
-                ct_tp_allreduce(m->dev, m->tp, XA(dA), XA(dA), rowC, CT_OP_SUM));
+        RUN(CT_PROF_moe_bwd, ct__model_moe_layer_backward(m, slot, l, ln2, (size_t)rb * rt * C));
     } else if (whole) {
         RUN(CT_PROF_matmul_fcproj_bwd,
             ct_tp_row_backward(m->dev, m->tp, XA(dA), GV(fcprojw, l), GV(fcprojb, l), XA(dres),
@@ -235,12 +219,9 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
                       "ct_model_embed_backward: this worker does not hold the embedding");
     slot_state *ss = &m->st[slot];
     size_t sb = slot_base(m, slot);
-    if (ct_gpt_is_llama(&m->cfg)) {
-        RUN(CT_PROF_encoder_bwd, ct_embed_backward(m->dev, GV(wte, 0), XA(dres), SV(tokens), ss->B,
-                                                   ss->T, m->cfg.channels, m->cfg.padded_vocab));
-        goto cleanup;
-    }
-    RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XA(dres),
+    /* a Llama model has no positions: no wpe (the token embedding alone) */
+    ct_view dwpe = ct_gpt_is_llama(&m->cfg) ? ct_view_none() : GV(wpe, 0);
+    RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), dwpe, XA(dres),
                                              XA(dfull), SV(tokens), ss->B, ss->T,
                                              m->cfg.channels, m->cfg.padded_vocab));
 cleanup:

@@ -14,8 +14,11 @@
  *   aux = the mean over rows of E sum_e f_e P_e (f_e: the row's choices routed to e before
  *   dropping / (K T), a constant; P_e: the row's mean p_e); the objective adds alpha * aux.
  *
- * Under tensor parallelism (tp workers, hidden = 4C / tp) every expert is split over the TP group
- * as the dense MLP is: fc column-parallel, fcproj row-parallel. Each TP worker routes the same
+ * Llama's SwiGLU experts (ct_moe_cfg.swiglu): MLP_e(x) = down_e(silu(gate_e x) * up_e x), no
+ * biases, the same routing.
+ *
+ * Under tensor parallelism (tp workers, hidden = F / tp) every expert is split over the TP group
+ * as the dense MLP is: fc (gate and up) column-parallel, fcproj (down) row-parallel. Each TP worker routes the same
  * (gathered) tokens alike, exchanges them within its own EP group (the workers of its TP rank),
  * and computes its slice of every expert it holds: the layer's output is then this worker's
  * partial sum (the fcproj bias added by TP rank 0 only), which the caller sums over the TP group,
@@ -64,10 +67,14 @@ typedef struct ct_moe_cfg {
     int channels;       /* C */
     int layers;         /* statistics are kept per layer 0..layers-1 */
     int slots, blocks;  /* routing records for the backward: per slot and block copy in it */
-    int hidden;         /* an expert's hidden width on this worker: 4C / tp (0: 4C, no TP) */
+    int hidden;         /* an expert's hidden width on this worker: F / tp (0: F, no TP) */
     int bf16;           /* 1: the activations (router logits, rows, hidden, their gradients) are
                            bf16, their regions and the staging half the floats; the layer's views
                            must then be bf16 (0: fp32, the default) */
+    int ffn;            /* F, an expert's whole hidden width (0: 4C, GPT-2's) */
+    int swiglu;         /* 1: Llama's SwiGLU experts: fcw (El,2H,C) = [gate; up] per expert,
+                           down_proj fcprojw (El,C,H), no biases; y = down(silu(gate x) * up x)
+                           (0: GPT-2's MLP, fc + bias, GELU, fcproj + bias) */
 } ct_moe_cfg;
 
 /* c = min(T, ceil(F K T / E)), or T when F = 0: the choices an expert takes from one row. */
@@ -97,7 +104,8 @@ void ct_moe_experts(const ct_moe *m, int *first, int *count);
 size_t ct_moe_host_bytes(const ct_moe *m);
 
 /* The layer's parameters (or their gradients): the router (E,C) and this worker's experts one
- * after another: fcw (El,4C,C), fcb (El,4C), fcprojw (El,C,4C), fcprojb (El,C). */
+ * after another: fcw (El,4C,C), fcb (El,4C), fcprojw (El,C,4C), fcprojb (El,C) (SwiGLU experts:
+ * fcw (El,2F,C), fcprojw (El,C,F), the biases unused). */
 typedef struct ct_moe_weights {
     ct_view routerw, fcw, fcb, fcprojw, fcprojb;
 } ct_moe_weights;

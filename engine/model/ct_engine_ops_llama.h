@@ -56,6 +56,14 @@ ct_status ct_embed_forward(ct_device *dev, ct_view out /* (B,T,C) = */,
 ct_status ct_embed_backward(ct_device *dev, ct_view dwte /* (Vp,C) += */,
                             ct_view dout /* (B,T,C) */, ct_view tokens /* (B,T) int32 */, int B,
                             int T, int C, int Vp);
+/* The same over rows [lo, lo + Vl) of the vocabulary (tensor parallelism's share of wte): an id
+ * outside them embeds as zeros, adds nothing to dwte (Vl,C). */
+ct_status ct_embed_forward_vp(ct_device *dev, ct_view out /* (B,T,C) = */,
+                              ct_view tokens /* (B,T) int32 */, ct_view wte /* (Vl,C) */, int B,
+                              int T, int C, int lo, int Vl);
+ct_status ct_embed_backward_vp(ct_device *dev, ct_view dwte /* (Vl,C) += */,
+                               ct_view dout /* (B,T,C) */, ct_view tokens /* (B,T) int32 */, int B,
+                               int T, int C, int lo, int Vl);
 
 /* ---- Grouped-query attention through the multi-head attention ops: the fused q|k|v of NH query
  * and NKV kv heads (Cr = (NH + 2 NKV) hd per row) becomes (B,T,3C) with each kv head repeated for

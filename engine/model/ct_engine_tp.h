@@ -143,13 +143,15 @@ ct_status ct_tp_row_backward(ct_device *dev, ct_tp *t, ct_view dinp /* (BT,ICl) 
                              ct_view inp /* (BT,ICl) */, ct_view w /* (C,ICl) */, int B, int T,
                              int ICl, int C);
 /* Vocabulary-parallel embedding: out (BTl,C) = wte[tok] + wpe[t] (reduce-scattered under SP)
- * from this worker's rows of wte; `partial` (BT,C) scratch. */
+ * from this worker's rows of wte; `partial` (BT,C) scratch. wpe absent (ct_view_none: a Llama
+ * model, no positions): out = wte[tok]. */
 ct_status ct_tp_embed_forward(ct_device *dev, ct_tp *t, ct_view out /* (BTl,C) = */,
                               ct_view partial /* (BT,C) scratch */,
                               ct_view tokens /* (B,T) int32 */, ct_view wte /* (Vp/N,C) */,
                               ct_view wpe /* (>=T,C) */, int B, int T, int C, int Vp);
-/* dwte (this worker's rows) += the rows of dy whose token it holds; dwpe += sum over b of dy;
- * dy = dout, or under SP every worker's dout gathered into dfull (BT,C) scratch. */
+/* dwte (this worker's rows) += the rows of dy whose token it holds; dwpe += sum over b of dy
+ * (dwpe absent: none); dy = dout, or under SP every worker's dout gathered into dfull (BT,C)
+ * scratch. */
 ct_status ct_tp_embed_backward(ct_device *dev, ct_tp *t, ct_view dwte /* (Vp/N,C) += */,
                                ct_view dwpe /* (>=T,C) += */, ct_view dout /* (BTl,C) */,
                                ct_view dfull /* (BT,C) scratch, SP */,

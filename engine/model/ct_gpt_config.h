@@ -60,8 +60,8 @@ static inline int ct_gpt_has_lm_head(const ct_gpt_config *c) {
 
 /* Validate a config (sizes positive, C % NH == 0, V <= Vp, experts 0 with top-k 0 or
  * 1 <= top-k <= experts, a plausible parameter count; a GPT-2 config with the Llama fields 0 or
- * GPT-2's values; a Llama one with NH % NKV == 0, an even head size, F >= 1, theta > 1, eps > 0,
- * no experts); `what` names its source in the message, the message the field (gpt_config.c). */
+ * GPT-2's values; a Llama one with NH % NKV == 0, an even head size, F >= 1, theta > 1, eps > 0);
+ * `what` names its source in the message, the message the field (gpt_config.c). */
 ct_status ct_gpt_config_check(const ct_gpt_config *cfg, const char *what, ct_err *err);
 
 /* The layout a model is built for (ct_layout, ct_coords) lives in parallel/ct_parallel.h. */
@@ -70,12 +70,22 @@ ct_status ct_gpt_config_check(const ct_gpt_config *cfg, const char *what, ct_err
 /* How a tensor is cut over the TP group (Megatron's split): */
 typedef enum ct_split {
     CT_SPLIT_NONE = 0, /* replicated on every TP rank (LayerNorms, wpe, row-parallel biases) */
-    CT_SPLIT_QKV,      /* rows of the fused (3C, C) QKV weight / (3C) bias by heads: rank r holds
-                          its heads' rows of each of the Q, K and V sections */
-    CT_SPLIT_COL,      /* column-parallel: rows of (out, in) (output features), and the bias */
+    CT_SPLIT_QKV,      /* rows of the fused QKV weight / bias by heads: rank r holds its heads'
+                          rows of each of the Q, K and V sections (ct_gpt_split_sections: GPT-2's
+                          three of C rows; Llama's C, NKV hd, NKV hd) */
+    CT_SPLIT_COL,      /* column-parallel: rows of (out, in) (output features), and the bias;
+                          by sections (ct_gpt_split_sections) where the rows stack two products
+                          (Llama's [gate; up]: rank r holds its rows of each) */
     CT_SPLIT_ROW,      /* row-parallel: columns of (out, in) (input features) */
     CT_SPLIT_VOCAB     /* vocabulary-parallel: rows of wte (Vp / tp each) */
 } ct_split;
+
+/* The row sections a TP split by rows divides one by one (rank r holds rows [r s/tp, (r+1) s/tp)
+ * of each section s, in section order): q|k|v (GPT-2: 3 x C; Llama: C, NKV hd, NKV hd) and a
+ * Llama model's [gate; up] (F, F); one section of `rows` for every other tensor. Returns the
+ * count (1 to 3); `rows` is tensor i's rows (the table's). */
+static inline int ct_gpt_split_sections(const ct_gpt_config *c, int i, size_t rows,
+                                        size_t sec[3]);
 
 /* How a tensor is initialised (GPT-2's scheme): */
 typedef enum ct_init {
@@ -171,6 +181,26 @@ static inline size_t ct_gpt_param_sizes(const ct_gpt_config *c, size_t sizes[CT_
         total += sizes[i];
     }
     return total;
+}
+
+static inline int ct_gpt_split_sections(const ct_gpt_config *c, int i, size_t rows,
+                                        size_t sec[3]) {
+    int qkv = i == CT_GPT_qkvw || i == CT_GPT_qkvb;
+    if (qkv && rows > 0 && ct_gpt_is_llama(c)) {
+        sec[0] = (size_t)c->channels;
+        sec[1] = sec[2] = (size_t)ct_gpt_kv_heads(c) * (size_t)ct_gpt_head_size(c);
+        return 3;
+    }
+    if (qkv) {
+        sec[0] = sec[1] = sec[2] = rows / 3;
+        return 3;
+    }
+    if (i == CT_GPT_fcw && ct_gpt_is_llama(c)) {
+        sec[0] = sec[1] = (size_t)ct_gpt_ffn(c);
+        return 2;
+    }
+    sec[0] = rows;
+    return 1;
 }
 
 /* Tensor names in table order ("wte", "wpe", ...). */

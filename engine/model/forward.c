@@ -41,13 +41,11 @@ ct_status ct_model_embed_forward(ct_model *m, int slot, const int *tokens, int B
     ss->loss_scale = 1.0f;
     size_t sb = slot_base(m, slot);
     RUN(CT_PROF_upload, ct_model_view_write(m, SV(tokens), tokens, BT * sizeof(int)));
-    if (ct_gpt_is_llama(&m->cfg)) /* no positions: the rotary embedding turns q and k */
-        RUN(CT_PROF_encoder_fwd, ct_embed_forward(m->dev, SA(in), SV(tokens), PV(wte, 0), B, T,
-                                                  m->cfg.channels, m->cfg.padded_vocab));
-    else
-        RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SA(in), XA(proj), SV(tokens),
-                                                PV(wte, 0), PV(wpe, 0), B, T, m->cfg.channels,
-                                                m->cfg.padded_vocab));
+    /* a Llama model has no positions (no wpe): the rotary embedding turns q and k */
+    ct_view wpe = ct_gpt_is_llama(&m->cfg) ? ct_view_none() : PV(wpe, 0);
+    RUN(CT_PROF_encoder_fwd, ct_tp_embed_forward(m->dev, m->tp, SA(in), XA(proj), SV(tokens),
+                                            PV(wte, 0), wpe, B, T, m->cfg.channels,
+                                            m->cfg.padded_vocab));
 cleanup:
     return dev_fail(m, st, "ct_model_embed_forward");
 }
@@ -150,26 +148,7 @@ ct_status ct__model_block_run(ct_model *m, int slot, int l, int recompute) {
                                     T, C, 4 * Cl));
     if (do_gelu) RUN(P_gelu, ct_gelu_forward(m->dev, fchg, fch, BT * 4 * (size_t)Cl));
     if (!recompute && m->moe) {
-        /* the mixture of experts (its all-to-alls over the EP group); under TP each worker's
-         * slice of the experts over the whole (gathered) tokens, summed as a row-parallel
-         * linear's output is */
-        ct_moe_weights w = ct__model_moe_weights(m, l, 0);
-        size_t k = pos(m, l);
-        ct_view xin = ln2;
-        if (m->sp) {
-            RUN(CT_PROF_moe_fwd, ct_tp_allgather(m->dev, m->tp, XA(xfull), ln2, rowC));
-            xin = XA(xfull);
-        }
-        RUN(CT_PROF_moe_fwd,
-            ct_moe_forward(m->moe, slot, (int)k, l, XA(proj),
-                           av(m, slot_base(m, slot) + m->ar.s.moe + k * m->ar.lmoe),
-                           XV(moex), xin, &w, B, T));
-        if (m->sp)
-            RUN(CT_PROF_moe_fwd,
-                ct_tp_reduce_scatter(m->dev, m->tp, XA(proj), XA(proj), rowC));
-        else if (m->tp)
-            RUN(CT_PROF_moe_fwd,
-                ct_tp_allreduce(m->dev, m->tp, XA(proj), XA(proj), rowC, CT_OP_SUM));
+        RUN(CT_PROF_moe_fwd, ct__model_moe_layer_forward(m, slot, l, ln2, rowC));
     } else if (!recompute) {
         RUN(CT_PROF_matmul_fcproj_fwd,
             ct_tp_row_forward(m->dev, m->tp, XA(proj), XA(proj), fchg, PV(fcprojw, l),

@@ -62,11 +62,6 @@ static ct_status arch_check(const ct_gpt_config *c, const char *what, ct_err *er
     if (c->tie_embeddings != 0 && c->tie_embeddings != 1)
         return CT_ERR(err, CT_ERR_FORMAT, "%s: tie_embeddings %d is not 0 or 1", what,
                       c->tie_embeddings);
-    if (c->experts != 0)
-        return CT_ERR(err, CT_ERR_UNSUPPORTED,
-                      "%s: a Llama model with %d experts is not built yet (its MLP is the dense "
-                      "SwiGLU)",
-                      what, c->experts);
     return CT_OK;
 }
 

@@ -198,6 +198,10 @@ ct_view ct__model_head_weight(const ct_model *m, int grads);
 /* A Llama block's forward (recompute 1: what the plan's recompute mode dropped, before its
  * backward), and its backward, whole or one zero-bubble half (dres: the output's gradient in,
  * the input's out) (llama.c). */
+/* The mixture-of-experts layer of block l on x (ln2's output, this worker's rowC floats):
+ * forward into the projection scratch, backward into dA from dres (moe_layer.c). */
+ct_status ct__model_moe_layer_forward(ct_model *m, int slot, int l, ct_view x, size_t rowC);
+ct_status ct__model_moe_layer_backward(ct_model *m, int slot, int l, ct_view x, size_t rowC);
 ct_status ct__llama_block_forward(ct_model *m, int slot, int l, int recompute);
 ct_status ct__llama_block_backward(ct_model *m, int slot, int l, ct_backward_part part);
 

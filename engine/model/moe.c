@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "ct_engine_moe.h"
+#include "ct_engine_ops_llama.h"
 
 /* Regions (floats, 16-aligned) of a block's saved part and of the scratch. */
 typedef struct moe_regions {
@@ -67,14 +68,17 @@ int ct_moe_row_capacity(const ct_moe_cfg *c, int T) {
     return v < (double)T ? (int)v : T;
 }
 
-/* An expert's hidden width on this worker. */
+/* An expert's whole hidden width, and its width on this worker. */
+static size_t ffn_of(const ct_moe_cfg *c) {
+    return c->ffn > 0 ? (size_t)c->ffn : 4 * (size_t)c->channels;
+}
 static size_t hidden_of(const ct_moe_cfg *c) {
-    return c->hidden > 0 ? (size_t)c->hidden : 4 * (size_t)c->channels;
+    return c->hidden > 0 ? (size_t)c->hidden : ffn_of(c);
 }
 
 static void regions(const ct_moe_cfg *c, int ep, moe_regions *o, size_t *nmax, size_t *mmax) {
     size_t E = (size_t)c->experts, K = (size_t)c->top_k, C = (size_t)c->channels;
-    size_t H = hidden_of(c);
+    size_t H = hidden_of(c), H2 = c->swiglu ? 2 * H : H; /* SwiGLU: h and dh hold gate|up */
     size_t B = (size_t)c->max_B, N = B * (size_t)c->max_T;
     size_t cap = (size_t)ct_moe_row_capacity(c, c->max_T);
     /* an expert takes at most cap choices of each row; a worker sends at most its rows' N K
@@ -92,7 +96,7 @@ static void regions(const ct_moe_cfg *c, int ep, moe_regions *o, size_t *nmax, s
     R(stats, 3 * B * E);
     RA(ys, nm * C);
     RA(xe, mm * C);
-    RA(h, mm * H);
+    RA(h, mm * H2);
     RA(g, mm * H);
     o->block = at;
     at = 0;
@@ -103,7 +107,7 @@ static void regions(const ct_moe_cfg *c, int ep, moe_regions *o, size_t *nmax, s
     RA(dxr, N * C);
     RA(xs, ep > 1 ? nm * C : 0);
     RA(dye, mm * C);
-    RA(dh, mm * H);
+    RA(dh, mm * H2);
     RA(dxe, mm * C);
     o->scratch = at;
 #undef RA
@@ -147,11 +151,14 @@ ct_status ct_moe_check(const ct_moe_cfg *c, int ep, ct_err *err) {
                       "E / ep of them)",
                       ep, c->experts);
     if (c->max_B < 1 || c->max_T < 1 || c->channels < 1 || c->layers < 1 || c->slots < 1 ||
-        c->blocks < 1 || c->hidden < 0 || (size_t)c->hidden > 4 * (size_t)c->channels)
+        c->blocks < 1 || c->hidden < 0 || c->ffn < 0 || (size_t)c->hidden > ffn_of(c))
         return CT_ERR(err, CT_ERR_ARG, "mixture of experts: sizes must be positive (hidden %d: "
-                                       "0 or at most 4C = %d)",
-                      c->hidden, 4 * c->channels);
-    double big = (double)c->max_B * c->max_T * c->top_k * ep * 4.0 * c->channels;
+                                       "0 or at most F = %zu)",
+                      c->hidden, ffn_of(c));
+    double big = (double)c->max_B * c->max_T * c->top_k * ep * (c->swiglu ? 2.0 : 1.0) *
+                 (double)ffn_of(c);
+    if (big < (double)c->max_B * c->max_T * c->top_k * ep * 4.0 * c->channels)
+        big = (double)c->max_B * c->max_T * c->top_k * ep * 4.0 * c->channels;
     if (big >= 2147483647.0)
         return CT_ERR(err, CT_ERR_UNSUPPORTED,
                       "mixture of experts: %d rows x %d tokens x top-k %d x ep %d x 4C = %.3g "
@@ -168,11 +175,11 @@ ct_status ct_moe_create(ct_moe **out, const ct_moe_cfg *c, ct_comm *ep, ct_tp *t
     if (st != CT_OK) return st;
     if (!dev || !arena) return CT_ERR(err, CT_ERR_ARG, "ct_moe_create: a device and an arena");
     int tn = ct_tp_size(tp);
-    if ((size_t)tn * hidden_of(c) != 4 * (size_t)c->channels)
+    if ((size_t)tn * hidden_of(c) != ffn_of(c))
         return CT_ERR(err, CT_ERR_ARG,
                       "ct_moe_create: an expert's hidden width %zu on each of tp = %d workers "
-                      "does not make 4C = %d",
-                      hidden_of(c), tn, 4 * c->channels);
+                      "does not make F = %zu",
+                      hidden_of(c), tn, ffn_of(c));
     ct_moe *m = ct_calloc(1, sizeof *m);
     if (!m) return CT_ERR(err, CT_ERR_NOMEM, "ct_moe_create: out of host memory");
     m->c = *c;
@@ -442,7 +449,7 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
                       m->c.max_T);
     if ((st = store_check(m, x, "ct_moe_forward")) != CT_OK) return st;
     int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el, H = m->H;
-    int cap = ct_moe_row_capacity(&m->c, T);
+    int cap = ct_moe_row_capacity(&m->c, T), sw = m->c.swiglu;
     size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C, Hz = (size_t)H;
     ct_view kept = S(stats), routed = ct_view_at(S(stats), BE), pmean = ct_view_at(S(stats), 2 * BE);
     double t0 = ct_time_now();
@@ -500,16 +507,28 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
         size_t M = 0;
         for (int j = 0; j < m->n; j++) M += (size_t)r->recv[j * el + e];
         if (!M) continue;
-        ct_view h = ct_view_at(SA(h), at * Hz), g = ct_view_at(SA(g), at * Hz);
-        TRY(ct_matmul_forward(m->dev, h, ct_view_at(SA(xe), at * Cz),
-                              ct_view_at(w->fcw, (size_t)e * Hz * Cz),
-                              ct_view_at(w->fcb, (size_t)e * Hz), 1, (int)M, C, H),
-            "expert fc");
-        TRY(ct_gelu_forward(m->dev, g, h, M * Hz), "expert GELU");
+        ct_view g = ct_view_at(SA(g), at * Hz), xr = ct_view_at(SA(xe), at * Cz);
+        if (sw) { /* gate and up (h: gate's M rows, then up's), SwiGLU */
+            ct_view h = ct_view_at(SA(h), at * 2 * Hz), hu = ct_view_at(h, M * Hz);
+            ct_view wg = ct_view_at(w->fcw, (size_t)e * 2 * Hz * Cz);
+            TRY(ct_matmul_forward(m->dev, h, xr, wg, ct_view_none(), 1, (int)M, C, H),
+                "expert gate");
+            TRY(ct_matmul_forward(m->dev, hu, xr, ct_view_at(wg, Hz * Cz), ct_view_none(), 1,
+                                  (int)M, C, H),
+                "expert up");
+            TRY(ct_swiglu_forward(m->dev, g, h, hu, M * Hz), "expert SwiGLU");
+        } else {
+            ct_view h = ct_view_at(SA(h), at * Hz);
+            TRY(ct_matmul_forward(m->dev, h, xr, ct_view_at(w->fcw, (size_t)e * Hz * Cz),
+                                  ct_view_at(w->fcb, (size_t)e * Hz), 1, (int)M, C, H),
+                "expert fc");
+            TRY(ct_gelu_forward(m->dev, g, h, M * Hz), "expert GELU");
+        }
         /* the bias once over the TP group (the caller sums the partial outputs) */
         TRY(ct_matmul_forward(m->dev, ct_view_at(ye, at * Cz), g,
                               ct_view_at(w->fcprojw, (size_t)e * Hz * Cz),
-                              m->tr == 0 ? ct_view_at(w->fcprojb, (size_t)e * Cz) : ct_view_none(),
+                              m->tr == 0 && !sw ? ct_view_at(w->fcprojb, (size_t)e * Cz)
+                                                : ct_view_none(),
                               1, (int)M, H, C),
             "expert fcproj");
         at += M;
@@ -526,6 +545,36 @@ ct_status ct_moe_forward(ct_moe *m, int slot, int block, int layer, ct_view y, c
 
 /* ------------------------------------------------------------------ backward */
 
+/* A SwiGLU expert's backward over its M rows from row `at`: dye's rows -> down's gradients and
+ * d(SwiGLU output) (in dh's up half), -> d(gate), d(up) (dh: gate's rows, then up's) -> the
+ * two products' gradients, their input gradients added into dxe (up's first in dye's rows,
+ * read no more). */
+static ct_status swiglu_expert_backward(ct_moe *m, const ct_moe_weights *dw,
+                                        const ct_moe_weights *w, ct_view saved, ct_view scratch,
+                                        ct_view x, int e, size_t at, size_t M) {
+    ct_status st;
+    int C = m->c.channels, H = m->H;
+    size_t Cz = (size_t)C, Hz = (size_t)H;
+    ct_view none = ct_view_none();
+    ct_view dh = ct_view_at(XA(dh), at * 2 * Hz), dhu = ct_view_at(dh, M * Hz);
+    ct_view h = ct_view_at(SA(h), at * 2 * Hz), hu = ct_view_at(h, M * Hz);
+    ct_view xr = ct_view_at(SA(xe), at * Cz), dxr = ct_view_at(XA(dxe), at * Cz);
+    ct_view dyr = ct_view_at(XA(dye), at * Cz);
+    ct_view wg = ct_view_at(w->fcw, (size_t)e * 2 * Hz * Cz), wu = ct_view_at(wg, Hz * Cz);
+    ct_view dwg = ct_view_at(dw->fcw, (size_t)e * 2 * Hz * Cz), dwu = ct_view_at(dwg, Hz * Cz);
+    TRY(ct_matmul_backward(m->dev, dhu, ct_view_at(dw->fcprojw, (size_t)e * Hz * Cz), none, dyr,
+                           ct_view_at(SA(g), at * Hz), ct_view_at(w->fcprojw, (size_t)e * Hz * Cz),
+                           1, (int)M, H, C),
+        "expert down backward");
+    TRY(ct_swiglu_backward(m->dev, dh, dhu, dhu, h, hu, M * Hz), "expert SwiGLU backward");
+    TRY(ct_matmul_backward(m->dev, dxr, dwg, none, dh, xr, wg, 1, (int)M, C, H),
+        "expert gate backward");
+    TRY(ct_matmul_backward(m->dev, dyr, dwu, none, dhu, xr, wu, 1, (int)M, C, H),
+        "expert up backward");
+    TRY(ct_residual_forward(m->dev, dxr, dxr, dyr, M * Cz), "expert gate + up input gradients");
+    return CT_OK;
+}
+
 ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_moe_weights *dw,
                           ct_view dy, ct_view saved, ct_view scratch, ct_view x,
                           const ct_moe_weights *w, float loss_scale) {
@@ -537,7 +586,7 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
                       block);
     if ((st = store_check(m, x, "ct_moe_backward")) != CT_OK) return st;
     int E = m->c.experts, K = m->c.top_k, C = m->c.channels, el = m->el, B = r->B, T = r->T;
-    int H = m->H;
+    int H = m->H, sw = m->c.swiglu;
     size_t N = (size_t)B * T, BE = (size_t)m->c.max_B * E, Cz = (size_t)C, Hz = (size_t)H;
     double t0 = ct_time_now();
     /* 1. the combine: the gates' gradients and the rows' (to the experts' workers). The rows'
@@ -562,6 +611,12 @@ ct_status ct_moe_backward(ct_moe *m, int slot, int block, ct_view dx, const ct_m
         size_t M = 0;
         for (int j = 0; j < m->n; j++) M += (size_t)r->recv[j * el + e];
         if (!M) continue;
+        if (sw) {
+            if ((st = swiglu_expert_backward(m, dw, w, saved, scratch, x, e, at, M)) != CT_OK)
+                return st;
+            at += M;
+            continue;
+        }
         ct_view dh = ct_view_at(XA(dh), at * Hz), h = ct_view_at(SA(h), at * Hz);
         TRY(ct_matmul_backward(m->dev, dh, ct_view_at(dw->fcprojw, (size_t)e * Hz * Cz),
                                ct_view_at(dw->fcprojb, (size_t)e * Cz), ct_view_at(XA(dye), at * Cz),

@@ -535,26 +535,26 @@ ct_view ct_params_gv(const ct_params *P, int i, int l) {
 
 /* ------------------------------------------------------------------ table <-> flat */
 
-/* The runs of one (rows, cols) slice of tensor t (table offset tb) that this TP rank holds, at
- * flat offset fb on. */
-static int split_pieces(const ct_params *P, const ct_gpt_tensor_info *t, size_t tb, size_t fb,
-                        ct_params_piece_fn fn, void *user) {
+/* The runs of one (rows, cols) slice of tensor i (info t, table offset tb) that this TP rank
+ * holds, at flat offset fb on: row splits by sections (ct_gpt_split_sections) */
+static int split_pieces(const ct_params *P, int i, const ct_gpt_tensor_info *t, size_t tb,
+                        size_t fb, ct_params_piece_fn fn, void *user) {
     size_t r = (size_t)P->tr, n = (size_t)P->tp;
     switch (t->split) {
-    case CT_SPLIT_QKV: {
-        /* three sections (Q, K, V) of rows/3 rows each: this rank's rows of each */
-        size_t sec = t->rows / 3, per = sec / n * t->cols;
-        if (n == 1) return fn(user, tb, fb, t->rows * t->cols);
-        for (size_t s = 0; s < 3; s++) {
-            int rc = fn(user, tb + (s * sec) * t->cols + r * per, fb + s * per, per);
-            if (rc) return rc;
-        }
-        return 0;
-    }
+    case CT_SPLIT_QKV:
     case CT_SPLIT_COL:
     case CT_SPLIT_VOCAB: {
-        size_t per = t->rows / n * t->cols;
-        return fn(user, tb + r * per, fb, per);
+        size_t sec[3], at = 0;
+        int ns = t->split == CT_SPLIT_VOCAB ? (sec[0] = t->rows, 1)
+                                            : ct_gpt_split_sections(&P->cfg, i, t->rows, sec);
+        if (n == 1) return fn(user, tb, fb, t->rows * t->cols);
+        for (int s = 0; s < ns; s++) {
+            size_t per = sec[s] / n * t->cols;
+            int rc = fn(user, tb + at * t->cols + r * per, fb, per);
+            if (rc) return rc;
+            at += sec[s], fb += per;
+        }
+        return 0;
     }
     case CT_SPLIT_ROW: {
         size_t w = t->cols / n;
@@ -574,11 +574,12 @@ int ct_params_pieces(const ct_params *P, int i, int l, ct_params_piece_fn fn, vo
     size_t one = t->rows * t->cols; /* one slice in table order */
     size_t tb = P->toff[i] + (t->per_layer ? (size_t)l * (size_t)t->experts * one : 0);
     size_t fb = ct_params_flat_off(P, i, l);
-    if (!t->expert) return split_pieces(P, t, tb, fb, fn, user);
+    if (!t->expert) return split_pieces(P, i, t, tb, fb, fn, user);
     /* this worker's experts of block l, each split over TP as a dense tensor would be */
     size_t per = P->slen[i] / (size_t)(P->nel ? P->nel : 1);
     for (int e = 0; e < P->nel; e++) {
-        int rc = split_pieces(P, t, tb + (size_t)(P->el0 + e) * one, fb + (size_t)e * per, fn, user);
+        int rc = split_pieces(P, i, t, tb + (size_t)(P->el0 + e) * one, fb + (size_t)e * per, fn,
+                              user);
         if (rc) return rc;
     }
     return 0;

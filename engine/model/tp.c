@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ct_engine_ops_llama.h"
 #include "ct_engine_tp.h"
 
 enum { X_AR = 0, X_RS = 1, X_AG = 2 };
@@ -598,9 +599,16 @@ ct_status ct_tp_embed_forward(ct_device *dev, ct_tp *t, ct_view out, ct_view par
                               ct_view tokens, ct_view wte, ct_view wpe, int B, int T, int C,
                               int Vp) {
     ct_status st;
+    if (!t && !wpe.mem) return ct_embed_forward(dev, out, tokens, wte, B, T, C, Vp);
     if (!t) return ct_encoder_forward(dev, out, tokens, wte, wpe, B, T, C, Vp);
     if ((st = sp_shape(t, B, T, "ct_tp_embed_forward")) != CT_OK) return st;
     int Vl = Vp / t->n;
+    if (!wpe.mem) { /* the token embedding alone: the sum is wte[tok] exactly */
+        if ((st = ct_embed_forward_vp(dev, partial, tokens, wte, B, T, C, t->r * Vl, Vl)) != CT_OK)
+            return st;
+        return x_now(t, t->o.sp ? X_RS : X_AR, out, partial, local_rows(t, B, T) * (size_t)C,
+                     CT_OP_SUM);
+    }
     /* wpe added by one worker: the sum is wte[tok] + wpe[t] exactly (the others add zeros) */
     if ((st = ct_encoder_forward_vp(dev, partial, tokens, wte, wpe, B, T, C, t->r * Vl, Vl,
                                     t->r == 0)) != CT_OK)
@@ -612,6 +620,7 @@ ct_status ct_tp_embed_forward(ct_device *dev, ct_tp *t, ct_view out, ct_view par
 ct_status ct_tp_embed_backward(ct_device *dev, ct_tp *t, ct_view dwte, ct_view dwpe, ct_view dout,
                                ct_view dfull, ct_view tokens, int B, int T, int C, int Vp) {
     ct_status st;
+    if (!t && !dwpe.mem) return ct_embed_backward(dev, dwte, dout, tokens, B, T, C, Vp);
     if (!t) return ct_encoder_backward(dev, dwte, dwpe, dout, tokens, B, T, C, Vp);
     if (t->o.sp) {
         if ((st = sp_shape(t, B, T, "ct_tp_embed_backward")) != CT_OK) return st;
@@ -620,6 +629,7 @@ ct_status ct_tp_embed_backward(ct_device *dev, ct_tp *t, ct_view dwte, ct_view d
         dout = dfull;
     }
     int Vl = Vp / t->n;
+    if (!dwpe.mem) return ct_embed_backward_vp(dev, dwte, dout, tokens, B, T, C, t->r * Vl, Vl);
     return ct_encoder_backward_vp(dev, dwte, dwpe, dout, tokens, B, T, C, t->r * Vl, Vl);
 }
 

@@ -24,18 +24,6 @@ static ct_status check_out_dir(const char *path, const char *flag, ct_err *err) 
     return CT_OK;
 }
 
-/* The layout flag a Llama model cannot train with yet (NULL: none); the one list check.c asks
- * for --arch llama and config.c for a Llama model read from a file. */
-const char *ct__train_llama_axis(const ct_train_params *p, char *buf, size_t len) {
-    buf[0] = 0;
-    if (p->tp > 1) snprintf(buf, len, "--tp %d", p->tp);
-    else if (p->sequence_parallel) snprintf(buf, len, "--sequence-parallel 1");
-    else if (p->ep > 1) snprintf(buf, len, "--ep %d", p->ep);
-    else if (p->experts > 0) snprintf(buf, len, "--experts %d", p->experts);
-    else if (strcmp(p->precision, "fp32")) snprintf(buf, len, "--precision %s", p->precision);
-    return buf[0] ? buf : NULL;
-}
-
 ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched, ct_err *err) {
     ct_status st;
     if ((st = ct_lr_schedule_parse(p->lr_schedule, sched, err)) != CT_OK) return st;
@@ -97,13 +85,6 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
              p->norm_eps);
         NEED(p->tie_embeddings == 0 || p->tie_embeddings == 1,
              "--tie-embeddings must be 0 or 1 (got %d)", p->tie_embeddings);
-        if (arch == CT_ARCH_LLAMA) {
-            char ab[80];
-            const char *axis = ct__train_llama_axis(p, ab, sizeof ab);
-            NEED(!axis, "--arch llama with %s is not built yet (a Llama model trains with data "
-                        "and pipeline parallelism, ZeRO 0 to 3, either attention path)",
-                 axis ? axis : "");
-        }
     }
     NEED(p->ep >= 1, "--ep must be >= 1 (got %d)", p->ep);
     NEED(p->dp % p->ep == 0,

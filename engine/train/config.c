@@ -76,13 +76,6 @@ static ct_status config_vs_flags(const ct_train_params *p,
                 return CT_ERR(err, CT_ERR_ARG,
                               "--%s %g contradicts the model of %s (%g); leave it out", g[i].flag,
                               g[i].given, origin, g[i].file);
-        char ab[80];
-        const char *axis = ct__train_llama_axis(p, ab, sizeof ab);
-        if (axis)
-            return CT_ERR(err, CT_ERR_ARG,
-                          "%s holds a Llama model, which does not train with %s yet (data and "
-                          "pipeline parallelism, ZeRO 0 to 3)",
-                          origin, axis);
     }
     return CT_OK;
 }
@@ -139,14 +132,7 @@ ct_status ct_train_config(const ct_train_params *p, ct_gpt_config *cfg, ct_err *
 ct_status ct_train_moe_check(const ct_train_params *p, const ct_gpt_config *cfg, ct_sched_kind kind,
                              ct_err *err) {
     char m[400];
-    if (ct_gpt_is_llama(cfg)) { /* the layouts a Llama model trains on; llm.c's file refused */
-        char ab[80];
-        const char *axis = ct__train_llama_axis(p, ab, sizeof ab);
-        if (axis)
-            return CT_ERR(err, CT_ERR_ARG,
-                          "a Llama model with %s is not built yet (data and pipeline "
-                          "parallelism, ZeRO 0 to 3)",
-                          axis);
+    if (ct_gpt_is_llama(cfg)) { /* llm.c's file has no place for a Llama model */
         if (p->save_model[0] && !ct_model_file_is_safetensors(p->save_model) &&
             !ct_model_file_is_hf_dir(p->save_model)) {
             snprintf(m, sizeof m, "--save-model %s: llm.c's model format is GPT-2's and has no "

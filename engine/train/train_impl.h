@@ -44,9 +44,6 @@ typedef struct ct__train_pipe {
 } ct__train_pipe;
 
 int ct__train_accum(const ct_train_params *p);
-/* The layout flag a Llama model cannot train with yet, as "--flag value" in buf (NULL: none)
- * (check.c). */
-const char *ct__train_llama_axis(const ct_train_params *p, char *buf, size_t len);
 ct_status ct__train_pipe_make(const ct_train_params *p, const ct_gpt_config *cfg,
                               ct__train_pipe *pipe, ct_err *err);
 void ct__train_pipe_free(ct__train_pipe *pipe);
