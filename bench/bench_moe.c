@@ -65,7 +65,7 @@ static void worker(ct_topo *topo, int thread, const ct_device_info *info, const 
     int N = ct_comm_size(world), r = ct_comm_rank(world);
     ct_device_opts dopts = ct_device_opts_default();
     if (ct_device_open(&dev, info, &dopts, &err)) DIE("%s", err.msg);
-    ct_moe_cfg mc = {o->E, o->K, o->F, 0.01, o->B, o->T, o->C, 1, 1, 1, 0, 0};
+    ct_moe_cfg mc = {o->E, o->K, o->F, 0.01, o->B, o->T, o->C, 1, 1, 1, 0, 0, 0, 0};
     if (ct_moe_check(&mc, N, &err)) DIE("%s", err.msg);
     size_t blk, scr, C = (size_t)o->C, BT = (size_t)o->B * o->T, El = (size_t)(o->E / N);
     ct_moe_plan(&mc, N, &blk, &scr);
