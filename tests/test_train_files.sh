@@ -57,7 +57,7 @@ fi
 
 # ---- 2. the engine's Hugging Face directory
 if run tohf --init "$D/m.bin" --steps 0 --save-model "$D/hf/"; then
-    logsays "$D/tohf.log" "(Hugging Face GPT-2 directory, fp32)"
+    logsays "$D/tohf.log" "(Hugging Face directory, fp32)"
     run fromhf --init "$D/hf/" --steps 3 && same ref fromhf "--init DIR/ trains like the llm.c file"
     run fromhfst --init "$D/hf/model.safetensors" --steps 3 &&
         same ref fromhfst "--init DIR/model.safetensors trains like the llm.c file"

@@ -544,8 +544,8 @@ ct_status ct_hf_write(const char *dir, const ct_gpt_config *cfg, const float *pa
     if (st != CT_OK) return st;
     if (cfg->experts > 0)
         return CT_ERR(err, CT_ERR_ARG,
-                      "%s: a Hugging Face GPT-2 directory has no place for experts "
-                      "(this model has %d); name a *.safetensors file",
+                      "%s: a Hugging Face directory (GPT2LMHeadModel or LlamaForCausalLM) has no "
+                      "place for experts (this model has %d); name a *.safetensors file",
                       dir, cfg->experts);
     char d[1024], p[1100];
     if (strlen(dir) >= sizeof d)

@@ -1,8 +1,8 @@
 /* io_model.c - model files: llm.c's GPT-2 model file (a 256-int32 header: magic 20240326, version
  * 3 = fp32 or 5 = bf16, then maxT, V, L, NH, C, Vp; followed by every parameter tensor of
  * ct_gpt_config.h's table in that order, as fp32 or as bf16), cltrain's safetensors
- * (io_safetensors.c) or a Hugging Face GPT-2 directory (io_hf.c). Reading picks the format by the
- * content (a directory is Hugging Face's; so is a safetensors file without cltrain's metadata),
+ * (io_safetensors.c) or a Hugging Face directory, GPT-2 or Llama (io_hf.c). Reading picks the
+ * format by the content (a directory is Hugging Face's; so is a safetensors file without cltrain's metadata),
  * writing by the name (DIR/, *.safetensors, else llm.c's). llm.c's format has no place for
  * experts: a mixture-of-experts model is written as safetensors only. Reads validate the header
  * and that the file is exactly header + params; writes are atomic. */
@@ -191,7 +191,7 @@ int ct_model_file_is_safetensors(const char *path) { return ends_with(path, ".sa
 int ct_model_file_is_hf_dir(const char *path) { return path[0] && path[strlen(path) - 1] == '/'; }
 
 const char *ct_model_file_format_name(const char *path) {
-    return ct_model_file_is_hf_dir(path)        ? "Hugging Face GPT-2 directory"
+    return ct_model_file_is_hf_dir(path)        ? "Hugging Face directory"
            : ct_model_file_is_safetensors(path) ? "safetensors"
                                                 : "llm.c GPT-2 format";
 }
