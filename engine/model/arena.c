@@ -174,7 +174,7 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
     SACT(lnf, h * rowC, "the final LayerNorm");
     SREG(lnfm, h * stat, "the final LayerNorm's means");
     SREG(lnfr, h * BTl, "the final LayerNorm's deviations");
-    SACT(logits, h * ct__head_rows(loss_chunk, B, T) * Vl, "the logits");
+    SACT(logits, h * ct__head_rows(loss_chunk, B, T, spw ? Nw : 1) * Vl, "the logits");
     SREG(losses, h * BT, "the losses");
     SREG(lse, h * BT, "the log-sum-exp");
     SREG(loss, 1, "the loss");
@@ -326,12 +326,9 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                      "%s: a loss chunk of %d rows (0: none; else at least the sequence, %d, so a "
                      "forward without targets keeps a row's logits whole)",
                      plan->loss_chunk, max_T);
-    if (plan->loss_chunk > 0 && plan->sp && layout->tp > 1)
-        return PFAIL(CT_ERR_UNSUPPORTED,
-                     "%s: the head in chunks (loss chunk %d) with sequence parallelism is not "
-                     "built (its logits' product gathers the rows first)%s",
-                     plan->loss_chunk, "; drop --sequence-parallel or --loss-chunk");
-    if ((double)ct__head_rows(plan->loss_chunk, max_B, max_T) * cfg->padded_vocab >=
+    if ((double)ct__head_rows(plan->loss_chunk, max_B, max_T,
+                              plan->sp && layout->tp > 1 ? layout->tp : 1) *
+            cfg->padded_vocab >=
             2147483647.0 ||
         (double)max_B * max_T * 4 * cfg->channels >= 2147483647.0 ||
         (plan->attention == CT_ATTN_GEMM &&

@@ -24,7 +24,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
     size_t BT = (size_t)B * T, sb = slot_base(m, slot);
-    size_t rows = ct__head_rows(m->plan.loss_chunk, B, T); /* < BT: the head runs in chunks */
+    size_t rows = ct__head_rows(m->plan.loss_chunk, B, T, m->sp ? m->N : 1); /* < BT: chunks */
     if ((!ss->logits_valid && rows == BT) || !ss->have_targets)
         return CT_ERR(&m->err, CT_ERR_STATE,
                       "ct_model_head_backward: needs a forward with targets first (and only one "
@@ -38,20 +38,31 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     if (rows < BT) {
         ss->have_targets = 0; /* one backward per forward */
         /* each chunk's logits again (the forward kept none), their gradient in place, and its
-         * products: the rows' part of dlnf, wte's gradient accumulated chunk by chunk */
-        for (size_t r0 = 0; r0 < BT; r0 += rows) {
-            int n = (int)(BT - r0 < rows ? BT - r0 : rows);
-            ct_view x = ct_view_at(SA(lnf), r0 * C), dx = ct_view_at(XA(dA), r0 * C);
+         * products: the rows' part of dlnf, wte's gradient accumulated chunk by chunk. Under
+         * sequence parallelism the chunks are forward.c's (k of each worker's rows, gathered):
+         * the gradient block by block, the input gradient's product over the chunk's gathered
+         * rows reduce-scattered onto this worker's k (in place, as the unchunked head does) */
+        size_t spn = m->sp ? (size_t)m->N : 1, BTl = BT / spn, kc = rows / spn;
+        size_t Vl = (size_t)Vp / m->N;
+        for (size_t l0 = 0; l0 < BTl; l0 += kc) {
+            size_t k = BTl - l0 < kc ? BTl - l0 : kc;
+            int n = (int)(k * spn);
+            ct_view x = ct_view_at(SA(lnf), l0 * C), dx = ct_view_at(XA(dA), l0 * C);
             RUN(CT_PROF_recompute,
                 ct_tp_col_forward(m->dev, m->tp, SA(logits), x, XA(xfull), hw, ct_view_none(), 1,
-                                  n, C, Vp / m->N));
-            RUN(CT_PROF_crossentropy_bwd,
-                ct_tp_crossentropy_backward(m->dev, m->tp, SA(logits), ct_view_at(SV(lse), r0),
-                                            ct_view_at(SV(targets), r0), loss_scale / (float)BT,
-                                            1, n, m->cfg.vocab, Vp));
+                                  n, C, (int)Vl));
+            for (size_t w = 0; w < spn; w++) {
+                size_t g0 = w * BTl + l0;
+                RUN(CT_PROF_crossentropy_bwd,
+                    ct_tp_crossentropy_backward(m->dev, m->tp, ct_view_at(SA(logits), w * k * Vl),
+                                                ct_view_at(SV(lse), g0),
+                                                ct_view_at(SV(targets), g0),
+                                                loss_scale / (float)BT, 1, (int)k, m->cfg.vocab,
+                                                Vp));
+            }
             RUN(CT_PROF_matmul_logits_bwd,
                 ct_tp_col_backward(m->dev, m->tp, dx, dhw, ct_view_none(), SA(logits), x,
-                                   XA(xfull), dx, hw, 1, n, C, Vp / m->N));
+                                   XA(xfull), dx, hw, 1, n, C, (int)Vl));
         }
         RUN(CT_PROF_layernorm_bwd, final_norm_backward(m, sb, last, rb, rt));
         GROUP("logits and loss backward");
