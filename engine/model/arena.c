@@ -192,6 +192,14 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
     a->lmoe = lmoe;
 }
 
+ct_params_plan ct__model_params_plan(const ct_gpt_config *c, const ct_layout *lay,
+                                     const ct_model_plan *plan) {
+    ct_params_plan pp = plan->chunks;
+    pp.wte_windows = lay->zero == 2 && plan->precision == CT_PRECISION_FP32 &&
+                     !(plan->sp && lay->tp > 1) && !ct_gpt_is_llama(c);
+    return pp;
+}
+
 const char *ct_precision_name(ct_precision p) {
     return p == CT_PRECISION_FP32 ? "fp32" : p == CT_PRECISION_BF16 ? "bf16" : "?";
 }
@@ -462,7 +470,8 @@ static ct_status model_largest(const ct_gpt_config *cfg, const ct_layout *layout
                                const ct_coords *coords, const ct_model_plan *plan,
                                uint64_t *largest, ct_err *err) {
     ct_params *P = NULL;
-    ct_status st = ct_params_create(&P, cfg, layout, coords, &plan->chunks, NULL, err);
+    ct_params_plan pp = ct__model_params_plan(cfg, layout, plan);
+    ct_status st = ct_params_create(&P, cfg, layout, coords, &pp, NULL, err);
     if (st != CT_OK) return st;
     *largest = 0;
     ct_params_buf bufs[CT_PARAMS_MAX_BUFFERS];

@@ -18,6 +18,25 @@ static ct_status final_norm_backward(ct_model *m, size_t sb, ct_view last, int r
                                  PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C, 0);
 }
 
+/* ZeRO-2's wte gradient in windows (ct_params_wte_window rows each; the plan keeps them to fp32
+ * and no sequence parallelism): the head's weight gradient from n rows of dlogits (n, Vl) and
+ * their input x (n, C), one window of wte's rows at a time, each added to the host
+ * accumulator. */
+static ct_status head_dw_windows(ct_model *m, ct_view dlogits, ct_view x, size_t n) {
+    size_t wr = ct_params_wte_window(m->P), C = (size_t)m->cfg.channels;
+    size_t Vl = (size_t)m->cfg.padded_vocab / (size_t)m->N;
+    ct_view win = ct__model_head_weight(m, 1);
+    ct_status st = CT_OK;
+    for (size_t r0 = 0; r0 < Vl && st == CT_OK; r0 += wr) {
+        size_t nr = Vl - r0 < wr ? Vl - r0 : wr;
+        st = ct_gemm(m->dev, 1, 0, nr, C, n, 1.0f, dlogits.mem, dlogits.off + r0, Vl, x.mem, x.off,
+                     C, 1.0f, win.mem, win.off, C, NULL);
+        if (st == CT_OK && (st = ct_params_wte_window_add(m->P, r0, nr)) != CT_OK)
+            CT_ERR(&m->err, st, "%s", ct_params_errmsg(m->P));
+    }
+    return st;
+}
+
 ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     ct_status st = CT_OK;
     if ((st = check_slot(m, slot, "ct_model_head_backward")) != CT_OK) return st;
@@ -32,6 +51,8 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     row_shape(m, B, T, &rb, &rt);
     ct_view last = BA(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     ct_view hw = ct__model_head_weight(m, 0), dhw = ct__model_head_weight(m, 1);
+    int win = ct_params_wte_window(m->P) > 0; /* wte's gradient window by window, after dX */
+    if (win) dhw = ct_view_none();
     ss->logits_valid = 0; /* the logits become their gradient */
     ss->loss_scale = loss_scale;
     double tg_ = ct_time_now();
@@ -63,6 +84,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
             RUN(CT_PROF_matmul_logits_bwd,
                 ct_tp_col_backward(m->dev, m->tp, dx, dhw, ct_view_none(), SA(logits), x,
                                    XA(xfull), dx, hw, 1, n, C, (int)Vl));
+            if (win) RUN(CT_PROF_matmul_logits_bwd, head_dw_windows(m, SA(logits), x, (size_t)n));
         }
         RUN(CT_PROF_layernorm_bwd, final_norm_backward(m, sb, last, rb, rt));
         GROUP("logits and loss backward");
@@ -74,6 +96,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     RUN(CT_PROF_matmul_logits_bwd,
         ct_tp_col_backward(m->dev, m->tp, XA(dA), dhw, ct_view_none(), SA(logits), SA(lnf),
                            XA(xfull), XA(dA), hw, B, T, C, Vp / m->N));
+    if (win) RUN(CT_PROF_matmul_logits_bwd, head_dw_windows(m, SA(logits), SA(lnf), BT));
     RUN(CT_PROF_layernorm_bwd, final_norm_backward(m, sb, last, rb, rt));
     GROUP("logits and loss backward");
 cleanup:
@@ -249,6 +272,24 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
     if (ct_gpt_is_llama(&m->cfg)) {
         RUN(CT_PROF_encoder_bwd, ct_embed_backward(m->dev, GV(wte, 0), XA(dres), SV(tokens), ss->B,
                                                    ss->T, m->cfg.channels, m->cfg.padded_vocab));
+        goto cleanup;
+    }
+    size_t wr = ct_params_wte_window(m->P);
+    if (wr) {
+        /* ZeRO-2's wte gradient in windows (no sequence parallelism: dres holds every row):
+         * wpe's gradient once, each window's rows of wte added to the host accumulator */
+        size_t Vl = (size_t)m->cfg.padded_vocab / (size_t)m->N;
+        for (size_t r0 = 0; r0 < Vl; r0 += wr) {
+            size_t nr = Vl - r0 < wr ? Vl - r0 : wr;
+            RUN(CT_PROF_encoder_bwd,
+                ct_encoder_backward_vp(m->dev, GV(wte, 0), r0 ? ct_view_none() : GV(wpe, 0),
+                                       XA(dres), SV(tokens), ss->B, ss->T, m->cfg.channels,
+                                       (int)((size_t)m->r * Vl + r0), (int)nr));
+            if ((st = ct_params_wte_window_add(m->P, r0, nr)) != CT_OK) {
+                CT_ERR(&m->err, st, "%s", ct_params_errmsg(m->P));
+                goto cleanup;
+            }
+        }
         goto cleanup;
     }
     RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), GV(wpe, 0), XA(dres),
