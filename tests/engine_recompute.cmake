@@ -14,9 +14,10 @@ if(TARGET train_gpt)
 endif()
 
 # The head and its loss in chunks of rows (--loss-chunk): against the head in one piece, on one
-# device and tp 2; refusals; 49152 tokens with GPT-2's vocabulary on one worker (slow).
+# device, tp 2, tp 2 with sequence parallelism; refusals; 49152 tokens with GPT-2's vocabulary
+# on one worker (slow).
 if(TARGET train_gpt)
-  foreach(part same refuse big)
+  foreach(part same sp refuse big)
     add_test(NAME test_engine_loss_chunk_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_loss_chunk.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})

@@ -52,6 +52,29 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# workcheck Z1 Z2 N: ZeRO-2's gradient working buffer ([wte's window | wpe | 2 block slots | lnf]:
+# wte's gradient produced window by window, ceil(Vp/N) rows, not whole) is what ZeRO-2's records
+# add to ZeRO-1's workspace on every worker, predicted == allocated: (Vp C)(1 - 1/N) floats less
+# than a whole wte would take.
+workcheck() {
+    if $PY - "$1" "$2" "$3" <<'EOF'; then :; else fail "ZeRO-2 working buffer $2"; fi
+import json, sys
+a, b, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def mem(p):
+    return {r["worker"]: r for r in map(json.loads, open(p)) if r.get("type") == "memory"}
+z1, z2 = mem(a), mem(b)
+C, L, T, Vp = 32, 2, 16, 256  # this script's model (text: V 256)
+S = 12 * C * C + 13 * C
+want = 4 * (-(-Vp // n) * C + T * C + 2 * S + 2 * C)
+got = sorted(set(z2[w]["workspace"] - z1[w]["workspace"] for w in z2))
+ok = len(z1) == n and sorted(z1) == sorted(z2) and got == [want]
+ok &= all(r["workspace"] == r["predicted"]["workspace"] for r in z2.values())
+print("%s: ZeRO-2 N=%d: gradient working buffer %s bytes, formula %d (wte whole: %d)" %
+      ("ok" if ok else "FAIL", n, got, want, want + 4 * (Vp * C - -(-Vp // n) * C)))
+sys.exit(0 if ok else 1)
+EOF
+}
+
 # bytescheck FILE N ZERO: the leader's "comm_dp_bytes" in every train record within 2 % of the
 # formula for N workers, P parameters, M = 2 micro-steps and 2 layers (P (N-1)/N units: DDP and
 # ZeRO-1 2, ZeRO-2 M + 1 (every micro-step's reduce-scatter), ZeRO-3 2M (reduce-scatter and the
@@ -97,7 +120,12 @@ if want threads; then
         bytescheck "$D/t3z.jsonl" 3 1
     train t2z2 1 2 --dp 2 --zero 2 &&
         compare "$D/ref.jsonl" "$D/t2z2.jsonl" "threads 1x2 ZeRO-2" && memcheck "$D/t2z2.jsonl" 2 2 &&
-        bytescheck "$D/t2z2.jsonl" 2 2
+        bytescheck "$D/t2z2.jsonl" 2 2 && workcheck "$D/t2z.jsonl" "$D/t2z2.jsonl" 2
+    # wte's gradient windows over a TP slice of the vocabulary, and with the head in chunks
+    train t22z2 1 4 --dp 2 --tp 2 --zero 2 &&
+        compare "$D/ref.jsonl" "$D/t22z2.jsonl" "threads dp 2 x tp 2 ZeRO-2"
+    train t2z2c 1 2 --dp 2 --zero 2 --loss-chunk 64 &&
+        compare "$D/ref.jsonl" "$D/t2z2c.jsonl" "threads 1x2 ZeRO-2, loss chunks of 64"
     train t2z3 1 2 --dp 2 --zero 3 &&
         compare "$D/ref.jsonl" "$D/t2z3.jsonl" "threads 1x2 ZeRO-3" && memcheck "$D/t2z3.jsonl" 2 3 &&
         bytescheck "$D/t2z3.jsonl" 2 3
@@ -110,7 +138,7 @@ if want ranks; then
     train r4 4 1 --dp 4 && compare "$D/ref.jsonl" "$D/r4.jsonl" "ranks 4x1 ZeRO-0" &&
         memcheck "$D/r4.jsonl" 4 0
     train r3z2 3 1 --dp 3 --zero 2 && compare "$D/ref.jsonl" "$D/r3z2.jsonl" "ranks 3x1 ZeRO-2" &&
-        memcheck "$D/r3z2.jsonl" 3 2
+        memcheck "$D/r3z2.jsonl" 3 2 && workcheck "$D/r3z.jsonl" "$D/r3z2.jsonl" 3
     train r3z3 3 1 --dp 3 --zero 3 && compare "$D/ref.jsonl" "$D/r3z3.jsonl" "ranks 3x1 ZeRO-3" &&
         memcheck "$D/r3z3.jsonl" 3 3
 fi
@@ -121,7 +149,8 @@ if want mixed; then
     train m4z 2 2 --dp 4 --zero 1 &&
         compare "$D/ref.jsonl" "$D/m4z.jsonl" "mixed 2x2 ZeRO-1" && memcheck "$D/m4z.jsonl" 4 1
     train m4z2 2 2 --dp 4 --zero 2 &&
-        compare "$D/ref.jsonl" "$D/m4z2.jsonl" "mixed 2x2 ZeRO-2" && memcheck "$D/m4z2.jsonl" 4 2
+        compare "$D/ref.jsonl" "$D/m4z2.jsonl" "mixed 2x2 ZeRO-2" && memcheck "$D/m4z2.jsonl" 4 2 &&
+        workcheck "$D/m4z.jsonl" "$D/m4z2.jsonl" 4
 fi
 if want zero3; then
     need_ref

@@ -176,7 +176,7 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
     SACT(lnf, h * rowC, "the final LayerNorm");
     SREG(lnfm, h * stat, "the final LayerNorm's means");
     SREG(lnfr, h * BTl, "the final LayerNorm's deviations");
-    SACT(logits, h * ct__head_rows(loss_chunk, B, T) * Vl, "the logits");
+    SACT(logits, h * ct__head_rows(loss_chunk, B, T, spw ? Nw : 1) * Vl, "the logits");
     SREG(losses, h * BT, "the losses");
     SREG(lse, h * BT, "the log-sum-exp");
     SREG(loss, 1, "the loss");
@@ -192,6 +192,14 @@ void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw
     a->lrow = rowC, a->lst = BTl, a->lqkv = BT * Cq, a->latty = BT * Ca, a->lfc = BT * F;
     a->attL = att;
     a->lmoe = lmoe;
+}
+
+ct_params_plan ct__model_params_plan(const ct_gpt_config *c, const ct_layout *lay,
+                                     const ct_model_plan *plan) {
+    ct_params_plan pp = plan->chunks;
+    pp.wte_windows = lay->zero == 2 && plan->precision == CT_PRECISION_FP32 &&
+                     !(plan->sp && lay->tp > 1) && !ct_gpt_is_llama(c);
+    return pp;
 }
 
 const char *ct_precision_name(ct_precision p) {
@@ -334,18 +342,15 @@ ct_status ct__model_plan_check(const ct_gpt_config *cfg, const ct_layout *layout
                      "%s: a loss chunk of %d rows (0: none; else at least the sequence, %d, so a "
                      "forward without targets keeps a row's logits whole)",
                      plan->loss_chunk, max_T);
-    if (plan->loss_chunk > 0 && plan->sp && layout->tp > 1)
-        return PFAIL(CT_ERR_UNSUPPORTED,
-                     "%s: the head in chunks (loss chunk %d) with sequence parallelism is not "
-                     "built (its logits' product gathers the rows first)%s",
-                     plan->loss_chunk, "; drop --sequence-parallel or --loss-chunk");
     /* The limits that remain (docs/LIMITS.md, "64-bit sizes"): the element-wise and row-wise
      * kernels take any tensor, but a GEMM operand must lie below 2^31 elements (CLBlast hands
      * offsets and sizes to its kernels as int; cl/gemm.c checks every call), and so must the
      * GEMM attention's scores (ops_attention.c indexes them in int). */
     {
-        double big = 2147483647.0, head = (double)ct__head_rows(plan->loss_chunk, max_B, max_T) *
-                                          cfg->padded_vocab;
+        double big = 2147483647.0,
+               head = (double)ct__head_rows(plan->loss_chunk, max_B, max_T,
+                                            plan->sp && layout->tp > 1 ? layout->tp : 1) *
+                      cfg->padded_vocab;
         const char *tensor = head >= big ? "the head's logits (rows x Vp), a GEMM operand"
                            : (double)max_B * max_T * 4 * cfg->channels >= big
                                ? "the MLP's (B*T, 4C) activation, a GEMM operand"
@@ -469,7 +474,8 @@ static ct_status model_largest(const ct_gpt_config *cfg, const ct_layout *layout
                                const ct_coords *coords, const ct_model_plan *plan,
                                uint64_t *largest, ct_err *err) {
     ct_params *P = NULL;
-    ct_status st = ct_params_create(&P, cfg, layout, coords, &plan->chunks, NULL, err);
+    ct_params_plan pp = ct__model_params_plan(cfg, layout, plan);
+    ct_status st = ct_params_create(&P, cfg, layout, coords, &pp, NULL, err);
     if (st != CT_OK) return st;
     *largest = 0;
     ct_params_buf bufs[CT_PARAMS_MAX_BUFFERS];

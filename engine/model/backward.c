@@ -18,13 +18,32 @@ static ct_status final_norm_backward(ct_model *m, size_t sb, ct_view last, int r
                                  PV(lnfw, 0), SV(lnfm), SV(lnfr), rb, rt, C, 0);
 }
 
+/* ZeRO-2's wte gradient in windows (ct_params_wte_window rows each; the plan keeps them to fp32
+ * and no sequence parallelism): the head's weight gradient from n rows of dlogits (n, Vl) and
+ * their input x (n, C), one window of wte's rows at a time, each added to the host
+ * accumulator. */
+static ct_status head_dw_windows(ct_model *m, ct_view dlogits, ct_view x, size_t n) {
+    size_t wr = ct_params_wte_window(m->P), C = (size_t)m->cfg.channels;
+    size_t Vl = (size_t)m->cfg.padded_vocab / (size_t)m->N;
+    ct_view win = ct__model_head_weight(m, 1);
+    ct_status st = CT_OK;
+    for (size_t r0 = 0; r0 < Vl && st == CT_OK; r0 += wr) {
+        size_t nr = Vl - r0 < wr ? Vl - r0 : wr;
+        st = ct_gemm(m->dev, 1, 0, nr, C, n, 1.0f, dlogits.mem, dlogits.off + r0, Vl, x.mem, x.off,
+                     C, 1.0f, win.mem, win.off, C, NULL);
+        if (st == CT_OK && (st = ct_params_wte_window_add(m->P, r0, nr)) != CT_OK)
+            CT_ERR(&m->err, st, "%s", ct_params_errmsg(m->P));
+    }
+    return st;
+}
+
 ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     ct_status st = CT_OK;
     if ((st = check_slot(m, slot, "ct_model_head_backward")) != CT_OK) return st;
     slot_state *ss = &m->st[slot];
     int B = ss->B, T = ss->T, C = m->cfg.channels, Vp = m->cfg.padded_vocab, rb, rt;
     size_t BT = (size_t)B * T, sb = slot_base(m, slot);
-    size_t rows = ct__head_rows(m->plan.loss_chunk, B, T); /* < BT: the head runs in chunks */
+    size_t rows = ct__head_rows(m->plan.loss_chunk, B, T, m->sp ? m->N : 1); /* < BT: chunks */
     if ((!ss->logits_valid && rows == BT) || !ss->have_targets)
         return CT_ERR(&m->err, CT_ERR_STATE,
                       "ct_model_head_backward: needs a forward with targets first (and only one "
@@ -32,26 +51,40 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     row_shape(m, B, T, &rb, &rt);
     ct_view last = BA(blk[B_RES3], pos(m, last_layer(m)) * m->ar.lrow);
     ct_view hw = ct__model_head_weight(m, 0), dhw = ct__model_head_weight(m, 1);
+    int win = ct_params_wte_window(m->P) > 0; /* wte's gradient window by window, after dX */
+    if (win) dhw = ct_view_none();
     ss->logits_valid = 0; /* the logits become their gradient */
     ss->loss_scale = loss_scale;
     double tg_ = ct_time_now();
     if (rows < BT) {
         ss->have_targets = 0; /* one backward per forward */
         /* each chunk's logits again (the forward kept none), their gradient in place, and its
-         * products: the rows' part of dlnf, wte's gradient accumulated chunk by chunk */
-        for (size_t r0 = 0; r0 < BT; r0 += rows) {
-            int n = (int)(BT - r0 < rows ? BT - r0 : rows);
-            ct_view x = ct_view_at(SA(lnf), r0 * C), dx = ct_view_at(XA(dA), r0 * C);
+         * products: the rows' part of dlnf, wte's gradient accumulated chunk by chunk. Under
+         * sequence parallelism the chunks are forward.c's (k of each worker's rows, gathered):
+         * the gradient block by block, the input gradient's product over the chunk's gathered
+         * rows reduce-scattered onto this worker's k (in place, as the unchunked head does) */
+        size_t spn = m->sp ? (size_t)m->N : 1, BTl = BT / spn, kc = rows / spn;
+        size_t Vl = (size_t)Vp / m->N;
+        for (size_t l0 = 0; l0 < BTl; l0 += kc) {
+            size_t k = BTl - l0 < kc ? BTl - l0 : kc;
+            int n = (int)(k * spn);
+            ct_view x = ct_view_at(SA(lnf), l0 * C), dx = ct_view_at(XA(dA), l0 * C);
             RUN(CT_PROF_recompute,
                 ct_tp_col_forward(m->dev, m->tp, SA(logits), x, XA(xfull), hw, ct_view_none(), 1,
-                                  n, C, Vp / m->N));
-            RUN(CT_PROF_crossentropy_bwd,
-                ct_tp_crossentropy_backward(m->dev, m->tp, SA(logits), ct_view_at(SV(lse), r0),
-                                            ct_view_at(SV(targets), r0), loss_scale / (float)BT,
-                                            1, n, m->cfg.vocab, Vp));
+                                  n, C, (int)Vl));
+            for (size_t w = 0; w < spn; w++) {
+                size_t g0 = w * BTl + l0;
+                RUN(CT_PROF_crossentropy_bwd,
+                    ct_tp_crossentropy_backward(m->dev, m->tp, ct_view_at(SA(logits), w * k * Vl),
+                                                ct_view_at(SV(lse), g0),
+                                                ct_view_at(SV(targets), g0),
+                                                loss_scale / (float)BT, 1, (int)k, m->cfg.vocab,
+                                                Vp));
+            }
             RUN(CT_PROF_matmul_logits_bwd,
                 ct_tp_col_backward(m->dev, m->tp, dx, dhw, ct_view_none(), SA(logits), x,
-                                   XA(xfull), dx, hw, 1, n, C, Vp / m->N));
+                                   XA(xfull), dx, hw, 1, n, C, (int)Vl));
+            if (win) RUN(CT_PROF_matmul_logits_bwd, head_dw_windows(m, SA(logits), x, (size_t)n));
         }
         RUN(CT_PROF_layernorm_bwd, final_norm_backward(m, sb, last, rb, rt));
         GROUP("logits and loss backward");
@@ -63,6 +96,7 @@ ct_status ct_model_head_backward(ct_model *m, int slot, float loss_scale) {
     RUN(CT_PROF_matmul_logits_bwd,
         ct_tp_col_backward(m->dev, m->tp, XA(dA), dhw, ct_view_none(), SA(logits), SA(lnf),
                            XA(xfull), XA(dA), hw, B, T, C, Vp / m->N));
+    if (win) RUN(CT_PROF_matmul_logits_bwd, head_dw_windows(m, SA(logits), SA(lnf), BT));
     RUN(CT_PROF_layernorm_bwd, final_norm_backward(m, sb, last, rb, rt));
     GROUP("logits and loss backward");
 cleanup:
@@ -219,6 +253,24 @@ ct_status ct_model_embed_backward(ct_model *m, int slot) {
                       "ct_model_embed_backward: this worker does not hold the embedding");
     slot_state *ss = &m->st[slot];
     size_t sb = slot_base(m, slot);
+    size_t wr = ct_params_wte_window(m->P);
+    if (wr) {
+        /* ZeRO-2's wte gradient in windows (no sequence parallelism: dres holds every row):
+         * wpe's gradient once, each window's rows of wte added to the host accumulator */
+        size_t Vl = (size_t)m->cfg.padded_vocab / (size_t)m->N;
+        for (size_t r0 = 0; r0 < Vl; r0 += wr) {
+            size_t nr = Vl - r0 < wr ? Vl - r0 : wr;
+            RUN(CT_PROF_encoder_bwd,
+                ct_encoder_backward_vp(m->dev, GV(wte, 0), r0 ? ct_view_none() : GV(wpe, 0),
+                                       XA(dres), SV(tokens), ss->B, ss->T, m->cfg.channels,
+                                       (int)((size_t)m->r * Vl + r0), (int)nr));
+            if ((st = ct_params_wte_window_add(m->P, r0, nr)) != CT_OK) {
+                CT_ERR(&m->err, st, "%s", ct_params_errmsg(m->P));
+                goto cleanup;
+            }
+        }
+        goto cleanup;
+    }
     /* a Llama model has no positions: no wpe (the token embedding alone) */
     ct_view dwpe = ct_gpt_is_llama(&m->cfg) ? ct_view_none() : GV(wpe, 0);
     RUN(CT_PROF_encoder_bwd, ct_tp_embed_backward(m->dev, m->tp, GV(wte, 0), dwpe, XA(dres),

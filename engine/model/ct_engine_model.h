@@ -115,8 +115,9 @@ typedef struct ct_model_plan {
     /* The head in chunks of loss_chunk rows (0: all rows at once): the logits of one chunk at a
      * time (chunk x Vp/tp floats instead of B x T x Vp/tp), their loss and, in the backward, their
      * gradient from the same chunk's logits computed again (one more logits product). Needs
-     * loss_chunk >= max_T (a forward without targets, sampling's, keeps one row's logits whole);
-     * not built with sequence parallelism. */
+     * loss_chunk >= max_T (a forward without targets, sampling's, keeps one row's logits whole).
+     * Under sequence parallelism over tp workers a chunk is loss_chunk/tp of each worker's rows,
+     * gathered (ct__head_rows). */
     int loss_chunk;
     ct_precision precision; /* fp32 (0, default) or bf16 (above) */
     /* The GEMM paths (ct_gemm_plan_make, engine/model/ct_engine_gemm.h): NULL keeps the

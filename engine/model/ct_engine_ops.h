@@ -308,7 +308,7 @@ ct_status ct_encoder_forward_vp(ct_device *dev, ct_view out /* (B,T,C) = */,
                                 int add_wpe);
 /* dwte += the rows of dout whose token is in [lo, lo+Vl); dwpe += sum over b of dout. */
 ct_status ct_encoder_backward_vp(ct_device *dev, ct_view dwte /* (Vl,C) += */,
-                                 ct_view dwpe /* (>=T,C) += */, ct_view dout /* (B,T,C) */,
+                                 ct_view dwpe /* (>=T,C) +=; none: skipped */, ct_view dout /* (B,T,C) */,
                                  ct_view inp /* (B,T) int32 */, int B, int T, int C, int lo,
                                  int Vl);
 /* dst = a + b (max_op 0) or max(a, b) elementwise, n floats; the views may be memory of other

@@ -23,9 +23,10 @@
  * ZeRO over the DP group (N workers): stage >= 1 pads the flat length to N * shard and keeps Adam
  * m, v only for this worker's shard [lo, hi); the experts' region is padded to a multiple of
  * dp / ep and sharded over the expert-data-parallel group instead (m, v = [expert shard | DP
- * shard]: ct_params_shards). Stages 2 and 3 are refused with experts. Stage 2: the gradient buffer becomes a WORKING
- * buffer [wte wpe | layer slot 0 | layer slot 1 | lnf] (layer l in slot l % 2) and the averaged
- * gradients live in a shard buffer. Stage 3: the same for the parameters (the shard is the
+ * shard]: ct_params_shards). Stage 2: the gradient buffer becomes a WORKING
+ * buffer [experts | wte wpe | layer slot 0 | layer slot 1 | lnf] (layer l in slot l % 2; wte
+ * only a window of its rows when ct_params_plan.wte_windows) and the averaged gradients live in
+ * a shard buffer. Stage 3: the same for the parameters (the shard is the
  * storage; the working buffer is filled by gathers before each use). ct_params_pview/gview hide
  * the difference from the layer math.
  *
@@ -58,6 +59,11 @@ typedef struct ct_params ct_params;
 typedef struct ct_params_plan {
     int nchunks;
     int lo[CT_MAX_CHUNKS], hi[CT_MAX_CHUNKS];
+    /* ZeRO-2 with dp > 1 and a tied wte held: its gradient has no whole (Vl, C) room in the
+     * working buffer, only a window of ceil(Vl/dp) rows; the model writes it window by window
+     * and adds each to a host accumulator (ct_params_wte_window_add), which the reducer takes.
+     * Set by the model's plan (ct__model_wte_windows: fp32, no sequence parallelism). */
+    int wte_windows;
 } ct_params_plan;
 
 /* The worker's layout (tp > 1: this TP rank's slice of every split tensor, engine/tp.c)
@@ -160,6 +166,15 @@ size_t ct_params_work_len(const ct_params *P);
 /* Floats of the parameter buffer (ct_params_buffer): the flat layout, or under ZeRO-3 the
  * working buffer (what a bf16 model's working copy mirrors). */
 size_t ct_params_buffer_len(const ct_params *P);
+/* ZeRO-2's wte gradient in windows (ct_params_plan.wte_windows): rows per window (0: wte's
+ * gradient is whole in the gradient buffer, ct_params_gv as for any tensor; else gv(wte) is the
+ * window); the host accumulator, this worker's wte slice (Vl x C floats) summed over the windows
+ * added since the reducer last took it (ct_params_wte_host_take: copied out and zeroed); host
+ * bytes of the two (accumulator and a window's read buffer). */
+size_t ct_params_wte_window(const ct_params *P);
+ct_status ct_params_wte_window_add(ct_params *P, size_t row0, size_t nrows);
+void ct_params_wte_host_take(ct_params *P, float *dst);
+size_t ct_params_host_bytes(const ct_params *P);
 /* ZeRO-3's parameter working buffer: [experts | wpe | R | lnf], where R holds either wte (when
  * the embedding or the head reads it) or the two block slots (their gathers take wte's place):
  * where flat position f lies in it, and R's start, wte's and a slot's floats. */

@@ -204,7 +204,7 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
     else
         RUN(CT_PROF_layernorm_fwd, ct_layernorm_forward(m->dev, SA(lnf), SV(lnfm), SV(lnfr), last,
                                                    PV(lnfw, 0), PV(lnfb, 0), rb, rt, C));
-    size_t rows = ct__head_rows(m->plan.loss_chunk, B, T);
+    size_t rows = ct__head_rows(m->plan.loss_chunk, B, T, m->sp ? m->N : 1);
     if (rows < BT) {
         if (!targets) {
             st = CT_ERR(&m->err, CT_ERR_ARG,
@@ -213,16 +213,26 @@ ct_status ct_model_head_forward(ct_model *m, int slot, const int *targets, float
                         BT, rows);
             goto cleanup;
         }
-        /* in chunks of rows: each chunk's logits, then its losses (the logits are not kept) */
-        for (size_t r0 = 0; r0 < BT; r0 += rows) {
-            int n = (int)(BT - r0 < rows ? BT - r0 : rows);
+        /* in chunks of rows: each chunk's logits, then its losses (the logits are not kept).
+         * Under sequence parallelism a chunk is rows k = rows/N from each worker's BT/N, l0 on,
+         * gathered by the product: its logits' block w are global rows w BT/N + l0 .. + k, so
+         * the losses go block by block */
+        size_t spn = m->sp ? (size_t)m->N : 1, BTl = BT / spn, kc = rows / spn;
+        size_t Vl = (size_t)Vp / m->N;
+        for (size_t l0 = 0; l0 < BTl; l0 += kc) {
+            size_t k = BTl - l0 < kc ? BTl - l0 : kc;
             RUN(CT_PROF_matmul_logits_fwd,
-                ct_tp_col_forward(m->dev, m->tp, SA(logits), ct_view_at(SA(lnf), r0 * C),
-                                  XA(xfull), headw, ct_view_none(), 1, n, C, Vp / m->N));
-            RUN(CT_PROF_crossentropy_fwd,
-                ct_tp_crossentropy_forward(m->dev, m->tp, ct_view_at(SV(losses), r0),
-                                           ct_view_at(SV(lse), r0), XV(stats), SA(logits),
-                                           ct_view_at(SV(targets), r0), 1, n, m->cfg.vocab, Vp));
+                ct_tp_col_forward(m->dev, m->tp, SA(logits), ct_view_at(SA(lnf), l0 * C),
+                                  XA(xfull), headw, ct_view_none(), 1, (int)(k * spn), C,
+                                  (int)Vl));
+            for (size_t w = 0; w < spn; w++) {
+                size_t g0 = w * BTl + l0;
+                RUN(CT_PROF_crossentropy_fwd,
+                    ct_tp_crossentropy_forward(
+                        m->dev, m->tp, ct_view_at(SV(losses), g0), ct_view_at(SV(lse), g0),
+                        XV(stats), ct_view_at(SA(logits), w * k * Vl),
+                        ct_view_at(SV(targets), g0), 1, (int)k, m->cfg.vocab, Vp));
+            }
         }
         ss->have_targets = 1;
         ss->logits_valid = 0;

@@ -160,7 +160,8 @@ ct_status ct_model_create_plan(ct_model **out, const ct_gpt_config *cfg, const c
     m->N = N, m->r = coords->tp_rank, m->sp = N > 1 && plan->sp;
     m->plan.sp = m->sp;
     if (N == 1) m->plan.tp = NULL;
-    if ((st = ct_params_create(&m->P, cfg, layout, coords, &plan->chunks, dev, err)) != CT_OK)
+    ct_params_plan pplan = ct__model_params_plan(cfg, layout, plan);
+    if ((st = ct_params_create(&m->P, cfg, layout, coords, &pplan, dev, err)) != CT_OK)
         goto cleanup;
     m->chunk_of = ct_malloc(sizeof(int) * (size_t)cfg->layers);
     m->st = ct_calloc((size_t)plan->slots, sizeof *m->st);

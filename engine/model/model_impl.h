@@ -216,10 +216,19 @@ ct_status ct__model_block_run(ct_model *m, int slot, int l, int recompute);
 void ct__model_plan_arena(arena_plan *a, const ct_gpt_config *c, int Nw, int spw, int nbw,
                           int head, ct_attn_path attn, int B, int T, int split, ct_recompute rc,
                           size_t lmoe, size_t xmoe, int loss_chunk, int bf16);
-/* Rows of the logits the head holds at once: loss_chunk, or every row of the micro-batch. */
-static inline size_t ct__head_rows(int loss_chunk, int B, int T) {
-    size_t BT = (size_t)B * T;
-    return loss_chunk > 0 && (size_t)loss_chunk < BT ? (size_t)loss_chunk : BT;
+/* The parameters' plan a model plan gives (ct_params_plan.wte_windows: under ZeRO-2, wte's
+ * gradient window by window where the head and embedding can write it so: a tied GPT-2 wte, fp32,
+ * no sequence parallelism); model.c, the arena's memory query and the memory model ask it. */
+ct_params_plan ct__model_params_plan(const ct_gpt_config *c, const ct_layout *lay,
+                                     const ct_model_plan *plan);
+/* Rows of the logits the head holds at once: every row of the micro-batch, or a chunk of at
+ * most loss_chunk rows. Under sequence parallelism over spn workers (else spn 1) a chunk is
+ * loss_chunk/spn (at least 1) of each worker's rows, gathered: spn times that many rows. */
+static inline size_t ct__head_rows(int loss_chunk, int B, int T, int spn) {
+    size_t BT = (size_t)B * T, n = spn > 1 ? (size_t)spn : 1;
+    if (loss_chunk <= 0 || (size_t)loss_chunk >= BT) return BT;
+    size_t k = (size_t)loss_chunk / n;
+    return (k ? k : 1) * n;
 }
 /* The arena's indivisible parts as byte offsets into malloc'd arrays (the caller frees both);
  * 0 when out of host memory. */

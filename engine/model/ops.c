@@ -512,7 +512,7 @@ ct_status ct_encoder_backward_vp(ct_device *dev, ct_view dwte, ct_view dwpe, ct_
     {
         karg a[] = {KMEM(dwte), KMEM(dout), KMEM(inp), KINT(B * T), KINT(C), KINT(lo), KINT(Vl)};
         st = ct__ops_launch(dev, "tp", "encoder_backward_wte_vp", bf, (size_t)C, 64, a, NARGS(a));
-        if (st != CT_OK) return st;
+        if (st != CT_OK || !dwpe.mem) return st; /* no dwpe: wte's rows only */
     }
     karg a[] = {KMEM(dwpe), KMEM(dout), KINT(B), KINT(T), KINT(C)};
     return ct__ops_launch(dev, "encoder", "encoder_backward_wpe", bf, (size_t)T * C, 256, a,

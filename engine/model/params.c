@@ -1,51 +1,14 @@
 /* params.c - one worker's parameter layout (see ct_engine_params.h): which tensors, layers and
  * TP slices it holds, their places in the flat and working buffers, the device arrays (arenas
- * cut between slices), table <-> flat copies and the initialisation. No layer math here
- * (model.c) and no communication (grads.c, zero.c). */
-#include <math.h>
+ * cut between slices), ZeRO-2's wte gradient windows and their host accumulator. The copies and
+ * the initialisation are params_copy.c's. No layer math here (model.c) and no communication
+ * (grads.c, zero.c). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "ct_engine_params.h"
-#include "ct_engine_rng.h"
+#include "params_impl.h"
 
-struct ct_params {
-    ct_gpt_config cfg;
-    ct_layout lay;
-    ct_coords at;
-    ct_device *dev;
-    int tp, tr; /* TP size and rank */
-    int el0, nel; /* experts held: [el0, el0 + nel) of each block (E / ep of them) */
-    int ne, nr;   /* the expert-data-parallel group: dp / ep workers holding the same experts;
-                     this worker's rank in it (dp_rank / ep) */
-    ct_gpt_tensor_info t[CT_GPT_NUM_TENSORS];
-    size_t toff[CT_GPT_NUM_TENSORS]; /* offset of the whole tensor in table order */
-    size_t tsize[CT_GPT_NUM_TENSORS]; /* floats of the whole tensor (all layers) */
-    size_t slen[CT_GPT_NUM_TENSORS];  /* floats of this worker's slice of one (tensor, layer) */
-    int nchunks, clo[CT_MAX_CHUNKS], chi[CT_MAX_CHUNKS];
-    int *local;   /* [L]: position of block l among the held blocks, or -1 */
-    int nheld;    /* held blocks */
-    int embed, head;
-    /* flat layout: [experts of the held blocks (estride each, padded to xpad) | wte? | wpe? |
-     * held blocks (lstride each) | lnfw lnfb?] */
-    size_t foff[CT_GPT_NUM_TENSORS]; /* non-block tensors: flat offset; block tensors: offset
-                                        within a block; expert tensors: within a block's experts */
-    size_t estride, xlen, xpad; /* experts: floats per held block, real, padded to ne * shard */
-    size_t lbase, lstride, lnf_lo, local_len, flat, lo, hi, opt_len, wlen, nparams;
-    /* ZeRO-3's parameter working buffer: [experts | wpe | R | lnf], R (pr0, prlen floats) holding
-     * either wte or the two block slots: wte is gathered when the embedding or the head reads
-     * it, and the blocks' gathers take its place after */
-    size_t pr0, prlen, pwlen;
-    /* the optimizer's shard as runs of the flat layout, in the order Adam's m, v store them:
-     * ZeRO >= 1 with experts: [the expert shard over the expert-data-parallel group | the DP
-     * shard of the rest]; otherwise one run [lo, hi) */
-    int nsh;
-    size_t shlo[2], shhi[2];
-    ct_arena *params, *pshard, *grads, *gshard, *adam_m, *adam_v;
-    ct_err err;
-};
 
-static int is_block(int i) { return i >= CT_GPT_ln1w && i <= CT_GPT_fcprojb; }
 
 /* Floats of rank r's slice of one (rows, cols) slice of a tensor split `s` over tp. */
 static size_t split_len(const ct_gpt_tensor_info *t, int tp) {
@@ -58,9 +21,6 @@ static size_t split_len(const ct_gpt_tensor_info *t, int tp) {
     }
 }
 
-static int holds(const ct_params *P, int i) {
-    return ct_gpt_stage_holds(i, P->nheld, P->embed, P->head);
-}
 
 /* How a buffer lays the parameters out: the flat layout, the ZeRO working buffer, or the
  * optimizer's shard (its runs back to back). */
@@ -368,14 +328,26 @@ ct_status ct_params_create(ct_params **out, const ct_gpt_config *cfg, const ct_l
      * there (gathered once per pass over the expert-data-parallel group, their gradients
      * reduced once per step); the dense blocks take turns in two slots */
     int slots = P->nheld < 2 ? P->nheld : 2;
-    P->wlen = P->lbase + (size_t)slots * P->lstride + (P->local_len - P->lnf_lo);
     size_t wte_len = holds(P, CT_GPT_wte) ? P->slen[CT_GPT_wte] : 0;
+    P->wwin = P->wshift = 0;
+    if (layout->zero == 2 && dp > 1 && plan && plan->wte_windows && wte_len &&
+        !ct_gpt_has_lm_head(cfg)) {
+        size_t rows = wte_len / (size_t)cfg->channels;
+        P->wwin = (rows + (size_t)dp - 1) / (size_t)dp;
+        P->wshift = wte_len - P->wwin * (size_t)cfg->channels;
+    }
+    P->wlen = P->lbase + (size_t)slots * P->lstride + (P->local_len - P->lnf_lo) - P->wshift;
     P->pr0 = P->lbase - wte_len;
     P->prlen = (size_t)slots * P->lstride > wte_len ? (size_t)slots * P->lstride : wte_len;
     P->pwlen = P->pr0 + P->prlen + (P->local_len - P->lnf_lo);
     if (!dev) { /* the layout only: what the memory model reads (ct_params_buffers) */
         *out = P;
         return CT_OK;
+    }
+    if (P->wwin && (!(P->whost = ct_calloc(wte_len, sizeof(float))) ||
+                    !(P->wtmp = ct_malloc(P->wwin * (size_t)cfg->channels * sizeof(float))))) {
+        ct_params_free(P);
+        return CT_ERR(err, CT_ERR_NOMEM, "ct_params_create: out of host memory (wte's gradient)");
     }
     ct_params_buf bufs[CT_PARAMS_MAX_BUFFERS];
     ct_arena **dst[CT_PARAMS_MAX_BUFFERS];
@@ -399,8 +371,42 @@ void ct_params_free(ct_params *P) {
     ct_arena_free(P->gshard);
     ct_arena_free(P->adam_m);
     ct_arena_free(P->adam_v);
+    free(P->whost);
+    free(P->wtmp);
     free(P->local);
     free(P);
+}
+
+size_t ct_params_wte_window(const ct_params *P) { return P->wwin; }
+
+size_t ct_params_host_bytes(const ct_params *P) {
+    return P->wwin ? (P->slen[CT_GPT_wte] + P->wwin * (size_t)P->cfg.channels) * sizeof(float)
+                   : 0;
+}
+
+/* Rows [row0, row0 + nrows) of wte's gradient, written into the window's first nrows rows, added
+ * to the host accumulator; the window zeroed behind the read (a blocking read: the next window's
+ * product waits for it). */
+ct_status ct_params_wte_window_add(ct_params *P, size_t row0, size_t nrows) {
+    size_t C = (size_t)P->cfg.channels, n = nrows * C, off = ct_params_gview(P, CT_GPT_wte, 0);
+    if (!P->wwin || nrows > P->wwin || (row0 + nrows) * C > P->slen[CT_GPT_wte])
+        return CT_ERR(&P->err, CT_ERR_ARG,
+                      "ct_params_wte_window_add: rows [%zu, %zu) are no window of wte's gradient",
+                      row0, row0 + nrows);
+    ct_status st = ct_arena_read(P->grads, off * sizeof(float), P->wtmp, n * sizeof(float));
+    if (st == CT_OK) st = ct_arena_zero(P->grads, off * sizeof(float), n * sizeof(float));
+    if (st != CT_OK)
+        return CT_ERR(&P->err, st, "wte's gradient window: %s", ct_device_errmsg(P->dev));
+    float *h = P->whost + row0 * C;
+    for (size_t i = 0; i < n; i++) h[i] += P->wtmp[i];
+    return CT_OK;
+}
+
+void ct_params_wte_host_take(ct_params *P, float *dst) {
+    size_t n = P->slen[CT_GPT_wte];
+    if (!P->wwin) return;
+    memcpy(dst, P->whost, n * sizeof(float));
+    memset(P->whost, 0, n * sizeof(float));
 }
 
 const char *ct_params_errmsg(const ct_params *P) { return P->err.msg; }
@@ -490,13 +496,18 @@ void ct_params_wte_range(const ct_params *P, size_t *lo, size_t *hi) {
 }
 
 size_t ct_params_work_off(const ct_params *P, size_t f) {
-    if (f < P->lbase) return f;
+    size_t w0, w1, s = P->wshift;
+    ct_params_wte_range(P, &w0, &w1);
+    if (P->wwin && f >= w0 && f < w1) /* wte's window: row r at r mod the window's rows */
+        return w0 + (f - w0) % (P->wwin * (size_t)P->cfg.channels);
+    if (f < w0 || (!s && f < P->lbase)) return f;
+    if (f < P->lbase) return f - s;
     if (f >= P->lnf_lo) {
         int slots = P->nheld < 2 ? P->nheld : 2;
-        return P->lbase + (size_t)slots * P->lstride + (f - P->lnf_lo);
+        return P->lbase - s + (size_t)slots * P->lstride + (f - P->lnf_lo);
     }
     size_t k = (f - P->lbase) / P->lstride; /* local block index */
-    return P->lbase + (k % 2) * P->lstride + (f - P->lbase - k * P->lstride);
+    return P->lbase - s + (k % 2) * P->lstride + (f - P->lbase - k * P->lstride);
 }
 size_t ct_params_work_len(const ct_params *P) { return P->wlen; }
 size_t ct_params_buffer_len(const ct_params *P) { return P->lay.zero >= 3 ? P->pwlen : P->flat; }
@@ -531,211 +542,4 @@ ct_view ct_params_pv(const ct_params *P, int i, int l) {
 }
 ct_view ct_params_gv(const ct_params *P, int i, int l) {
     return ct_arena_view(P->grads, ct_params_gview(P, i, l));
-}
-
-/* ------------------------------------------------------------------ table <-> flat */
-
-/* The runs of one (rows, cols) slice of tensor i (info t, table offset tb) that this TP rank
- * holds, at flat offset fb on: row splits by sections (ct_gpt_split_sections) */
-static int split_pieces(const ct_params *P, int i, const ct_gpt_tensor_info *t, size_t tb,
-                        size_t fb, ct_params_piece_fn fn, void *user) {
-    size_t r = (size_t)P->tr, n = (size_t)P->tp;
-    switch (t->split) {
-    case CT_SPLIT_QKV:
-    case CT_SPLIT_COL:
-    case CT_SPLIT_VOCAB: {
-        size_t sec[3], at = 0;
-        int ns = t->split == CT_SPLIT_VOCAB ? (sec[0] = t->rows, 1)
-                                            : ct_gpt_split_sections(&P->cfg, i, t->rows, sec);
-        if (n == 1) return fn(user, tb, fb, t->rows * t->cols);
-        for (int s = 0; s < ns; s++) {
-            size_t per = sec[s] / n * t->cols;
-            int rc = fn(user, tb + at * t->cols + r * per, fb, per);
-            if (rc) return rc;
-            at += sec[s], fb += per;
-        }
-        return 0;
-    }
-    case CT_SPLIT_ROW: {
-        size_t w = t->cols / n;
-        if (n == 1) return fn(user, tb, fb, t->rows * t->cols);
-        for (size_t row = 0; row < t->rows; row++) {
-            int rc = fn(user, tb + row * t->cols + r * w, fb + row * w, w);
-            if (rc) return rc;
-        }
-        return 0;
-    }
-    default: return fn(user, tb, fb, t->rows * t->cols);
-    }
-}
-
-int ct_params_pieces(const ct_params *P, int i, int l, ct_params_piece_fn fn, void *user) {
-    const ct_gpt_tensor_info *t = &P->t[i];
-    size_t one = t->rows * t->cols; /* one slice in table order */
-    size_t tb = P->toff[i] + (t->per_layer ? (size_t)l * (size_t)t->experts * one : 0);
-    size_t fb = ct_params_flat_off(P, i, l);
-    if (!t->expert) return split_pieces(P, i, t, tb, fb, fn, user);
-    /* this worker's experts of block l, each split over TP as a dense tensor would be */
-    size_t per = P->slen[i] / (size_t)(P->nel ? P->nel : 1);
-    for (int e = 0; e < P->nel; e++) {
-        int rc = split_pieces(P, i, t, tb + (size_t)(P->el0 + e) * one, fb + (size_t)e * per, fn,
-                              user);
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-typedef struct copy_ctx {
-    const float *src;
-    float *dst;
-    int to_flat;
-} copy_ctx;
-
-static int copy_piece(void *user, size_t toff, size_t foff, size_t n) {
-    copy_ctx *c = (copy_ctx *)user;
-    if (c->to_flat) memcpy(c->dst + foff, c->src + toff, n * sizeof(float));
-    else memcpy(c->dst + toff, c->src + foff, n * sizeof(float));
-    return 0;
-}
-
-/* Every held (tensor, layer). */
-#define FOR_HELD(P, i, l)                                                                          \
-    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++)                                                   \
-        if (holds(P, i))                                                                           \
-            for (int l = 0; l < (is_block(i) ? (P)->cfg.layers : 1); l++)                          \
-                if (!is_block(i) || (P)->local[l] >= 0)
-
-void ct_params_table_to_flat(const ct_params *P, const float *table, float *flat) {
-    copy_ctx c = {table, flat, 1};
-    FOR_HELD(P, i, l) ct_params_pieces(P, i, l, copy_piece, &c);
-    if (P->xpad > P->xlen) memset(flat + P->xlen, 0, (P->xpad - P->xlen) * sizeof(float));
-    if (P->flat > P->local_len)
-        memset(flat + P->local_len, 0, (P->flat - P->local_len) * sizeof(float));
-}
-
-void ct_params_flat_to_table(const ct_params *P, const float *flat, float *table) {
-    copy_ctx c = {flat, table, 0};
-    FOR_HELD(P, i, l) ct_params_pieces(P, i, l, copy_piece, &c);
-}
-
-/* ------------------------------------------------------------------ host copies */
-
-/* Buffer b holds the flat runs [lo[k], hi[k]) one after another: writes set them (from the
- * whole table-order array), reads fill only those runs' pieces of the table-order array. */
-static ct_status copy_runs(ct_params *P, ct_arena *b, int nr, const size_t *lo, const size_t *hi,
-                           const float *src, float *dst, size_t n, const char *what) {
-    if (n != P->nparams)
-        return CT_ERR(&P->err, CT_ERR_ARG, "%s: %zu floats given, the model has %zu", what, n,
-                      P->nparams);
-    float *flat = ct_malloc(P->flat * sizeof(float));
-    if (!flat) return CT_ERR(&P->err, CT_ERR_NOMEM, "%s: out of host memory", what);
-    ct_status st = CT_OK;
-    size_t at = 0, cover = 0;
-    for (int k = 0; k < nr; k++) cover += hi[k] - lo[k];
-    if (src) {
-        ct_params_table_to_flat(P, src, flat);
-        for (int k = 0; k < nr && st == CT_OK; k++) {
-            st = ct_arena_write(b, at * sizeof(float), flat + lo[k], (hi[k] - lo[k]) * sizeof(float));
-            at += hi[k] - lo[k];
-        }
-    } else {
-        if (cover < P->flat) ct_params_table_to_flat(P, dst, flat);
-        for (int k = 0; k < nr && st == CT_OK; k++) {
-            st = ct_arena_read(b, at * sizeof(float), flat + lo[k], (hi[k] - lo[k]) * sizeof(float));
-            at += hi[k] - lo[k];
-        }
-        if (st == CT_OK) ct_params_flat_to_table(P, flat, dst);
-    }
-    free(flat);
-    if (st != CT_OK) CT_ERR(&P->err, st, "%s: %s", what, ct_device_errmsg(P->dev));
-    return st;
-}
-static ct_status copy_flat(ct_params *P, ct_arena *b, const float *src, float *dst, size_t n,
-                           const char *what) {
-    size_t lo = 0, hi = P->flat;
-    return copy_runs(P, b, 1, &lo, &hi, src, dst, n, what);
-}
-static ct_status copy_shard(ct_params *P, ct_arena *b, const float *src, float *dst, size_t n,
-                            const char *what) {
-    return copy_runs(P, b, P->nsh, P->shlo, P->shhi, src, dst, n, what);
-}
-
-ct_status ct_params_set(ct_params *P, const float *h, size_t n) {
-    if (P->pshard) return copy_shard(P, P->pshard, h, NULL, n, "set_params");
-    return copy_flat(P, P->params, h, NULL, n, "set_params");
-}
-ct_status ct_params_get(ct_params *P, float *h, size_t n) {
-    if (P->pshard) return copy_shard(P, P->pshard, NULL, h, n, "get_params");
-    return copy_flat(P, P->params, NULL, h, n, "get_params");
-}
-static ct_status no_full_grads(ct_params *P, const char *what) {
-    return CT_ERR(&P->err, CT_ERR_STATE,
-                  "%s: under ZeRO-2 no worker holds the whole gradient (only its shard)", what);
-}
-ct_status ct_params_set_grads(ct_params *P, const float *h, size_t n) {
-    if (P->gshard) return no_full_grads(P, "set_grads");
-    return copy_flat(P, P->grads, h, NULL, n, "set_grads");
-}
-ct_status ct_params_get_grads(ct_params *P, float *h, size_t n) {
-    if (P->gshard) return no_full_grads(P, "get_grads");
-    return copy_flat(P, P->grads, NULL, h, n, "get_grads");
-}
-ct_status ct_params_set_optimizer(ct_params *P, const float *am, const float *av, size_t n) {
-    ct_status st = CT_OK;
-    if (am) st = copy_shard(P, P->adam_m, am, NULL, n, "set_optimizer (m)");
-    if (st == CT_OK && av) st = copy_shard(P, P->adam_v, av, NULL, n, "set_optimizer (v)");
-    return st;
-}
-ct_status ct_params_get_optimizer(ct_params *P, float *am, float *av, size_t n) {
-    ct_status st = CT_OK;
-    if (am) st = copy_shard(P, P->adam_m, NULL, am, n, "get_optimizer (m)");
-    if (st == CT_OK && av) st = copy_shard(P, P->adam_v, NULL, av, n, "get_optimizer (v)");
-    return st;
-}
-
-ct_status ct_params_zero_grads(ct_params *P) {
-    ct_status st = ct_arena_zero(P->grads, 0, ct_arena_bytes(P->grads));
-    if (st != CT_OK) CT_ERR(&P->err, st, "zero_grad: %s", ct_device_errmsg(P->dev));
-    return st;
-}
-
-/* ------------------------------------------------------------------ init */
-
-/* Standard normal number `i` of the stream `seed` (Box-Muller on two counter-based uniforms). */
-static double normal_at(uint64_t seed, uint64_t i) {
-    uint64_t k = ct_mix64(seed);
-    double u1 = ((double)(ct_mix64(k ^ (2 * i)) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-    double u2 = (double)(ct_mix64(k ^ (2 * i + 1)) >> 11) * 0x1.0p-53;     /* [0, 1) */
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-ct_status ct_params_init_random(ct_params *P, uint64_t seed) {
-    float *h = ct_malloc(P->nparams * sizeof *h);
-    if (!h) return CT_ERR(&P->err, CT_ERR_NOMEM, "init: out of host memory");
-    const ct_gpt_config *c = &P->cfg;
-    double resid = 0.02 / sqrt(2.0 * c->layers);
-    /* Only the pieces this worker holds need values; drawing the whole table keeps the code
-     * one loop and costs host time only once per run. */
-    for (int i = 0; i < CT_GPT_NUM_TENSORS; i++) {
-        float *p = h + P->toff[i];
-        size_t n = P->tsize[i], nrand = n;
-        double std = 0.0, fill = 0.0;
-        switch (P->t[i].init) {
-        case CT_INIT_NORMAL_VOCAB: std = 0.02, nrand = (size_t)c->vocab * c->channels; break;
-        case CT_INIT_NORMAL: std = 0.02; break;
-        case CT_INIT_RESID: std = resid; break;
-        case CT_INIT_ONE: fill = 1.0; break;
-        default: break;
-        }
-        if (!holds(P, i)) continue;
-        for (size_t k = 0; k < n; k++)
-            p[k] = (std > 0.0 && k < nrand) ? (float)(std * normal_at(seed, P->toff[i] + k))
-                                            : (float)(std > 0.0 ? 0.0 : fill);
-    }
-    ct_status st = ct_params_set(P, h, P->nparams);
-    free(h);
-    if (st == CT_OK) st = ct_arena_zero(P->adam_m, 0, P->opt_len * sizeof(float));
-    if (st == CT_OK) st = ct_arena_zero(P->adam_v, 0, P->opt_len * sizeof(float));
-    if (st != CT_OK && !P->err.msg[0]) CT_ERR(&P->err, st, "init: %s", ct_device_errmsg(P->dev));
-    return st;
 }

@@ -25,6 +25,10 @@ typedef struct ct__arena {
 ct_status ct__model_arena_plan(const ct_gpt_config *cfg, const ct_params *P,
                                const ct_model_plan *plan, ct__arena *out, ct_err *err);
 
+/* The parameters' plan of a model plan (arena.c: ZeRO-2's wte gradient windows decided once). */
+ct_params_plan ct__model_params_plan(const ct_gpt_config *c, const ct_layout *lay,
+                                     const ct_model_plan *plan);
+
 /* The executor's gradient ranges for P (step.c): dp, edp (the experts' data-parallel group),
  * emb, tpg are the groups each range is reduced over (NULL: none); only stored and compared, so
  * stand-ins will do. *out malloc'd. */

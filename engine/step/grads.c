@@ -27,9 +27,11 @@
  * reduction only. Every micro-step's buckets leave (the full gradient is never kept) but a
  * range outside the slots with a second group (the tied wte, whose pipeline ends do not run a
  * micro-step's backward at the same time), which accumulates and leaves once, at the action
- * that finishes it. The thread adds this worker's part of each reduced bucket to a host shard
- * accumulator; ct_grads_finish writes the shard to the device and sums the shards' squares over
- * the group.
+ * that finishes it. wte's gradient in windows (ct_params_wte_window) is no device range: its
+ * bucket takes it from the parameters' host accumulator, which the head's and the embedding's
+ * backward filled window by window. The thread adds this worker's part of each reduced bucket to
+ * a host shard accumulator; ct_grads_finish writes the shard to the device and sums the shards'
+ * squares over the group.
  *
  * --grad-reduce bf16 (ct_grads_opts.wire_bf16): the buckets cross as bf16, half the bytes.
  * parallel/'s reductions combine in the type on the wire, and it has no bf16 type: summing bf16
@@ -116,7 +118,8 @@ const char *ct_grads_errmsg(const ct_grads *g) { return g->err.msg; }
 int ct_grads_num_buckets(const ct_grads *g) { return g->nb; }
 size_t ct_grads_host_bytes(const ct_grads *g) {
     return (g->stage_floats + (g->acc ? g->opt_len : 0)) * sizeof(float) +
-           (g->wire ? 2 * (size_t)WIRE_ELEMS * sizeof(uint16_t) : 0);
+           (g->wire ? 2 * (size_t)WIRE_ELEMS * sizeof(uint16_t) : 0) +
+           ct_params_host_bytes(g->P);
 }
 
 /* ZeRO-2: add p (flat [lo, hi)) into the accumulator where it meets this worker's shard runs. */
@@ -388,7 +391,8 @@ ct_status ct__grads_host_bytes_plan(const ct_params *P, const ct_grad_range *ran
     if (st == CT_OK)
         *bytes = (stage_floats(&g) + (g.zero >= 2 ? ct_params_opt_len(P) : 0)) *
                      sizeof(float) +
-                 (o->wire_bf16 ? 2 * (size_t)WIRE_ELEMS * sizeof(uint16_t) : 0);
+                 (o->wire_bf16 ? 2 * (size_t)WIRE_ELEMS * sizeof(uint16_t) : 0) +
+                 ct_params_host_bytes(P);
     else
         CT_ERR(err, st, "%s", g.err.msg);
     free(g.b);
@@ -547,10 +551,27 @@ static ct_status post_bucket(ct_grads *g, int k) {
         pthread_mutex_unlock(&g->mu);
         g->times.exposed_ms += 1e3 * (ct_time_now() - t0);
     }
-    ct_status st = ct_arena_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
-                                        g->stage + g->b[k].lo, &g->ev[k]);
-    if (st == CT_OK && g->zero >= 2)
-        st = ct_arena_zero(gb, g->b[k].work * sizeof(float), n * sizeof(float));
+    size_t w0, w1;
+    ct_params_wte_range(g->P, &w0, &w1);
+    ct_status st = CT_OK;
+    size_t lo = g->b[k].lo, hi = g->b[k].hi;
+    if (ct_params_wte_window(g->P) && lo <= w0 && hi >= w1 && w1 > w0) {
+        /* wte's gradient in windows: already summed on the host (ct_params_wte_window_add); the
+         * bucket's other tensors (wpe) read as they are, waited for */
+        ct_params_wte_host_take(g->P, g->stage + w0);
+        size_t run[2][2] = {{lo, w0}, {w1, hi}};
+        for (int r = 0; r < 2 && st == CT_OK; r++) {
+            size_t a = run[r][0], e = run[r][1], wo = ct_params_work_off(g->P, a);
+            if (e <= a) continue;
+            st = ct_arena_read(gb, wo * sizeof(float), g->stage + a, (e - a) * sizeof(float));
+            if (st == CT_OK) st = ct_arena_zero(gb, wo * sizeof(float), (e - a) * sizeof(float));
+        }
+    } else {
+        st = ct_arena_read_async(gb, g->b[k].work * sizeof(float), n * sizeof(float),
+                                 g->stage + g->b[k].lo, &g->ev[k]);
+        if (st == CT_OK && g->zero >= 2)
+            st = ct_arena_zero(gb, g->b[k].work * sizeof(float), n * sizeof(float));
+    }
     if (st != CT_OK)
         return CT_ERR(&g->err, st, "staging gradient bucket %d: %s", k, ct_device_errmsg(g->dev));
     ct_device_flush(g->dev);

@@ -33,8 +33,8 @@ ct_status ct_model_mem_predict(const ct_gpt_config *cfg, const ct_layout *layout
         return CT_ERR(err, CT_ERR_ARG, "ct_model_mem_predict: config, layout, coords and plan "
                                        "needed");
     /* 1. The parameter layout (layout-only ct_params) and its buffers. */
-    if ((st = ct_params_create(&P, cfg, layout, coords, &plan->chunks, NULL, err)) != CT_OK)
-        return st;
+    ct_params_plan pplan = ct__model_params_plan(cfg, layout, plan);
+    if ((st = ct_params_create(&P, cfg, layout, coords, &pplan, NULL, err)) != CT_OK) return st;
     ct_params_buf bufs[CT_PARAMS_MAX_BUFFERS];
     int nb = ct_params_buffers(P, bufs);
     if (nb < 0) {

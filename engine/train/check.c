@@ -169,9 +169,6 @@ ct_status ct_train_params_check(const ct_train_params *p, ct_lr_schedule *sched,
          "--loss-chunk %d: 0 (no chunks) or at least --seq %d (a forward without targets, "
          "sampling's, keeps one row's logits whole)",
          p->loss_chunk, p->seq);
-    NEED(!(p->loss_chunk > 0 && p->sequence_parallel && p->tp > 1),
-         "--loss-chunk with --sequence-parallel is not built (the logits' product gathers the "
-         "rows first); drop one of them");
     {
         int accum = ct__train_accum(p);
         NEED(!(p->pp > 1 && kind == CT_SCHED_INTERLEAVED && accum % p->pp),

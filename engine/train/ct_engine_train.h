@@ -209,7 +209,8 @@ size_t ct_opts_format(char *buf, size_t len, const ct_opt *opts, int n, const vo
     X(INT, loss_chunk, "loss-chunk", "0",                                                        \
       "the head and its loss in chunks of N rows (tokens) of a worker's micro-batch: the logits "  \
       "of one chunk at a time (N x V floats instead of batch x seq x V), computed again in the "   \
-      "backward; 0 = all rows at once; at least --seq; not with --sequence-parallel")          \
+      "backward; 0 = all rows at once; at least --seq (with --sequence-parallel: N/tp of each "   \
+      "worker's rows, gathered)")                                                               \
     X(STR, bf16_round, "bf16-round", "nearest",                                                 \
       "rounding of the bf16 working weights from the fp32 master: nearest (even) or stochastic "  \
       "(a threshold drawn per element and step from --seed: a resumed run rounds alike)")        \
