@@ -1,8 +1,8 @@
 /* test_engine_plan.c - the layout planner's pure half (engine/plan/ but probe.c, measure.c), no device:
  *   1. the layouts enumerated are exactly those a plain restatement of train_gpt's rules allows
  *      (dp x tp x pp = W, dp | batch, tp | heads, Vp, 4C, SP: tp | T, ZeRO needs dp >= 2,
- *      chunks <= blocks, interleaved: v >= 2 and pp | micro-batches, zb1 without TP, ZeRO 2/3
- *      only with gpipe/1f1b), over several models and W, and pinned flags narrow it;
+ *      chunks <= blocks, interleaved: v >= 2 and pp | micro-batches, zb1 without TP, ZeRO 1-3
+ *      with every schedule), over several models and W, and pinned flags narrow it;
  *   2. the time model against step times worked by hand from given costs: a data-parallel step
  *      (compute, buckets, optimizer, the small world all-reduces), a two-stage 1F1B pipeline
  *      ((m + N - 1)(F + B), bubble 1/(m + 1)), the exposed share under overlap, the bound of
@@ -46,7 +46,6 @@ static int allowed(const ct_plan_problem *pb, const ct_plan_layout *l) {
     if (inter && (l->virt < 2 || pb->micro % l->pp)) return 0;
     if (l->pp * l->virt > c->layers) return 0;
     if (l->sched == CT_SCHED_ZB1 && l->tp > 1) return 0;
-    if (l->zero >= 2 && (inter || l->sched == CT_SCHED_ZB1)) return 0;
     return 1;
 }
 
