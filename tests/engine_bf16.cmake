@@ -8,7 +8,8 @@
 # refusals ("refuse"), the fused attention's mma variant (emulated) against the scalar fused
 # kernel over 10 steps ("mma"). The ops in bf16: test_engine_ops_bf16 (engine_ops.cmake).
 if(TARGET train_gpt)
-  foreach(part converge memory dp zero3 tp pp ep mixed_pp mixed_ep grad_reduce resume plan refuse mma)
+  foreach(part converge memory dp zero3 tp pp pp_zb ep mixed_pp mixed_ep grad_reduce grad_reduce_odd
+               resume plan refuse mma)
     add_test(NAME test_engine_bf16_${part}
              COMMAND sh ${CMAKE_SOURCE_DIR}/tests/test_engine_bf16.sh $<TARGET_FILE:train_gpt>
                      ${MPIEXEC_EXECUTABLE} ${part})

@@ -117,7 +117,8 @@ set(CT_TEST_COSTS
   test_engine_moe_layout_tp 13 test_engine_split 12 test_engine_arena_state 11
   test_engine_gemm_plan_tf32 30 test_engine_gemm_plan_emulated 23
   test_engine_layout_moe 10 test_engine_moe_layout_recompute 11 test_engine_bf16_converge 30
-  test_engine_bf16_pp 47 test_engine_bf16_ep 41 test_engine_bf16_grad_reduce 45
+  test_engine_bf16_pp 25 test_engine_bf16_pp_zb 25 test_engine_bf16_ep 41
+  test_engine_bf16_grad_reduce 25 test_engine_bf16_grad_reduce_odd 25
   test_engine_bf16_mixed_pp 30 test_engine_bf16_mixed_ep 30 test_engine_bf16_tp 28
   test_engine_llama_torch 15 test_engine_llama_dp 12 test_engine_llama_pp 12
   test_engine_ops_bf16_mma 33

@@ -24,8 +24,8 @@
 #    on every step's loss over 20 steps; the TP group's bytes (comm_tp_bytes, summed over the
 #    steps) 0.49x to 0.51x fp32's at the same layout: bf16 activations cross the link (the loss's
 #    row maxima and sums stay fp32: 3 x B x T floats a step, the 0.001 above one half).
-# 5. "pp": pipeline parallelism in bf16, pp 2 with every schedule (gpipe, 1f1b and zb1 as
-#    threads, interleaved with 2 virtual stages as ranks; 4 micro-batches of 2 rows) within 5e-3 relative of the single-device bf16 run of the same total batch on every
+# 5. "pp", "pp_zb": pipeline parallelism in bf16, pp 2 with every schedule (gpipe, 1f1b as
+#    threads; "pp_zb": zb1 as threads, interleaved with 2 virtual stages as ranks; 4 micro-batches of 2 rows) within 5e-3 relative of the single-device bf16 run of the same total batch on every
 #    step's loss over 20 steps; the pipeline's bytes (comm_pp_bytes, worker 0's sends) 0.49x to
 #    0.51x fp32's (exactly one half: activations cross as bf16).
 # 6. "ep": experts in bf16 (4 experts, top-2): ep 2 x dp 2 as threads and as ranks within 5e-3
@@ -34,8 +34,8 @@
 #    "mixed_pp", "mixed_ep": ranks x threads (2 x 2): pp 2 1f1b x dp 2; ep 2 x tp 2 x dp 2 with
 #    experts; each against its single-device bf16 run as above.
 # 7. "grad_reduce": --grad-reduce bf16 (buckets cross as bf16, summed in fp32 on arrival): dp 2
-#    threads (all-reduce) and dp 2 ranks ZeRO-1 (reduce-scatter with per-rank counts) in bf16,
-#    dp 3 ranks ZeRO-1 (odd blocks and parts: the padded pairs; batch 6) within 5e-3 relative
+#    threads (all-reduce) and dp 2 ranks ZeRO-1 (reduce-scatter with per-rank counts) in bf16;
+#    "grad_reduce_odd": dp 3 ranks ZeRO-1 (odd blocks and parts: the padded pairs; batch 6) within 5e-3 relative
 #    of the single-device bf16 run over 20 steps, and dp 2 ranks in fp32
 #    within 5e-3 of the fp32 single-device run; the DP group's bytes (comm_dp_bytes) of the
 #    all-reduce 0.49x to 0.51x --grad-reduce fp32's (the step's loss and norm stay fp32: a few
@@ -58,8 +58,8 @@
 #    5e-3 relative of the scalar fused kernel's bf16 losses (--gemm portable, whose start-up line
 #    names no mma variant), every step; the two differ in the GEMM path too (both bf16
 #    operands, fp32 accumulation), so the bound covers both; not bitwise equal (the variant ran).
-# part: "all" (default), "converge", "memory", "dp", "zero3", "tp", "pp", "ep", "mixed_pp", "mixed_ep",
-# "grad_reduce",
+# part: "all" (default), "converge", "memory", "dp", "zero3", "tp", "pp", "pp_zb", "ep", "mixed_pp",
+# "mixed_ep", "grad_reduce", "grad_reduce_odd",
 # "resume", "plan", "refuse", "mma".
 . "$(dirname "$0")/lib.sh"
 TRAIN=$1
@@ -234,12 +234,17 @@ fi
 PPA="--steps 20 --batch 2 --total-batch 128 --grad-clip 0.3 --log-every 1"
 if want pp; then
     train pp_ref 1 1 $PPA --precision bf16
-    for s in gpipe 1f1b zb1; do
+    for s in gpipe 1f1b; do
         train pp_$s 1 2 $PPA --precision bf16 --pp 2 --schedule $s &&
             near pp_ref pp_$s "pp 2 $s threads"
     done
     train pp_1f1b_fp32 1 2 $PPA --precision fp32 --pp 2 --schedule 1f1b &&
         halved pp_1f1b_fp32 pp_1f1b pp "pp 2 1f1b threads"
+fi
+if want pp_zb; then
+    train pp_ref 1 1 $PPA --precision bf16
+    train pp_zb1 1 2 $PPA --precision bf16 --pp 2 --schedule zb1 &&
+        near pp_ref pp_zb1 "pp 2 zb1 threads"
     train pp_interleaved 2 1 $PPA --precision bf16 --pp 2 --schedule interleaved \
         --virtual-stages 2 && near pp_ref pp_interleaved "pp 2 interleaved ranks"
 fi
@@ -280,6 +285,9 @@ print("ok: grad-reduce bf16: %d memory records, predicted == allocated" % len(m)
 EOF
     train gr_ranks_z1 2 1 $DPA --precision bf16 --dp 2 --zero 1 --grad-reduce bf16 &&
         near gr_ref gr_ranks_z1 "grad-reduce bf16 dp 2 ranks ZeRO-1"
+fi
+if want grad_reduce_odd; then
+    DPA="--steps 20 --batch 8 --grad-clip 0.3 --log-every 1"
     train gr_ref6 1 1 $DPA --batch 6 --precision bf16 &&
         train gr_ranks3 3 1 $DPA --batch 6 --precision bf16 --dp 3 --zero 1 --grad-reduce bf16 &&
         near gr_ref6 gr_ranks3 "grad-reduce bf16 dp 3 ranks ZeRO-1"
